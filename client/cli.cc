@@ -1,0 +1,114 @@
+#include "client/cli.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+namespace mlcd::cli {
+namespace {
+
+std::vector<std::pair<int, CommandRegistrar>>& Registry() {
+  static auto* registry = new std::vector<std::pair<int, CommandRegistrar>>();
+  return *registry;
+}
+
+}  // namespace
+
+int ExitCodeFor(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange: return kExitUsage;
+    case StatusCode::kNotFound: return kExitNotFound;
+    case StatusCode::kAlreadyExists: return kExitAlreadyExists;
+    case StatusCode::kFailedPrecondition: return kExitPrecondition;
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded: return kExitUnavailable;
+    case StatusCode::kCancelled: return kExitCancelled;
+    default: return kExitFailure;
+  }
+}
+
+std::chrono::system_clock::time_point Context::Deadline() const {
+  return std::chrono::system_clock::now() +
+         std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+}
+
+int Context::Fail(const Status& status) const {
+  std::cerr << "error: " << status.ToString() << "\n";
+  return ExitCodeFor(status);
+}
+
+CommandRegistration::CommandRegistration(int order, CommandRegistrar registrar) {
+  Registry().emplace_back(order, std::move(registrar));
+}
+
+void AddRegisteredCommands(CLI::App& app, Context& ctx) {
+  auto& registry = Registry();
+  std::stable_sort(registry.begin(), registry.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& entry : registry) entry.second(app, ctx);
+}
+
+bool StdoutIsTerminal() { return ::isatty(STDOUT_FILENO) == 1; }
+
+ProgressDisplay::ProgressDisplay(std::string title, std::chrono::milliseconds plain_interval)
+    : title_(std::move(title)), tty_(StdoutIsTerminal()), plain_interval_(plain_interval) {}
+
+ProgressDisplay::~ProgressDisplay() {
+  if (tty_ && drawn_) std::printf("\n");
+  std::fflush(stdout);
+}
+
+void ProgressDisplay::Update(double fraction, const std::string& detail) {
+  if (tty_) {
+    constexpr int kWidth = 30;
+    std::string bar;
+    if (fraction >= 0) {
+      int filled = static_cast<int>(std::round(std::min(1.0, fraction) * kWidth));
+      bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "] ";
+      char pct[16];
+      std::snprintf(pct, sizeof(pct), "%5.1f%% ", 100.0 * std::min(1.0, fraction));
+      bar += pct;
+    }
+    std::printf("\r\033[2K%s %s%s", title_.c_str(), bar.c_str(), detail.c_str());
+    std::fflush(stdout);
+    drawn_ = true;
+    return;
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_plain_ < plain_interval_) return;
+  last_plain_ = now;
+  if (fraction >= 0) std::printf("%s %.1f%% %s\n", title_.c_str(), 100.0 * std::min(1.0, fraction), detail.c_str());
+  else std::printf("%s %s\n", title_.c_str(), detail.c_str());
+  std::fflush(stdout);
+}
+
+void ProgressDisplay::Line(const std::string& text) {
+  if (tty_ && drawn_) std::printf("\r\033[2K");
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+  drawn_ = false;
+}
+
+void ProgressDisplay::Finish(const std::string& detail) {
+  if (tty_ && drawn_) std::printf("\r\033[2K");
+  drawn_ = false;
+  std::printf("%s %s\n", title_.c_str(), detail.c_str());
+  std::fflush(stdout);
+}
+
+std::string FormatDuration(double seconds) {
+  char buf[64];
+  if (!(seconds >= 0) || std::isinf(seconds)) return "?";
+  if (seconds < 60) std::snprintf(buf, sizeof(buf), "%.1f s", seconds);
+  else if (seconds < 3600) std::snprintf(buf, sizeof(buf), "%d m %02d s", static_cast<int>(seconds) / 60, static_cast<int>(seconds) % 60);
+  else std::snprintf(buf, sizeof(buf), "%d h %02d m", static_cast<int>(seconds) / 3600, (static_cast<int>(seconds) % 3600) / 60);
+  return buf;
+}
+
+}  // namespace mlcd::cli

@@ -1,0 +1,92 @@
+// The frame of mlcdctl: global flags, the command registry every command file adds to, exit
+// codes, output helpers and a progress display.
+//
+// A command file (e.g. labels_commands.cc) registers itself:
+//   static mlcd::cli::CommandRegistration reg(10, [](CLI::App& app, mlcd::cli::Context& ctx) {
+//     auto* labels = app.add_subcommand("labels", "...");
+//     ...
+//     sub->callback([&ctx] { ctx.exit_code = RunGet(ctx, ...); });
+//   });
+// Files are compiled straight into the mlcdctl executable (client/CMakeLists.txt globs
+// *_commands.cc), so the static registrations are always linked in.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+
+namespace mlcd::cli {
+
+// Exit codes (documented in `mlcdctl --help`).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitFailure = 1,          // anything not listed below
+  kExitUsage = 2,            // bad flags or arguments (INVALID_ARGUMENT)
+  kExitNotFound = 3,         // NOT_FOUND
+  kExitAlreadyExists = 4,    // ALREADY_EXISTS
+  kExitPrecondition = 5,     // FAILED_PRECONDITION
+  kExitUnavailable = 6,      // a service could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED)
+  kExitCancelled = 7,        // CANCELLED (e.g. Ctrl-C)
+  kExitJobFailed = 10,       // watched job ended FAILED
+  kExitJobCancelled = 11,    // watched job ended CANCELLED
+};
+
+int ExitCodeFor(const Status& status);
+
+enum class OutputFormat { kText, kJson };
+
+struct Context {
+  std::string coordinator;  // --coordinator / MLCD_COORDINATOR
+  std::string labelstore;   // --labelstore / MLCD_LABELSTORE
+  std::string clusterd;     // --clusterd / MLCD_CLUSTERD
+  std::string output = "text";  // --output text|json
+  double timeout_seconds = 30;  // --timeout: deadline of unary calls
+  int exit_code = kExitOk;
+
+  OutputFormat format() const { return output == "json" ? OutputFormat::kJson : OutputFormat::kText; }
+  std::chrono::system_clock::time_point Deadline() const;
+  // Prints "error: <message>" to stderr and returns the matching exit code.
+  int Fail(const Status& status) const;
+};
+
+using CommandRegistrar = std::function<void(CLI::App& app, Context& ctx)>;
+
+// Registers `registrar` to add commands to the app; `order` sorts the commands in --help.
+struct CommandRegistration {
+  CommandRegistration(int order, CommandRegistrar registrar);
+};
+
+// Runs every registration (sorted by order) against `app`.
+void AddRegisteredCommands(CLI::App& app, Context& ctx);
+
+// True when stdout is a terminal (progress bars) rather than a pipe or file (plain lines).
+bool StdoutIsTerminal();
+
+// Progress display: a redrawn single-line bar on a terminal, one plain line per Update()
+// (rate-limited to one per `plain_interval`) otherwise.
+class ProgressDisplay {
+ public:
+  explicit ProgressDisplay(std::string title, std::chrono::milliseconds plain_interval = std::chrono::seconds(2));
+  ~ProgressDisplay();
+  // `fraction` in [0,1] or < 0 when unknown; `detail` is shown after the bar.
+  void Update(double fraction, const std::string& detail);
+  // A line that stays (e.g. a k-means iteration summary), printed above the bar.
+  void Line(const std::string& text);
+  void Finish(const std::string& detail);
+
+ private:
+  std::string title_;
+  bool tty_;
+  std::chrono::milliseconds plain_interval_;
+  std::chrono::steady_clock::time_point last_plain_;
+  bool drawn_ = false;
+};
+
+// "1.2 s", "3 m 04 s", "1 h 02 m".
+std::string FormatDuration(double seconds);
+
+}  // namespace mlcd::cli

@@ -1,0 +1,69 @@
+#include "common/metrics.h"
+
+#include "common/log.h"
+
+namespace mlcd {
+
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return kBuckets;
+}
+
+MetricsServer::MetricsServer() : registry_(std::make_shared<prometheus::Registry>()) {}
+
+MetricsServer::~MetricsServer() = default;
+
+Status MetricsServer::Serve(const std::string& address) {
+  if (address.empty()) return Status::Ok();
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return Status::Unavailable("cannot serve /metrics on " + address + ": " + e.what() +
+                               " (is the port in use? pick another with --metrics-listen)");
+  }
+  exposer_->RegisterCollectable(registry_);
+  auto ports = exposer_->GetListeningPorts();
+  MLCD_LOG(INFO) << "serving Prometheus metrics on " << address << " (port "
+                 << (ports.empty() ? 0 : ports[0]) << ") at /metrics";
+  return Status::Ok();
+}
+
+int MetricsServer::port() const {
+  if (!exposer_) return 0;
+  auto ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports[0];
+}
+
+RpcMetrics::RpcMetrics(prometheus::Registry& registry, const std::string& service)
+    : requests_(prometheus::BuildCounter()
+                    .Name("mlcd_" + service + "_requests_total")
+                    .Help("gRPC requests handled, by method and status code")
+                    .Register(registry)),
+      durations_(prometheus::BuildHistogram()
+                     .Name("mlcd_" + service + "_request_duration_seconds")
+                     .Help("gRPC request latency in seconds, by method")
+                     .Register(registry)) {}
+
+void RpcMetrics::Record(const std::string& method, StatusCode code, double seconds) {
+  prometheus::Counter* counter;
+  prometheus::Histogram* histogram;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto key = std::make_pair(method, static_cast<int>(code));
+    auto it = counters_.find(key);
+    if (it == counters_.end()) {
+      it = counters_.emplace(key, &requests_.Add({{"method", method}, {"code", StatusCodeName(code)}})).first;
+    }
+    counter = it->second;
+    auto hit = histograms_.find(method);
+    if (hit == histograms_.end()) {
+      hit = histograms_.emplace(method, &durations_.Add({{"method", method}}, LatencyBuckets())).first;
+    }
+    histogram = hit->second;
+  }
+  counter->Increment();
+  histogram->Observe(seconds);
+}
+
+}  // namespace mlcd
