@@ -139,6 +139,10 @@ Status WaitForServing(const std::string& address, std::chrono::milliseconds time
   while (std::chrono::steady_clock::now() < deadline) {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::chrono::milliseconds(500)));
+    // Without wait_for_ready a call on a channel in TRANSIENT_FAILURE fails at once and (gRPC
+    // 1.51) the channel only retries the connection about every 5 s, so a server that comes up
+    // just after the first attempt would be seen 5-10 s late.
+    ctx.set_wait_for_ready(true);
     grpc::health::v1::HealthCheckRequest req;
     req.set_service(service);
     grpc::health::v1::HealthCheckResponse resp;

@@ -1,0 +1,640 @@
+// mlcdctl labels create|put|get|list|describe|seal|delete: label sets in mlcd-labelstore.
+//
+//   mlcdctl labels create --name S --k 1000 --l 8 [--scores] [--meta key=value ...]
+//   mlcdctl labels put --name S --labels rows.npy [--ids ids.npy] [--scores scores.npy] [--seal]
+//   mlcdctl labels get --name S --ids 0,17,4999 [--out rows.npy] [--scores-out s.npy]
+//   mlcdctl labels list [--prefix job/]
+//   mlcdctl labels describe --name S          (the name may also be given positionally)
+//   mlcdctl labels seal --name S
+//   mlcdctl labels delete --name S [--allow-missing]
+//   mlcdctl labels bench --name S [--batch 1024] [--seconds 2]   (read throughput from here)
+//
+// The store's address comes from --labelstore or MLCD_LABELSTORE. --output json prints one
+// JSON document (numbers as numbers) instead of text. Exit codes as in `mlcdctl --help`.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "client/cli.h"
+#include "common/npy.h"
+#include "labelstore/client.h"
+
+namespace mlcd::cli {
+namespace {
+
+using labelstore::LabelStoreClient;
+using Json = nlohmann::ordered_json;
+
+std::unique_ptr<LabelStoreClient> MakeClient(const Context& ctx) {
+  labelstore::LabelStoreClientOptions options;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(ctx.timeout_seconds * 1000));
+  return std::make_unique<LabelStoreClient>(ctx.labelstore, options);
+}
+
+const char* StateName(v1::LabelSetState state) {
+  switch (state) {
+    case v1::LABEL_SET_STATE_OPEN: return "OPEN";
+    case v1::LABEL_SET_STATE_SEALED: return "SEALED";
+    default: return "UNSPECIFIED";
+  }
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  char buf[32];
+  if (bytes < 1024) std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
+  else if (bytes < (1u << 20)) std::snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024.0);
+  else if (bytes < (1u << 30)) std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / 1048576.0);
+  else std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / 1073741824.0);
+  return buf;
+}
+
+std::string FormatTime(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Json InfoJson(const v1::LabelSetInfo& info) {
+  Json j;
+  j["name"] = info.name();
+  j["state"] = StateName(info.state());
+  j["num_classes"] = info.num_classes();
+  j["labels_per_sample"] = info.labels_per_sample();
+  j["with_scores"] = info.with_scores();
+  j["num_samples"] = info.num_samples();
+  j["sample_id_end"] = info.sample_id_end();
+  j["size_bytes"] = info.size_bytes();
+  j["created_unix_ms"] = info.created_unix_ms();
+  j["sealed_unix_ms"] = info.sealed_unix_ms();
+  Json meta = Json::object();
+  std::map<std::string, std::string> sorted(info.metadata().begin(), info.metadata().end());
+  for (const auto& [k, v] : sorted) meta[k] = v;
+  j["metadata"] = meta;
+  return j;
+}
+
+void PrintInfo(const Context& ctx, const v1::LabelSetInfo& info) {
+  if (ctx.format() == OutputFormat::kJson) {
+    std::cout << InfoJson(info).dump(2) << "\n";
+    return;
+  }
+  std::printf("name:        %s\n", info.name().c_str());
+  std::printf("state:       %s\n", StateName(info.state()));
+  std::printf("k:           %d\n", info.num_classes());
+  std::printf("l:           %d\n", info.labels_per_sample());
+  std::printf("scores:      %s\n", info.with_scores() ? "yes" : "no");
+  std::printf("samples:     %llu (ids below %llu)\n", static_cast<unsigned long long>(info.num_samples()),
+              static_cast<unsigned long long>(info.sample_id_end()));
+  std::printf("size:        %s\n", FormatBytes(info.size_bytes()).c_str());
+  std::printf("created:     %s\n", FormatTime(info.created_unix_ms()).c_str());
+  std::printf("sealed:      %s\n", FormatTime(info.sealed_unix_ms()).c_str());
+  std::map<std::string, std::string> sorted(info.metadata().begin(), info.metadata().end());
+  for (const auto& [k, v] : sorted) std::printf("metadata:    %s=%s\n", k.c_str(), v.c_str());
+}
+
+// "0,17,4999" or with ranges "0:100,5000" (A:B = A..B-1).
+StatusOr<std::vector<uint64_t>> ParseIdList(const std::string& text) {
+  std::vector<uint64_t> ids;
+  std::stringstream stream(text);
+  std::string item;
+  auto parse_one = [&](const std::string& s, uint64_t* out) -> Status {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) {
+      return Status::InvalidArgument("--ids: '" + s + "' is not a sample id (use non-negative integers, e.g. "
+                                     "--ids 0,17,4999 or --ids 0:100)");
+    }
+    try {
+      *out = std::stoull(s);
+    } catch (const std::exception&) {
+      return Status::InvalidArgument("--ids: '" + s + "' is out of range for a uint64 sample id");
+    }
+    return Status::Ok();
+  };
+  while (std::getline(stream, item, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos) {
+      uint64_t id;
+      MLCD_RETURN_IF_ERROR(parse_one(item, &id));
+      ids.push_back(id);
+      continue;
+    }
+    uint64_t begin, end;
+    MLCD_RETURN_IF_ERROR(parse_one(item.substr(0, colon), &begin));
+    MLCD_RETURN_IF_ERROR(parse_one(item.substr(colon + 1), &end));
+    if (end <= begin || end - begin > 100000000) {
+      return Status::InvalidArgument("--ids: range '" + item + "' must be A:B with A < B (B exclusive) and at most 1e8 ids");
+    }
+    for (uint64_t id = begin; id < end; ++id) ids.push_back(id);
+  }
+  if (ids.empty()) return Status::InvalidArgument("--ids is empty; give ids like 0,17,4999 or 0:100");
+  return ids;
+}
+
+StatusOr<std::vector<uint64_t>> ReadIdsFile(const std::string& path) {
+  std::vector<int64_t> shape;
+  MLCD_ASSIGN_OR_RETURN(auto values, ReadNpyAsInt64(path, &shape));
+  if (shape.size() > 2 || (shape.size() == 2 && shape[1] != 1)) {
+    return Status::InvalidArgument(path + ": ids must be a 1-d array (or n x 1), got " + std::to_string(shape.size()) +
+                                   "-d with " + (shape.size() == 2 ? std::to_string(shape[1]) : std::string("?")) +
+                                   " columns");
+  }
+  std::vector<uint64_t> ids(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i] < 0) {
+      return Status::InvalidArgument(path + ": id " + std::to_string(values[i]) + " at position " + std::to_string(i) +
+                                     " is negative");
+    }
+    ids[i] = static_cast<uint64_t>(values[i]);
+  }
+  return ids;
+}
+
+// ---------------------------------------------------------------------------------------
+
+struct CreateArgs {
+  std::string name;
+  int64_t k = 0;
+  int64_t l = 0;
+  bool scores = false;
+  std::vector<std::string> meta;
+};
+
+int RunCreate(const Context& ctx, const CreateArgs& args) {
+  labelstore::LabelSetSpec spec;
+  spec.name = args.name;
+  if (args.k < 1 || args.k > std::numeric_limits<int32_t>::max()) {
+    return ctx.Fail(Status::InvalidArgument("--k " + std::to_string(args.k) + " must be in [1, 2^31-1]"));
+  }
+  if (args.l < 1 || args.l > labelstore::kMaxLabelsPerSample) {
+    return ctx.Fail(Status::InvalidArgument("--l " + std::to_string(args.l) + " must be in [1, " +
+                                            std::to_string(labelstore::kMaxLabelsPerSample) + "]"));
+  }
+  spec.num_classes = static_cast<int32_t>(args.k);
+  spec.labels_per_sample = static_cast<int32_t>(args.l);
+  spec.with_scores = args.scores;
+  for (const auto& kv : args.meta) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return ctx.Fail(Status::InvalidArgument("--meta '" + kv + "' must be key=value"));
+    }
+    spec.metadata[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  auto client = MakeClient(ctx);
+  auto info = client->CreateLabelSet(spec);
+  if (!info.ok()) return ctx.Fail(info.status());
+  PrintInfo(ctx, *info);
+  return kExitOk;
+}
+
+struct PutArgs {
+  std::string name;
+  std::string labels_path;
+  std::string ids_path;
+  std::string scores_path;
+  size_t batch_rows = 16384;
+  bool seal = false;
+};
+
+int RunPut(const Context& ctx, const PutArgs& args) {
+  auto client = MakeClient(ctx);
+  auto info = client->Describe(args.name);
+  if (!info.ok()) return ctx.Fail(info.status());
+  const int32_t l = info->labels_per_sample();
+  if (info->state() == v1::LABEL_SET_STATE_SEALED) {
+    return ctx.Fail(Status::FailedPrecondition("label set '" + args.name +
+                                               "' is sealed and immutable; create a new set to write labels"));
+  }
+
+  // Labels: n x l integers (int32 used in place; other integer dtypes converted and checked).
+  auto mapped = MappedNpy::Open(args.labels_path);
+  if (!mapped.ok()) return ctx.Fail(mapped.status());
+  const auto& header = mapped->header();
+  if (header.shape.empty() || header.shape.size() > 2) {
+    return ctx.Fail(Status::InvalidArgument(args.labels_path + ": labels must be an n x l array, got " +
+                                            std::to_string(header.shape.size()) + "-d"));
+  }
+  const int64_t n = header.shape[0];
+  const int64_t cols = header.shape.size() == 2 ? header.shape[1] : 1;
+  if (cols != l) {
+    return ctx.Fail(Status::InvalidArgument(args.labels_path + " has " + std::to_string(cols) +
+                                            " columns but label set '" + args.name + "' has l = " +
+                                            std::to_string(l) + " labels per sample"));
+  }
+  if (n == 0) return ctx.Fail(Status::InvalidArgument(args.labels_path + " has no rows"));
+  std::vector<int32_t> converted;
+  const int32_t* labels = nullptr;
+  if (header.dtype == NpyDtype::kInt32) {
+    labels = mapped->data_as<int32_t>();
+  } else {
+    auto values = ReadNpyAsInt64(args.labels_path);
+    if (!values.ok()) return ctx.Fail(values.status());
+    converted.resize(values->size());
+    for (size_t i = 0; i < values->size(); ++i) {
+      int64_t v = (*values)[i];
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+        return ctx.Fail(Status::InvalidArgument(args.labels_path + ": label " + std::to_string(v) + " at row " +
+                                                std::to_string(i / l) + " does not fit int32"));
+      }
+      converted[i] = static_cast<int32_t>(v);
+    }
+    labels = converted.data();
+  }
+
+  std::vector<uint64_t> ids;
+  if (args.ids_path.empty()) {
+    ids.resize(static_cast<size_t>(n));
+    std::iota(ids.begin(), ids.end(), 0);
+  } else {
+    auto read = ReadIdsFile(args.ids_path);
+    if (!read.ok()) return ctx.Fail(read.status());
+    ids = std::move(read).value();
+    if (static_cast<int64_t>(ids.size()) != n) {
+      return ctx.Fail(Status::InvalidArgument(args.ids_path + " has " + std::to_string(ids.size()) + " ids but " +
+                                              args.labels_path + " has " + std::to_string(n) + " rows"));
+    }
+  }
+
+  std::vector<float> scores;
+  if (!args.scores_path.empty()) {
+    std::vector<int64_t> shape;
+    auto read = ReadNpyAsFloat32(args.scores_path, &shape);
+    if (!read.ok()) return ctx.Fail(read.status());
+    scores = std::move(read).value();
+    if (scores.size() != static_cast<size_t>(n * l)) {
+      return ctx.Fail(Status::InvalidArgument(args.scores_path + " has " + std::to_string(scores.size()) +
+                                              " values; it must be the same n x l shape as " + args.labels_path));
+    }
+  }
+  if (info->with_scores() && scores.empty()) {
+    return ctx.Fail(Status::InvalidArgument("label set '" + args.name +
+                                            "' stores scores; pass them with --scores scores.npy (n x l float)"));
+  }
+  if (!info->with_scores() && !scores.empty()) {
+    return ctx.Fail(Status::InvalidArgument("label set '" + args.name +
+                                            "' was created without scores; drop --scores"));
+  }
+
+  const size_t step = std::min(args.batch_rows, labelstore::MaxRowsPerMessage(l));
+  const bool quiet = ctx.format() == OutputFormat::kJson;
+  std::unique_ptr<ProgressDisplay> progress;
+  if (!quiet) progress = std::make_unique<ProgressDisplay>("put " + args.name);
+  auto writer = client->OpenWriter(args.name);
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t begin = 0; begin < ids.size(); begin += step) {
+    const size_t count = std::min(step, ids.size() - begin);
+    Status s = writer->Write(ids.data() + begin, count, labels + begin * l, count * l,
+                             scores.empty() ? nullptr : scores.data() + begin * l, scores.empty() ? 0 : count * l);
+    if (!s.ok()) {
+      if (progress) progress->Finish("failed");
+      return ctx.Fail(s);
+    }
+    if (progress) {
+      progress->Update(static_cast<double>(begin + count) / ids.size(),
+                       std::to_string(begin + count) + "/" + std::to_string(ids.size()) + " rows");
+    }
+  }
+  auto result = writer->Finish();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!result.ok()) {
+    if (progress) progress->Finish("failed");
+    return ctx.Fail(result.status());
+  }
+  if (progress) {
+    char detail[160];
+    std::snprintf(detail, sizeof(detail), "%llu rows in %llu messages, %s, %.0f rows/s; set has %llu samples",
+                  static_cast<unsigned long long>(result->rows_written()),
+                  static_cast<unsigned long long>(result->messages()), FormatDuration(seconds).c_str(),
+                  result->rows_written() / std::max(seconds, 1e-9), static_cast<unsigned long long>(result->num_samples()));
+    progress->Finish(detail);
+  }
+  v1::LabelSetInfo final_info;
+  if (args.seal) {
+    auto sealed = client->Seal(args.name);
+    if (!sealed.ok()) return ctx.Fail(sealed.status());
+    final_info = *sealed;
+    if (!quiet) std::printf("sealed %s\n", args.name.c_str());
+  }
+  if (quiet) {
+    Json j;
+    j["name"] = args.name;
+    j["rows_written"] = result->rows_written();
+    j["messages"] = result->messages();
+    j["num_samples"] = result->num_samples();
+    j["seconds"] = seconds;
+    j["rows_per_second"] = result->rows_written() / std::max(seconds, 1e-9);
+    if (args.seal) j["label_set"] = InfoJson(final_info);
+    std::cout << j.dump(2) << "\n";
+  }
+  return kExitOk;
+}
+
+struct GetArgs {
+  std::string name;
+  std::string ids;
+  std::string ids_path;
+  std::string out;
+  std::string scores_out;
+  bool scores = false;
+};
+
+int RunGet(const Context& ctx, const GetArgs& args) {
+  if (args.ids.empty() == args.ids_path.empty()) {
+    return ctx.Fail(Status::InvalidArgument("give exactly one of --ids 0,17,4999 and --ids-file ids.npy"));
+  }
+  auto ids = args.ids.empty() ? ReadIdsFile(args.ids_path) : ParseIdList(args.ids);
+  if (!ids.ok()) return ctx.Fail(ids.status());
+  if (ids->empty()) return ctx.Fail(Status::InvalidArgument(args.ids_path + " holds no ids"));
+  const bool with_scores = args.scores || !args.scores_out.empty();
+  auto client = MakeClient(ctx);
+  labelstore::LabelBatch batch;
+  const auto start = std::chrono::steady_clock::now();
+  Status s = client->GetLabels(args.name, ids->data(), ids->size(), with_scores, &batch);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!s.ok()) return ctx.Fail(s);
+  const size_t n = ids->size();
+  const int32_t l = batch.labels_per_sample;
+
+  if (!args.out.empty()) {
+    s = WriteNpy(args.out, NpyDtype::kInt32, {static_cast<int64_t>(n), l}, batch.labels.data());
+    if (!s.ok()) return ctx.Fail(s);
+  }
+  if (!args.scores_out.empty()) {
+    s = WriteNpy(args.scores_out, NpyDtype::kFloat32, {static_cast<int64_t>(n), l}, batch.scores.data());
+    if (!s.ok()) return ctx.Fail(s);
+  }
+  const bool print_rows = args.out.empty() && args.scores_out.empty();
+  if (ctx.format() == OutputFormat::kJson) {
+    Json j;
+    j["name"] = args.name;
+    j["labels_per_sample"] = l;
+    j["num_ids"] = n;
+    j["missing_ids"] = batch.missing_ids;
+    j["seconds"] = seconds;
+    if (print_rows) {
+      Json rows = Json::array();
+      size_t next_missing = 0;
+      for (size_t i = 0; i < n; ++i) {
+        Json row;
+        row["id"] = (*ids)[i];
+        if (next_missing < batch.missing_indices.size() && batch.missing_indices[next_missing] == i) {
+          ++next_missing;
+          row["missing"] = true;
+        } else {
+          row["labels"] = std::vector<int32_t>(batch.row(i), batch.row(i) + l);
+          if (with_scores) {
+            row["scores"] = std::vector<float>(batch.scores.begin() + i * l, batch.scores.begin() + (i + 1) * l);
+          }
+        }
+        rows.push_back(std::move(row));
+      }
+      j["rows"] = std::move(rows);
+    } else {
+      if (!args.out.empty()) j["out"] = args.out;
+      if (!args.scores_out.empty()) j["scores_out"] = args.scores_out;
+    }
+    std::cout << j.dump(print_rows ? -1 : 2) << "\n";
+    return kExitOk;
+  }
+  if (print_rows) {
+    size_t next_missing = 0;
+    std::string line;
+    for (size_t i = 0; i < n; ++i) {
+      line = std::to_string((*ids)[i]) + "\t";
+      if (next_missing < batch.missing_indices.size() && batch.missing_indices[next_missing] == i) {
+        ++next_missing;
+        line += "missing";
+      } else {
+        for (int32_t c = 0; c < l; ++c) {
+          if (c) line += ' ';
+          line += std::to_string(batch.row(i)[c]);
+        }
+        if (with_scores) {
+          line += '\t';
+          char buf[32];
+          for (int32_t c = 0; c < l; ++c) {
+            std::snprintf(buf, sizeof(buf), c ? " %.4f" : "%.4f", batch.scores[i * l + c]);
+            line += buf;
+          }
+        }
+      }
+      std::puts(line.c_str());
+    }
+  } else {
+    std::printf("%zu rows (%zu missing) of '%s' written to %s%s%s\n", n, batch.missing_ids.size(), args.name.c_str(),
+                args.out.empty() ? "" : args.out.c_str(), (!args.out.empty() && !args.scores_out.empty()) ? " and " : "",
+                args.scores_out.c_str());
+  }
+  if (!batch.missing_ids.empty() && print_rows) {
+    std::fprintf(stderr, "%zu of %zu ids have no row in '%s'\n", batch.missing_ids.size(), n, args.name.c_str());
+  }
+  return kExitOk;
+}
+
+int RunList(const Context& ctx, const std::string& prefix) {
+  auto client = MakeClient(ctx);
+  auto sets = client->List(prefix);
+  if (!sets.ok()) return ctx.Fail(sets.status());
+  if (ctx.format() == OutputFormat::kJson) {
+    Json j = Json::array();
+    for (const auto& info : *sets) j.push_back(InfoJson(info));
+    std::cout << Json{{"label_sets", j}}.dump(2) << "\n";
+    return kExitOk;
+  }
+  if (sets->empty()) {
+    std::printf("no label sets%s\n", prefix.empty() ? "" : (" with prefix '" + prefix + "'").c_str());
+    return kExitOk;
+  }
+  size_t width = 4;
+  for (const auto& info : *sets) width = std::max(width, info.name().size());
+  std::printf("%-*s  %-6s  %10s  %5s  %12s  %10s\n", static_cast<int>(width), "NAME", "STATE", "K", "L", "SAMPLES",
+              "SIZE");
+  for (const auto& info : *sets) {
+    std::printf("%-*s  %-6s  %10d  %5d  %12llu  %10s\n", static_cast<int>(width), info.name().c_str(),
+                StateName(info.state()), info.num_classes(), info.labels_per_sample(),
+                static_cast<unsigned long long>(info.num_samples()), FormatBytes(info.size_bytes()).c_str());
+  }
+  return kExitOk;
+}
+
+int RunDescribe(const Context& ctx, const std::string& name) {
+  auto info = MakeClient(ctx)->Describe(name);
+  if (!info.ok()) return ctx.Fail(info.status());
+  PrintInfo(ctx, *info);
+  return kExitOk;
+}
+
+int RunSeal(const Context& ctx, const std::string& name, bool require_open) {
+  auto info = MakeClient(ctx)->Seal(name, require_open);
+  if (!info.ok()) return ctx.Fail(info.status());
+  PrintInfo(ctx, *info);
+  return kExitOk;
+}
+
+int RunDelete(const Context& ctx, const std::string& name, bool allow_missing) {
+  auto result = MakeClient(ctx)->Delete(name, allow_missing);
+  if (!result.ok()) return ctx.Fail(result.status());
+  if (ctx.format() == OutputFormat::kJson) {
+    std::cout << Json{{"name", name}, {"deleted", result->deleted()}, {"rows_deleted", result->rows_deleted()}}.dump(2)
+              << "\n";
+  } else if (result->deleted()) {
+    std::printf("deleted %s (%llu rows)\n", name.c_str(), static_cast<unsigned long long>(result->rows_deleted()));
+  } else {
+    std::printf("%s did not exist\n", name.c_str());
+  }
+  return kExitOk;
+}
+
+struct BenchArgs {
+  std::string name;
+  size_t batch = 1024;
+  double seconds = 2;
+};
+
+// Times GetLabels of random batches of the set's ids, one call at a time, as a training worker
+// reads them: rows/s and latency percentiles seen from this machine.
+int RunBench(const Context& ctx, const BenchArgs& args) {
+  auto client = MakeClient(ctx);
+  auto info = client->Describe(args.name);
+  if (!info.ok()) return ctx.Fail(info.status());
+  const uint64_t end = info->sample_id_end();
+  if (end == 0) return ctx.Fail(Status::FailedPrecondition("label set '" + args.name + "' is empty"));
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> ids(args.batch);
+  labelstore::LabelBatch batch;
+  std::vector<double> latencies;
+  uint64_t missing = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(args.seconds);
+  auto now = start;
+  while (now < deadline || latencies.size() < 10) {
+    for (auto& id : ids) id = rng() % end;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = client->GetLabels(args.name, ids.data(), ids.size(), false, &batch);
+    now = std::chrono::steady_clock::now();
+    if (!s.ok()) return ctx.Fail(s);
+    latencies.push_back(std::chrono::duration<double>(now - t0).count());
+    missing += batch.missing_ids.size();
+  }
+  const double total = std::chrono::duration<double>(now - start).count();
+  std::sort(latencies.begin(), latencies.end());
+  auto pct = [&](double p) {
+    return 1e3 * latencies[std::min(latencies.size() - 1, static_cast<size_t>(p * latencies.size()))];
+  };
+  const double rows_per_second = static_cast<double>(latencies.size() * args.batch) / total;
+  if (ctx.format() == OutputFormat::kJson) {
+    Json j;
+    j["name"] = args.name;
+    j["batch"] = args.batch;
+    j["calls"] = latencies.size();
+    j["rows_per_second"] = rows_per_second;
+    j["p50_ms"] = pct(0.5);
+    j["p99_ms"] = pct(0.99);
+    j["max_ms"] = 1e3 * latencies.back();
+    j["missing"] = missing;
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("%zu GetLabels calls of %zu random ids: %.0f rows/s, p50 %.3f ms, p99 %.3f ms, max %.3f ms, "
+                "%llu ids missing\n",
+                latencies.size(), args.batch, rows_per_second, pct(0.5), pct(0.99), 1e3 * latencies.back(),
+                static_cast<unsigned long long>(missing));
+  }
+  return kExitOk;
+}
+
+// Adds the set name as `--name S` or a positional argument.
+CLI::Option* AddName(CLI::App* cmd, std::string* name) {
+  return cmd->add_option("name,--name", *name, "label set name, e.g. job/abc123/r0")->required();
+}
+
+static CommandRegistration registration(20, [](CLI::App& app, Context& ctx) {
+  auto* labels = app.add_subcommand("labels", "label sets in mlcd-labelstore: create, put, get, list, describe, "
+                                              "seal, delete, bench");
+  labels->require_subcommand(1);
+
+  auto create_args = std::make_shared<CreateArgs>();
+  auto* create = labels->add_subcommand("create", "create an OPEN label set");
+  AddName(create, &create_args->name);
+  create->add_option("--k", create_args->k, "number of classes k (labels are in [0, k))")->required();
+  create->add_option("--l", create_args->l, "labels per sample l")->required();
+  create->add_flag("--scores", create_args->scores, "rows also carry one float score per label");
+  create->add_option("--meta", create_args->meta, "metadata entry key=value (repeatable)");
+  create->callback([&ctx, create_args] { ctx.exit_code = RunCreate(ctx, *create_args); });
+
+  auto put_args = std::make_shared<PutArgs>();
+  auto* put = labels->add_subcommand("put", "write rows from .npy files into an OPEN set");
+  AddName(put, &put_args->name);
+  put->add_option("--labels", put_args->labels_path, "n x l integer .npy (int32 preferred)")->required();
+  put->add_option("--ids", put_args->ids_path, "n sample ids .npy (default 0..n-1)");
+  put->add_option("--scores", put_args->scores_path, "n x l float .npy (sets created with --scores)");
+  put->add_option("--batch-rows", put_args->batch_rows, "rows per stream message")
+      ->check(CLI::Range(size_t{1}, labelstore::kMaxRowsPerWriteMessage))
+      ->capture_default_str();
+  put->add_flag("--seal", put_args->seal, "seal the set after writing");
+  put->callback([&ctx, put_args] { ctx.exit_code = RunPut(ctx, *put_args); });
+
+  auto get_args = std::make_shared<GetArgs>();
+  auto* get = labels->add_subcommand("get", "read rows by sample id (prints them unless --out)");
+  AddName(get, &get_args->name);
+  get->add_option("--ids", get_args->ids, "ids, e.g. 0,17,4999 or ranges 0:100 (B exclusive)");
+  get->add_option("--ids-file", get_args->ids_path, "ids as a 1-d integer .npy");
+  get->add_option("--out", get_args->out, "write the n x l int32 rows here (.npy; -1 rows for missing ids)");
+  get->add_option("--scores-out", get_args->scores_out, "write the n x l float32 scores here (.npy)");
+  get->add_flag("--scores", get_args->scores, "also read scores");
+  get->callback([&ctx, get_args] { ctx.exit_code = RunGet(ctx, *get_args); });
+
+  auto list_prefix = std::make_shared<std::string>();
+  auto* list = labels->add_subcommand("list", "list label sets");
+  list->add_option("--prefix", *list_prefix, "only names starting with this");
+  list->callback([&ctx, list_prefix] { ctx.exit_code = RunList(ctx, *list_prefix); });
+
+  auto describe_name = std::make_shared<std::string>();
+  auto* describe = labels->add_subcommand("describe", "show a set's shape, state, count and size");
+  AddName(describe, describe_name.get());
+  describe->callback([&ctx, describe_name] { ctx.exit_code = RunDescribe(ctx, *describe_name); });
+
+  auto seal_name = std::make_shared<std::string>();
+  auto seal_require_open = std::make_shared<bool>(false);
+  auto* seal = labels->add_subcommand("seal", "make a set immutable");
+  AddName(seal, seal_name.get());
+  seal->add_flag("--require-open", *seal_require_open, "fail (exit 5) when the set is already sealed");
+  seal->callback([&ctx, seal_name, seal_require_open] {
+    ctx.exit_code = RunSeal(ctx, *seal_name, *seal_require_open);
+  });
+
+  auto delete_name = std::make_shared<std::string>();
+  auto delete_allow_missing = std::make_shared<bool>(false);
+  auto* del = labels->add_subcommand("delete", "delete a set and all its rows");
+  AddName(del, delete_name.get());
+  del->add_flag("--allow-missing", *delete_allow_missing, "succeed when the set does not exist");
+  del->callback([&ctx, delete_name, delete_allow_missing] {
+    ctx.exit_code = RunDelete(ctx, *delete_name, *delete_allow_missing);
+  });
+
+  auto bench_args = std::make_shared<BenchArgs>();
+  auto* bench = labels->add_subcommand("bench", "time GetLabels of random batches from here (rows/s, p50, p99)");
+  AddName(bench, &bench_args->name);
+  bench->add_option("--batch", bench_args->batch, "ids per call")
+      ->check(CLI::Range(size_t{1}, labelstore::kMaxIdsPerRead))
+      ->capture_default_str();
+  bench->add_option("--seconds", bench_args->seconds, "how long to measure")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->callback([&ctx, bench_args] { ctx.exit_code = RunBench(ctx, *bench_args); });
+});
+
+}  // namespace
+}  // namespace mlcd::cli

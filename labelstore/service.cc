@@ -1,0 +1,153 @@
+#include "labelstore/service.h"
+
+namespace mlcd::labelstore {
+
+LabelStoreService::LabelStoreService(LabelStorage* storage, prometheus::Registry& registry)
+    : storage_(storage),
+      rpc_metrics_(registry, "labelstore"),
+      ids_read_(prometheus::BuildCounter()
+                    .Name("mlcd_labelstore_ids_read_total")
+                    .Help("Sample ids asked for by successful GetLabels calls")
+                    .Register(registry)
+                    .Add({})),
+      ids_missing_(prometheus::BuildCounter()
+                       .Name("mlcd_labelstore_ids_missing_total")
+                       .Help("Sample ids asked for by GetLabels that had no row")
+                       .Register(registry)
+                       .Add({})),
+      rows_written_(prometheus::BuildCounter()
+                        .Name("mlcd_labelstore_rows_written_total")
+                        .Help("Rows committed by WriteLabels")
+                        .Register(registry)
+                        .Add({})),
+      get_batch_ids_(prometheus::BuildHistogram()
+                         .Name("mlcd_labelstore_get_batch_ids")
+                         .Help("Ids per GetLabels request")
+                         .Register(registry)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{1, 8, 64, 256, 1024, 4096, 16384, 65536})),
+      label_sets_(prometheus::BuildGauge()
+                      .Name("mlcd_labelstore_label_sets")
+                      .Help("Label sets stored")
+                      .Register(registry)
+                      .Add({})) {
+  UpdateSetGauge();
+}
+
+void LabelStoreService::UpdateSetGauge() { label_sets_.Set(static_cast<double>(storage_->num_sets())); }
+
+grpc::Status LabelStoreService::CreateLabelSet(grpc::ServerContext*, const v1::CreateLabelSetRequest* request,
+                                               v1::LabelSetInfo* response) {
+  RpcTimer timer(&rpc_metrics_, "CreateLabelSet");
+  auto result = storage_->Create(*request);
+  if (result.ok()) {
+    *response = std::move(result).value();
+    UpdateSetGauge();
+  }
+  return ToGrpcStatus(timer.Done(result.status()));
+}
+
+grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
+                                            grpc::ServerReader<v1::WriteLabelsRequest>* reader,
+                                            v1::WriteLabelsResponse* response) {
+  RpcTimer timer(&rpc_metrics_, "WriteLabels");
+  v1::WriteLabelsRequest message;
+  std::string name;
+  uint64_t messages = 0, rows = 0, num_samples = 0;
+  Status status;
+  while (reader->Read(&message)) {
+    const std::string where = "WriteLabels message " + std::to_string(messages);
+    if (messages == 0) {
+      if (message.name().empty()) {
+        status = Status::InvalidArgument(where + ": the first message of a WriteLabels stream must name the label set");
+        break;
+      }
+      name = message.name();
+    } else if (!message.name().empty() && message.name() != name) {
+      status = Status::InvalidArgument(where + " names label set '" + message.name() + "' but the stream writes '" +
+                                       name + "'; use one stream per set");
+      break;
+    }
+    auto result = storage_->Write(name, message);
+    if (!result.ok()) {
+      status = result.status().WithContext(where + (messages > 0 ? " (earlier messages are committed)" : ""));
+      break;
+    }
+    ++messages;
+    rows += result->rows_written;
+    num_samples = result->num_samples;
+    rows_written_.Increment(static_cast<double>(result->rows_written));
+  }
+  if (status.ok() && context->IsCancelled()) {
+    status = Status::Cancelled("WriteLabels cancelled by the client after " + std::to_string(messages) + " messages");
+  }
+  if (status.ok() && messages == 0) {
+    status = Status::InvalidArgument("WriteLabels stream carried no messages; send at least one message naming the set");
+  }
+  if (messages > 0) {
+    // Durable before anything is acknowledged (and committed messages stay durable when a
+    // later one is rejected).
+    Status sync = storage_->SyncWal();
+    if (status.ok()) status = sync;
+  }
+  if (status.ok()) {
+    response->set_name(name);
+    response->set_rows_written(rows);
+    response->set_messages(messages);
+    response->set_num_samples(num_samples);
+  }
+  return ToGrpcStatus(timer.Done(status));
+}
+
+grpc::Status LabelStoreService::SealLabelSet(grpc::ServerContext*, const v1::SealLabelSetRequest* request,
+                                             v1::LabelSetInfo* response) {
+  RpcTimer timer(&rpc_metrics_, "SealLabelSet");
+  auto result = storage_->Seal(request->name(), request->require_open());
+  if (result.ok()) *response = std::move(result).value();
+  return ToGrpcStatus(timer.Done(result.status()));
+}
+
+grpc::Status LabelStoreService::ListLabelSets(grpc::ServerContext*, const v1::ListLabelSetsRequest* request,
+                                              v1::ListLabelSetsResponse* response) {
+  RpcTimer timer(&rpc_metrics_, "ListLabelSets");
+  auto result = storage_->List(*request);
+  if (result.ok()) *response = std::move(result).value();
+  return ToGrpcStatus(timer.Done(result.status()));
+}
+
+grpc::Status LabelStoreService::DescribeLabelSet(grpc::ServerContext*, const v1::DescribeLabelSetRequest* request,
+                                                 v1::LabelSetInfo* response) {
+  RpcTimer timer(&rpc_metrics_, "DescribeLabelSet");
+  auto result = storage_->Describe(request->name());
+  if (result.ok()) *response = std::move(result).value();
+  return ToGrpcStatus(timer.Done(result.status()));
+}
+
+grpc::Status LabelStoreService::DeleteLabelSet(grpc::ServerContext*, const v1::DeleteLabelSetRequest* request,
+                                               v1::DeleteLabelSetResponse* response) {
+  RpcTimer timer(&rpc_metrics_, "DeleteLabelSet");
+  auto result = storage_->Delete(request->name(), request->allow_missing());
+  if (result.ok()) {
+    *response = std::move(result).value();
+    UpdateSetGauge();
+  }
+  return ToGrpcStatus(timer.Done(result.status()));
+}
+
+grpc::ServerUnaryReactor* LabelStoreService::GetLabels(grpc::CallbackServerContext* context,
+                                                       const v1::GetLabelsRequest* request,
+                                                       v1::GetLabelsResponse* response) {
+  RpcTimer timer(&rpc_metrics_, "GetLabels");
+  const size_t n = static_cast<size_t>(request->sample_ids_size());
+  Status status = storage_->GetLabels(request->name(), request->sample_ids().data(), n, request->with_scores(),
+                                      response);
+  if (status.ok()) {
+    ids_read_.Increment(static_cast<double>(n));
+    if (response->missing_indices_size() > 0) ids_missing_.Increment(response->missing_indices_size());
+    get_batch_ids_.Observe(static_cast<double>(n));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(timer.Done(status)));
+  return reactor;
+}
+
+}  // namespace mlcd::labelstore

@@ -1,0 +1,142 @@
+// The label store's storage layer: label sets in one embedded RocksDB.
+//
+// Layout (docs/labelstore.md explains the choices):
+//   column family "sets":    name -> set record (set id, block size, v1::LabelSetInfo)
+//   column family "blocks":  be64(set id) + be64(block number) -> one block, holding the rows
+//                            of B consecutive sample ids [b*B, (b+1)*B): a presence bitmap,
+//                            per-word rank counts, then the present rows packed (l int32
+//                            labels each, then l float scores each when the set has scores)
+//   column family "default": "next_set_id" -> be64 counter (set ids are never reused)
+// B is a power of two fixed per set at creation (about 128 KiB of row data per block).
+//
+// Reads look up the unique blocks of a batch with one RocksDB MultiGet (values pinned in the
+// block cache, never copied) and decode the rows straight into the caller's packed output.
+// Writes validate a whole message first, then read-modify-write its blocks under the set's
+// write lock and commit blocks + the set's counters in one atomic WriteBatch; the WAL is
+// synced before a write is acknowledged (SyncWal), so an acknowledged row survives kill -9
+// and power loss.
+//
+// Thread-safe: reads run concurrently with each other and with writes; writes to one set are
+// serialised.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "labelstore/limits.h"
+#include "mlcd/v1/labelstore.pb.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+class Cache;
+}  // namespace rocksdb
+
+namespace mlcd::labelstore {
+
+struct LabelStorageOptions {
+  // Directory of the RocksDB database (created when missing).
+  std::string data_dir;
+  // Block cache shared by all sets. Sized to hold the sets being trained on: a sealed set of
+  // n samples x l labels takes about 4*n*l bytes (8*n*l with scores).
+  size_t block_cache_bytes = size_t{512} << 20;
+  // Bytes of row data per block; B = the largest power of two with B * row bytes <= this,
+  // clamped to [64, 16384] rows (4096 for l = 8). Only affects sets created afterwards.
+  size_t target_block_bytes = size_t{128} << 10;
+  // Compact a set's key range in the background after Seal (and after Delete, to reclaim
+  // space), so a sealed set is read from a few bottom-level files.
+  bool compact_on_seal = true;
+  // Memtable size of the blocks column family.
+  size_t write_buffer_bytes = size_t{64} << 20;
+};
+
+// What one WriteLabels message did.
+struct WriteResult {
+  uint64_t rows_written = 0;
+  uint64_t new_samples = 0;    // ids that had no row before
+  uint64_t num_samples = 0;    // distinct ids in the set afterwards
+};
+
+class LabelStorage {
+ public:
+  // Opens (or creates) the database in options.data_dir. UNAVAILABLE when another process
+  // holds it, DATA_LOSS when it is corrupt.
+  static StatusOr<std::unique_ptr<LabelStorage>> Open(const LabelStorageOptions& options);
+  ~LabelStorage();
+  LabelStorage(const LabelStorage&) = delete;
+  LabelStorage& operator=(const LabelStorage&) = delete;
+
+  // ALREADY_EXISTS for a name in use; INVALID_ARGUMENT for a bad name or shape.
+  StatusOr<v1::LabelSetInfo> Create(const v1::CreateLabelSetRequest& request);
+
+  // Validates one message (ValidateWriteMessage) against set `name` and commits all its rows
+  // atomically, or nothing. NOT_FOUND / FAILED_PRECONDITION (sealed) / INVALID_ARGUMENT.
+  // The commit is in the WAL but not yet synced: call SyncWal() before acknowledging.
+  StatusOr<WriteResult> Write(const std::string& name, const v1::WriteLabelsRequest& message);
+  // Makes every commit so far durable (fsync of the WAL).
+  Status SyncWal();
+
+  StatusOr<v1::LabelSetInfo> Seal(const std::string& name, bool require_open);
+  StatusOr<v1::LabelSetInfo> Describe(const std::string& name) const;
+  // INVALID_ARGUMENT for page_size outside [0, 1000] (0 = 100).
+  StatusOr<v1::ListLabelSetsResponse> List(const v1::ListLabelSetsRequest& request) const;
+  StatusOr<v1::DeleteLabelSetResponse> Delete(const std::string& name, bool allow_missing);
+
+  // The hot path. Fills response->labels (n*l, request order, -1 rows for missing ids),
+  // scores when with_scores (NaN rows for missing), missing_indices/missing_ids, and
+  // labels_per_sample. Existing contents of `response` are replaced; its capacity is reused.
+  Status GetLabels(const std::string& name, const uint64_t* ids, size_t n, bool with_scores,
+                   v1::GetLabelsResponse* response) const;
+
+  // Waits until background compactions queued so far are done (tests, benchmarks).
+  void WaitForBackgroundWork();
+  // Flushes memtables and compacts every set's range now (benchmarks; not needed for use).
+  Status CompactAll();
+
+  // Rows per block of a set (for tests and docs).
+  StatusOr<int32_t> BlockRows(const std::string& name) const;
+  size_t num_sets() const;
+
+ private:
+  struct SetState;
+  explicit LabelStorage(const LabelStorageOptions& options);
+  Status OpenDb();
+  Status LoadSets();
+  std::shared_ptr<SetState> Find(const std::string& name) const;
+  Status NotFound(const std::string& name) const;
+  std::string EncodeRecord(const SetState& set, const v1::LabelSetInfo& info) const;
+  v1::LabelSetInfo InfoWithSize(const SetState& set) const;
+  void ScheduleCompaction(uint64_t set_id);
+  void BackgroundLoop();
+
+  LabelStorageOptions options_;
+  std::shared_ptr<rocksdb::Cache> cache_;
+  rocksdb::DB* db_ = nullptr;
+  rocksdb::ColumnFamilyHandle* default_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* sets_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* blocks_cf_ = nullptr;
+
+  std::mutex create_mu_;               // serialises Create
+  mutable std::shared_mutex sets_mu_;  // guards sets_ and next_set_id_
+  std::map<std::string, std::shared_ptr<SetState>> sets_;
+  uint64_t next_set_id_ = 1;
+
+  std::mutex bg_mu_;
+  std::condition_variable bg_cv_;
+  std::deque<uint64_t> bg_queue_;  // set ids whose range to compact
+  bool bg_busy_ = false;
+  bool bg_stop_ = false;
+  std::thread bg_thread_;
+};
+
+}  // namespace mlcd::labelstore

@@ -1,0 +1,149 @@
+// mlcdctl labels ... through the real mlcdctl and mlcd-labelstore binaries: exit codes, text
+// and JSON output, npy round trips.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/net.h"
+#include "common/npy.h"
+#include "tests/testing/process.h"
+
+namespace mlcd {
+namespace {
+
+using testing::BinPath;
+using testing::ChildProcess;
+using testing::RunCommand;
+using testing::TempDir;
+
+class LabelsCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    address_ = "127.0.0.1:" + std::to_string(PickFreePort());
+    Status s = server_.Start(BinPath("mlcd-labelstore"),
+                             {"--listen", address_, "--metrics-listen", "", "--data-dir", dir_.Sub("store")},
+                             dir_.Sub("store.log"));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    s = testing::WaitForServing(address_, std::chrono::seconds(30));
+    ASSERT_TRUE(s.ok()) << s.ToString() << server_.Log();
+  }
+  // Runs mlcdctl with the store's address from the environment (as scripts do).
+  int Ctl(std::vector<std::string> args, std::string* output) {
+    return RunCommand(BinPath("mlcdctl"), args, output, {"MLCD_LABELSTORE=" + address_}, std::chrono::seconds(60));
+  }
+  nlohmann::json Json(const std::string& output) {
+    auto start = output.find_first_of("{[");
+    EXPECT_NE(start, std::string::npos) << output;
+    return nlohmann::json::parse(output.substr(start == std::string::npos ? 0 : start));
+  }
+
+  TempDir dir_;
+  ChildProcess server_;
+  std::string address_;
+};
+
+TEST_F(LabelsCliTest, CreatePutGetDescribeSealDelete) {
+  std::string out;
+  ASSERT_EQ(Ctl({"labels", "create", "--name", "cli/r0", "--k", "100", "--l", "3", "--meta", "job=cli"}, &out), 0)
+      << out;
+  EXPECT_NE(out.find("state:       OPEN"), std::string::npos) << out;
+  EXPECT_EQ(Ctl({"labels", "create", "--name", "cli/r0", "--k", "100", "--l", "3"}, &out), 4) << out;
+  EXPECT_NE(out.find("ALREADY_EXISTS"), std::string::npos);
+
+  // 50 rows, int64 on disk (converted by the CLI), default ids 0..49.
+  std::vector<int64_t> rows(50 * 3);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>((i * 7) % 100);
+  ASSERT_TRUE(WriteNpy(dir_.Sub("rows.npy"), NpyDtype::kInt64, {50, 3}, rows.data()).ok());
+  ASSERT_EQ(Ctl({"labels", "put", "--name", "cli/r0", "--labels", dir_.Sub("rows.npy"), "--batch-rows", "16"}, &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("50 rows in 4 messages"), std::string::npos) << out;
+
+  // Explicit ids: rewrite ids 100 and 101.
+  std::vector<int32_t> extra = {1, 2, 3, 4, 5, 6};
+  std::vector<uint64_t> extra_ids = {100, 101};
+  ASSERT_TRUE(WriteNpy(dir_.Sub("extra.npy"), NpyDtype::kInt32, {2, 3}, extra.data()).ok());
+  ASSERT_TRUE(WriteNpy(dir_.Sub("extra_ids.npy"), NpyDtype::kUint64, {2}, extra_ids.data()).ok());
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "put", "--name", "cli/r0", "--labels", dir_.Sub("extra.npy"), "--ids",
+                 dir_.Sub("extra_ids.npy")},
+                &out),
+            0)
+      << out;
+  EXPECT_EQ(Json(out)["num_samples"], 52);
+
+  // Text rows in request order; a missing id is marked.
+  ASSERT_EQ(Ctl({"labels", "get", "--name", "cli/r0", "--ids", "101,1,77"}, &out), 0) << out;
+  EXPECT_NE(out.find("101\t4 5 6\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("1\t21 28 35\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("77\tmissing"), std::string::npos) << out;
+
+  // JSON rows.
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "get", "cli/r0", "--ids", "0:2,60"}, &out), 0) << out;
+  auto j = Json(out);
+  EXPECT_EQ(j["labels_per_sample"], 3);
+  ASSERT_EQ(j["rows"].size(), 3u);
+  EXPECT_EQ(j["rows"][1]["labels"], nlohmann::json::array({3 * 7 % 100, 4 * 7 % 100, 5 * 7 % 100}));
+  EXPECT_EQ(j["rows"][2]["missing"], true);
+  EXPECT_EQ(j["missing_ids"], nlohmann::json::array({60}));
+
+  // --out writes an n x l int32 npy.
+  ASSERT_EQ(Ctl({"labels", "get", "--name", "cli/r0", "--ids", "0:50", "--out", dir_.Sub("back.npy")}, &out), 0)
+      << out;
+  auto back = ReadNpyAsInt64(dir_.Sub("back.npy"));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, rows);
+
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "describe", "cli/r0"}, &out), 0) << out;
+  j = Json(out);
+  EXPECT_EQ(j["num_samples"], 52);
+  EXPECT_EQ(j["state"], "OPEN");
+  EXPECT_EQ(j["metadata"]["job"], "cli");
+
+  ASSERT_EQ(Ctl({"labels", "seal", "--name", "cli/r0"}, &out), 0) << out;
+  EXPECT_EQ(Ctl({"labels", "seal", "--name", "cli/r0", "--require-open"}, &out), 5) << out;
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "cli/r0", "--labels", dir_.Sub("rows.npy")}, &out), 5) << out;
+  EXPECT_NE(out.find("sealed"), std::string::npos) << out;
+
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "list", "--prefix", "cli/"}, &out), 0) << out;
+  j = Json(out);
+  ASSERT_EQ(j["label_sets"].size(), 1u);
+  EXPECT_EQ(j["label_sets"][0]["state"], "SEALED");
+  ASSERT_EQ(Ctl({"labels", "list"}, &out), 0) << out;
+  EXPECT_NE(out.find("cli/r0"), std::string::npos) << out;
+
+  ASSERT_EQ(Ctl({"labels", "delete", "--name", "cli/r0"}, &out), 0) << out;
+  EXPECT_NE(out.find("52 rows"), std::string::npos) << out;
+  EXPECT_EQ(Ctl({"labels", "delete", "--name", "cli/r0"}, &out), 3) << out;
+  EXPECT_EQ(Ctl({"labels", "delete", "--name", "cli/r0", "--allow-missing"}, &out), 0) << out;
+}
+
+TEST_F(LabelsCliTest, BadInputExitCodes) {
+  std::string out;
+  ASSERT_EQ(Ctl({"labels", "create", "--name", "s", "--k", "10", "--l", "2"}, &out), 0) << out;
+  EXPECT_EQ(Ctl({"labels", "get", "--name", "nope", "--ids", "1"}, &out), 3) << out;
+  EXPECT_NE(out.find("NOT_FOUND"), std::string::npos);
+  EXPECT_EQ(Ctl({"labels", "get", "--name", "s", "--ids", "1,x"}, &out), 2) << out;
+  EXPECT_EQ(Ctl({"labels", "get", "--name", "s"}, &out), 2) << out;
+  EXPECT_EQ(Ctl({"labels", "create", "--name", "bad name", "--k", "10", "--l", "2"}, &out), 2) << out;
+  EXPECT_EQ(Ctl({"labels", "create", "--name", "x", "--k", "10"}, &out), 2) << out;  // missing --l
+  EXPECT_EQ(Ctl({"labels", "bogus"}, &out), 2) << out;
+
+  std::vector<int32_t> wide(4 * 3, 1);
+  ASSERT_TRUE(WriteNpy(dir_.Sub("wide.npy"), NpyDtype::kInt32, {4, 3}, wide.data()).ok());
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("wide.npy")}, &out), 2) << out;
+  EXPECT_NE(out.find("3 columns"), std::string::npos) << out;
+  std::vector<int32_t> high = {1, 10};
+  ASSERT_TRUE(WriteNpy(dir_.Sub("high.npy"), NpyDtype::kInt32, {1, 2}, high.data()).ok());
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("high.npy")}, &out), 2) << out;
+  EXPECT_NE(out.find("outside [0, 10)"), std::string::npos) << out;
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("missing.npy")}, &out), 3) << out;
+
+  // An unreachable store is exit 6 and names the address.
+  const std::string dead = "127.0.0.1:" + std::to_string(PickFreePort());
+  int rc = RunCommand(BinPath("mlcdctl"), {"--labelstore", dead, "--timeout", "3", "labels", "list"}, &out);
+  EXPECT_EQ(rc, 6) << out;
+  EXPECT_NE(out.find(dead), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace mlcd
