@@ -1,0 +1,91 @@
+#include "clusterd/compute_env.h"
+
+#include <dlfcn.h>
+#include <faiss/impl/AuxIndexStructures.h>
+#include <faiss/utils/distances.h>
+#include <omp.h>
+
+#include <mutex>
+
+namespace mlcd::clusterd {
+namespace {
+
+// Guards which ComputeScope owns faiss::InterruptCallback::instance.
+std::mutex g_interrupt_mu;
+ComputeScope* g_interrupt_owner = nullptr;
+
+class ScopeInterrupt : public faiss::InterruptCallback {
+ public:
+  explicit ScopeInterrupt(ComputeScope* scope) : scope_(scope) {}
+  bool want_interrupt() override { return scope_->ShouldStop(); }
+
+ private:
+  ComputeScope* scope_;
+};
+
+using GetThreadsFn = int (*)();
+using SetThreadsFn = void (*)(int);
+
+GetThreadsFn BlasGet() {
+  static auto fn = reinterpret_cast<GetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return fn;
+}
+SetThreadsFn BlasSet() {
+  static auto fn = reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  return fn;
+}
+
+}  // namespace
+
+int BlasThreads() { return BlasGet() ? BlasGet()() : 0; }
+
+void SetBlasThreads(int threads) {
+  if (BlasSet() && threads > 0) BlasSet()(threads);
+}
+
+ComputeScope::ComputeScope(int threads, std::function<bool()> should_stop) : should_stop_(std::move(should_stop)) {
+  saved_database_block_ = faiss::distance_compute_blas_database_bs;
+  if (saved_database_block_ < kDatabaseBlock) faiss::distance_compute_blas_database_bs = kDatabaseBlock;
+  if (threads > 0) {
+    set_threads_ = true;
+    saved_omp_threads_ = omp_get_max_threads();
+    saved_blas_threads_ = BlasThreads();
+    omp_set_num_threads(threads);
+    SetBlasThreads(threads);
+  }
+  if (should_stop_) {
+    std::lock_guard<std::mutex> lock(g_interrupt_mu);
+    if (g_interrupt_owner == nullptr) {
+      std::lock_guard<std::mutex> faiss_lock(faiss::InterruptCallback::lock);
+      faiss::InterruptCallback::instance.reset(new ScopeInterrupt(this));
+      g_interrupt_owner = this;
+      installed_interrupt_ = true;
+    }
+  }
+}
+
+ComputeScope::~ComputeScope() {
+  faiss::distance_compute_blas_database_bs = saved_database_block_;
+  if (installed_interrupt_) {
+    std::lock_guard<std::mutex> lock(g_interrupt_mu);
+    {
+      std::lock_guard<std::mutex> faiss_lock(faiss::InterruptCallback::lock);
+      faiss::InterruptCallback::instance.reset();
+    }
+    g_interrupt_owner = nullptr;
+  }
+  if (set_threads_) {
+    omp_set_num_threads(saved_omp_threads_);
+    if (saved_blas_threads_ > 0) SetBlasThreads(saved_blas_threads_);
+  }
+}
+
+bool ComputeScope::stopped() const { return stopped_.load(); }
+
+bool ComputeScope::ShouldStop() {
+  if (stopped_.load()) return true;
+  if (should_stop_ && should_stop_()) stopped_.store(true);
+  return stopped_.load();
+}
+
+}  // namespace mlcd::clusterd

@@ -1,0 +1,93 @@
+// Feature files for clustering when no embedding model exists yet: round-0 features of
+// Fashion-MNIST (from the Debian package dataset-fashion-mnist) and synthetic mixtures of
+// Gaussians on the unit sphere with known centres (tests, demos, benchmarks).
+//
+// This interface is stable: the coordinator writes round-0 "pixels" features through it.
+//
+//   FashionMnistFeatureOptions opt;
+//   opt.features_out = dir + "/features.npy";
+//   opt.labels_out = dir + "/classes.labels.npy";   // optional, evaluation only
+//   MLCD_ASSIGN_OR_RETURN(FeatureFileInfo info, WriteFashionMnistFeatures(opt));
+//
+// Row i of every file written is sample id i: the i-th image of the split (see NOTES'
+// contract "sample ids are the row index in the training split").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/idx.h"
+#include "common/npy.h"
+#include "common/status.h"
+
+namespace mlcd::clusterd {
+
+struct FashionMnistFeatureOptions {
+  // "pixels": the 784 pixel values scaled to [0, 1] (row-major 28 x 28).
+  // "random-projection": those 784 values times a fixed Gaussian matrix (784 x dim, entries
+  // N(0, 1/dim), drawn from `seed`), i.e. a Johnson-Lindenstrauss projection to `dim`.
+  std::string kind = "pixels";
+  // "train" (60000 images) or "test" (10000).
+  std::string split = "train";
+  // Keep only the first `limit` images (0 = all). Sample ids are then 0..limit-1.
+  int64_t limit = 0;
+  // Output dimension of "random-projection" (ignored for "pixels").
+  int dim = 128;
+  // Seed of the projection matrix.
+  uint64_t seed = 0;
+  // float32 or float16.
+  NpyDtype dtype = NpyDtype::kFloat32;
+  // Where the IDX files are.
+  std::string dataset_dir = kFashionMnistDir;
+  // Output .npy (n x d), written atomically. Required.
+  std::string features_out;
+  // Optional output .npy of the class labels (int64, n), for label-quality reports only:
+  // training never reads it.
+  std::string labels_out;
+};
+
+struct FeatureFileInfo {
+  std::vector<std::string> feature_paths;  // shards written, in order
+  std::string labels_path;                 // empty when not written
+  std::string centres_path;                // synthetic only
+  int64_t rows = 0;
+  int d = 0;
+};
+
+// Reads the split with common/idx.h and writes the features (and labels). NOT_FOUND with an
+// install hint when the dataset is missing; INVALID_ARGUMENT on bad options.
+StatusOr<FeatureFileInfo> WriteFashionMnistFeatures(const FashionMnistFeatureOptions& options);
+
+struct SyntheticMixtureOptions {
+  // Rows in total and their dimension.
+  int64_t rows = 10000;
+  int dim = 32;
+  // Mixture components: centres drawn uniformly on the unit sphere.
+  int num_centres = 16;
+  // A row is normalise(centre + noise * g / sqrt(dim)) with g ~ N(0, I): its expected cosine
+  // to its centre is about 1 / sqrt(1 + noise^2).
+  double noise = 0.5;
+  uint64_t seed = 1;
+  // Rows are split into this many shards of (nearly) equal size.
+  int shards = 1;
+  NpyDtype dtype = NpyDtype::kFloat32;
+  // Directory receiving shard-00000.npy, shard-00001.npy, ... Required; created if needed.
+  std::string out_dir;
+  // Optional: the centres (.npy float32, num_centres x dim) and every row's component
+  // (.npy int64, rows). Give paths outside out_dir or ending in .labels.npy, so a directory
+  // listing of out_dir does not take them for feature shards.
+  std::string centres_out;
+  std::string labels_out;
+};
+
+// Writes the mixture. The same options always give the same bytes (independent of threads).
+StatusOr<FeatureFileInfo> WriteSyntheticMixture(const SyntheticMixtureOptions& options);
+
+// The mixture's centres (num_centres x dim, unit rows) and rows' components, computed in
+// memory exactly as WriteSyntheticMixture() writes them (for tests).
+void SyntheticMixtureCentres(const SyntheticMixtureOptions& options, std::vector<float>* centres);
+void SyntheticMixtureRows(const SyntheticMixtureOptions& options, int64_t begin, int64_t end, float* rows,
+                          int64_t* components);
+
+}  // namespace mlcd::clusterd

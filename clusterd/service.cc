@@ -1,0 +1,579 @@
+#include "clusterd/service.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "clusterd/assign.h"
+#include "clusterd/feature_source.h"
+#include "clusterd/kmeans.h"
+#include "clusterd/quality.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/npy.h"
+#include "labelstore/client.h"
+#include "labelstore/limits.h"
+
+namespace mlcd::clusterd {
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+void FillSizes(const ClusterSizeSummary& s, v1::ClusterSizeSummary* out) {
+  out->set_min(static_cast<uint64_t>(s.min));
+  out->set_max(static_cast<uint64_t>(s.max));
+  out->set_mean(s.mean);
+  out->set_stddev(s.stddev);
+  out->set_empty_clusters(static_cast<uint64_t>(s.empty_clusters));
+  out->set_imbalance_factor(s.imbalance_factor);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// JobGate
+
+Status JobGate::Acquire(const std::function<bool()>& should_stop, const std::function<void(int)>& on_wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!busy_ && waiters_.empty()) {
+    busy_ = true;
+    return Status::Ok();
+  }
+  if (static_cast<int>(waiters_.size()) >= max_queued_) {
+    return Status::ResourceExhausted("mlcd-clusterd is busy: one job is running and " +
+                                     std::to_string(waiters_.size()) +
+                                     " are queued (--max-queued); retry later");
+  }
+  const uint64_t ticket = next_ticket_++;
+  waiters_.push_back(ticket);
+  auto position = [&] {
+    int p = 1;
+    for (uint64_t t : waiters_) {
+      if (t == ticket) break;
+      ++p;
+    }
+    return p;
+  };
+  int last_position = -1;
+  for (;;) {
+    if (!busy_ && waiters_.front() == ticket) {
+      waiters_.pop_front();
+      busy_ = true;
+      cv_.notify_all();
+      return Status::Ok();
+    }
+    if (should_stop && should_stop()) {
+      waiters_.remove(ticket);
+      cv_.notify_all();
+      return Status::Cancelled("cancelled while waiting for the running clustering job");
+    }
+    int p = position();
+    if (p != last_position && on_wait) {
+      last_position = p;
+      lock.unlock();
+      on_wait(p);
+      lock.lock();
+      continue;
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+void JobGate::Release() {
+  std::lock_guard<std::mutex> lock(mu_);
+  busy_ = false;
+  cv_.notify_all();
+}
+
+int JobGate::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_ ? 1 : 0;
+}
+
+int JobGate::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(waiters_.size());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics
+
+struct ClusterdService::Metrics {
+  explicit Metrics(prometheus::Registry& r)
+      : jobs_running(prometheus::BuildGauge()
+                         .Name("mlcd_clusterd_jobs_running")
+                         .Help("Clustering jobs (Cluster or Assign) running now")
+                         .Register(r)
+                         .Add({})),
+        jobs_queued(prometheus::BuildGauge()
+                        .Name("mlcd_clusterd_jobs_queued")
+                        .Help("Calls waiting for the running job")
+                        .Register(r)
+                        .Add({})),
+        iterations(prometheus::BuildCounter()
+                       .Name("mlcd_clusterd_kmeans_iterations_total")
+                       .Help("k-means iterations completed")
+                       .Register(r)
+                       .Add({})),
+        iteration_seconds(prometheus::BuildHistogram()
+                              .Name("mlcd_clusterd_kmeans_iteration_seconds")
+                              .Help("Duration of one k-means iteration")
+                              .Register(r)
+                              .Add({}, LatencyBuckets())),
+        objective(prometheus::BuildGauge()
+                      .Name("mlcd_clusterd_kmeans_objective")
+                      .Help("Objective (sum of inner products to the nearest centroid) of the last iteration")
+                      .Register(r)
+                      .Add({})),
+        mean_similarity(prometheus::BuildGauge()
+                            .Name("mlcd_clusterd_kmeans_mean_similarity")
+                            .Help("Objective of the last iteration divided by the training rows")
+                            .Register(r)
+                            .Add({})),
+        imbalance(prometheus::BuildGauge()
+                      .Name("mlcd_clusterd_kmeans_imbalance_factor")
+                      .Help("Imbalance factor of the last iteration's assignment (1 = balanced)")
+                      .Register(r)
+                      .Add({})),
+        iteration(prometheus::BuildGauge()
+                      .Name("mlcd_clusterd_kmeans_iteration")
+                      .Help("Index of the last completed iteration of the current or last k-means")
+                      .Register(r)
+                      .Add({})),
+        rows_read(prometheus::BuildCounter()
+                      .Name("mlcd_clusterd_rows_read_total")
+                      .Help("Feature rows read from shards for training")
+                      .Register(r)
+                      .Add({})),
+        assign_rows(prometheus::BuildCounter()
+                        .Name("mlcd_clusterd_assign_rows_total")
+                        .Help("Rows given their top-l centroids (Assign and Cluster's size pass)")
+                        .Register(r)
+                        .Add({})),
+        assign_rate(prometheus::BuildGauge()
+                        .Name("mlcd_clusterd_assign_rows_per_second")
+                        .Help("Rows per second of the current or last assignment pass")
+                        .Register(r)
+                        .Add({})),
+        approx_recall(prometheus::BuildGauge()
+                          .Name("mlcd_clusterd_assign_approx_recall")
+                          .Help("Recall@l of the last approximate assignment against exact search")
+                          .Register(r)
+                          .Add({})),
+        top1_recall(prometheus::BuildGauge()
+                        .Name("mlcd_clusterd_label_top1_recall")
+                        .Help("Last assignment with class labels: recall of the true class by the top-1 cluster")
+                        .Register(r)
+                        .Add({})),
+        topl_recall(prometheus::BuildGauge()
+                        .Name("mlcd_clusterd_label_topl_recall")
+                        .Help("Last assignment with class labels: recall of the true class by the top-l clusters")
+                        .Register(r)
+                        .Add({})),
+        nmi(prometheus::BuildGauge()
+                .Name("mlcd_clusterd_label_nmi")
+                .Help("Last assignment with class labels: NMI of the top-1 assignment")
+                .Register(r)
+                .Add({})) {}
+
+  prometheus::Gauge& jobs_running;
+  prometheus::Gauge& jobs_queued;
+  prometheus::Counter& iterations;
+  prometheus::Histogram& iteration_seconds;
+  prometheus::Gauge& objective;
+  prometheus::Gauge& mean_similarity;
+  prometheus::Gauge& imbalance;
+  prometheus::Gauge& iteration;
+  prometheus::Counter& rows_read;
+  prometheus::Counter& assign_rows;
+  prometheus::Gauge& assign_rate;
+  prometheus::Gauge& approx_recall;
+  prometheus::Gauge& top1_recall;
+  prometheus::Gauge& topl_recall;
+  prometheus::Gauge& nmi;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Service
+
+ClusterdService::ClusterdService(ClusterdOptions options, prometheus::Registry& registry)
+    : options_(std::move(options)),
+      gate_(options_.max_queued),
+      rpc_metrics_(registry, "clusterd"),
+      metrics_(std::make_unique<Metrics>(registry)) {}
+
+ClusterdService::~ClusterdService() = default;
+
+std::string ClusterdService::Resolve(const std::string& path) const {
+  if (path.empty() || path[0] == '/' || options_.data_dir.empty()) return path;
+  return options_.data_dir + "/" + path;
+}
+
+namespace {
+
+// Holds the job slot for the scope of a job and keeps the gauges current.
+class JobSlot {
+ public:
+  JobSlot(JobGate* gate, prometheus::Gauge* running, prometheus::Gauge* queued)
+      : gate_(gate), running_(running), queued_(queued) {}
+  Status Acquire(const std::function<bool()>& should_stop, const std::function<void(int)>& on_wait) {
+    queued_->Increment();
+    Status st = gate_->Acquire(should_stop, on_wait);
+    queued_->Decrement();
+    if (st.ok()) {
+      held_ = true;
+      running_->Set(1);
+    }
+    return st;
+  }
+  ~JobSlot() {
+    if (held_) {
+      running_->Set(0);
+      gate_->Release();
+    }
+  }
+
+ private:
+  JobGate* gate_;
+  prometheus::Gauge* running_;
+  prometheus::Gauge* queued_;
+  bool held_ = false;
+};
+
+}  // namespace
+
+Status ClusterdService::RunCluster(const v1::ClusterRequest& request, const std::function<bool()>& should_stop,
+                                   const std::function<void(const v1::ClusterProgress&)>& emit,
+                                   v1::ClusterResult* result) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto note = [&](const std::string& text) {
+    v1::ClusterProgress p;
+    p.set_note(text);
+    emit(p);
+  };
+  // Request checks that need no data.
+  if (request.features().paths_size() == 0)
+    return Status::InvalidArgument("features.paths is empty: give .npy shard files or directories");
+  if (request.centroids_out().empty())
+    return Status::InvalidArgument("centroids_out is required: the .npy path to write the k x d centroids to");
+  SphericalKMeansParams params;
+  params.k = request.k();
+  params.niter = request.niter() == 0 ? 20 : request.niter();
+  params.seed = request.seed() == 0 ? 1234 : request.seed();
+  params.max_points_per_centroid = request.max_points_per_centroid() == 0 ? 256 : request.max_points_per_centroid();
+  params.threads = request.threads();
+  if (params.k < 1) return Status::InvalidArgument("k must be >= 1, got " + std::to_string(params.k));
+  MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, INT64_MAX));
+  const std::string out_path = Resolve(request.centroids_out());
+  if (IsDirectory(out_path)) return Status::InvalidArgument(out_path + ": centroids_out is a directory; give a file path");
+
+  JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
+  MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
+    note("waiting for the running job (queue position " + std::to_string(position) + ")");
+  }));
+  MLCD_LOG(INFO) << "Cluster " << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ") << "k="
+                 << params.k << " niter=" << params.niter << " -> " << out_path;
+
+  std::vector<std::string> paths, ids_paths;
+  for (const auto& p : request.features().paths()) paths.push_back(Resolve(p));
+  for (const auto& p : request.features().ids_paths()) ids_paths.push_back(Resolve(p));
+  note("opening feature shards");
+  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(paths, ids_paths));
+  note("features: " + shards.Describe() + "; checking values");
+  MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
+  MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, shards.rows()));
+  const double scan_seconds = Since(t0);
+
+  KMeansCallbacks callbacks;
+  callbacks.should_stop = should_stop;
+  callbacks.on_note = note;
+  double last_seconds = 0;
+  int64_t train_rows = std::min<int64_t>(shards.rows(), static_cast<int64_t>(params.k) * params.max_points_per_centroid);
+  callbacks.on_iteration = [&](const KMeansIterationStats& s) {
+    metrics_->iterations.Increment();
+    metrics_->iteration_seconds.Observe(s.seconds - last_seconds);
+    last_seconds = s.seconds;
+    metrics_->objective.Set(s.objective);
+    metrics_->mean_similarity.Set(s.objective / static_cast<double>(train_rows));
+    metrics_->imbalance.Set(s.imbalance_factor);
+    metrics_->iteration.Set(s.iteration);
+    v1::ClusterProgress p;
+    auto* it = p.mutable_iteration();
+    it->set_iteration(s.iteration);
+    it->set_objective(s.objective);
+    it->set_imbalance_factor(s.imbalance_factor);
+    it->set_seconds(s.seconds);
+    emit(p);
+  };
+  MLCD_ASSIGN_OR_RETURN(KMeansResult km, TrainSphericalKMeans(shards, params, callbacks));
+  metrics_->rows_read.Increment(static_cast<double>(km.num_train_points));
+
+  // Sizes over all rows: the top-1 pass.
+  note("assigning all " + std::to_string(shards.rows()) + " rows to their nearest centroid for the size summary");
+  AssignParams ap;
+  ap.l = 1;
+  ap.threads = params.threads;
+  AssignCallbacks acb;
+  acb.should_stop = should_stop;
+  acb.on_note = note;
+  auto t_sizes = std::chrono::steady_clock::now();
+  acb.on_progress = [&](int64_t done, int64_t total) {
+    metrics_->assign_rate.Set(done / std::max(1e-9, Since(t_sizes)));
+  };
+  MLCD_ASSIGN_OR_RETURN(AssignStats sizes, AssignTopL(shards, km.centroids, params.k, ap, acb, nullptr));
+  metrics_->assign_rows.Increment(static_cast<double>(sizes.rows));
+  ClusterSizeSummary summary = SummarizeClusterSizes(sizes.top1_sizes);
+
+  if (should_stop && should_stop()) return Status::Cancelled("Cluster cancelled before writing the centroids");
+  size_t slash = out_path.rfind('/');
+  if (slash != std::string::npos && slash > 0) MLCD_RETURN_IF_ERROR(MakeDirs(out_path.substr(0, slash)));
+  MLCD_RETURN_IF_ERROR(WriteNpy(out_path, NpyDtype::kFloat32, {params.k, shards.d()}, km.centroids.data()));
+
+  result->set_centroids_path(out_path);
+  result->set_k(params.k);
+  result->set_d(shards.d());
+  result->set_num_points(static_cast<uint64_t>(shards.rows()));
+  result->set_num_train_points(static_cast<uint64_t>(km.num_train_points));
+  result->set_final_objective(km.iterations.empty() ? 0 : km.iterations.back().objective);
+  FillSizes(summary, result->mutable_sizes());
+  result->set_read_seconds(scan_seconds + km.read_seconds);
+  result->set_train_seconds(km.train_seconds);
+  result->set_sizes_seconds(sizes.seconds);
+  result->set_iterations(static_cast<int32_t>(km.iterations.size()));
+  result->set_seconds(Since(t0));
+  MLCD_LOG(INFO) << "Cluster done: " << out_path << " k=" << params.k << " d=" << shards.d() << " in "
+                 << Fixed(result->seconds(), 2) << " s (empty clusters " << summary.empty_clusters
+                 << ", imbalance " << Fixed(summary.imbalance_factor, 3) << ")";
+  v1::ClusterProgress p;
+  *p.mutable_result() = *result;
+  emit(p);
+  return Status::Ok();
+}
+
+Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::function<bool()>& should_stop,
+                                  const std::function<void(const v1::AssignProgress&)>& emit,
+                                  v1::AssignResult* result) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto note = [&](const std::string& text) {
+    v1::AssignProgress p;
+    p.set_note(text);
+    emit(p);
+  };
+  if (request.features().paths_size() == 0)
+    return Status::InvalidArgument("features.paths is empty: give .npy shard files or directories");
+  if (request.centroids_path().empty()) return Status::InvalidArgument("centroids_path is required");
+  if (request.label_set().empty()) return Status::InvalidArgument("label_set (the name of the set to create) is required");
+  MLCD_RETURN_IF_ERROR(labelstore::ValidateLabelSetName(request.label_set()));
+  const std::string labelstore_address =
+      request.labelstore().empty() ? options_.labelstore_address : request.labelstore();
+  if (labelstore_address.empty())
+    return Status::InvalidArgument("no label store address: set labelstore in the request or start mlcd-clusterd "
+                                   "with --labelstore");
+  AssignParams params;
+  params.l = request.l();
+  switch (request.method()) {
+    case v1::SEARCH_METHOD_UNSPECIFIED:
+    case v1::SEARCH_METHOD_EXACT: params.method = SearchMethod::kExact; break;
+    case v1::SEARCH_METHOD_HNSW: params.method = SearchMethod::kHnsw; break;
+    case v1::SEARCH_METHOD_IVF: params.method = SearchMethod::kIvf; break;
+    default: return Status::InvalidArgument("unknown search method " + std::to_string(request.method()));
+  }
+  params.threads = request.threads();
+  params.search_effort = request.search_effort();
+  params.recall_sample = request.recall_sample() == 0 ? 10000 : request.recall_sample();
+  params.chunk_rows = request.chunk_rows() == 0 ? 16384 : request.chunk_rows();
+  params.seed = request.seed() == 0 ? 1234 : request.seed();
+  if (params.l < 1) return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
+  if (params.recall_sample < 0) return Status::InvalidArgument("recall_sample must be >= 0");
+  MLCD_RETURN_IF_ERROR(ValidateAssignParams(params, 1024));
+
+  JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
+  MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
+    note("waiting for the running job (queue position " + std::to_string(position) + ")");
+  }));
+  MLCD_LOG(INFO) << "Assign " << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ") << "l="
+                 << params.l << " method=" << SearchMethodName(params.method) << " -> " << request.label_set()
+                 << " at " << labelstore_address;
+
+  std::vector<std::string> paths, ids_paths;
+  for (const auto& p : request.features().paths()) paths.push_back(Resolve(p));
+  for (const auto& p : request.features().ids_paths()) ids_paths.push_back(Resolve(p));
+  note("opening feature shards");
+  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(paths, ids_paths));
+  note("features: " + shards.Describe() + "; checking values");
+  MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
+  int k = 0, d = 0;
+  const std::string centroids_path = Resolve(request.centroids_path());
+  MLCD_ASSIGN_OR_RETURN(std::vector<float> centroids, LoadCentroids(centroids_path, shards.d(), &k, &d));
+  MLCD_RETURN_IF_ERROR(ValidateAssignParams(params, k));
+  std::unique_ptr<LabelQualityAccumulator> quality;
+  if (!request.class_labels_path().empty()) {
+    MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> classes,
+                          ReadClassLabels(Resolve(request.class_labels_path()), shards.rows()));
+    quality = std::make_unique<LabelQualityAccumulator>(std::move(classes), k, params.l);
+  }
+
+  // The label set.
+  labelstore::LabelStoreClient store(labelstore_address);
+  MLCD_RETURN_IF_ERROR(store.WaitUntilReachable(options_.labelstore_connect_timeout));
+  if (request.replace_existing()) {
+    MLCD_ASSIGN_OR_RETURN(v1::DeleteLabelSetResponse deleted, store.Delete(request.label_set(), /*allow_missing=*/true));
+    if (deleted.deleted()) {
+      note("deleted the existing label set " + request.label_set() + " (" + std::to_string(deleted.rows_deleted()) +
+           " rows)");
+    }
+  }
+  labelstore::LabelSetSpec spec;
+  spec.name = request.label_set();
+  spec.num_classes = k;
+  spec.labels_per_sample = params.l;
+  spec.with_scores = true;
+  for (const auto& [key, value] : request.metadata()) spec.metadata[key] = value;
+  spec.metadata["centroids"] = centroids_path;
+  spec.metadata["features"] = paths.front() + (paths.size() > 1 ? " (+" + std::to_string(paths.size() - 1) + ")" : "");
+  spec.metadata["method"] = SearchMethodName(params.method);
+  spec.metadata["producer"] = "mlcd-clusterd";
+  StatusOr<v1::LabelSetInfo> created = store.CreateLabelSet(spec);
+  if (!created.ok()) {
+    if (created.status().code() == StatusCode::kAlreadyExists) {
+      return Status::AlreadyExists("label set " + spec.name +
+                                   " already exists; delete it (mlcdctl labels delete) or set replace_existing");
+    }
+    return created.status().WithContext("creating label set " + spec.name);
+  }
+  // From here on a failure deletes the set again.
+  bool keep = false;
+  struct Cleanup {
+    labelstore::LabelStoreClient* store;
+    const std::string* name;
+    bool* keep;
+    ~Cleanup() {
+      if (*keep) return;
+      StatusOr<v1::DeleteLabelSetResponse> del = store->Delete(*name, /*allow_missing=*/true);
+      if (!del.ok()) {
+        MLCD_LOG(WARNING) << "could not delete the unfinished label set " << *name << ": " << del.status().ToString();
+      }
+    }
+  } cleanup{&store, &spec.name, &keep};
+
+  std::unique_ptr<labelstore::LabelWriter> writer = store.OpenWriter(spec.name);
+  LabelBatchSink sink = [&](LabelBatch batch) -> Status {
+    if (quality) quality->Add(batch.first_row, batch.rows, batch.labels.data());
+    return writer->WriteRows(batch.sample_ids.data(), static_cast<size_t>(batch.rows), batch.l, batch.labels.data(),
+                             batch.scores.data());
+  };
+  AssignCallbacks callbacks;
+  callbacks.should_stop = should_stop;
+  callbacks.on_note = note;
+  auto t_pass = std::chrono::steady_clock::now();
+  auto last_progress = t_pass - options_.progress_interval;
+  int64_t rows_counted = 0;
+  callbacks.on_progress = [&](int64_t done, int64_t total) {
+    metrics_->assign_rows.Increment(static_cast<double>(done - rows_counted));
+    rows_counted = done;
+    double seconds = Since(t_pass);
+    metrics_->assign_rate.Set(done / std::max(1e-9, seconds));
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_progress < options_.progress_interval && done < total) return;
+    last_progress = now;
+    v1::AssignProgress p;
+    p.mutable_status()->set_rows_done(static_cast<uint64_t>(done));
+    p.mutable_status()->set_rows_total(static_cast<uint64_t>(total));
+    p.mutable_status()->set_seconds(Since(t0));
+    emit(p);
+  };
+  note("assigning " + std::to_string(shards.rows()) + " rows to their top-" + std::to_string(params.l) + " of " +
+       std::to_string(k) + " centroids (" + SearchMethodName(params.method) + ")");
+  MLCD_ASSIGN_OR_RETURN(AssignStats stats, AssignTopL(shards, centroids, k, params, callbacks, sink));
+  MLCD_ASSIGN_OR_RETURN(v1::WriteLabelsResponse written, writer->Finish());
+  if (should_stop && should_stop()) return Status::Cancelled("Assign cancelled before sealing the label set");
+  MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo sealed, store.Seal(spec.name, /*require_open=*/true));
+  if (sealed.num_samples() != static_cast<uint64_t>(shards.rows())) {
+    return Status::DataLoss("label set " + spec.name + " holds " + std::to_string(sealed.num_samples()) +
+                            " samples after sealing, expected " + std::to_string(shards.rows()));
+  }
+  keep = true;
+
+  result->set_label_set(spec.name);
+  result->set_num_samples(static_cast<uint64_t>(shards.rows()));
+  result->set_l(params.l);
+  result->set_k(k);
+  result->set_approx_recall(stats.approx_recall);
+  result->set_recall_rows(static_cast<uint64_t>(stats.recall_rows));
+  FillSizes(SummarizeClusterSizes(stats.top1_sizes), result->mutable_sizes());
+  result->set_search_seconds(stats.search_seconds);
+  result->set_method(request.method() == v1::SEARCH_METHOD_UNSPECIFIED ? v1::SEARCH_METHOD_EXACT : request.method());
+  result->set_label_set_samples(sealed.num_samples());
+  if (params.method != SearchMethod::kExact) metrics_->approx_recall.Set(stats.approx_recall);
+  if (quality) {
+    MLCD_ASSIGN_OR_RETURN(LabelQuality q, quality->Finish());
+    auto* out = result->mutable_quality();
+    out->set_top1_recall(q.top1_recall);
+    out->set_topl_recall(q.topl_recall);
+    out->set_nmi(q.nmi);
+    out->set_num_classes(static_cast<uint64_t>(q.num_classes));
+    out->set_clusters_used(static_cast<uint64_t>(q.clusters_used));
+    metrics_->top1_recall.Set(q.top1_recall);
+    metrics_->topl_recall.Set(q.topl_recall);
+    metrics_->nmi.Set(q.nmi);
+    note("label quality (A.8): true class recalled by top-1 " + Fixed(100 * q.top1_recall, 1) + "%, by top-" +
+         std::to_string(params.l) + " " + Fixed(100 * q.topl_recall, 1) + "%; NMI " + Fixed(q.nmi, 4));
+  }
+  result->set_seconds(Since(t0));
+  MLCD_LOG(INFO) << "Assign done: " << spec.name << " " << shards.rows() << " rows, k=" << k << " l=" << params.l
+                 << " in " << Fixed(result->seconds(), 2) << " s (search " << Fixed(stats.search_seconds, 2)
+                 << " s, " << written.rows_written() << " rows written)";
+  v1::AssignProgress p;
+  *p.mutable_result() = *result;
+  emit(p);
+  return Status::Ok();
+}
+
+grpc::Status ClusterdService::Cluster(grpc::ServerContext* context, const v1::ClusterRequest* request,
+                                      grpc::ServerWriter<v1::ClusterProgress>* writer) {
+  RpcTimer timer(&rpc_metrics_, "Cluster");
+  std::atomic<bool> gone{false};
+  auto should_stop = [&] { return gone.load() || context->IsCancelled(); };
+  auto emit = [&](const v1::ClusterProgress& p) {
+    if (!gone.load() && !writer->Write(p)) gone.store(true);
+  };
+  v1::ClusterResult result;
+  Status st = RunCluster(*request, should_stop, emit, &result);
+  if (!st.ok() && should_stop() && st.code() != StatusCode::kCancelled) {
+    st = Status::Cancelled("Cluster cancelled by the client (" + st.message() + ")");
+  }
+  if (!st.ok()) {
+    MLCD_LOG(WARNING) << "Cluster failed: " << st.ToString();
+  }
+  return ToGrpcStatus(timer.Done(st));
+}
+
+grpc::Status ClusterdService::Assign(grpc::ServerContext* context, const v1::AssignRequest* request,
+                                     grpc::ServerWriter<v1::AssignProgress>* writer) {
+  RpcTimer timer(&rpc_metrics_, "Assign");
+  std::atomic<bool> gone{false};
+  auto should_stop = [&] { return gone.load() || context->IsCancelled(); };
+  // Progress is written from the job thread only (the label-store sink runs elsewhere but
+  // does not emit), so Write needs no lock.
+  auto emit = [&](const v1::AssignProgress& p) {
+    if (!gone.load() && !writer->Write(p)) gone.store(true);
+  };
+  v1::AssignResult result;
+  Status st = RunAssign(*request, should_stop, emit, &result);
+  if (!st.ok() && should_stop() && st.code() != StatusCode::kCancelled) {
+    st = Status::Cancelled("Assign cancelled by the client (" + st.message() + ")");
+  }
+  if (!st.ok()) {
+    MLCD_LOG(WARNING) << "Assign failed: " << st.ToString();
+  }
+  return ToGrpcStatus(timer.Done(st));
+}
+
+}  // namespace mlcd::clusterd

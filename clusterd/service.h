@@ -1,0 +1,104 @@
+// mlcd-clusterd's gRPC service (mlcd.v1.Clusterd): Cluster and Assign with server-streamed
+// progress, one heavy job at a time, Prometheus metrics.
+//
+// Concurrency: k-means and assignment use every core, so jobs run one at a time. A call that
+// arrives while a job runs waits in a FIFO queue (it is sent a note with its position) and is
+// rejected with RESOURCE_EXHAUSTED when `max_queued` calls already wait. A waiting or running
+// call stops promptly when its client cancels (or disconnects, or its deadline passes): the
+// job polls ServerContext::IsCancelled between k-means iterations and search chunks, and FAISS
+// polls it inside its searches.
+//
+// Cancelled or failed jobs leave nothing behind: Cluster writes the centroids file only at the
+// end (atomically); Assign deletes the label set it created.
+//
+// Metrics (beside mlcd_clusterd_requests_total / _request_duration_seconds):
+//   mlcd_clusterd_jobs_running, mlcd_clusterd_jobs_queued                       gauges
+//   mlcd_clusterd_kmeans_iterations_total                                       counter
+//   mlcd_clusterd_kmeans_iteration_seconds                                      histogram
+//   mlcd_clusterd_kmeans_objective, mlcd_clusterd_kmeans_mean_similarity,
+//   mlcd_clusterd_kmeans_imbalance_factor, mlcd_clusterd_kmeans_iteration       gauges (last)
+//   mlcd_clusterd_rows_read_total, mlcd_clusterd_assign_rows_total              counters
+//   mlcd_clusterd_assign_rows_per_second, mlcd_clusterd_assign_approx_recall,
+//   mlcd_clusterd_label_top1_recall, mlcd_clusterd_label_topl_recall,
+//   mlcd_clusterd_label_nmi                                                     gauges (last)
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/metrics.h"
+#include "common/status.h"
+#include "mlcd/v1/clusterd.grpc.pb.h"
+
+namespace mlcd::clusterd {
+
+struct ClusterdOptions {
+  // Relative paths in requests are resolved against this directory (empty = the daemon's
+  // working directory).
+  std::string data_dir;
+  // Label store used when an AssignRequest names none.
+  std::string labelstore_address;
+  // Calls allowed to wait for the running job before RESOURCE_EXHAUSTED.
+  int max_queued = 8;
+  // How long Assign waits for the label store to be reachable.
+  std::chrono::milliseconds labelstore_connect_timeout{10000};
+  // Minimum interval between AssignStatus progress messages.
+  std::chrono::milliseconds progress_interval{500};
+};
+
+// FIFO admission of one job at a time.
+class JobGate {
+ public:
+  explicit JobGate(int max_queued) : max_queued_(max_queued) {}
+  // Waits for the slot. RESOURCE_EXHAUSTED when max_queued callers already wait; CANCELLED
+  // when should_stop() turns true while waiting. on_wait(position) is called when the caller
+  // has to wait (position 1 = next).
+  Status Acquire(const std::function<bool()>& should_stop, const std::function<void(int)>& on_wait);
+  void Release();
+  int running() const;
+  int queued() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  const int max_queued_;
+  bool busy_ = false;
+  uint64_t next_ticket_ = 0;
+  std::list<uint64_t> waiters_;
+};
+
+class ClusterdService final : public v1::Clusterd::Service {
+ public:
+  ClusterdService(ClusterdOptions options, prometheus::Registry& registry);
+  ~ClusterdService() override;
+
+  grpc::Status Cluster(grpc::ServerContext* context, const v1::ClusterRequest* request,
+                       grpc::ServerWriter<v1::ClusterProgress>* writer) override;
+  grpc::Status Assign(grpc::ServerContext* context, const v1::AssignRequest* request,
+                      grpc::ServerWriter<v1::AssignProgress>* writer) override;
+
+  // The jobs behind the RPCs, transport-free: `emit` receives every progress message (the
+  // result last), `should_stop` is polled. Used by the RPCs and by in-process callers.
+  Status RunCluster(const v1::ClusterRequest& request, const std::function<bool()>& should_stop,
+                    const std::function<void(const v1::ClusterProgress&)>& emit, v1::ClusterResult* result);
+  Status RunAssign(const v1::AssignRequest& request, const std::function<bool()>& should_stop,
+                   const std::function<void(const v1::AssignProgress&)>& emit, v1::AssignResult* result);
+
+ private:
+  struct Metrics;
+  std::string Resolve(const std::string& path) const;
+
+  ClusterdOptions options_;
+  JobGate gate_;
+  RpcMetrics rpc_metrics_;
+  std::unique_ptr<Metrics> metrics_;
+};
+
+}  // namespace mlcd::clusterd

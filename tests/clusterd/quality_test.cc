@@ -1,0 +1,58 @@
+// Label quality (paper A.8) and NMI on a case worked by hand.
+#include "clusterd/quality.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace mlcd::clusterd {
+namespace {
+
+TEST(LabelQuality, WorkedExample) {
+  // Six rows, three clusters, l = 2.
+  //   row  class  labels      top-1 cluster members: c0 = {r0, r1} (classes 0, 0) -> 0
+  //   r0   0      (0, 1)                             c1 = {r2, r3, r4} (0, 1, 1) -> 1
+  //   r1   0      (0, 2)                             c2 = {r5} (2)              -> 2
+  //   r2   0      (1, 0)      top-1 recall: all but r2 -> 5/6
+  //   r3   1      (1, 2)      top-2 recall: r2's second cluster c0 maps to 0 -> 6/6
+  //   r4   1      (1, 0)
+  //   r5   2      (2, 1)
+  std::vector<int64_t> classes = {0, 0, 0, 1, 1, 2};
+  std::vector<int32_t> labels = {0, 1, 0, 2, 1, 0, 1, 2, 1, 0, 2, 1};
+  LabelQuality q = ComputeLabelQuality(classes, labels, 3, 2);
+  EXPECT_DOUBLE_EQ(q.top1_recall, 5.0 / 6.0);
+  EXPECT_DOUBLE_EQ(q.topl_recall, 1.0);
+  EXPECT_EQ(q.num_classes, 3);
+  EXPECT_EQ(q.clusters_used, 3);
+  // Contingency (cluster x class): c0 = [2 0 0], c1 = [1 2 0], c2 = [0 0 1]; N = 6; cluster
+  // sizes (2, 3, 1), class sizes (3, 2, 1).
+  double mi = 2.0 / 6 * std::log(6.0 * 2 / (2 * 3)) + 1.0 / 6 * std::log(6.0 * 1 / (3 * 3)) +
+              2.0 / 6 * std::log(6.0 * 2 / (3 * 2)) + 1.0 / 6 * std::log(6.0 * 1 / (1 * 1));
+  double h = -(2.0 / 6 * std::log(2.0 / 6) + 3.0 / 6 * std::log(3.0 / 6) + 1.0 / 6 * std::log(1.0 / 6));
+  EXPECT_NEAR(q.nmi, mi / h, 1e-12);
+
+  // The streaming accumulator gives the same, rows added out of order.
+  LabelQualityAccumulator acc(classes, 3, 2);
+  acc.Add(3, 3, labels.data() + 6);
+  EXPECT_FALSE(acc.Finish().ok());
+  acc.Add(0, 3, labels.data());
+  auto q2 = acc.Finish();
+  ASSERT_TRUE(q2.ok());
+  EXPECT_DOUBLE_EQ(q2->top1_recall, q.top1_recall);
+  EXPECT_DOUBLE_EQ(q2->nmi, q.nmi);
+}
+
+TEST(LabelQuality, PerfectAndUninformativeClusterings) {
+  std::vector<int64_t> classes = {0, 0, 1, 1, 2, 2};
+  // Clusters are a relabelling of classes: NMI 1, recall 1.
+  LabelQuality q = ComputeLabelQuality(classes, {2, 2, 0, 0, 1, 1}, 3, 1);
+  EXPECT_DOUBLE_EQ(q.top1_recall, 1.0);
+  EXPECT_NEAR(q.nmi, 1.0, 1e-12);
+  // One cluster for everything: NMI 0, recall = share of the dominant (lowest id on ties) class.
+  LabelQuality one = ComputeLabelQuality(classes, {0, 0, 0, 0, 0, 0}, 1, 1);
+  EXPECT_NEAR(one.nmi, 0.0, 1e-12);
+  EXPECT_DOUBLE_EQ(one.top1_recall, 2.0 / 6.0);
+}
+
+}  // namespace
+}  // namespace mlcd::clusterd
