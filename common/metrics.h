@@ -26,7 +26,14 @@ namespace mlcd {
 // Latency buckets in seconds, from 50 us to 60 s.
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
 
+class PlainMetricsHttpServer;
+
 // Owns a registry and, once Serve() is called, an HTTP exposer serving GET /metrics.
+//
+// The exposer is prometheus-cpp's (civetweb). Debian's civetweb starts its threads with a
+// fixed 100 KiB stack, which glibc refuses when the process's static TLS is larger (the
+// worker loads LibTorch, OpenBLAS and glog: ~110 KiB). In such a process Serve() uses a
+// small built-in HTTP server on its own thread instead (same endpoint and format).
 class MetricsServer {
  public:
   MetricsServer();
@@ -43,6 +50,7 @@ class MetricsServer {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<PlainMetricsHttpServer> fallback_;
 };
 
 // Request counters and latency histograms of one gRPC service:

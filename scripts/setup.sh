@@ -4,6 +4,7 @@
 #
 #   scripts/setup.sh            # install what is missing, configure, build
 #   MLCD_BUILD_DIR=dir MLCD_JOBS=n scripts/setup.sh
+#   MLCD_SETUP_PACKAGES_ONLY=1 scripts/setup.sh   # only the packages (deploy/Dockerfile)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,13 +24,15 @@ packages=(
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libbenchmark-dev python3-torch python3-numpy python3-grpcio python3-yaml
-  prometheus kubectl yamllint
+  prometheus kubernetes-client yamllint
   # real data
   dataset-fashion-mnist
 )
 
 missing=()
 for p in "${packages[@]}"; do
+  # Debian 12 ships kubectl as kubernetes-client; a kubectl installed otherwise will do.
+  if [ "$p" = kubernetes-client ] && command -v kubectl >/dev/null 2>&1; then continue; fi
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
@@ -45,6 +48,10 @@ fi
 # instances on loopback in tests and does not need that one.
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
   systemctl stop prometheus >/dev/null 2>&1 || true
+fi
+
+if [ "${MLCD_SETUP_PACKAGES_ONLY:-0}" = 1 ]; then
+  exit 0
 fi
 
 if [ ! -f "$build_dir/build.ninja" ]; then
