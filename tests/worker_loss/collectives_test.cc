@@ -1,0 +1,185 @@
+// Collectives over real Gloo process groups on loopback: every rank is a thread of this test
+// process with its own ProcessGroupGloo (its own TCP connections), rank 0 serving the store.
+#include "worker/collectives.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "common/net.h"
+
+namespace mlcd::worker {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Runs body(rank, comm) on `world` threads, each with its own group joined over loopback.
+void RunRanks(int world, const std::function<void(int, Collectives&)>& body, milliseconds timeout = milliseconds(20000)) {
+  std::string rendezvous = "127.0.0.1:" + std::to_string(PickFreePort());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      CollectivesOptions opts;
+      opts.rank = r;
+      opts.world_size = world;
+      opts.rendezvous = rendezvous;
+      opts.timeout = timeout;
+      auto comm = Collectives::Create(opts);
+      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+      body(r, **comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(CollectivesTest, LocalWorldIsANoOp) {
+  auto comm = Collectives::Local();
+  EXPECT_EQ(comm->world_size(), 1);
+  EXPECT_STREQ(comm->backend_name(), "local");
+  at::Tensor t = at::arange(6, at::kFloat);
+  ASSERT_TRUE(comm->AllReduce(t).ok());
+  EXPECT_TRUE(t.equal(at::arange(6, at::kFloat)));
+  at::Tensor gathered, scattered;
+  ASSERT_TRUE(comm->AllGather(t.view({2, 3}), &gathered).ok());
+  EXPECT_TRUE(gathered.equal(t.view({2, 3})));
+  ASSERT_TRUE(comm->ReduceScatter(t.view({3, 2}), &scattered).ok());
+  EXPECT_TRUE(scattered.equal(t.view({3, 2})));
+  EXPECT_TRUE(comm->Barrier().ok());
+}
+
+TEST(CollectivesTest, CreateRejectsBadOptions) {
+  CollectivesOptions opts;
+  opts.world_size = 2;
+  opts.rank = 2;
+  opts.rendezvous = "127.0.0.1:1234";
+  EXPECT_EQ(Collectives::Create(opts).status().code(), StatusCode::kInvalidArgument);
+  opts.rank = 0;
+  opts.rendezvous = "nocolon";
+  EXPECT_EQ(Collectives::Create(opts).status().code(), StatusCode::kInvalidArgument);
+  opts.rendezvous = "127.0.0.1:29500";
+  opts.backend = CollectiveBackend::kNccl;
+#ifndef MLCD_WITH_NCCL
+  auto s = Collectives::Create(opts).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("MLCD_WITH_CUDA"), std::string::npos) << s.message();
+#endif
+  EXPECT_FALSE(ParseCollectiveBackend("mpi").ok());
+}
+
+TEST(CollectivesTest, ThreeRanksAllOperations) {
+  RunRanks(3, [](int r, Collectives& comm) {
+    EXPECT_STREQ(comm.backend_name(), "gloo");
+    // Sum and max.
+    at::Tensor t = at::full({4}, static_cast<float>(r + 1));
+    ASSERT_TRUE(comm.AllReduce(t, ReduceOp::kSum).ok());
+    EXPECT_TRUE(t.equal(at::full({4}, 6.0f)));
+    at::Tensor m = at::tensor(std::vector<double>{1.0 * r, -1.0 * r});
+    ASSERT_TRUE(comm.AllReduce(m, ReduceOp::kMax).ok());
+    EXPECT_TRUE(m.equal(at::tensor(std::vector<double>{2.0, 0.0})));
+    // Fused, mixed dtypes, non-contiguous member, tiny buckets (several collectives).
+    std::vector<at::Tensor> many{at::full({3, 2}, 1.0f * r), at::full({5}, static_cast<int64_t>(r)),
+                                 at::full({2, 3}, 2.0f).t(), at::full({7}, 1.0)};
+    ASSERT_TRUE(comm.AllReduce(many, ReduceOp::kSum, /*bucket_bytes=*/16).ok());
+    EXPECT_TRUE(many[0].equal(at::full({3, 2}, 3.0f)));
+    EXPECT_TRUE(many[1].equal(at::full({5}, static_cast<int64_t>(3))));
+    EXPECT_TRUE(many[2].equal(at::full({3, 2}, 6.0f)));
+    EXPECT_TRUE(many[3].equal(at::full({7}, 3.0)));
+    // Allgather: rank r contributes rows [r*10, r*10+1].
+    at::Tensor rows = at::tensor(std::vector<float>{r * 10.0f, r * 10.0f + 1}).view({2, 1});
+    at::Tensor all;
+    ASSERT_TRUE(comm.AllGather(rows, &all).ok());
+    EXPECT_TRUE(all.view({-1}).equal(at::tensor(std::vector<float>{0, 1, 10, 11, 20, 21})));
+    // Reduce-scatter: input rows q are (r+1)*q; chunk of rank r sums to 6*q for q in its rows.
+    at::Tensor in = (at::arange(6, at::kFloat) * (r + 1)).view({6, 1});
+    at::Tensor out;
+    ASSERT_TRUE(comm.ReduceScatter(in, &out).ok());
+    EXPECT_TRUE(out.view({-1}).equal(at::tensor(std::vector<float>{6.0f * (2 * r), 6.0f * (2 * r + 1)})));
+    // Broadcast from rank 2.
+    std::vector<at::Tensor> b{at::full({2}, 1.0f * r), at::full({1}, static_cast<int64_t>(r))};
+    ASSERT_TRUE(comm.Broadcast(b, 2).ok());
+    EXPECT_TRUE(b[0].equal(at::full({2}, 2.0f)));
+    EXPECT_EQ(b[1].item<int64_t>(), 2);
+    EXPECT_TRUE(comm.Barrier().ok());
+    EXPECT_EQ(comm.ReduceScatter(at::zeros({4}), &out).code(), StatusCode::kInvalidArgument);
+  });
+}
+
+TEST(CollectivesTest, TwoGroupsShareOneRendezvous) {
+  std::string rendezvous = "127.0.0.1:" + std::to_string(PickFreePort());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<std::unique_ptr<Collectives>> groups;
+      for (const char* prefix : {"backbone", "pfc"}) {
+        CollectivesOptions opts;
+        opts.rank = r;
+        opts.world_size = 2;
+        opts.rendezvous = rendezvous;
+        opts.timeout = milliseconds(20000);
+        opts.store_prefix = prefix;
+        auto comm = Collectives::Create(opts);
+        ASSERT_TRUE(comm.ok()) << prefix << ": " << comm.status().ToString();
+        groups.push_back(std::move(comm).value());
+      }
+      at::Tensor a = at::full({2}, 1.0f + r), b = at::full({3}, 10.0f * (r + 1));
+      ASSERT_TRUE(groups[0]->AllReduce(a).ok());
+      ASSERT_TRUE(groups[1]->AllReduce(b).ok());
+      EXPECT_TRUE(a.equal(at::full({2}, 3.0f)));
+      EXPECT_TRUE(b.equal(at::full({3}, 30.0f)));
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(CollectivesTest, DeadPeerFailsInsteadOfHanging) {
+  // Rank 1 leaves (its group is destroyed, closing its connections) while rank 0 waits in an
+  // allreduce: rank 0 must get an error well before its 60 s timeout.
+  RunRanks(2, [](int r, Collectives& comm) {
+    ASSERT_TRUE(comm.Barrier().ok());
+    if (r == 1) return;
+    auto start = std::chrono::steady_clock::now();
+    at::Tensor t = at::ones({8});
+    Status s = comm.AllReduce(t);
+    EXPECT_FALSE(s.ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+    EXPECT_TRUE(s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) << s.ToString();
+    // Sticky: the group is unusable afterwards.
+    Status again = comm.Barrier();
+    EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
+  }, milliseconds(60000));
+}
+
+TEST(CollectivesTest, SilentPeerTimesOut) {
+  // Rank 1 stays alive but never joins the collective: rank 0 gets DEADLINE_EXCEEDED.
+  std::atomic<bool> done{false};
+  RunRanks(2, [&](int r, Collectives& comm) {
+    ASSERT_TRUE(comm.Barrier().ok());
+    if (r == 1) {
+      while (!done.load()) std::this_thread::sleep_for(milliseconds(20));
+      return;
+    }
+    at::Tensor t = at::ones({8});
+    Status s = comm.AllReduce(t);
+    done = true;
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  }, milliseconds(3000));
+}
+
+TEST(CollectivesTest, MissingRankZeroTimesOut) {
+  CollectivesOptions opts;
+  opts.rank = 1;
+  opts.world_size = 2;
+  opts.rendezvous = "127.0.0.1:" + std::to_string(PickFreePort());
+  opts.timeout = milliseconds(1000);
+  auto comm = Collectives::Create(opts);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("rendezvous"), std::string::npos) << comm.status().ToString();
+}
+
+}  // namespace
+}  // namespace mlcd::worker

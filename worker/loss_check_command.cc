@@ -1,0 +1,347 @@
+// `mlcd-worker loss-check`: the classification layer's loss and gradients on given inputs, so
+// other implementations can be compared with it (docs/loss.md, "loss-check").
+//
+//   mlcd-worker loss-check --embeddings E.npy --weights W.npy --labels Y.npy --negatives N.npy
+//       --variant mlcd|mlc|softmax --scale S --margin M --margin-type arc|cos|none --out DIR
+//       [--world-size N]
+//
+// E: B x D float32, W: K x D float32, Y: B x l int64 (< 0 = padding), N: int64 1-d class ids.
+// The sampled set is S = N ∪ {all valid labels} (no random draw). Writes DIR/loss.npy (0-d),
+// DIR/grad_embeddings.npy (B x D), DIR/grad_weights.npy (K x D, zero rows outside S), float32,
+// gradients of the batch-mean loss. --world-size N > 1 forks N local ranks that run the
+// sharded computation over Gloo on a free loopback port (rank ρ gets samples
+// [floor(Bρ/N), floor(B(ρ+1)/N)) and classes ShardClassRange(K, N, ρ)); rank 0 writes DIR.
+// Exit codes: 0 success, 2 invalid input or usage, 1 any other failure.
+#include <ATen/ATen.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/npy.h"
+#include "worker/collectives.h"
+#include "worker/command.h"
+#include "worker/partial_fc.h"
+
+namespace mlcd::worker {
+namespace {
+
+struct LossCheckArgs {
+  std::string embeddings, weights, labels, negatives, out;
+  std::string variant = "mlcd", margin_type = "arc";
+  double scale = 32.0;
+  double margin = 0.3;
+  int world_size = 1;
+  double timeout_seconds = 120;
+  // Set by the parent for its child ranks only.
+  int rank = -1;
+  std::string rendezvous;
+};
+
+struct LossCheckInputs {
+  at::Tensor E, W, Y, N;  // float32 [B, D], float32 [K, D], int64 [B, l], int64 [n]
+  PartialFcOptions options;
+};
+
+StatusOr<at::Tensor> ReadTensor(const std::string& flag, const std::string& path, bool want_float, int min_dim,
+                                int max_dim) {
+  if (path.empty()) return Status::InvalidArgument(flag + " is required");
+  auto map = MappedNpy::Open(path);
+  if (!map.ok()) return map.status().WithContext(flag);
+  const NpyHeader& h = map->header();
+  const int dims = static_cast<int>(h.shape.size());
+  std::string shape;
+  for (size_t i = 0; i < h.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(h.shape[i]);
+  if (dims < min_dim || dims > max_dim) {
+    return Status::InvalidArgument(flag + " " + path + ": expected a " +
+                                   (min_dim == max_dim ? std::to_string(min_dim) : std::to_string(min_dim) + "- or " +
+                                                                                      std::to_string(max_dim)) +
+                                   "-d array, got shape (" + shape + ")");
+  }
+  if (want_float) {
+    if (h.dtype != NpyDtype::kFloat32) {
+      return Status::InvalidArgument(flag + " " + path + ": expected float32, got " + NpyDtypeName(h.dtype) +
+                                     " (convert with .astype(np.float32))");
+    }
+    return at::from_blob(const_cast<void*>(map->data()), h.shape, at::kFloat).clone();
+  }
+  if (h.dtype != NpyDtype::kInt64 && h.dtype != NpyDtype::kInt32) {
+    return Status::InvalidArgument(flag + " " + path + ": expected int64, got " + NpyDtypeName(h.dtype));
+  }
+  at::ScalarType type = h.dtype == NpyDtype::kInt64 ? at::kLong : at::kInt;
+  return at::from_blob(const_cast<void*>(map->data()), h.shape, type).to(at::kLong).clone();
+}
+
+StatusOr<LossCheckInputs> ReadInputs(const LossCheckArgs& a) {
+  LossCheckInputs in;
+  MLCD_ASSIGN_OR_RETURN(in.E, ReadTensor("--embeddings", a.embeddings, true, 2, 2));
+  MLCD_ASSIGN_OR_RETURN(in.W, ReadTensor("--weights", a.weights, true, 2, 2));
+  MLCD_ASSIGN_OR_RETURN(in.Y, ReadTensor("--labels", a.labels, false, 1, 2));
+  MLCD_ASSIGN_OR_RETURN(in.N, ReadTensor("--negatives", a.negatives, false, 1, 1));
+  if (in.Y.dim() == 1) in.Y = in.Y.unsqueeze(1);
+  const int64_t B = in.E.size(0), D = in.E.size(1), K = in.W.size(0);
+  auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
+  if (B < 1 || D < 1) return bad("--embeddings " + a.embeddings + ": needs at least one row and one column");
+  if (K < 1) return bad("--weights " + a.weights + ": needs at least one class centre (row)");
+  if (in.W.size(1) != D) {
+    return bad("--weights " + a.weights + " has dimension " + std::to_string(in.W.size(1)) + " but --embeddings has " +
+               std::to_string(D));
+  }
+  if (in.Y.size(0) != B) {
+    return bad("--labels " + a.labels + " has " + std::to_string(in.Y.size(0)) + " rows but --embeddings has " +
+               std::to_string(B) + " (one row of labels per embedding)");
+  }
+  if (in.Y.size(1) < 1) return bad("--labels " + a.labels + " has no label columns");
+  if (!at::isfinite(in.E).all().item<bool>()) return bad("--embeddings " + a.embeddings + " contains NaN or infinity");
+  if (!at::isfinite(in.W).all().item<bool>()) return bad("--weights " + a.weights + " contains NaN or infinity");
+  int64_t max_label = in.Y.max().item<int64_t>();
+  if (max_label >= K) {
+    at::Tensor where = (in.Y >= K).nonzero();
+    return bad("--labels " + a.labels + ": label " + std::to_string(max_label) + " (row " +
+               std::to_string(where[0][0].item<int64_t>()) + ") is >= the number of classes " + std::to_string(K) +
+               " (rows of --weights); use -1 for padding");
+  }
+  if (in.N.numel() > 0) {
+    int64_t lo = in.N.min().item<int64_t>(), hi = in.N.max().item<int64_t>();
+    if (lo < 0 || hi >= K) {
+      return bad("--negatives " + a.negatives + ": class id " + std::to_string(lo < 0 ? lo : hi) +
+                 " is outside [0, " + std::to_string(K) + ")");
+    }
+  }
+  at::Tensor e_norm = in.E.norm(2, {1});
+  if ((e_norm == 0).any().item<bool>()) {
+    int64_t row = (e_norm == 0).nonzero()[0][0].item<int64_t>();
+    return bad("--embeddings " + a.embeddings + ": row " + std::to_string(row) +
+               " is all zeros; embeddings are L2-normalised, so a zero row has no direction");
+  }
+  at::Tensor in_s = at::zeros({K}, at::kBool);
+  at::Tensor valid = in.Y.masked_select(in.Y >= 0);
+  if (valid.numel() > 0) in_s.index_fill_(0, valid, true);
+  if (in.N.numel() > 0) in_s.index_fill_(0, in.N, true);
+  at::Tensor zero_rows = (in.W.norm(2, {1}) == 0).logical_and(in_s);
+  if (zero_rows.any().item<bool>()) {
+    int64_t row = zero_rows.nonzero()[0][0].item<int64_t>();
+    return bad("--weights " + a.weights + ": class centre " + std::to_string(row) +
+               " is in the sampled set but all zeros; centres are L2-normalised, so it has no direction");
+  }
+  PartialFcOptions& o = in.options;
+  o.num_classes = K;
+  o.embedding_dim = D;
+  o.sample_ratio = 1.0;
+  MLCD_ASSIGN_OR_RETURN(o.variant, ParseLossVariant(a.variant));
+  MLCD_ASSIGN_OR_RETURN(o.margin_type, ParseMarginType(a.margin_type));
+  if (!(a.scale > 0) || !std::isfinite(a.scale)) return bad("--scale must be a positive number");
+  if (!std::isfinite(a.margin)) return bad("--margin must be a finite number");
+  o.scale = a.scale;
+  o.margin = a.margin;
+  MLCD_RETURN_IF_ERROR(ValidatePartialFcOptions(o));
+  return in;
+}
+
+int64_t RowBegin(int64_t rows, int world, int rank) { return (rows * rank) / world; }
+
+// One rank's part; rank 0 writes the outputs.
+Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, int world) {
+  std::unique_ptr<Collectives> comm;
+  if (world == 1) {
+    comm = Collectives::Local();
+  } else {
+    CollectivesOptions co;
+    co.rank = rank;
+    co.world_size = world;
+    co.rendezvous = a.rendezvous;
+    co.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
+    co.store_prefix = "loss-check";
+    MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(co));
+  }
+  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFc> pfc, PartialFc::Create(in.options, comm.get()));
+  PartialFcShardState all;
+  all.range = {0, in.options.num_classes};
+  all.num_classes = in.options.num_classes;
+  all.embedding_dim = in.options.embedding_dim;
+  all.weight = in.W;
+  MLCD_RETURN_IF_ERROR(pfc->ImportState({all}));
+
+  const int64_t B = in.E.size(0), D = in.E.size(1), K = in.options.num_classes;
+  const int64_t b0 = RowBegin(B, world, rank), b1 = RowBegin(B, world, rank + 1);
+  MLCD_ASSIGN_OR_RETURN(PartialFcStep step,
+                        pfc->ForwardBackwardWithNegatives(in.E.narrow(0, b0, b1 - b0), in.Y.narrow(0, b0, b1 - b0), in.N));
+
+  // Embedding gradients, padded to the largest local batch, gathered in rank order.
+  int64_t b_max = 0;
+  for (int r = 0; r < world; ++r) b_max = std::max(b_max, RowBegin(B, world, r + 1) - RowBegin(B, world, r));
+  at::Tensor mine = at::zeros({b_max, D}, at::kFloat);
+  mine.narrow(0, 0, b1 - b0).copy_(step.grad_embeddings);
+  at::Tensor gathered;
+  MLCD_RETURN_IF_ERROR(comm->AllGather(mine, &gathered));
+  // Weight gradients: this shard densely (zero outside S), padded to the largest shard.
+  const ClassRange range = pfc->class_range();
+  int64_t n_max = 0;
+  for (int r = 0; r < world; ++r) n_max = std::max(n_max, ShardClassRange(K, world, r).size());
+  at::Tensor shard_grad = at::zeros({n_max, D}, at::kFloat);
+  at::Tensor classes = pfc->last_sampled_classes();
+  if (classes.numel() > 0) shard_grad.index_copy_(0, classes - range.begin, pfc->last_weight_gradient());
+  at::Tensor gathered_w;
+  MLCD_RETURN_IF_ERROR(comm->AllGather(shard_grad, &gathered_w));
+  if (rank != 0) return Status::Ok();
+
+  at::Tensor grad_e = at::empty({B, D}, at::kFloat), grad_w = at::empty({K, D}, at::kFloat);
+  for (int r = 0; r < world; ++r) {
+    int64_t rb = RowBegin(B, world, r), rn = RowBegin(B, world, r + 1) - rb;
+    grad_e.narrow(0, rb, rn).copy_(gathered.narrow(0, r * b_max, rn));
+    ClassRange cr = ShardClassRange(K, world, r);
+    grad_w.narrow(0, cr.begin, cr.size()).copy_(gathered_w.narrow(0, r * n_max, cr.size()));
+  }
+  MLCD_RETURN_IF_ERROR(MakeDirs(a.out));
+  float loss = static_cast<float>(step.loss);
+  MLCD_RETURN_IF_ERROR(WriteNpy(a.out + "/loss.npy", NpyDtype::kFloat32, {}, &loss));
+  MLCD_RETURN_IF_ERROR(WriteNpy(a.out + "/grad_embeddings.npy", NpyDtype::kFloat32, {B, D}, grad_e.data_ptr()));
+  MLCD_RETURN_IF_ERROR(WriteNpy(a.out + "/grad_weights.npy", NpyDtype::kFloat32, {K, D}, grad_w.data_ptr()));
+  std::printf(
+      "{\"loss\": %.9g, \"world_size\": %d, \"variant\": \"%s\", \"sampled_classes\": %lld, "
+      "\"mean_positive_cosine\": %.9g, \"mean_negative_cosine\": %.9g, \"out\": \"%s\"}\n",
+      step.loss, world, LossVariantName(in.options.variant), static_cast<long long>(step.stats.sampled_classes),
+      step.stats.mean_positive_cosine, step.stats.mean_negative_cosine, a.out.c_str());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+std::vector<std::string> ChildArgs(const LossCheckArgs& a, int rank, const std::string& rendezvous) {
+  auto num = [](double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    return std::string(buf);
+  };
+  return {"mlcd-worker", "loss-check", "--embeddings", a.embeddings, "--weights", a.weights, "--labels", a.labels,
+          "--negatives", a.negatives, "--variant", a.variant, "--scale", num(a.scale), "--margin", num(a.margin),
+          "--margin-type", a.margin_type, "--out", a.out, "--world-size", std::to_string(a.world_size),
+          "--timeout", num(a.timeout_seconds), "--rank", std::to_string(rank), "--rendezvous", rendezvous};
+}
+
+// Forks world_size ranks of this executable and waits for them. Returns the exit code.
+int RunRanks(const LossCheckArgs& a) {
+  int port = PickFreePort();
+  if (port == 0) {
+    std::cerr << "loss-check: could not find a free loopback port for the rendezvous\n";
+    return 1;
+  }
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(port);
+  std::vector<pid_t> children;
+  for (int r = 0; r < a.world_size; ++r) {
+    std::vector<std::string> args = ChildArgs(a, r, rendezvous);
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execv("/proc/self/exe", argv.data());
+      std::perror("loss-check: exec of a rank failed");
+      ::_exit(127);
+    }
+    if (pid < 0) {
+      std::perror("loss-check: fork failed");
+      for (pid_t c : children) ::kill(c, SIGTERM);
+      for (pid_t c : children) ::waitpid(c, nullptr, 0);
+      return 1;
+    }
+    children.push_back(pid);
+  }
+  int exit_code = 0;
+  size_t remaining = children.size();
+  while (remaining > 0) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    size_t idx = 0;
+    while (idx < children.size() && children[idx] != pid) ++idx;
+    if (idx == children.size()) continue;
+    children[idx] = -1;
+    --remaining;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    if (code != 0) {
+      if (exit_code == 0) {
+        std::cerr << "loss-check: rank " << idx << " of " << a.world_size << " failed ("
+                  << (WIFEXITED(status) ? "exit code " + std::to_string(code)
+                                        : "signal " + std::to_string(WTERMSIG(status)))
+                  << "); stopping the other ranks\n";
+        exit_code = code == 2 ? 2 : 1;
+      }
+      for (pid_t c : children) {
+        if (c > 0) ::kill(c, SIGTERM);
+      }
+    }
+  }
+  return exit_code;
+}
+
+int RunLossCheck(const LossCheckArgs& a) {
+  SetLogComponent(a.rank >= 0 ? "loss-check r" + std::to_string(a.rank) : "loss-check");
+  if (a.world_size < 1 || a.world_size > 64) {
+    std::cerr << "loss-check: --world-size must be in [1, 64], got " << a.world_size << "\n";
+    return 2;
+  }
+  if (!(a.timeout_seconds > 0)) {
+    std::cerr << "loss-check: --timeout must be positive\n";
+    return 2;
+  }
+  if (a.out.empty()) {
+    std::cerr << "loss-check: --out DIR is required\n";
+    return 2;
+  }
+  if (a.rank >= 0 && (a.rank >= a.world_size || a.rendezvous.empty())) {
+    std::cerr << "loss-check: --rank needs --rendezvous and must be < --world-size\n";
+    return 2;
+  }
+  auto inputs = ReadInputs(a);
+  if (!inputs.ok()) {
+    std::cerr << "loss-check: " << inputs.status().ToString() << "\n";
+    return 2;
+  }
+  if (a.world_size > 1 && a.rank < 0) return RunRanks(a);
+  Status s = ComputeRank(a, *inputs, std::max(a.rank, 0), a.world_size);
+  if (!s.ok()) {
+    std::cerr << "loss-check" << (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string()) << ": "
+              << s.ToString() << "\n";
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
+
+static CommandRegistration registration(20, [](CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<LossCheckArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "loss-check",
+      "Loss and gradients of the classification layer on given inputs (S = negatives ∪ positives, no random "
+      "sampling), for comparing implementations. Writes DIR/loss.npy, DIR/grad_embeddings.npy, "
+      "DIR/grad_weights.npy (float32; gradients of the batch-mean loss).");
+  cmd->add_option("--embeddings", args->embeddings, "B x D float32 .npy of embeddings (normalised inside)")->required();
+  cmd->add_option("--weights", args->weights, "K x D float32 .npy of class centres (normalised inside)")->required();
+  cmd->add_option("--labels", args->labels, "B x l int64 .npy of positive class ids, -1 (any negative) = padding")
+      ->required();
+  cmd->add_option("--negatives", args->negatives, "1-d int64 .npy of negative class ids; S = these ∪ all labels")
+      ->required();
+  cmd->add_option("--variant", args->variant, "mlcd | mlc | softmax")->capture_default_str();
+  cmd->add_option("--scale", args->scale, "logit scale s")->capture_default_str();
+  cmd->add_option("--margin", args->margin, "margin m on positive logits")->capture_default_str();
+  cmd->add_option("--margin-type", args->margin_type, "arc: s·cos(θ+m) | cos: s·(cosθ−m) | none")
+      ->capture_default_str();
+  cmd->add_option("--out", args->out, "output directory (created)")->required();
+  cmd->add_option("--world-size", args->world_size,
+                  "shard over N local processes (Gloo on a free loopback port); outputs must not change")
+      ->capture_default_str();
+  cmd->add_option("--timeout", args->timeout_seconds, "collective timeout in seconds")->capture_default_str();
+  cmd->add_option("--rank", args->rank, "internal: rank of a child process")->group("");
+  cmd->add_option("--rendezvous", args->rendezvous, "internal: HOST:PORT of rank 0's store")->group("");
+  cmd->callback([args, exit_code] { *exit_code = RunLossCheck(*args); });
+});
+
+}  // namespace
+}  // namespace mlcd::worker
