@@ -4,6 +4,7 @@
 // replaces them with the documented defaults so every process sees the same numbers.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,72 @@ StatusOr<ModelPreset> FindModelPreset(const std::string& name);
 // Fills every zero/unset field with its default, including model fields from the preset
 // (explicit fields win over the preset). Idempotent. Does not validate.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
+
+// ---------------------------------------------------------------------------------------
+// YAML job specs (`mlcdctl submit job.yaml`, `mlcd-worker train --spec job.yaml`):
+//
+//   apiVersion: mlcd/v1
+//   kind: TrainingJob
+//   metadata:
+//     name: fashion-mnist-tiny          # [A-Za-z0-9._-]{1,100}
+//     labels: {team: vision}
+//   spec:                                # mlcd.v1.JobSpec, snake_case field names
+//     clustering: {k: 32, l: 4}
+//     training: {world_size: 2, batch_size: 64}
+//
+// Problems are reported all at once, one per line, each with its field path and the line of
+// the YAML text, e.g.
+//   spec.clustering.l: 12 > k: 10
+//   spec.training.batch_sze (line 9): unknown field; did you mean batch_size?
+
+// A spec with its metadata, as submitted.
+struct ParsedJob {
+  v1::JobMetadata metadata;
+  v1::JobSpec spec;
+};
+
+// One problem found in a spec: where (a field path such as "spec.clustering.l") and what.
+struct SpecProblem {
+  std::string path;
+  std::string message;
+  std::string ToString() const { return path.empty() ? message : path + ": " + message; }
+};
+
+// INVALID_ARGUMENT listing every problem ("invalid job spec (N problems):\n  path: what");
+// OK when `problems` is empty.
+Status SpecProblemsToStatus(const std::vector<SpecProblem>& problems);
+
+// Reads the YAML text into metadata + spec without applying defaults or checking values:
+// YAML syntax errors, apiVersion other than mlcd/v1, kind other than TrainingJob, unknown
+// fields (with a suggestion), values of the wrong type or out of the field's integer range.
+// Appends every problem to `problems`; the returned job holds whatever parsed.
+ParsedJob ParseJobSpecYamlLenient(const std::string& text, std::vector<SpecProblem>* problems);
+
+// ParseJobSpecYamlLenient, as an error when any problem was found. No defaults applied.
+StatusOr<ParsedJob> ParseJobSpecYaml(const std::string& text);
+
+// Checks a spec after ApplyJobSpecDefaults(): every value in range, names known, and the
+// relations between fields (l <= k, k and batch_size <= the number of training images,
+// batch_size divisible by world_size, width divisible by heads, ...). Paths start with
+// `path_prefix` ("spec" for submitted specs). Touches no files.
+std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::string& path_prefix = "spec");
+std::vector<SpecProblem> JobMetadataProblems(const v1::JobMetadata& metadata,
+                                             const std::string& path_prefix = "metadata");
+
+// ApplyJobSpecDefaults + JobSpecProblems as a Status.
+Status ValidateJobSpec(v1::JobSpec* spec);
+
+// The whole path of a submitted spec: parse, apply defaults, validate metadata and spec;
+// every problem of every stage in one INVALID_ARGUMENT. The returned spec has its defaults
+// applied.
+StatusOr<ParsedJob> LoadJobSpecYaml(const std::string& text);
+
+// Number of training images the spec's dataset provides (its limit, or the split's size for
+// known formats); 0 when unknown without reading files.
+uint64_t DatasetTrainingImages(const v1::DatasetSpec& dataset);
+
+// The job as YAML text in the submitted form (non-default fields only when the spec has not
+// been defaulted). Round-trips through ParseJobSpecYaml.
+std::string JobSpecToYaml(const ParsedJob& job);
 
 }  // namespace mlcd

@@ -1,0 +1,73 @@
+// mlcd-coordinator: the job API, the persistent job state machine and the worker gangs.
+// See docs/coordinator.md and `mlcd-coordinator --help`.
+#include <iostream>
+
+#include "common/flags.h"
+#include "common/grpc_server.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/metrics.h"
+#include "coordinator/service.h"
+
+int main(int argc, char** argv) {
+  mlcd::InstallShutdownSignalHandling();
+  CLI::App app{
+      "mlcd-coordinator: turns MLCD job specs into clustering rounds and training epochs on gangs of\n"
+      "mlcd-worker agents. Jobs, rounds, epoch commits and worker registrations live in a RocksDB\n"
+      "under --data-dir; after a crash the coordinator reloads them, reattaches to running gangs or\n"
+      "restarts them from the last committed checkpoint. API: mlcd.v1.Coordinator (gRPC, health and\n"
+      "reflection on); metrics: mlcd_coordinator_* on --metrics-listen.",
+      "mlcd-coordinator"};
+  mlcd::ServiceFlags flags;
+  mlcd::AddServiceFlags(app, &flags, "127.0.0.1:7600", "127.0.0.1:7601", "./mlcd-coordinator-data");
+  mlcd::coordinator::JobManagerOptions options;
+  mlcd::AddPeerFlag(app, "labelstore", &options.labelstore_address, "127.0.0.1:7610");
+  mlcd::AddPeerFlag(app, "clusterd", &options.clusterd_address, "127.0.0.1:7620");
+  int heartbeat_ms = 1000;
+  app.add_option("--heartbeat-interval-ms", heartbeat_ms, "how often workers heartbeat while running an assignment")
+      ->check(CLI::Range(50, 60000))
+      ->capture_default_str();
+  int idle_timeout_s = 30;
+  app.add_option("--idle-worker-timeout", idle_timeout_s,
+                 "seconds an idle worker may go without polling before it is marked lost")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (!mlcd::ApplyLogFlags(flags, "coordinator")) return 2;
+  options.data_dir = flags.data_dir;
+  options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
+  options.idle_worker_timeout = std::chrono::seconds(idle_timeout_s);
+
+  mlcd::MetricsServer metrics_server;
+  mlcd::coordinator::CoordinatorMetrics metrics(metrics_server.registry());
+  auto manager = mlcd::coordinator::JobManager::Open(options, &metrics);
+  if (!manager.ok()) {
+    MLCD_LOG(ERROR) << manager.status().ToString();
+    return 1;
+  }
+  mlcd::coordinator::CoordinatorService service(manager->get(), &metrics);
+  mlcd::GrpcServerRunner runner("mlcd.v1.Coordinator");
+  runner.AddService(&service);
+  mlcd::Status s = runner.Start(flags.listen);
+  if (!s.ok()) {
+    MLCD_LOG(ERROR) << s.ToString();
+    return 1;
+  }
+  s = metrics_server.Serve(flags.metrics_listen);
+  if (!s.ok()) {
+    MLCD_LOG(ERROR) << s.ToString();
+    return 1;
+  }
+  (*manager)->Start();
+  MLCD_LOG(INFO) << "mlcd-coordinator serving on " << flags.listen << " (port " << runner.port() << "), metrics on "
+                 << (flags.metrics_listen.empty() ? "(off)" : flags.metrics_listen) << ", data in " << flags.data_dir
+                 << ", labelstore " << options.labelstore_address << ", clusterd " << options.clusterd_address;
+  int sig = mlcd::WaitForShutdownSignal();
+  MLCD_LOG(INFO) << "shutting down (signal " << sig << ")";
+  // Wake long polls and watches first so the server's graceful shutdown does not wait on them.
+  (*manager)->Shutdown();
+  runner.Shutdown();
+  MLCD_LOG(INFO) << "stopped";
+  return 0;
+}

@@ -1,0 +1,144 @@
+#include "coordinator/store.h"
+
+#include <rocksdb/options.h>
+
+#include <cstdio>
+#include <functional>
+
+#include "common/file_util.h"
+
+namespace mlcd::coordinator {
+namespace {
+
+constexpr const char* kJobPrefix = "job/";
+constexpr const char* kRequestPrefix = "request/";
+constexpr const char* kHistoryPrefix = "history/";
+constexpr const char* kWorkerPrefix = "worker/";
+constexpr const char* kNextJobSeqKey = "meta/next_job_seq";
+
+std::string HistoryKey(const std::string& job_id, int64_t seq) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%012lld", static_cast<long long>(seq));
+  return std::string(kHistoryPrefix) + job_id + "/" + buf;
+}
+
+Status FromRocks(const rocksdb::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  if (s.IsCorruption()) return Status::DataLoss(what + ": " + s.ToString());
+  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
+    return Status::Unavailable(what + ": " + s.ToString() + " (is another mlcd-coordinator using this --data-dir?)");
+  }
+  return Status::Internal(what + ": " + s.ToString());
+}
+
+}  // namespace
+
+void StoreBatch::PutJob(const v1::JobRecord& record) {
+  batch_.Put(kJobPrefix + record.job().id(), record.SerializeAsString());
+}
+
+void StoreBatch::PutRequest(const std::string& request_id, const std::string& job_id) {
+  batch_.Put(kRequestPrefix + request_id, job_id);
+}
+
+void StoreBatch::AppendHistory(const std::string& job_id, const v1::JobHistoryEntry& entry) {
+  batch_.Put(HistoryKey(job_id, entry.seq()), entry.SerializeAsString());
+}
+
+void StoreBatch::PutWorker(const v1::WorkerRecord& record) {
+  batch_.Put(kWorkerPrefix + record.worker_id(), record.SerializeAsString());
+}
+
+void StoreBatch::DeleteWorker(const std::string& worker_id) { batch_.Delete(kWorkerPrefix + worker_id); }
+
+void StoreBatch::PutNextJobSeq(int64_t seq) { batch_.Put(kNextJobSeqKey, std::to_string(seq)); }
+
+StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(const std::string& dir) {
+  MLCD_RETURN_IF_ERROR(MakeDirs(dir));
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  options.max_open_files = 256;
+  options.keep_log_file_num = 5;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
+  MLCD_RETURN_IF_ERROR(FromRocks(s, "opening the coordinator database in " + dir));
+  return std::unique_ptr<CoordinatorStore>(new CoordinatorStore(dir, db));
+}
+
+CoordinatorStore::~CoordinatorStore() {
+  if (db_) {
+    db_->SyncWAL();
+    db_->Close();
+  }
+}
+
+Status CoordinatorStore::Commit(StoreBatch* batch) {
+  if (batch->empty()) return Status::Ok();
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  return FromRocks(db_->Write(options, &batch->batch_), "writing coordinator state");
+}
+
+Status CoordinatorStore::ScanPrefix(
+    const std::string& prefix,
+    const std::function<Status(const rocksdb::Slice& key, const rocksdb::Slice& value)>& fn) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    MLCD_RETURN_IF_ERROR(fn(it->key(), it->value()));
+  }
+  return FromRocks(it->status(), "reading coordinator state");
+}
+
+Status CoordinatorStore::LoadJobs(std::vector<v1::JobRecord>* jobs) const {
+  return ScanPrefix(kJobPrefix, [&](const rocksdb::Slice& key, const rocksdb::Slice& value) {
+    v1::JobRecord record;
+    if (!record.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      return Status::DataLoss("coordinator database: record " + key.ToString() + " does not parse");
+    }
+    jobs->push_back(std::move(record));
+    return Status::Ok();
+  });
+}
+
+Status CoordinatorStore::LoadWorkers(std::vector<v1::WorkerRecord>* workers) const {
+  return ScanPrefix(kWorkerPrefix, [&](const rocksdb::Slice& key, const rocksdb::Slice& value) {
+    v1::WorkerRecord record;
+    if (!record.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      return Status::DataLoss("coordinator database: record " + key.ToString() + " does not parse");
+    }
+    workers->push_back(std::move(record));
+    return Status::Ok();
+  });
+}
+
+StatusOr<std::string> CoordinatorStore::FindRequest(const std::string& request_id) const {
+  std::string job_id;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kRequestPrefix + request_id, &job_id);
+  if (s.IsNotFound()) return Status::NotFound("no job for request id '" + request_id + "'");
+  MLCD_RETURN_IF_ERROR(FromRocks(s, "reading coordinator state"));
+  return job_id;
+}
+
+StatusOr<int64_t> CoordinatorStore::NextJobSeq() const {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kNextJobSeqKey, &value);
+  if (s.IsNotFound()) return int64_t{1};
+  MLCD_RETURN_IF_ERROR(FromRocks(s, "reading coordinator state"));
+  return static_cast<int64_t>(std::stoll(value));
+}
+
+Status CoordinatorStore::ReadHistory(const std::string& job_id, std::vector<v1::JobHistoryEntry>* entries) const {
+  return ScanPrefix(std::string(kHistoryPrefix) + job_id + "/",
+                    [&](const rocksdb::Slice& key, const rocksdb::Slice& value) {
+                      v1::JobHistoryEntry entry;
+                      if (!entry.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+                        return Status::DataLoss("coordinator database: record " + key.ToString() +
+                                                " does not parse");
+                      }
+                      entries->push_back(std::move(entry));
+                      return Status::Ok();
+                    });
+}
+
+}  // namespace mlcd::coordinator

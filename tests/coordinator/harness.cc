@@ -1,0 +1,217 @@
+#include "tests/coordinator/harness.h"
+
+#include <signal.h>
+
+#include <thread>
+
+#include "common/file_util.h"
+#include "common/grpc_server.h"
+#include "common/net.h"
+
+namespace mlcd::testing {
+namespace {
+
+std::string Loopback() { return "127.0.0.1:" + std::to_string(PickFreePort()); }
+
+}  // namespace
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+TestCluster::TestCluster(const TempDir& dir) : dir_(dir.path()) {
+  labelstore_address_ = Loopback();
+  clusterd_address_ = Loopback();
+  coordinator_address_ = Loopback();
+  coordinator_metrics_ = Loopback();
+  (void)MakeDirs(dir_ + "/logs");
+  channel_ = MakeChannel(coordinator_address_);
+  stub_ = v1::Coordinator::NewStub(channel_);
+}
+
+TestCluster::~TestCluster() {
+  // Close this client's connection first: a server shutting down waits for open connections.
+  stub_.reset();
+  channel_.reset();
+  // Workers first (they stop their training children), then the services.
+  for (auto& w : workers_) w->Stop(std::chrono::seconds(10));
+  coordinator_.Stop(std::chrono::seconds(10));
+  clusterd_.Stop(std::chrono::seconds(10));
+  labelstore_.Stop(std::chrono::seconds(10));
+}
+
+Status TestCluster::StartLabelstore() {
+  MLCD_RETURN_IF_ERROR(labelstore_.Start(BinPath("mlcd-labelstore"),
+                                         {"--listen", labelstore_address_, "--metrics-listen", "",
+                                          "--data-dir", dir_ + "/labelstore"},
+                                         dir_ + "/logs/labelstore.log"));
+  return WaitForServing(labelstore_address_, std::chrono::seconds(30));
+}
+
+Status TestCluster::StartClusterd() {
+  MLCD_RETURN_IF_ERROR(clusterd_.Start(BinPath("mlcd-clusterd"),
+                                       {"--listen", clusterd_address_, "--metrics-listen", "", "--data-dir",
+                                        dir_ + "/clusterd", "--labelstore", labelstore_address_},
+                                       dir_ + "/logs/clusterd.log"));
+  return WaitForServing(clusterd_address_, std::chrono::seconds(30));
+}
+
+Status TestCluster::StartCoordinator(const std::vector<std::string>& extra_flags) {
+  std::vector<std::string> args = {"--listen",     coordinator_address_, "--metrics-listen", coordinator_metrics_,
+                                   "--data-dir",   coordinator_data_dir(), "--labelstore",   labelstore_address_,
+                                   "--clusterd",   clusterd_address_,    "--heartbeat-interval-ms", "500"};
+  for (const auto& f : extra_flags) args.push_back(f);
+  MLCD_RETURN_IF_ERROR(coordinator_.Start(BinPath("mlcd-coordinator"), args, dir_ + "/logs/coordinator.log"));
+  return WaitForServing(coordinator_address_, std::chrono::seconds(30));
+}
+
+void TestCluster::KillCoordinator() {
+  coordinator_.Signal(SIGKILL);
+  coordinator_.Wait(std::chrono::seconds(10));
+}
+
+std::string TestCluster::WorkerDataDir(int i) const { return dir_ + "/workers/w" + std::to_string(i); }
+
+Status TestCluster::StartWorker(int i) {
+  while (static_cast<int>(workers_.size()) <= i) workers_.push_back(std::make_unique<ChildProcess>());
+  return workers_[i]->Start(BinPath("mlcd-worker"),
+                            {"agent", "--coordinator", coordinator_address_, "--name", "w" + std::to_string(i),
+                             "--host", "127.0.0.1", "--listen", "127.0.0.1:0", "--data-dir", WorkerDataDir(i),
+                             "--poll-seconds", "2"},
+                            dir_ + "/logs/w" + std::to_string(i) + ".log");
+}
+
+Status TestCluster::WaitForIdleWorkers(int n, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int idle = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto workers = Workers();
+    if (workers.ok()) {
+      idle = 0;
+      for (const auto& w : workers->workers()) idle += w.state() == v1::WORKER_STATE_IDLE;
+      if (idle >= n) return Status::Ok();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return Status::DeadlineExceeded(std::to_string(idle) + " of " + std::to_string(n) + " workers idle in time");
+}
+
+StatusOr<v1::Job> TestCluster::Submit(const std::string& yaml, const std::string& request_id) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(yaml);
+  request.set_request_id(request_id);
+  v1::Job job;
+  Status s = FromGrpcStatus(stub_->SubmitJob(&context, request, &job));
+  if (!s.ok()) return s;
+  return job;
+}
+
+StatusOr<v1::Job> TestCluster::Get(const std::string& id, bool history) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  v1::GetJobRequest request;
+  request.set_id(id);
+  request.set_include_history(history);
+  v1::Job job;
+  Status s = FromGrpcStatus(stub_->GetJob(&context, request, &job));
+  if (!s.ok()) return s;
+  return job;
+}
+
+StatusOr<v1::Job> TestCluster::Cancel(const std::string& id) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  v1::CancelJobRequest request;
+  request.set_id(id);
+  request.set_reason("test");
+  v1::Job job;
+  Status s = FromGrpcStatus(stub_->CancelJob(&context, request, &job));
+  if (!s.ok()) return s;
+  return job;
+}
+
+StatusOr<v1::ListWorkersResponse> TestCluster::Workers() {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(std::chrono::seconds(5)));
+  v1::ListWorkersResponse response;
+  Status s = FromGrpcStatus(stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response));
+  if (!s.ok()) return s;
+  return response;
+}
+
+StatusOr<v1::Job> TestCluster::WaitForJob(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                                          std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  v1::Job last;
+  Status last_error = Status::DeadlineExceeded("no answer");
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto job = Get(id);
+    if (job.ok()) {
+      last = *job;
+      if (done(last)) return last;
+    } else {
+      last_error = job.status();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (last.id().empty()) return last_error;
+  return Status::DeadlineExceeded("job " + id + " did not get there in time; last state " +
+                                  v1::JobState_Name(last.state()) + ": " + last.message() + " (" +
+                                  last.progress().detail() + ")");
+}
+
+StatusOr<v1::Job> TestCluster::WaitForState(const std::string& id, v1::JobState state,
+                                            std::chrono::milliseconds timeout) {
+  return WaitForJob(id, [state](const v1::Job& j) { return j.state() == state || IsTerminal(j.state()); }, timeout);
+}
+
+std::string TestCluster::Logs() {
+  std::string out;
+  auto add = [&out](const std::string& name, const std::string& path) {
+    auto text = ReadFileToString(path);
+    if (!text.ok()) return;
+    std::string t = *text;
+    if (t.size() > 6000) t = "..." + t.substr(t.size() - 6000);
+    out += "----- " + name + " -----\n" + t + "\n";
+  };
+  add("coordinator", dir_ + "/logs/coordinator.log");
+  add("clusterd", dir_ + "/logs/clusterd.log");
+  add("labelstore", dir_ + "/logs/labelstore.log");
+  for (size_t i = 0; i < workers_.size(); ++i) add("w" + std::to_string(i), dir_ + "/logs/w" + std::to_string(i) + ".log");
+  return out;
+}
+
+std::string TinyJob::Yaml() const {
+  std::string y;
+  y += "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata:\n  name: " + name + "\nspec:\n";
+  y += "  dataset: {limit: " + std::to_string(limit) + ", augment: false}\n";
+  y += "  clustering: {features: {kind: pixels}, k: " + std::to_string(k) + ", l: " + std::to_string(l) +
+       ", niter: 4}\n";
+  y += "  loss: {variant: mlcd, sample_ratio: 0.5}\n";
+  y += "  model: {width: 32, depth: 1, heads: 2, embed_dim: 32}\n";
+  y += "  training:\n";
+  y += "    world_size: " + std::to_string(world_size) + "\n";
+  y += "    batch_size: " + std::to_string(batch_size) + "\n";
+  y += "    epochs_per_round: " + std::to_string(epochs) + "\n";
+  y += "    max_steps_per_epoch: " + std::to_string(max_steps_per_epoch) + "\n";
+  y += "    rounds: " + std::to_string(rounds) + "\n";
+  y += "    threads_per_worker: 1\n";
+  y += "    heartbeat_timeout_seconds: " + std::to_string(heartbeat_timeout) + "\n";
+  y += "    collective_timeout_seconds: " + std::to_string(collective_timeout) + "\n";
+  y += "    max_restarts: " + std::to_string(max_restarts) + "\n";
+  y += "    checkpoint_every_steps: " + std::to_string(checkpoint_every_steps) + "\n";
+  y += "    seed: 7\n";
+  y += std::string("  evaluation: {enabled: ") + (evaluation ? "true" : "false") +
+       ", train_limit: " + std::to_string(eval_train_limit) + ", test_limit: " + std::to_string(eval_test_limit) + "}\n";
+  return y;
+}
+
+int64_t TinyJob::TotalSteps() const {
+  int64_t per_epoch = limit / batch_size;
+  if (max_steps_per_epoch > 0) per_epoch = std::min<int64_t>(per_epoch, max_steps_per_epoch);
+  return per_epoch * epochs * rounds;
+}
+
+}  // namespace mlcd::testing

@@ -1,0 +1,97 @@
+// A whole cluster of real processes on loopback for the coordinator's integration tests:
+// mlcd-labelstore, mlcd-clusterd, mlcd-coordinator and `mlcd-worker agent` slots, each a
+// child process with its own log, plus helpers to drive the coordinator's gRPC API.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "mlcd/v1/coordinator.grpc.pb.h"
+#include "tests/testing/process.h"
+
+namespace mlcd::testing {
+
+class TestCluster {
+ public:
+  explicit TestCluster(const TempDir& dir);
+  ~TestCluster();
+
+  // Services. The coordinator keeps its address and data dir across restarts.
+  Status StartLabelstore();
+  Status StartClusterd();
+  Status StartCoordinator(const std::vector<std::string>& extra_flags = {});
+  Status StartServices() {
+    MLCD_RETURN_IF_ERROR(StartLabelstore());
+    MLCD_RETURN_IF_ERROR(StartClusterd());
+    return StartCoordinator();
+  }
+  void KillCoordinator();  // SIGKILL and reap
+  ChildProcess& coordinator() { return coordinator_; }
+
+  // Worker agents named w<i>, data under <dir>/workers/w<i>.
+  Status StartWorker(int i);
+  ChildProcess& worker(int i) { return *workers_.at(i); }
+  std::string WorkerDataDir(int i) const;
+  // Waits until `n` workers are registered and idle.
+  Status WaitForIdleWorkers(int n, std::chrono::milliseconds timeout);
+
+  const std::string& coordinator_address() const { return coordinator_address_; }
+  const std::string& coordinator_metrics() const { return coordinator_metrics_; }
+  const std::string& labelstore_address() const { return labelstore_address_; }
+  const std::string& clusterd_address() const { return clusterd_address_; }
+  std::string coordinator_data_dir() const { return dir_ + "/coordinator"; }
+  v1::Coordinator::Stub* stub() { return stub_.get(); }
+
+  // API helpers (10 s deadlines).
+  StatusOr<v1::Job> Submit(const std::string& yaml, const std::string& request_id = "");
+  StatusOr<v1::Job> Get(const std::string& id, bool history = false);
+  StatusOr<v1::Job> Cancel(const std::string& id);
+  StatusOr<v1::ListWorkersResponse> Workers();
+  // Polls GetJob until `done(job)` or the timeout; returns the last job seen.
+  StatusOr<v1::Job> WaitForJob(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                               std::chrono::milliseconds timeout);
+  StatusOr<v1::Job> WaitForState(const std::string& id, v1::JobState state, std::chrono::milliseconds timeout);
+
+  // Every process's log, for failure messages.
+  std::string Logs();
+
+ private:
+  std::string dir_;
+  std::string labelstore_address_, clusterd_address_, coordinator_address_, coordinator_metrics_;
+  ChildProcess labelstore_, clusterd_, coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+// The tiny job of the tests: Fashion-MNIST subset, ViT width 32 depth 1, 2 workers.
+struct TinyJob {
+  int limit = 384;
+  int k = 16;
+  int l = 4;
+  int world_size = 2;
+  int batch_size = 64;
+  int epochs = 2;
+  int max_steps_per_epoch = 3;
+  int rounds = 1;
+  int heartbeat_timeout = 10;
+  int collective_timeout = 10;
+  int max_restarts = 3;
+  int checkpoint_every_steps = 0;
+  bool evaluation = false;
+  // Images of the evaluation's train / test splits when it is on.
+  int eval_train_limit = 1000;
+  int eval_test_limit = 500;
+  std::string name = "tiny";
+  std::string Yaml() const;
+  // Optimizer steps of the whole job.
+  int64_t TotalSteps() const;
+};
+
+bool IsTerminal(v1::JobState state);
+
+}  // namespace mlcd::testing

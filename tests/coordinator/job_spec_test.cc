@@ -1,0 +1,207 @@
+// The YAML job spec parser and validator (common/job_spec.h).
+#include "common/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common/file_util.h"
+
+namespace mlcd {
+namespace {
+
+const char* kMinimal = R"(apiVersion: mlcd/v1
+kind: TrainingJob
+metadata:
+  name: t1
+  labels: {team: vision}
+spec:
+  dataset: {limit: 500}
+  clustering: {k: 32, l: 4}
+  training: {world_size: 2, batch_size: 64}
+)";
+
+bool HasProblem(const Status& status, const std::string& text) {
+  return status.message().find(text) != std::string::npos;
+}
+
+TEST(JobSpecYaml, ParsesMetadataAndSpecWithoutDefaults) {
+  auto job = ParseJobSpecYaml(kMinimal);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->metadata.name(), "t1");
+  EXPECT_EQ(job->metadata.labels().at("team"), "vision");
+  EXPECT_EQ(job->spec.dataset().limit(), 500u);
+  EXPECT_EQ(job->spec.clustering().k(), 32);
+  EXPECT_EQ(job->spec.clustering().l(), 4);
+  EXPECT_EQ(job->spec.training().world_size(), 2);
+  // Defaults are not applied by the parser.
+  EXPECT_EQ(job->spec.training().epochs_per_round(), 0);
+  EXPECT_FALSE(job->spec.evaluation().has_enabled());
+}
+
+TEST(JobSpecYaml, LoadAppliesDefaultsAndValidates) {
+  auto job = LoadJobSpecYaml(kMinimal);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.training().epochs_per_round(), 1);
+  EXPECT_EQ(job->spec.loss().variant(), "mlcd");
+  EXPECT_DOUBLE_EQ(job->spec.loss().margin(), 0.3);
+  EXPECT_EQ(job->spec.model().width(), 192);
+  EXPECT_TRUE(job->spec.evaluation().enabled());
+}
+
+TEST(JobSpecYaml, OptionalFieldsKeepExplicitZeroAndFalse) {
+  auto job = LoadJobSpecYaml(std::string(kMinimal) +
+                             "  loss: {margin: 0, margin_type: none}\n  evaluation: {enabled: false}\n"
+                             "  optimizer: {weight_decay: 0}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_TRUE(job->spec.loss().has_margin());
+  EXPECT_DOUBLE_EQ(job->spec.loss().margin(), 0);
+  EXPECT_FALSE(job->spec.evaluation().enabled());
+  EXPECT_DOUBLE_EQ(job->spec.optimizer().weight_decay(), 0);
+}
+
+TEST(JobSpecYaml, LGreaterThanKNamesBothValues) {
+  auto job = LoadJobSpecYaml(R"(apiVersion: mlcd/v1
+kind: TrainingJob
+spec:
+  clustering: {k: 10, l: 12}
+)");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(HasProblem(job.status(), "spec.clustering.l: 12 > k: 10")) << job.status().message();
+}
+
+TEST(JobSpecYaml, ReportsEveryProblemAtOnce) {
+  auto job = LoadJobSpecYaml(R"(apiVersion: mlcd/v2
+kind: TrainingJob
+metadata: {name: "bad name!"}
+spec:
+  dataset: {limit: 100}
+  clustering:
+    k: 200
+    l: -2
+    features: {kind: clip}
+  loss: {variant: arcface, sample_ratio: 1.5}
+  model: {width: 100, heads: 3}
+  training:
+    batch_sze: 64
+    batch_size: 30
+    world_size: 4
+    epochs_per_round: -1
+  bogus_section: 1
+)");
+  ASSERT_FALSE(job.ok());
+  const Status& s = job.status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  for (const char* expected : {
+           "apiVersion (line 1): 'mlcd/v2' is not supported; use mlcd/v1",
+           "metadata.name: 'bad name!'",
+           "spec.clustering.k: 200 > the 100 training images (spec.dataset.limit)",
+           "spec.clustering.l: -2 must be >= 1",
+           "spec.clustering.features.kind: 'clip' is not one of: pixels, random-projection, npy, model",
+           "spec.loss.variant: 'arcface' is not one of: mlcd, mlc, softmax",
+           "spec.loss.sample_ratio: 1.5 is not in (0, 1]",
+           "spec.model.width: 100 is not divisible by heads: 3",
+           "spec.training.batch_sze (line 13): unknown field; did you mean batch_size?",
+           "spec.training.batch_size: 30 is not divisible by world_size: 4",
+           "spec.training.epochs_per_round: -1 must be >= 1",
+           "spec.bogus_section (line 17): unknown field; known fields: dataset, clustering",
+       }) {
+    EXPECT_TRUE(HasProblem(s, expected)) << "missing: " << expected << "\nin:\n" << s.message();
+  }
+  EXPECT_TRUE(HasProblem(s, "invalid job spec (12 problems)")) << s.message();
+}
+
+TEST(JobSpecYaml, WrongTypesAreReportedWithLine) {
+  auto job = ParseJobSpecYaml(R"(apiVersion: mlcd/v1
+kind: TrainingJob
+spec:
+  clustering:
+    k: lots
+    l: 2.5
+    features: {kind: npy, paths: /one/file.npy}
+  training: [1, 2]
+  dataset: {limit: -5, augment: maybe}
+  evaluation:
+    knn_k: 99999999999
+)");
+  ASSERT_FALSE(job.ok());
+  const Status& s = job.status();
+  for (const char* expected : {
+           "spec.clustering.k (line 5): 'lots' is not a whole number",
+           "spec.clustering.l (line 6): '2.5' is not a whole number",
+           "spec.clustering.features.paths (line 7): expected a list",
+           "spec.training (line 8): expected a mapping of fields, got a list",
+           "spec.dataset.limit (line 9): '-5' is not a whole number >= 0",
+           "spec.dataset.augment (line 9): 'maybe' is not true or false",
+           "spec.evaluation.knn_k (line 11): 99999999999 is out of range for a 32-bit integer",
+       }) {
+    EXPECT_TRUE(HasProblem(s, expected)) << "missing: " << expected << "\nin:\n" << s.message();
+  }
+}
+
+TEST(JobSpecYaml, StructuralProblems) {
+  EXPECT_TRUE(HasProblem(ParseJobSpecYaml("spec: [unclosed").status(), "not valid YAML: line 1"));
+  EXPECT_TRUE(HasProblem(ParseJobSpecYaml("- a\n- b\n").status(), "a job spec is a YAML mapping"));
+  auto missing = ParseJobSpecYaml("metadata: {name: x}\n");
+  EXPECT_TRUE(HasProblem(missing.status(), "apiVersion: missing; add 'apiVersion: mlcd/v1'"));
+  EXPECT_TRUE(HasProblem(missing.status(), "kind: missing"));
+  EXPECT_TRUE(HasProblem(missing.status(), "spec: missing"));
+  EXPECT_TRUE(HasProblem(ParseJobSpecYaml("apiVersion: mlcd/v1\nkind: Job\nspec: {}\n").status(),
+                         "kind (line 2): 'Job' is not supported; use TrainingJob"));
+  // An empty spec section is fine: everything defaults.
+  EXPECT_TRUE(LoadJobSpecYaml("apiVersion: mlcd/v1\nkind: TrainingJob\nspec: {}\n").ok());
+}
+
+TEST(JobSpecYaml, NpyFeaturesNeedPathsAndOthersRejectThem) {
+  auto npy = LoadJobSpecYaml("apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering:\n"
+                             "    features: {kind: npy}\n");
+  EXPECT_TRUE(HasProblem(npy.status(), "spec.clustering.features.paths: empty; kind 'npy' needs")) << npy.status().message();
+  auto pixels = LoadJobSpecYaml("apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering:\n"
+                                "    features: {kind: pixels, paths: [a.npy]}\n");
+  EXPECT_TRUE(HasProblem(pixels.status(), "spec.clustering.features.paths: only read when features.kind is 'npy'"));
+}
+
+TEST(JobSpecYaml, YamlRoundTrip) {
+  auto job = LoadJobSpecYaml(kMinimal);
+  ASSERT_TRUE(job.ok());
+  std::string text = JobSpecToYaml(*job);
+  auto again = ParseJobSpecYaml(text);
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << text;
+  EXPECT_EQ(again->spec.SerializeAsString(), job->spec.SerializeAsString()) << text;
+  EXPECT_EQ(again->metadata.SerializeAsString(), job->metadata.SerializeAsString());
+}
+
+TEST(JobSpecYaml, EveryExampleLoads) {
+  const std::string dir = std::string(MLCD_SOURCE_DIR) + "/examples";
+  DIR* d = opendir(dir.c_str());
+  ASSERT_NE(d, nullptr) << dir;
+  int count = 0;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.size() < 5 || name.substr(name.size() - 5) != ".yaml") continue;
+    auto text = ReadFileToString(dir + "/" + name);
+    ASSERT_TRUE(text.ok());
+    auto job = LoadJobSpecYaml(*text);
+    EXPECT_TRUE(job.ok()) << name << ": " << job.status().ToString();
+    ++count;
+  }
+  closedir(d);
+  EXPECT_GE(count, 5);
+}
+
+TEST(JobSpecValidate, DefaultsAloneAreValid) {
+  v1::JobSpec spec;
+  EXPECT_TRUE(ValidateJobSpec(&spec).ok());
+  // Idempotent.
+  v1::JobSpec again = spec;
+  ApplyJobSpecDefaults(&again);
+  EXPECT_EQ(again.SerializeAsString(), spec.SerializeAsString());
+}
+
+}  // namespace
+}  // namespace mlcd

@@ -1,0 +1,119 @@
+// The worker agent (`mlcd-worker agent`): the long-running process on every worker slot.
+//
+// It registers with the coordinator under a stable name, long-polls for assignments, and
+// runs each one as a child process of the same executable:
+//   TRAIN    -> mlcd-worker train --assignment A.json --progress-jsonl P.jsonl
+//   EXTRACT  -> mlcd-worker embed --assignment A.json --progress-jsonl P.jsonl
+//   EVALUATE -> mlcd-worker eval  --assignment A.json --progress-jsonl P.jsonl
+// (A.json is the protobuf JSON of mlcd.v1.Assignment; see NOTES' train contract and
+// docs/coordinator.md for the embed/eval contracts). While the child runs, the agent follows
+// its progress file and heartbeats the latest progress (immediately on started, checkpoint,
+// finished and error events, at the assignment's heartbeat interval otherwise). A heartbeat
+// answered ABORT stops the child (SIGTERM to its process group, SIGKILL after a grace
+// period). When the child exits, the agent reports success (exit 0) or failure (the child's
+// error event, exit status and the end of its log), retrying until the coordinator has the
+// report, so nothing is lost while the coordinator restarts. Children die with the agent
+// (PR_SET_PDEATHSIG), so kill -9 of an agent never leaves a training process behind.
+//
+// Files: <data-dir>/assignments/<assignment id>/{assignment.json, progress.jsonl, worker.log}.
+// The agent serves mlcd.v1.Worker (GetWorkerStatus) with health and reflection on --listen.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "mlcd/v1/coordinator.grpc.pb.h"
+#include "mlcd/v1/worker.pb.h"
+
+namespace mlcd::worker {
+
+struct AgentOptions {
+  std::string coordinator = "127.0.0.1:7600";
+  // Stable name of this worker slot (re-registering under it replaces the old entry).
+  std::string name;
+  // Host the other workers of a gang reach this one at (its TCPStore when rank 0).
+  std::string host = "127.0.0.1";
+  // mlcd.v1.Worker status service ("" = not served; port 0 = any).
+  std::string listen = "127.0.0.1:7630";
+  std::string data_dir = "./mlcd-worker-data";
+  // Executable of the children (default: this process's own executable).
+  std::string worker_binary;
+  // Passed to train children as --metrics-listen (one fixed address per slot, so Prometheus
+  // can scrape it; "" = children serve no metrics).
+  std::string child_metrics_listen;
+  // Reported capacity (0 = the machine's cores).
+  int cpu_threads = 0;
+  int gpus = 0;
+  // Long-poll length.
+  int poll_seconds = 10;
+  // Assignment kinds this executable can run (from its subcommands).
+  std::vector<v1::AssignmentKind> kinds = {v1::ASSIGNMENT_KIND_TRAIN};
+  // SIGTERM -> SIGKILL grace when stopping a child.
+  std::chrono::milliseconds stop_grace{5000};
+  // Deadline of heartbeats and reports.
+  std::chrono::milliseconds rpc_timeout{5000};
+  std::string version = "mlcd-worker";
+};
+
+// One progress event of a child applied to the progress the agent reports. Returns false
+// (and leaves `progress` alone) when the line is not a JSON object with an "event".
+// `urgent` is set for events worth an immediate heartbeat; `error_message`, `outputs` and
+// `evaluation` collect what the final report carries.
+struct ChildOutcome {
+  std::string error_message;
+  std::vector<std::string> outputs;
+  bool has_evaluation = false;
+  v1::EvaluationResult evaluation;
+  bool finished = false;
+};
+bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* progress, ChildOutcome* outcome, bool* urgent);
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+
+  // Runs until Stop() (or a shutdown signal seen by the caller, who then calls Stop()).
+  // Returns an error only for problems a restart cannot fix (bad flags, a name the
+  // coordinator rejects).
+  Status Run();
+  // Asks Run() to return: stops a running child, cancels the poll in flight.
+  void Stop();
+  // Where the status service actually listens (with the bound port), reported at
+  // registration. Call before Run().
+  void SetStatusAddress(const std::string& address) { options_.listen = address; }
+
+  v1::WorkerStatus Snapshot();
+
+ private:
+  Status Register();
+  void RunAssignment(const v1::Assignment& assignment);
+  Status StartChild(const std::vector<std::string>& argv, const std::string& log_path, pid_t* pid);
+  void StopChild(pid_t pid);
+  bool SendHeartbeat(const v1::Assignment& assignment, const v1::WorkerProgress& progress,
+                     v1::HeartbeatResponse* response);
+  void Report(const v1::ReportAssignmentRequest& request);
+  void SleepUnlessStopped(std::chrono::milliseconds d);
+
+  AgentOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::atomic<bool> stop_{false};
+
+  std::mutex poll_mu_;
+  grpc::ClientContext* poll_context_ = nullptr;
+
+  std::mutex mu_;  // guards status_
+  v1::WorkerStatus status_;
+  std::string worker_id_;
+  int heartbeat_interval_ms_ = 1000;
+};
+
+}  // namespace mlcd::worker
