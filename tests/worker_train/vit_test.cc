@@ -1,0 +1,355 @@
+// The ViT (shapes, presets, the fused kernels against plain ATen and finite differences),
+// the flat-parameter AdamW against torch::optim::AdamW, and the learning-rate schedule.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "common/job_spec.h"
+#include "worker/backbone_optimizer.h"
+#include "worker/lr_schedule.h"
+#include "worker/vit.h"
+#include "worker/vit_kernels.h"
+
+namespace mlcd::worker {
+namespace {
+
+VitOptions Small(VitPooling pooling = VitPooling::kCls) {
+  VitOptions o;
+  o.image_size = 28;
+  o.patch_size = 7;
+  o.channels = 1;
+  o.width = 32;
+  o.depth = 2;
+  o.heads = 4;
+  o.embed_dim = 24;
+  o.pooling = pooling;
+  return o;
+}
+
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+TEST(VitOptionsTest, PresetsFollowTheSpecAndPaperTable8) {
+  struct Expect {
+    const char* preset;
+    int width, depth, heads, patch, image, tokens;
+  };
+  for (const Expect& e : {Expect{"vit-tiny", 192, 6, 3, 7, 28, 17}, Expect{"vit-small", 384, 12, 6, 7, 28, 17},
+                          Expect{"vit-b32", 768, 12, 12, 32, 224, 50}, Expect{"vit-b16", 768, 12, 12, 16, 224, 197},
+                          Expect{"vit-l14", 1024, 24, 16, 14, 224, 257}}) {
+    v1::JobSpec spec;
+    spec.mutable_model()->set_preset(e.preset);
+    ApplyJobSpecDefaults(&spec);
+    auto o = VitOptionsFromSpec(spec.model());
+    ASSERT_TRUE(o.ok()) << e.preset << ": " << o.status().ToString();
+    EXPECT_EQ(o->width, e.width) << e.preset;
+    EXPECT_EQ(o->depth, e.depth) << e.preset;
+    EXPECT_EQ(o->heads, e.heads) << e.preset;
+    EXPECT_EQ(o->patch_size, e.patch) << e.preset;
+    EXPECT_EQ(o->image_size, e.image) << e.preset;
+    EXPECT_EQ(o->tokens(), e.tokens) << e.preset;
+    EXPECT_EQ(o->embed_dim, 512) << e.preset;
+    EXPECT_EQ(o->mlp_hidden(), 4 * e.width) << e.preset;
+  }
+}
+
+TEST(VitOptionsTest, BadSizesAreRejectedWithTheField) {
+  v1::ModelSpec m;
+  m.set_image_size(28);
+  m.set_patch_size(7);
+  m.set_channels(1);
+  m.set_width(30);
+  m.set_depth(1);
+  m.set_heads(4);
+  m.set_mlp_ratio(4);
+  m.set_embed_dim(8);
+  auto o = VitOptionsFromSpec(m);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("divisible by model.heads"), std::string::npos) << o.status().ToString();
+  m.set_width(32);
+  m.set_patch_size(5);
+  o = VitOptionsFromSpec(m);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("model.patch_size"), std::string::npos);
+  m.set_patch_size(7);
+  m.set_pooling("max");
+  o = VitOptionsFromSpec(m);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("model.pooling"), std::string::npos);
+  m.set_pooling("mean");
+  m.set_depth(0);
+  EXPECT_FALSE(VitOptionsFromSpec(m).ok());
+}
+
+TEST(VitTest, OutputShapesAndParameterCount) {
+  for (VitPooling pooling : {VitPooling::kCls, VitPooling::kMean}) {
+    VitOptions o = Small(pooling);
+    VisionTransformer model(o);
+    torch::Tensor y = model->forward(torch::randn({5, 1, 28, 28}));
+    EXPECT_EQ(y.sizes(), (std::vector<int64_t>{5, 24}));
+    const int64_t d = 32, h = 128, tokens = o.tokens();
+    const int64_t per_block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * h + h) + (h * d + d);
+    const int64_t expected = (d * 49 + d) + (pooling == VitPooling::kCls ? d : 0) + tokens * d + 2 * per_block +
+                             2 * d + 24 * d;
+    EXPECT_EQ(model->NumParameters(), expected);
+    EXPECT_EQ(static_cast<int64_t>(model->DecayParameters().size() + model->NoDecayParameters().size()),
+              static_cast<int64_t>(model->parameters().size()));
+  }
+  // A larger image, 3 channels, patch 4.
+  VitOptions o = Small();
+  o.image_size = 32;
+  o.patch_size = 4;
+  o.channels = 3;
+  VisionTransformer model(o);
+  EXPECT_EQ(model->forward(torch::randn({2, 3, 32, 32})).sizes(), (std::vector<int64_t>{2, 24}));
+  EXPECT_THROW(model->forward(torch::randn({2, 1, 32, 32})), c10::Error);
+}
+
+TEST(VitTest, PatchEmbeddingIsAStridedConvolution) {
+  torch::manual_seed(127);
+  // With depth-independent pieces isolated: the model's output for an image equals a
+  // hand-built forward that uses torch::conv2d for the patch embedding and plain ATen ops.
+  VitOptions o = Small();
+  o.attention = AttentionImpl::kReference;
+  VisionTransformer model(o);
+  model->ResetParameters(3);
+  torch::Tensor x = torch::randn({3, 1, 28, 28});
+  auto params = model->named_parameters();
+  torch::Tensor t = torch::conv2d(x, params["patch_weight"], params["patch_bias"], 7).flatten(2).transpose(1, 2);
+  t = torch::cat({params["cls_token"].view({1, 1, 32}).expand({3, 1, 32}), t}, 1) + params["pos_embed"];
+  for (int b = 0; b < 2; ++b) {
+    const std::string p = "block" + std::to_string(b) + ".";
+    auto ln = [&](const torch::Tensor& v, const std::string& n) {
+      return torch::layer_norm(v, {32}, params[p + n + ".weight"], params[p + n + ".bias"], 1e-6);
+    };
+    auto lin = [&](const torch::Tensor& v, const std::string& n) {
+      return torch::linear(v, params[p + n + ".weight"], params[p + n + ".bias"]);
+    };
+    torch::Tensor qkv = lin(ln(t, "norm1"), "qkv").view({3, 17, 3, 4, 8}).permute({2, 0, 3, 1, 4});
+    torch::Tensor a = torch::softmax(torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(8.0), -1);
+    torch::Tensor attn = torch::matmul(a, qkv[2]).permute({0, 2, 1, 3}).reshape({3, 17, 32});
+    t = t + lin(attn, "proj");
+    t = t + lin(torch::gelu(lin(ln(t, "norm2"), "fc1")), "fc2");
+  }
+  torch::Tensor pooled = torch::layer_norm(t.select(1, 0), {32}, params["norm.weight"], params["norm.bias"], 1e-6);
+  torch::Tensor expected = torch::linear(pooled, params["head"]);
+  EXPECT_LT(MaxAbsDiff(model->forward(x), expected), 1e-5);
+}
+
+TEST(VitTest, FusedAndReferenceModelsAgreeInOutputAndGradients) {
+  torch::manual_seed(125);
+  VitOptions fused_o = Small(), ref_o = Small();
+  ref_o.attention = AttentionImpl::kReference;
+  VisionTransformer fused(fused_o), ref(ref_o);
+  fused->ResetParameters(7);
+  ref->ResetParameters(7);
+  torch::Tensor x = torch::randn({6, 1, 28, 28});
+  torch::Tensor w = torch::randn({6, 24});
+  (fused->forward(x) * w).sum().backward();
+  (ref->forward(x) * w).sum().backward();
+  auto fp = fused->named_parameters();
+  auto rp = ref->named_parameters();
+  for (const auto& item : rp) {
+    EXPECT_LT(MaxAbsDiff(fp[item.key()], item.value()), 1e-7) << item.key();
+    ASSERT_TRUE(fp[item.key()].grad().defined()) << item.key();
+    const double scale = std::max(1e-3, item.value().grad().abs().max().item<double>());
+    EXPECT_LT(MaxAbsDiff(fp[item.key()].grad(), item.value().grad()) / scale, 2e-5) << item.key();
+  }
+}
+
+TEST(VitTest, DirectGradientAccumulationIntoFlatBuffersMatchesAutograd) {
+  torch::manual_seed(126);
+  // With FlatParameters every Linear writes its weight/bias gradient straight into the flat
+  // buffer; two backward passes must accumulate exactly like autograd's own accumulation.
+  VitOptions fused_o = Small(), ref_o = Small();
+  ref_o.attention = AttentionImpl::kReference;
+  VisionTransformer fused(fused_o), ref(ref_o);
+  fused->ResetParameters(5);
+  ref->ResetParameters(5);
+  FlatParameters flat({fused->DecayParameters(), fused->NoDecayParameters()});
+  torch::Tensor w = torch::randn({4, 24});
+  for (int pass = 0; pass < 2; ++pass) {
+    torch::Tensor x = torch::randn({4, 1, 28, 28});
+    (fused->forward(x) * w).sum().backward();
+    (ref->forward(x) * w).sum().backward();
+  }
+  auto fp = fused->named_parameters();
+  for (const auto& item : ref->named_parameters()) {
+    const torch::Tensor& g = fp[item.key()].grad();
+    ASSERT_TRUE(g.defined()) << item.key();
+    // Still a view of the flat gradient buffer.
+    EXPECT_GE(g.data_ptr<float>(), flat.grads().data_ptr<float>()) << item.key();
+    EXPECT_LT(g.data_ptr<float>(), flat.grads().data_ptr<float>() + flat.numel()) << item.key();
+    const double scale = std::max(1e-3, item.value().grad().abs().max().item<double>());
+    EXPECT_LT(MaxAbsDiff(g, item.value().grad()) / scale, 2e-5) << item.key();
+  }
+  flat.ZeroGrad();
+  EXPECT_EQ(flat.grads().abs().sum().item<double>(), 0.0);
+}
+
+TEST(VitTest, InitialisationIsDeterministicPerSeed) {
+  VisionTransformer a(Small()), b(Small()), c(Small());
+  a->ResetParameters(11);
+  b->ResetParameters(11);
+  c->ResetParameters(12);
+  auto pa = a->parameters(), pb = b->parameters(), pc = c->parameters();
+  bool any_diff = false;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(torch::equal(pa[i], pb[i]));
+    any_diff |= !torch::equal(pa[i], pc[i]);
+  }
+  EXPECT_TRUE(any_diff);
+  // Truncated normal: no weight beyond 2 sigma.
+  EXPECT_LE(a->named_parameters()["block0.fc1.weight"].abs().max().item<double>(), 0.04 + 1e-7);
+}
+
+struct AttnShape {
+  int64_t batch, tokens, heads, head_dim;
+};
+
+TEST(FusedAttentionTest, MatchesReferenceForwardAndBackward) {
+  torch::manual_seed(123);
+  for (AttnShape s : {AttnShape{2, 17, 3, 8}, AttnShape{3, 5, 2, 16}, AttnShape{1, 50, 4, 12}, AttnShape{4, 1, 1, 3}}) {
+    const int64_t width = s.heads * s.head_dim;
+    torch::Tensor qkv = torch::randn({s.batch * s.tokens, 3 * width}).mul_(1.5);
+    torch::Tensor a = qkv.clone().requires_grad_(true), b = qkv.clone().requires_grad_(true);
+    torch::Tensor g = torch::randn({s.batch * s.tokens, width});
+    torch::Tensor ya = FusedSelfAttention(a, s.batch, s.heads);
+    torch::Tensor yb = ReferenceSelfAttention(b, s.batch, s.heads);
+    // Float rounding: relative to the largest value.
+    EXPECT_LT(MaxAbsDiff(ya, yb) / std::max(1.0, yb.abs().max().item<double>()), 2e-6) << s.tokens;
+    (ya * g).sum().backward();
+    (yb * g).sum().backward();
+    EXPECT_LT(MaxAbsDiff(a.grad(), b.grad()) / std::max(1.0, b.grad().abs().max().item<double>()), 1e-5) << s.tokens;
+    // Double precision agrees to rounding.
+    torch::Tensor ad = qkv.to(torch::kDouble).requires_grad_(true), bd = qkv.to(torch::kDouble).requires_grad_(true);
+    (FusedSelfAttention(ad, s.batch, s.heads) * g.to(torch::kDouble)).sum().backward();
+    (ReferenceSelfAttention(bd, s.batch, s.heads) * g.to(torch::kDouble)).sum().backward();
+    EXPECT_LT(MaxAbsDiff(ad.grad(), bd.grad()), 1e-12);
+  }
+}
+
+TEST(FusedAttentionTest, GradientMatchesFiniteDifferences) {
+  torch::manual_seed(124);
+  // Central differences of L = <w, attention(qkv)> in double, entry by entry.
+  const int64_t batch = 2, tokens = 4, heads = 2, hd = 3, width = heads * hd;
+  torch::Tensor qkv = torch::randn({batch * tokens, 3 * width}, torch::kDouble).requires_grad_(true);
+  torch::Tensor w = torch::randn({batch * tokens, width}, torch::kDouble);
+  (FusedSelfAttention(qkv, batch, heads) * w).sum().backward();
+  torch::Tensor analytic = qkv.grad().clone();
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = qkv.detach().clone();
+  const double eps = 1e-6;
+  double worst = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    auto flat = x.view({-1});
+    const double orig = flat[i].item<double>();
+    flat[i] = orig + eps;
+    const double up = (FusedSelfAttention(x, batch, heads) * w).sum().item<double>();
+    flat[i] = orig - eps;
+    const double down = (FusedSelfAttention(x, batch, heads) * w).sum().item<double>();
+    flat[i] = orig;
+    worst = std::max(worst, std::abs((up - down) / (2 * eps) - analytic.view({-1})[i].item<double>()));
+  }
+  EXPECT_LT(worst, 1e-7);
+}
+
+TEST(FusedGeluTest, MatchesExactGeluAndItsDerivative) {
+  torch::Tensor x = torch::linspace(-9, 9, 20001);
+  torch::Tensor a = x.clone().requires_grad_(true), b = x.clone().requires_grad_(true);
+  torch::Tensor ya = FusedGelu(a), yb = torch::gelu(b);
+  EXPECT_LT(MaxAbsDiff(ya, yb), 1e-6);
+  ya.sum().backward();
+  yb.sum().backward();
+  EXPECT_LT(MaxAbsDiff(a.grad(), b.grad()), 1e-6);
+  // Hand values: gelu(0) = 0, gelu'(0) = 1/2, gelu(1) = Phi(1) = 0.8413447.
+  EXPECT_NEAR(FusedGelu(torch::tensor({0.0f, 1.0f}))[1].item<float>(), 0.8413447f, 1e-6);
+  EXPECT_NEAR(a.grad()[10000].item<float>(), 0.5f, 1e-6);
+}
+
+TEST(BackboneAdamWTest, MatchesTorchAdamWAndClipsTheGlobalNorm) {
+  torch::manual_seed(1);
+  torch::Tensor w1 = torch::randn({5, 4}), b1 = torch::randn({4});
+  torch::Tensor w2 = w1.clone().requires_grad_(true), b2 = b1.clone().requires_grad_(true);
+  w1.requires_grad_(true);
+  b1.requires_grad_(true);
+  FlatParameters flat({{w1}, {b1}});
+  EXPECT_EQ(w1.data_ptr<float>(), flat.values().data_ptr<float>());
+  EXPECT_TRUE(torch::equal(w1, w2));
+  BackboneAdamWOptions opts;
+  opts.beta1 = 0.9;
+  opts.beta2 = 0.98;
+  opts.eps = 1e-6;
+  opts.weight_decay = {0.2, 0.0};
+  opts.grad_clip_norm = -1;
+  BackboneAdamW mine(&flat, opts);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{w2},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.98}).eps(1e-6).weight_decay(0.2)));
+  groups.emplace_back(std::vector<torch::Tensor>{b2},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.98}).eps(1e-6).weight_decay(0.0)));
+  torch::optim::AdamW theirs(groups, torch::optim::AdamWOptions(0.01));
+  torch::Tensor x = torch::randn({3, 5});
+  for (int step = 0; step < 5; ++step) {
+    flat.ZeroGrad();
+    (torch::tanh(x.matmul(w1) + b1)).pow(2).sum().backward();
+    mine.Step(0.01);
+    theirs.zero_grad();
+    (torch::tanh(x.matmul(w2) + b2)).pow(2).sum().backward();
+    theirs.step();
+  }
+  EXPECT_LT(MaxAbsDiff(w1, w2), 1e-6);
+  EXPECT_LT(MaxAbsDiff(b1, b2), 1e-6);
+  EXPECT_EQ(mine.step_count(), 5);
+
+  // Clipping: a gradient of norm 10 clipped to 1 moves the first Adam step like one of norm 1
+  // (Adam's first step is sign-like, so compare the reported statistics).
+  flat.ZeroGrad();
+  flat.grads().fill_(0);
+  flat.grads()[0] = 6;
+  flat.grads()[1] = 8;
+  BackboneAdamWOptions clip = opts;
+  clip.grad_clip_norm = 1.0;
+  BackboneAdamW clipped(&flat, clip);
+  BackboneStepStats s = clipped.Step(0.0, 0.5);
+  EXPECT_NEAR(s.grad_norm, 5.0, 1e-9);
+  EXPECT_NEAR(s.clip_coef, 1.0 / 5.0, 1e-6);
+  EXPECT_NEAR(clipped.exp_avg()[1].item<double>(), 0.1 * 8 * 0.5 / 5.0, 1e-6);
+}
+
+TEST(LrScheduleTest, WarmupThenCosineByHand) {
+  LrScheduleOptions o;
+  o.peak_lr = 1.0;
+  o.warmup_fraction = 0.1;
+  o.total_steps = 100;
+  EXPECT_EQ(WarmupSteps(o), 10);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 0), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 9), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 10), 1.0);
+  EXPECT_NEAR(LearningRateAt(o, 55), 0.5, 1e-12);  // halfway through the 90 cosine steps
+  EXPECT_NEAR(LearningRateAt(o, 100), 0.0, 1e-12);
+  EXPECT_NEAR(LearningRateAt(o, 500), 0.0, 1e-12);
+  o.decay = LrDecay::kConstant;
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 77), 1.0);
+  o.warmup_fraction = 0;
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 0), 1.0);
+  EXPECT_FALSE(ParseLrDecay("linear").ok());
+}
+
+TEST(KernelsTest, SumOfSquaresIsExactEnough) {
+  std::vector<float> v(100003);
+  double expected = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = static_cast<float>(std::sin(i * 0.37));
+    expected += double(v[i]) * v[i];
+  }
+  EXPECT_NEAR(kernels::SumOfSquares(v.data(), static_cast<int64_t>(v.size())), expected, expected * 1e-6);
+}
+
+}  // namespace
+}  // namespace mlcd::worker

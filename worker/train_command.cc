@@ -1,0 +1,196 @@
+// `mlcd-worker train`: trains one rank of a gang (what the coordinator's worker agent runs
+// as a child process for every training assignment; docs/worker.md).
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/file_util.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "mlcd/v1/coordinator.pb.h"
+#include "worker/command.h"
+#include "worker/trainer.h"
+
+namespace mlcd::worker {
+namespace {
+
+struct TrainFlags {
+  std::string spec_path;
+  std::string assignment_path;
+  int rank = 0;
+  int world_size = 1;
+  std::string rendezvous;
+  std::string labelstore;
+  std::string label_set;
+  int round = 0;
+  int first_epoch = 0;
+  int end_epoch = -1;
+  std::string checkpoint_dir;
+  std::string resume;
+  std::string metrics_listen;
+  std::string progress_jsonl;
+  int threads = 0;
+  int keep_checkpoints = 3;
+  int log_every = 10;
+  std::string log_level = "info";
+};
+
+// One JSON object per line to stdout ('-') or a file; flushed per line.
+class ProgressWriter {
+ public:
+  Status Open(const std::string& path) {
+    if (path.empty()) return Status::Ok();
+    if (path == "-") {
+      out_ = &std::cout;
+      return Status::Ok();
+    }
+    file_.open(path, std::ios::app);
+    if (!file_) return Status::InvalidArgument("cannot open --progress-jsonl file " + path + " for appending");
+    out_ = &file_;
+    return Status::Ok();
+  }
+  void Write(const nlohmann::json& event) {
+    if (!out_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    (*out_) << event.dump() << "\n";
+    out_->flush();
+  }
+
+ private:
+  std::mutex mu_;
+  std::ostream* out_ = nullptr;
+  std::ofstream file_;
+};
+
+bool Given(const CLI::Option* opt, const char* env) { return opt->count() > 0 || (env && std::getenv(env)); }
+
+int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
+  ProgressWriter progress;
+  auto fail = [&](const Status& st) {
+    MLCD_LOG(ERROR) << st.ToString();
+    progress.Write(nlohmann::json{{"event", "error"}, {"message", st.ToString()}});
+    return 1;
+  };
+  LogLevel level;
+  if (!ParseLogLevel(flags.log_level, &level)) {
+    std::cerr << "--log-level must be debug, info, warning or error\n";
+    return 2;
+  }
+  SetLogLevel(level);
+  Status st = progress.Open(flags.progress_jsonl);
+  if (!st.ok()) return fail(st);
+
+  TrainerOptions o;
+  // The assignment first; explicit flags override its fields.
+  bool have_spec = false;
+  if (!flags.assignment_path.empty()) {
+    auto text = ReadFileToString(flags.assignment_path);
+    if (!text.ok()) return fail(text.status().WithContext("--assignment"));
+    v1::Assignment a;
+    auto ps = google::protobuf::util::JsonStringToMessage(*text, &a);
+    if (!ps.ok()) {
+      return fail(Status::InvalidArgument(flags.assignment_path +
+                                          ": not protobuf JSON of mlcd.v1.Assignment: " + ps.ToString()));
+    }
+    if (a.has_spec()) {
+      o.spec = a.spec();
+      have_spec = true;
+    }
+    o.rank = a.rank();
+    o.world_size = a.world_size() > 0 ? a.world_size() : 1;
+    o.rendezvous = a.rendezvous_address();
+    o.round = a.round();
+    o.first_epoch = a.first_epoch();
+    o.end_epoch = a.end_epoch() > 0 ? a.end_epoch() : -1;
+    o.label_set = a.label_set();
+    o.labelstore_address = a.labelstore_address();
+    o.resume = a.resume_checkpoint();
+    o.checkpoint_dir = a.checkpoint_dir();
+  }
+  if (!flags.spec_path.empty()) {
+    auto spec = LoadJobSpecFile(flags.spec_path);
+    if (!spec.ok()) return fail(spec.status().WithContext("--spec"));
+    o.spec = *spec;
+    have_spec = true;
+  }
+  if (!have_spec) return fail(Status::InvalidArgument("no job spec: pass --spec FILE or --assignment FILE"));
+  if (Given(cmd.get_option("--rank"), "MLCD_RANK") || flags.assignment_path.empty()) o.rank = flags.rank;
+  if (Given(cmd.get_option("--world-size"), "MLCD_WORLD_SIZE") || flags.assignment_path.empty())
+    o.world_size = flags.world_size;
+  if (Given(cmd.get_option("--rendezvous"), "MLCD_RENDEZVOUS") || flags.assignment_path.empty())
+    o.rendezvous = flags.rendezvous;
+  if (Given(cmd.get_option("--labelstore"), "MLCD_LABELSTORE") || o.labelstore_address.empty())
+    o.labelstore_address = flags.labelstore;
+  if (!flags.label_set.empty()) o.label_set = flags.label_set;
+  if (Given(cmd.get_option("--round"), nullptr) || flags.assignment_path.empty()) o.round = flags.round;
+  if (Given(cmd.get_option("--first-epoch"), nullptr) || flags.assignment_path.empty())
+    o.first_epoch = flags.first_epoch;
+  if (Given(cmd.get_option("--end-epoch"), nullptr) || flags.assignment_path.empty()) o.end_epoch = flags.end_epoch;
+  if (!flags.checkpoint_dir.empty()) o.checkpoint_dir = flags.checkpoint_dir;
+  if (!flags.resume.empty()) o.resume = flags.resume;
+  o.threads = flags.threads;
+  o.keep_checkpoints = flags.keep_checkpoints;
+  o.log_every = flags.log_every;
+  SetLogComponent("worker r" + std::to_string(o.rank));
+
+  MetricsServer metrics;
+  if (!flags.metrics_listen.empty()) {
+    st = metrics.Serve(flags.metrics_listen);
+    if (!st.ok()) return fail(st.WithContext("--metrics-listen"));
+    MLCD_LOG(INFO) << "metrics on http://" << flags.metrics_listen << "/metrics (port " << metrics.port() << ")";
+  }
+  o.metrics = &metrics;
+  o.on_event = [&progress](const nlohmann::json& event) { progress.Write(event); };
+
+  auto trainer = Trainer::Create(o);
+  if (!trainer.ok()) return fail(trainer.status());
+  st = (*trainer)->Run();
+  if (!st.ok()) return fail(st);
+  return 0;
+}
+
+CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<TrainFlags>();
+  CLI::App* cmd = app.add_subcommand("train",
+                                     "Train one rank of a gang: ViT + sharded MLCD loss over c10d, labels from "
+                                     "mlcd-labelstore, checkpoints, progress as JSON lines");
+  cmd->add_option("--spec", flags->spec_path,
+                  "job spec: YAML (mlcdctl submit form), or protobuf JSON of mlcd.v1.JobSpec when the name ends in "
+                  ".json; overrides the assignment's spec");
+  cmd->add_option("--assignment", flags->assignment_path,
+                  "protobuf JSON of mlcd.v1.Assignment (spec, rank, world size, rendezvous, round, epochs, label "
+                  "set, label store, resume checkpoint, checkpoint dir); explicit flags override its fields");
+  cmd->add_option("--rank", flags->rank, "this worker's rank")->envname("MLCD_RANK");
+  cmd->add_option("--world-size", flags->world_size, "ranks in the gang")->envname("MLCD_WORLD_SIZE");
+  cmd->add_option("--rendezvous", flags->rendezvous, "HOST:PORT of rank 0's c10d TCPStore (rank 0 serves it)")
+      ->envname("MLCD_RENDEZVOUS");
+  AddPeerFlag(*cmd, "labelstore", &flags->labelstore, "127.0.0.1:7610");
+  cmd->add_option("--label-set", flags->label_set, "label set to train on, e.g. job/<id>/r<round>");
+  cmd->add_option("--round", flags->round, "round of the job (0-based)");
+  cmd->add_option("--first-epoch", flags->first_epoch, "first epoch of the round to train (0-based)");
+  cmd->add_option("--end-epoch", flags->end_epoch,
+                  "train epochs [first, end) of the round (default: training.epochs_per_round)");
+  cmd->add_option("--checkpoint-dir", flags->checkpoint_dir,
+                  "checkpoint root shared by the gang (default: training.checkpoint_dir)");
+  cmd->add_option("--resume", flags->resume, "checkpoint directory, or a checkpoint root with LATEST, to resume from");
+  cmd->add_option("--metrics-listen", flags->metrics_listen, "serve Prometheus /metrics on HOST:PORT");
+  cmd->add_option("--progress-jsonl", flags->progress_jsonl,
+                  "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
+  cmd->add_option("--threads", flags->threads, "intra-op threads (default: training.threads_per_worker, else all)");
+  cmd->add_option("--keep-checkpoints", flags->keep_checkpoints, "keep the newest N checkpoints (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--log-every", flags->log_every, "log a progress line every N steps")->capture_default_str();
+  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")->capture_default_str();
+  cmd->callback([flags, cmd, exit_code] { *exit_code = RunTrain(*flags, *cmd); });
+});
+
+}  // namespace
+}  // namespace mlcd::worker
