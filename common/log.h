@@ -31,9 +31,15 @@ class LogMessage {
   std::ostringstream stream_;
 };
 
+// Turns the streamed expression into void so MLCD_LOG works as one expression (no dangling
+// else when used under an unbraced if).
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
+
 }  // namespace mlcd
 
-#define MLCD_LOG(level)                                         \
-  if (!::mlcd::LogEnabled(::mlcd::LogLevel::k##level)) {        \
-  } else                                                        \
-    ::mlcd::LogMessage(::mlcd::LogLevel::k##level, __FILE__, __LINE__).stream()
+#define MLCD_LOG(level)                                  \
+  !::mlcd::LogEnabled(::mlcd::LogLevel::k##level)        \
+      ? (void)0                                          \
+      : ::mlcd::LogVoidify() & ::mlcd::LogMessage(::mlcd::LogLevel::k##level, __FILE__, __LINE__).stream()

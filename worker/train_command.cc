@@ -108,6 +108,7 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
     o.world_size = a.world_size() > 0 ? a.world_size() : 1;
     o.rendezvous = a.rendezvous_address();
     o.round = a.round();
+    o.job_id = a.job_id();
     o.first_epoch = a.first_epoch();
     o.end_epoch = a.end_epoch() > 0 ? a.end_epoch() : -1;
     o.label_set = a.label_set();

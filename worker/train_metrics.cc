@@ -20,8 +20,10 @@ prometheus::Histogram* MakeHistogram(prometheus::Registry& r, const char* name, 
 
 }  // namespace
 
-TrainMetrics::TrainMetrics(prometheus::Registry& r, int rank, const std::string& variant) {
-  const Labels l{{"rank", std::to_string(rank)}, {"variant", variant}};
+TrainMetrics::TrainMetrics(prometheus::Registry& r, const std::string& job_id, int round, int rank,
+                           const std::string& variant) {
+  const Labels l{{"job_id", job_id}, {"round", std::to_string(round)}, {"rank", std::to_string(rank)},
+                 {"variant", variant}};
   loss_ = MakeGauge(r, "mlcd_worker_loss", "Loss of the last training step (mean over the global batch).", l);
   samples_per_second_ =
       MakeGauge(r, "mlcd_worker_samples_per_second", "Global training samples per second of the last step.", l);

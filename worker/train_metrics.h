@@ -1,5 +1,6 @@
 // Prometheus metrics of `mlcd-worker train` (served on --metrics-listen at /metrics). Every
-// series carries the labels rank and variant (the loss variant) only:
+// series carries the labels job_id, round, rank and variant (the loss variant); one process
+// trains one (job, round, rank), so none of them grows without bound within a process:
 //   mlcd_worker_loss                          gauge      loss of the last step (global batch mean)
 //   mlcd_worker_samples_per_second            gauge      global samples/s of the last step
 //   mlcd_worker_mean_positive_cosine          gauge      paper Fig. 3 quantities, last step
@@ -48,7 +49,8 @@ struct StepReport {
 
 class TrainMetrics {
  public:
-  TrainMetrics(prometheus::Registry& registry, int rank, const std::string& variant);
+  TrainMetrics(prometheus::Registry& registry, const std::string& job_id, int round, int rank,
+               const std::string& variant);
 
   void RecordStep(const StepReport& report);
   void RecordCheckpoint(double seconds);

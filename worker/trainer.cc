@@ -160,7 +160,9 @@ Status Trainer::Impl::Init() {
 
   checkpoint_root = options.checkpoint_dir.empty() ? spec.training().checkpoint_dir() : options.checkpoint_dir;
   if (options.metrics) {
-    metrics = std::make_unique<TrainMetrics>(options.metrics->registry(), options.rank, spec.loss().variant());
+    metrics = std::make_unique<TrainMetrics>(options.metrics->registry(),
+                                             options.job_id.empty() ? "standalone" : options.job_id, options.round,
+                                             options.rank, spec.loss().variant());
   }
   const auto& o = spec.optimizer();
   lr.peak_lr = o.lr();

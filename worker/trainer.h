@@ -37,6 +37,8 @@ struct TrainerOptions {
   std::string labelstore_address;
   std::string label_set;
   int round = 0;
+  // Job id, used only as the job_id label of the metrics (empty = "standalone").
+  std::string job_id;
   // Epochs [first_epoch, end_epoch) of the round; end_epoch < 0 = training.epochs_per_round.
   int first_epoch = 0;
   int end_epoch = -1;

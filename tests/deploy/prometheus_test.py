@@ -10,7 +10,7 @@ the dashboards and rules is evaluated through Prometheus's HTTP API.
 2. deploy/prometheus/prometheus-local.yml, with its targets pointed at those ports, a short
    scrape/evaluation interval and rules.yml, is checked with promtool and served by a real
    /usr/bin/prometheus on a free loopback port with its own TSDB in a temp dir.
-3. examples/tiny-test-job.yaml (a few more steps per epoch, so its training process lives
+3. examples/tiny-test-job.yaml (more images, a wider model and 32 steps per epoch, so its training process lives
    for several scrapes) is submitted with `mlcdctl submit --wait` and must SUCCEED.
 4. Through /api/v1/query and /api/v1/query_range:
    * every recording rule's expression and every recorded series returns data over the
@@ -192,8 +192,12 @@ def main():
         # 3. The tiny job.
         spec = yaml.safe_load(open(os.path.join(src, "examples", "tiny-test-job.yaml")))
         spec["metadata"]["name"] = "prometheus-test"
+        # Train long enough (a few seconds per round) that every worker series is scraped
+        # several times while its training process lives, so rates and ratios have data.
+        spec["spec"]["dataset"]["limit"] = 2048
+        spec["spec"]["model"].update({"width": 64, "depth": 2})
         training = spec["spec"].setdefault("training", {})
-        training["max_steps_per_epoch"] = max(int(training.get("max_steps_per_epoch", 0) or 0), 12)
+        training["max_steps_per_epoch"] = 32
         spec_path = os.path.join(tmp, "job.yaml")
         yaml.safe_dump(spec, open(spec_path, "w"))
         start = time.time() - 1

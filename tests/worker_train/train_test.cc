@@ -381,13 +381,15 @@ TEST_F(TrainTest, InProcessTrainerExportsMetrics) {
   EXPECT_EQ((*trainer)->summary().steps_run, 6);
   EXPECT_TRUE((*trainer)->summary().last_checkpoint.empty());  // no checkpoint dir given
   const std::string page = HttpGet(metrics.port(), "/metrics");
-  for (const char* series :
-       {"mlcd_worker_loss{rank=\"0\",variant=\"mlcd\"}", "mlcd_worker_samples_per_second{rank=\"0\",variant=\"mlcd\"}",
-        "mlcd_worker_mean_positive_cosine{", "mlcd_worker_mean_negative_cosine{", "mlcd_worker_learning_rate{",
-        "mlcd_worker_label_wait_seconds_count{rank=\"0\",variant=\"mlcd\"} 6",
-        "mlcd_worker_backbone_seconds_count{rank=\"0\",variant=\"mlcd\"} 6",
-        "mlcd_worker_classification_layer_seconds_count{", "mlcd_worker_collective_seconds_count{",
-        "mlcd_worker_steps_total{rank=\"0\",variant=\"mlcd\"} 6", "mlcd_worker_samples_total{rank=\"0\",variant=\"mlcd\"} 288"}) {
+  const std::string labels = "{job_id=\"standalone\",rank=\"0\",round=\"0\",variant=\"mlcd\"}";
+  for (const std::string& series :
+       {"mlcd_worker_loss" + labels, "mlcd_worker_samples_per_second" + labels,
+        std::string("mlcd_worker_mean_positive_cosine{"), std::string("mlcd_worker_mean_negative_cosine{"),
+        std::string("mlcd_worker_learning_rate{"), "mlcd_worker_label_wait_seconds_count" + labels + " 6",
+        "mlcd_worker_backbone_seconds_count" + labels + " 6",
+        std::string("mlcd_worker_classification_layer_seconds_count{"),
+        std::string("mlcd_worker_collective_seconds_count{"), "mlcd_worker_steps_total" + labels + " 6",
+        "mlcd_worker_samples_total" + labels + " 288"}) {
     EXPECT_NE(page.find(series), std::string::npos) << series << "\n" << page;
   }
   EXPECT_EQ(events.back()["event"], "finished");
