@@ -164,6 +164,9 @@ void PrintJobText(const v1::Job& job) {
     std::printf("evaluation  linear probe %.2f%% (lambda %g), kNN %.2f%% on %llu test images\n",
                 100 * e.linear_probe_accuracy(), e.linear_probe_lambda(), 100 * e.knn_accuracy(),
                 static_cast<unsigned long long>(e.test_samples()));
+    if (e.mean_positive_cosine() != 0 || e.mean_negative_cosine() != 0)
+      std::printf("            mean cosine to positive / negative centres %.4f / %.4f (paper Fig. 3)\n",
+                  e.mean_positive_cosine(), e.mean_negative_cosine());
   }
   if (!job.phase_seconds().empty()) {
     std::printf("phases     ");

@@ -17,6 +17,7 @@
 #include "common/metrics.h"
 #include "mlcd/v1/coordinator.pb.h"
 #include "worker/command.h"
+#include "worker/command_io.h"
 #include "worker/trainer.h"
 
 namespace mlcd::worker {
@@ -43,48 +44,16 @@ struct TrainFlags {
   std::string log_level = "info";
 };
 
-// One JSON object per line to stdout ('-') or a file; flushed per line.
-class ProgressWriter {
- public:
-  Status Open(const std::string& path) {
-    if (path.empty()) return Status::Ok();
-    if (path == "-") {
-      out_ = &std::cout;
-      return Status::Ok();
-    }
-    file_.open(path, std::ios::app);
-    if (!file_) return Status::InvalidArgument("cannot open --progress-jsonl file " + path + " for appending");
-    out_ = &file_;
-    return Status::Ok();
-  }
-  void Write(const nlohmann::json& event) {
-    if (!out_) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    (*out_) << event.dump() << "\n";
-    out_->flush();
-  }
-
- private:
-  std::mutex mu_;
-  std::ostream* out_ = nullptr;
-  std::ofstream file_;
-};
-
 bool Given(const CLI::Option* opt, const char* env) { return opt->count() > 0 || (env && std::getenv(env)); }
 
 int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
-  ProgressWriter progress;
+  cli::JsonLines progress;
   auto fail = [&](const Status& st) {
     MLCD_LOG(ERROR) << st.ToString();
     progress.Write(nlohmann::json{{"event", "error"}, {"message", st.ToString()}});
     return 1;
   };
-  LogLevel level;
-  if (!ParseLogLevel(flags.log_level, &level)) {
-    std::cerr << "--log-level must be debug, info, warning or error\n";
-    return 2;
-  }
-  SetLogLevel(level);
+  if (!cli::ApplyLogLevelFlag(flags.log_level)) return 2;
   Status st = progress.Open(flags.progress_jsonl);
   if (!st.ok()) return fail(st);
 
@@ -92,14 +61,9 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   // The assignment first; explicit flags override its fields.
   bool have_spec = false;
   if (!flags.assignment_path.empty()) {
-    auto text = ReadFileToString(flags.assignment_path);
-    if (!text.ok()) return fail(text.status().WithContext("--assignment"));
-    v1::Assignment a;
-    auto ps = google::protobuf::util::JsonStringToMessage(*text, &a);
-    if (!ps.ok()) {
-      return fail(Status::InvalidArgument(flags.assignment_path +
-                                          ": not protobuf JSON of mlcd.v1.Assignment: " + ps.ToString()));
-    }
+    auto read = cli::ReadAssignment(flags.assignment_path);
+    if (!read.ok()) return fail(read.status().WithContext("--assignment"));
+    const v1::Assignment& a = *read;
     if (a.has_spec()) {
       o.spec = a.spec();
       have_spec = true;

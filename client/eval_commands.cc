@@ -1,0 +1,270 @@
+// mlcdctl eval: the evaluation of a checkpoint or of a job (docs/evaluation.md).
+//
+//   mlcdctl eval --checkpoint DIR [--spec job.yaml] [--test-limit N] ...
+//       runs the evaluation on this machine: `mlcd-worker eval` (the binary next to mlcdctl,
+//       or --worker-binary / $MLCD_WORKER_BINARY) as a child process, with a progress display,
+//       then prints the result (mlcd.v1.EvaluationResult; JSON with --output json).
+//   mlcdctl eval --job ID
+//       prints the evaluation the job's EVALUATING phase stored with it (also shown by
+//       `mlcdctl get`). With --rerun (or when the job has none yet but has a checkpoint) it
+//       evaluates the job's latest checkpoint here with the job's spec, as above; that result is
+//       printed, not stored with the job.
+// mlcdctl itself has no tensor code: all of the work happens in mlcd-worker.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/cli.h"
+#include "common/file_util.h"
+#include "common/grpc_server.h"
+#include "mlcd/v1/coordinator.grpc.pb.h"
+
+namespace mlcd::cli {
+namespace {
+
+struct EvalOptions {
+  std::string checkpoint;
+  std::string job;
+  bool rerun = false;
+  std::string spec;
+  int64_t train_limit = -1;
+  int64_t test_limit = -1;
+  bool no_probe = false;
+  bool no_knn = false;
+  double lambda = 0;
+  int knn_k = 0;
+  std::string out;
+  int threads = 0;
+  std::string worker_binary;
+  bool verbose = false;
+};
+
+std::string WorkerBinary(const EvalOptions& o) {
+  if (!o.worker_binary.empty()) return o.worker_binary;
+  if (const char* env = std::getenv("MLCD_WORKER_BINARY")) return env;
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    std::string self(buf, static_cast<size_t>(n));
+    std::string sibling = self.substr(0, self.rfind('/')) + "/mlcd-worker";
+    if (::access(sibling.c_str(), X_OK) == 0) return sibling;
+  }
+  return "mlcd-worker";  // from PATH
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  o.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+void PrintResult(const Context& ctx, const v1::EvaluationResult& e, const std::string& source) {
+  if (ctx.format() == OutputFormat::kJson) {
+    std::printf("%s\n", ToJson(e).c_str());
+    return;
+  }
+  std::printf("evaluation of %s\n", source.c_str());
+  std::printf("  linear probe  %.2f%% (lambda %g)\n", 100 * e.linear_probe_accuracy(), e.linear_probe_lambda());
+  std::printf("  kNN           %.2f%%\n", 100 * e.knn_accuracy());
+  std::printf("  samples       %llu train, %llu test\n", static_cast<unsigned long long>(e.train_samples()),
+              static_cast<unsigned long long>(e.test_samples()));
+  if (e.mean_positive_cosine() != 0 || e.mean_negative_cosine() != 0)
+    std::printf("  cosines       positive %.4f, negative %.4f (paper Fig. 3)\n", e.mean_positive_cosine(),
+                e.mean_negative_cosine());
+  if (!e.checkpoint().empty()) std::printf("  checkpoint    %s\n", e.checkpoint().c_str());
+  std::printf("  time          %s\n", FormatDuration(e.seconds()).c_str());
+}
+
+// Runs `mlcd-worker eval` with progress events on its stdout; its log goes to `log_path`
+// (or our stderr with --verbose). Returns the result from the "finished" event.
+StatusOr<v1::EvaluationResult> RunWorkerEval(const EvalOptions& o, const std::vector<std::string>& args,
+                                             const std::string& log_path) {
+  const std::string binary = WorkerBinary(o);
+  std::vector<std::string> argv = {binary, "eval", "--progress-jsonl", "-"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return Status::Internal("pipe() failed");
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::Internal("fork() failed");
+  if (pid == 0) {
+    ::dup2(pipe_fds[1], 1);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    if (!o.verbose) {
+      int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 2);
+        ::close(fd);
+      }
+    }
+    std::vector<char*> cargv;
+    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    ::execvp(cargv[0], cargv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", binary.c_str(), std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(pipe_fds[1]);
+  FILE* in = ::fdopen(pipe_fds[0], "r");
+  ProgressDisplay display("eval");
+  v1::EvaluationResult result;
+  bool have_result = false;
+  std::string error;
+  char* line = nullptr;
+  size_t cap = 0;
+  while (::getline(&line, &cap, in) > 0) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) continue;
+    const std::string event = j.value("event", "");
+    if (event == "progress") {
+      double done = j.value("rows_done", 0.0), total = j.value("rows_total", 0.0);
+      std::string phase = j.value("phase", "");
+      std::string detail = phase + " " + std::to_string(static_cast<long long>(done)) + "/" +
+                           std::to_string(static_cast<long long>(total));
+      if (j.contains("validation_accuracy"))
+        detail = phase + ": lambda " + std::to_string(j.value("lambda", 0.0)) + " -> validation " +
+                 std::to_string(100 * j.value("validation_accuracy", 0.0)) + "%";
+      display.Update(total > 0 ? done / total : -1, detail);
+    } else if (event == "finished" && j.contains("evaluation")) {
+      google::protobuf::util::JsonParseOptions po;
+      po.ignore_unknown_fields = true;
+      have_result = google::protobuf::util::JsonStringToMessage(j["evaluation"].dump(), &result, po).ok();
+    } else if (event == "error") {
+      error = j.value("message", "");
+    }
+  }
+  std::free(line);
+  std::fclose(in);
+  int wstatus = 0;
+  ::waitpid(pid, &wstatus, 0);
+  display.Finish(have_result ? "done" : "failed");
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 127)
+    return Status::NotFound("cannot run " + binary + ": pass --worker-binary or set MLCD_WORKER_BINARY");
+  if (!have_result || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    if (error.empty()) error = "mlcd-worker eval exited without a result";
+    if (!o.verbose) error += " (log: " + log_path + ")";
+    // The worker's message carries its own status code name first ("NOT_FOUND: ...").
+    StatusCode code = StatusCode::kUnknown;
+    for (StatusCode c : {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kFailedPrecondition,
+                         StatusCode::kUnavailable, StatusCode::kDataLoss, StatusCode::kCancelled}) {
+      if (error.rfind(std::string(StatusCodeName(c)) + ":", 0) == 0) code = c;
+    }
+    return Status(code, error);
+  }
+  return result;
+}
+
+int RunEval(Context& ctx, const EvalOptions& o) {
+  if (o.checkpoint.empty() == o.job.empty())
+    return ctx.Fail(Status::InvalidArgument("give exactly one of --checkpoint DIR or --job ID"));
+  std::vector<std::string> args;
+  std::string source;
+  std::string tmp_dir;
+  if (!o.job.empty()) {
+    auto stub = v1::Coordinator::NewStub(MakeChannel(ctx.coordinator));
+    grpc::ClientContext context;
+    context.set_deadline(ctx.Deadline());
+    v1::GetJobRequest request;
+    request.set_id(o.job);
+    v1::Job job;
+    grpc::Status s = stub->GetJob(&context, request, &job);
+    if (!s.ok()) return ctx.Fail(FromGrpcStatus(s).WithContext("coordinator " + ctx.coordinator));
+    if (job.has_evaluation() && !o.rerun) {
+      PrintResult(ctx, job.evaluation(), "job " + job.id() + " (stored by its EVALUATING phase)");
+      return kExitOk;
+    }
+    if (job.checkpoint().empty())
+      return ctx.Fail(Status::FailedPrecondition("job " + job.id() + " has no evaluation and no checkpoint yet (state " +
+                                                 v1::JobState_Name(job.state()) + "); wait for it to train"));
+    source = "job " + job.id() + " checkpoint " + job.checkpoint();
+    char templ[] = "/tmp/mlcdctl-eval-XXXXXX";
+    if (!::mkdtemp(templ)) return ctx.Fail(Status::Internal("cannot create a temporary directory"));
+    tmp_dir = templ;
+    std::string spec_json;
+    google::protobuf::util::JsonPrintOptions po;
+    po.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(job.spec(), &spec_json, po);
+    Status w = WriteFileAtomically(tmp_dir + "/spec.json", spec_json);
+    if (!w.ok()) return ctx.Fail(w);
+    args = {"--checkpoint", job.checkpoint(), "--spec", tmp_dir + "/spec.json"};
+    if (!job.label_set().empty()) args.insert(args.end(), {"--label-set", job.label_set()});
+  } else {
+    if (!PathExists(o.checkpoint)) return ctx.Fail(Status::NotFound(o.checkpoint + ": no such checkpoint"));
+    source = "checkpoint " + o.checkpoint;
+    args = {"--checkpoint", o.checkpoint};
+    if (!o.spec.empty()) args.insert(args.end(), {"--spec", o.spec});
+  }
+  if (!ctx.labelstore.empty()) args.insert(args.end(), {"--labelstore", ctx.labelstore});
+  if (o.train_limit >= 0) args.insert(args.end(), {"--train-limit", std::to_string(o.train_limit)});
+  if (o.test_limit >= 0) args.insert(args.end(), {"--test-limit", std::to_string(o.test_limit)});
+  if (o.no_probe) args.push_back("--no-linear-probe");
+  if (o.no_knn) args.push_back("--no-knn");
+  if (o.lambda > 0) args.insert(args.end(), {"--lambda", std::to_string(o.lambda)});
+  if (o.knn_k > 0) args.insert(args.end(), {"--knn-k", std::to_string(o.knn_k)});
+  if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
+  std::string out = o.out;
+  if (out.empty()) {
+    if (tmp_dir.empty()) {
+      char templ[] = "/tmp/mlcdctl-eval-XXXXXX";
+      if (!::mkdtemp(templ)) return ctx.Fail(Status::Internal("cannot create a temporary directory"));
+      tmp_dir = templ;
+    }
+    out = tmp_dir;
+  }
+  args.insert(args.end(), {"--out", out});
+  Status made = MakeDirs(out);
+  if (!made.ok()) return ctx.Fail(made);
+  auto result = RunWorkerEval(o, args, out + "/eval.log");
+  if (!result.ok()) return ctx.Fail(result.status());
+  PrintResult(ctx, *result, source);
+  if (ctx.format() == OutputFormat::kText) std::printf("  written       %s/evaluation.json\n", out.c_str());
+  return kExitOk;
+}
+
+CommandRegistration reg(60, [](CLI::App& app, Context& ctx) {
+  auto o = std::make_shared<EvalOptions>();
+  auto* cmd = app.add_subcommand(
+      "eval",
+      "Evaluate a checkpoint or a job: linear probe (CLIP protocol: L-BFGS logistic regression on\n"
+      "frozen L2-normalised embeddings, lambda searched on a validation split of train, refit on\n"
+      "train+val, scored on test) and kNN (k 20, cosine, weights exp(s/0.07)).\n"
+      "  mlcdctl eval --checkpoint /data/jobs/<id>/ckpt     runs mlcd-worker eval on this machine\n"
+      "  mlcdctl eval --job <id>                            the result stored by the job's EVALUATING phase\n"
+      "  mlcdctl eval --job <id> --rerun                    re-evaluates the job's checkpoint here");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory, or a checkpoint root with LATEST");
+  cmd->add_option("--job", o->job, "job id (coordinator from --coordinator / MLCD_COORDINATOR)");
+  cmd->add_flag("--rerun", o->rerun, "with --job: evaluate the job's checkpoint here even if it has a result");
+  cmd->add_option("--spec", o->spec,
+                  "with --checkpoint: job spec for the evaluation dataset and settings (default: the checkpoint's)");
+  cmd->add_option("--train-limit", o->train_limit, "only the first N train images (0 = all)");
+  cmd->add_option("--test-limit", o->test_limit, "only the first N test images (0 = all)");
+  cmd->add_flag("--no-linear-probe", o->no_probe, "skip the linear probe");
+  cmd->add_flag("--no-knn", o->no_knn, "skip kNN");
+  cmd->add_option("--lambda", o->lambda, "fixed L2 strength instead of the search");
+  cmd->add_option("--knn-k", o->knn_k, "kNN neighbours (default 20)");
+  cmd->add_option("--out", o->out, "keep evaluation.json, evaluation-details.json and the log here");
+  cmd->add_option("--threads", o->threads, "threads of the evaluation (default: all cores)");
+  cmd->add_option("--worker-binary", o->worker_binary,
+                  "mlcd-worker executable (default: $MLCD_WORKER_BINARY, else the one next to mlcdctl)");
+  cmd->add_flag("--verbose,-v", o->verbose, "show the worker's log instead of keeping it in --out");
+  cmd->callback([&ctx, o] { ctx.exit_code = RunEval(ctx, *o); });
+});
+
+}  // namespace
+}  // namespace mlcd::cli

@@ -1,0 +1,106 @@
+// The evaluation inside a real job: the coordinator's tiny integration job (real
+// mlcd-labelstore, mlcd-clusterd, mlcd-coordinator and two `mlcd-worker agent` slots) with two
+// rounds and evaluation on. Round 1 re-clusters features the gang extracted with the round-0
+// model (EXTRACTING -> `mlcd-worker embed`); the job ends with EVALUATING (`mlcd-worker eval`),
+// whose result is stored with the job and shown by `mlcdctl get` and `mlcdctl eval --job`.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/file_util.h"
+#include "tests/coordinator/harness.h"
+#include "worker/eval_features.h"
+
+namespace mlcd::testing {
+namespace {
+
+using std::chrono::seconds;
+
+TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  ASSERT_TRUE(cluster.StartServices().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker(0).ok());
+  ASSERT_TRUE(cluster.StartWorker(1).ok());
+  ASSERT_TRUE(cluster.WaitForIdleWorkers(2, seconds(60)).ok()) << cluster.Logs();
+
+  TinyJob spec;
+  spec.name = "tiny-eval";
+  spec.rounds = 2;
+  spec.evaluation = true;
+  spec.eval_test_limit = 1000;
+  auto submitted = cluster.Submit(spec.Yaml(), "eval-job-test");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto done = cluster.WaitForJob(submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); },
+                                 seconds(400));
+  ASSERT_TRUE(done.ok()) << done.status().ToString() << cluster.Logs();
+  auto job = cluster.Get(submitted->id(), true);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message() << cluster.Logs();
+
+  std::vector<v1::JobState> transitions;
+  for (const auto& h : job->history())
+    if (h.kind() == "state") transitions.push_back(h.state());
+  EXPECT_EQ(transitions,
+            (std::vector<v1::JobState>{v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING, v1::JOB_STATE_TRAINING,
+                                       v1::JOB_STATE_EXTRACTING, v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING,
+                                       v1::JOB_STATE_TRAINING, v1::JOB_STATE_EVALUATING, v1::JOB_STATE_SUCCEEDED}));
+
+  // Round 1 clustered the round-0 model's own embeddings, extracted by the gang of 2.
+  ASSERT_EQ(job->rounds_size(), 2);
+  const auto& r1 = job->rounds(1);
+  EXPECT_NE(r1.feature_source().find("model"), std::string::npos) << r1.feature_source();
+  ASSERT_EQ(r1.feature_paths_size(), 2);
+  std::vector<std::string> shards(r1.feature_paths().begin(), r1.feature_paths().end());
+  auto features = worker::LoadLabelledFeatures(shards);
+  ASSERT_TRUE(features.ok()) << features.status().ToString();
+  EXPECT_EQ(features->features.rows, spec.limit);
+  EXPECT_EQ(features->features.cols, 32);
+  ASSERT_EQ(features->ids.size(), static_cast<size_t>(spec.limit));
+  for (int64_t i = 0; i < spec.limit; ++i) {
+    ASSERT_EQ(features->ids[i], i);
+    double norm = 0;
+    for (int64_t j = 0; j < 32; ++j) norm += features->features.row(i)[j] * features->features.row(i)[j];
+    ASSERT_NEAR(norm, 1.0, 1e-4);
+  }
+  EXPECT_EQ(r1.assign().num_samples(), static_cast<uint64_t>(spec.limit));
+
+  // The evaluation is stored with the job.
+  ASSERT_TRUE(job->has_evaluation());
+  const auto& e = job->evaluation();
+  EXPECT_EQ(e.train_samples(), static_cast<uint64_t>(spec.limit));
+  EXPECT_EQ(e.test_samples(), 1000u);
+  EXPECT_GT(e.linear_probe_accuracy(), 0.3);  // 10 classes: chance is 0.1
+  EXPECT_LE(e.linear_probe_accuracy(), 1.0);
+  EXPECT_GT(e.knn_accuracy(), 0.3);
+  EXPECT_GT(e.linear_probe_lambda(), 0);
+  EXPECT_EQ(e.checkpoint(), job->checkpoint());
+  EXPECT_GT(e.seconds(), 0);
+  // Fig. 3 quantities from the label store and the checkpoint's centres.
+  EXPECT_NE(e.mean_positive_cosine(), 0);
+  EXPECT_NE(e.mean_negative_cosine(), 0);
+  EXPECT_GT(e.mean_positive_cosine(), e.mean_negative_cosine());
+  EXPECT_LE(std::abs(e.mean_positive_cosine()), 1.0);
+
+  const std::string flag = "--coordinator=" + cluster.coordinator_address();
+  std::string out;
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "get", job->id()}, &out), 0) << out;
+  EXPECT_NE(out.find("linear probe"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "-o", "json", "eval", "--job", job->id()}, &out), 0) << out;
+  EXPECT_NE(out.find("\"linear_probe_accuracy\""), std::string::npos) << out;
+  // Re-evaluating the job's checkpoint on this machine (mlcdctl runs mlcd-worker eval).
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"),
+                       {flag, "--labelstore=" + cluster.labelstore_address(), "eval", "--job", job->id(), "--rerun",
+                        "--out", dir.Sub("rerun")},
+                       &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("linear probe"), std::string::npos) << out;
+  auto rerun = ReadFileToString(dir.Sub("rerun/evaluation.json"));
+  ASSERT_TRUE(rerun.ok());
+  EXPECT_NE(rerun->find("\"test_samples\": \"1000\""), std::string::npos) << *rerun;
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "eval", "--job", "no-such-job"}, &out), 3) << out;
+}
+
+}  // namespace
+}  // namespace mlcd::testing

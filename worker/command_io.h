@@ -1,0 +1,82 @@
+// Helpers shared by the `mlcd-worker train`, `embed` and `eval` command files: progress events
+// as JSON lines, the --log-level flag, reading an assignment file. Header-only; no torch.
+#pragma once
+
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <string>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "mlcd/v1/coordinator.pb.h"
+
+namespace mlcd::worker::cli {
+
+// Progress events, one JSON object per line, to a file (appended) or stdout ('-').
+class JsonLines {
+ public:
+  Status Open(const std::string& path) {
+    if (path.empty()) return Status::Ok();
+    if (path == "-") {
+      out_ = &std::cout;
+      return Status::Ok();
+    }
+    file_.open(path, std::ios::app);
+    if (!file_) return Status::InvalidArgument("cannot open --progress-jsonl file " + path + " for appending");
+    out_ = &file_;
+    return Status::Ok();
+  }
+  void Write(const nlohmann::json& event) {
+    if (!out_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    (*out_) << event.dump() << "\n";
+    out_->flush();
+  }
+  bool to_stdout() const { return out_ == &std::cout; }
+
+ private:
+  std::mutex mu_;
+  std::ostream* out_ = nullptr;
+  std::ofstream file_;
+};
+
+// Applies a --log-level value (debug, info, warning, error). False, after saying why on stderr,
+// when it is not one of them (the command then exits 2, a usage error).
+inline bool ApplyLogLevelFlag(const std::string& value) {
+  LogLevel level;
+  if (!ParseLogLevel(value, &level)) {
+    std::cerr << "--log-level must be debug, info, warning or error\n";
+    return false;
+  }
+  SetLogLevel(level);
+  return true;
+}
+
+// Reads protobuf JSON of mlcd.v1.Assignment.
+inline StatusOr<v1::Assignment> ReadAssignment(const std::string& path) {
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  v1::Assignment a;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  auto st = google::protobuf::util::JsonStringToMessage(text, &a, options);
+  if (!st.ok())
+    return Status::InvalidArgument(path + ": not protobuf JSON of mlcd.v1.Assignment: " + st.ToString());
+  return a;
+}
+
+// Protobuf message as a JSON object (proto field names, zero values included).
+inline nlohmann::json MessageToJsonObject(const google::protobuf::Message& m) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions o;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &text, o);
+  return nlohmann::json::parse(text, nullptr, false);
+}
+
+}  // namespace mlcd::worker::cli

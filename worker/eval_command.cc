@@ -1,0 +1,257 @@
+// `mlcd-worker eval`: the evaluation of a model (worker/eval_runner.h): linear probe (CLIP
+// protocol) and kNN on the labelled train/test splits, plus the paper's Fig. 3 cosines. What
+// the coordinator's EVALUATING phase runs (via the worker agent) and what `mlcdctl eval`
+// runs locally; docs/evaluation.md.
+//
+//   mlcd-worker eval --checkpoint ckpt/                                # a trained model
+//   mlcd-worker eval --spec job.yaml --random-init                     # the random-ViT baseline
+//   mlcd-worker eval --train-features tr.npy --test-features te.npy    # any features (+ .labels.npy)
+//   mlcd-worker eval --assignment a.json --progress-jsonl p.jsonl      # EVALUATE assignment
+//
+// Progress events (one JSON object per line):
+//   {"event":"started","rank":0,"world_size":1,"model":"..."}
+//   {"event":"progress","phase":"embed train"|"embed test"|"linear probe"|"knn","rows_done":..,"rows_total":..}
+//   {"event":"finished","evaluation":{<mlcd.v1.EvaluationResult>},"outputs":["<out>/evaluation.json",...]}
+//   {"event":"error","message":"..."}  (then exit status 1)
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "common/job_spec.h"
+#include "common/log.h"
+#include "worker/command.h"
+#include "worker/command_io.h"
+#include "worker/eval_runner.h"
+#include "worker/trainer.h"
+
+namespace mlcd::worker {
+namespace {
+
+struct EvalFlags {
+  std::string assignment;
+  std::string spec;
+  std::string checkpoint;
+  bool random_init = false;
+  std::vector<std::string> train_features, test_features, train_labels, test_labels;
+  int64_t train_limit = -1;
+  int64_t test_limit = -1;
+  bool no_probe = false;
+  bool no_knn = false;
+  int knn_k = 0;
+  double knn_temperature = 0;
+  double lambda = 0;
+  int max_iterations = 1000;
+  double validation_fraction = 0.2;
+  std::string label_set;
+  std::string labelstore;
+  std::string out;
+  bool keep_embeddings = false;
+  std::string result;
+  int rank = 0;
+  int world_size = 1;
+  std::string rendezvous;
+  int64_t batch_size = 256;
+  int threads = 0;
+  std::string progress_jsonl;
+  std::string output = "text";
+  std::string log_level = "info";
+};
+
+int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
+  cli::JsonLines progress;
+  auto fail = [&](const Status& st) {
+    MLCD_LOG(ERROR) << st.ToString();
+    progress.Write({{"event", "error"}, {"message", st.ToString()}});
+    return 1;
+  };
+  if (!cli::ApplyLogLevelFlag(flags.log_level)) return 2;
+  if (flags.output != "text" && flags.output != "json") {
+    std::cerr << "--output must be text or json\n";
+    return 2;
+  }
+  Status st = progress.Open(flags.progress_jsonl);
+  if (!st.ok()) return fail(st);
+
+  EvaluationOptions o;
+  o.checkpoint = flags.checkpoint;
+  o.rank = flags.rank;
+  o.world_size = flags.world_size;
+  o.rendezvous = flags.rendezvous;
+  o.output_dir = flags.out;
+  o.label_set = flags.label_set;
+  o.labelstore_address = flags.labelstore;
+  if (!flags.assignment.empty()) {
+    auto a = cli::ReadAssignment(flags.assignment);
+    if (!a.ok()) return fail(a.status().WithContext("--assignment"));
+    if (a->has_spec()) {
+      o.spec = a->spec();
+      o.has_spec = true;
+    }
+    if (o.checkpoint.empty()) o.checkpoint = a->resume_checkpoint();
+    if (o.output_dir.empty()) o.output_dir = a->output_dir();
+    if (o.label_set.empty()) o.label_set = a->label_set();
+    if (o.labelstore_address.empty()) o.labelstore_address = a->labelstore_address();
+    if (cmd.get_option("--rank")->count() == 0) o.rank = a->rank();
+    if (cmd.get_option("--world-size")->count() == 0) o.world_size = a->world_size() > 0 ? a->world_size() : 1;
+    if (o.rendezvous.empty()) o.rendezvous = a->rendezvous_address();
+    if (o.checkpoint.empty() && o.has_spec)
+      return fail(Status::InvalidArgument("the EVALUATE assignment names no checkpoint (resume_checkpoint)"));
+  }
+  if (!flags.spec.empty()) {
+    auto s = LoadJobSpecFile(flags.spec);
+    if (!s.ok()) return fail(s.status().WithContext("--spec"));
+    o.spec = *s;
+    o.has_spec = true;
+  }
+  o.train_features = flags.train_features;
+  o.test_features = flags.test_features;
+  o.train_labels = flags.train_labels;
+  o.test_labels = flags.test_labels;
+  const bool features = !o.train_features.empty() || !o.test_features.empty();
+  if (!features && o.checkpoint.empty()) {
+    if (!o.has_spec)
+      return fail(Status::InvalidArgument("nothing to evaluate: pass --checkpoint DIR, --train-features and "
+                                          "--test-features, or --spec FILE --random-init"));
+    if (!flags.random_init)
+      return fail(Status::InvalidArgument("no checkpoint given: pass --checkpoint DIR, or --random-init to evaluate "
+                                          "a randomly initialised model of the spec"));
+  }
+  if (flags.random_init && !o.checkpoint.empty())
+    return fail(Status::InvalidArgument("--random-init and a checkpoint exclude each other"));
+  o.train_limit = flags.train_limit;
+  o.test_limit = flags.test_limit;
+  if (flags.no_probe) o.run_probe = 0;
+  if (flags.no_knn) o.run_knn = 0;
+  o.knn_k = flags.knn_k;
+  o.knn_temperature = flags.knn_temperature;
+  o.probe.fixed_lambda = flags.lambda;
+  o.probe.solver.max_iterations = flags.max_iterations;
+  o.probe.validation_fraction = flags.validation_fraction;
+  o.batch_size = flags.batch_size;
+  o.keep_embeddings = flags.keep_embeddings;
+  // Threads: --threads; else, in a gang, training.threads_per_worker (the ranks share the
+  // machines like a training gang); else all cores (one evaluation process runs alone).
+  int threads = flags.threads;
+  if (o.has_spec) {
+    v1::JobSpec defaulted = o.spec;
+    ApplyJobSpecDefaults(&defaulted);
+    o.collective_timeout = std::chrono::seconds(defaulted.training().collective_timeout_seconds());
+    if (threads <= 0 && o.world_size > 1) threads = defaulted.training().threads_per_worker();
+  }
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  SetLogComponent("eval r" + std::to_string(o.rank));
+  o.on_event = [&progress](const nlohmann::json& e) { progress.Write(e); };
+  progress.Write({{"event", "started"},
+                  {"rank", o.rank},
+                  {"world_size", o.world_size},
+                  {"model", features ? "precomputed features" : (o.checkpoint.empty() ? "random init" : o.checkpoint)}});
+
+  auto report = RunEvaluation(o);
+  if (!report.ok()) return fail(report.status());
+  nlohmann::json done = {{"event", "finished"}};
+  if (report->has_result) {
+    done["evaluation"] = cli::MessageToJsonObject(report->result);
+    done["outputs"] = report->outputs;
+    if (!flags.result.empty() && flags.result != "-") {
+      st = WriteFileAtomically(flags.result, report->details.dump(2) + "\n");
+      if (!st.ok()) return fail(st.WithContext("--result"));
+    }
+    const v1::EvaluationResult& r = report->result;
+    if (!progress.to_stdout()) {
+      if (flags.output == "json") {
+        nlohmann::json j = {{"evaluation", done["evaluation"]}, {"details", report->details}};
+        std::printf("%s\n", j.dump(2).c_str());
+      } else {
+        const auto& d = report->details;
+        std::printf("model         %s\n", d.value("model", "").c_str());
+        std::printf("samples       %llu train, %llu test, embedding dim %d\n",
+                    static_cast<unsigned long long>(r.train_samples()),
+                    static_cast<unsigned long long>(r.test_samples()), d.value("embedding_dim", 0));
+        if (d.contains("linear_probe")) {
+          const auto& p = d["linear_probe"];
+          std::printf("linear probe  %.2f%% test accuracy (lambda %g chosen on %lld validation images, %zu fits, "
+                      "%.1f s)\n",
+                      100 * r.linear_probe_accuracy(), r.linear_probe_lambda(),
+                      static_cast<long long>(p.value("validation_samples", 0)), p["trials"].size(),
+                      p.value("seconds", 0.0));
+        }
+        if (d.contains("knn"))
+          std::printf("kNN           %.2f%% (k %d, T %g, %.1f s)\n", 100 * r.knn_accuracy(), d["knn"].value("k", 0),
+                      d["knn"].value("temperature", 0.0), d["knn"].value("seconds", 0.0));
+        if (d.contains("fig3"))
+          std::printf("cosines       mean positive %.4f, mean negative %.4f (paper Fig. 3)\n", r.mean_positive_cosine(),
+                      r.mean_negative_cosine());
+        if (!report->outputs.empty()) std::printf("written       %s\n", report->outputs[0].c_str());
+        std::printf("time          %.1f s\n", r.seconds());
+      }
+    }
+  }
+  progress.Write(done);
+  return 0;
+}
+
+CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<EvalFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "eval",
+      "Evaluate a model: embed the labelled train and test splits, fit a linear probe (CLIP protocol:\n"
+      "L-BFGS logistic regression, lambda searched on a validation split of train, refit on train+val,\n"
+      "scored on test) and run kNN (cosine, k 20, weights exp(s/0.07)); also the mean positive /\n"
+      "negative cosine of the final model (paper Fig. 3). Prints the result and writes evaluation.json.");
+  cmd->add_option("--assignment", flags->assignment,
+                  "protobuf JSON of an mlcd.v1.Assignment (EVALUATE): spec, resume_checkpoint, output_dir, "
+                  "label set and label store; explicit flags override it");
+  cmd->add_option("--spec", flags->spec,
+                  "job spec (YAML, or .json protobuf JSON): evaluation dataset and settings, and the model for "
+                  "--random-init (default: the checkpoint's spec)");
+  cmd->add_option("--checkpoint", flags->checkpoint, "checkpoint directory, or a checkpoint root with LATEST");
+  cmd->add_flag("--random-init", flags->random_init,
+                "evaluate the spec's model as initialised before training (the random-ViT baseline)");
+  cmd->add_option("--train-features", flags->train_features,
+                  "evaluate precomputed train features instead of a model (.npy files or shard directories)")
+      ->expected(1, 1 << 20);
+  cmd->add_option("--test-features", flags->test_features, "precomputed test features")->expected(1, 1 << 20);
+  cmd->add_option("--train-labels", flags->train_labels,
+                  "class labels of the train features (default: <shard>.labels.npy beside each shard)")
+      ->expected(1, 1 << 20);
+  cmd->add_option("--test-labels", flags->test_labels, "class labels of the test features")->expected(1, 1 << 20);
+  cmd->add_option("--train-limit", flags->train_limit,
+                  "only the first N train images (default: evaluation.train_limit; 0 = all)");
+  cmd->add_option("--test-limit", flags->test_limit,
+                  "only the first N test images (default: evaluation.test_limit; 0 = all)");
+  cmd->add_flag("--no-linear-probe", flags->no_probe, "skip the linear probe");
+  cmd->add_flag("--no-knn", flags->no_knn, "skip kNN");
+  cmd->add_option("--knn-k", flags->knn_k, "neighbours (default: evaluation.knn_k, 20)");
+  cmd->add_option("--knn-temperature", flags->knn_temperature, "vote temperature (default: 0.07)");
+  cmd->add_option("--lambda", flags->lambda, "use this L2 strength instead of the search (sklearn's 1/C)");
+  cmd->add_option("--max-iterations", flags->max_iterations, "L-BFGS iteration cap per fit")->capture_default_str();
+  cmd->add_option("--validation-fraction", flags->validation_fraction,
+                  "share of the train split held out for the lambda search")
+      ->capture_default_str();
+  cmd->add_option("--label-set", flags->label_set,
+                  "label set for the Fig. 3 cosines (default: the checkpoint's)");
+  cmd->add_option("--labelstore", flags->labelstore,
+                  "mlcd-labelstore address for the Fig. 3 cosines (not given: they are skipped)");
+  cmd->add_option("--out", flags->out, "write evaluation.json and evaluation-details.json here");
+  cmd->add_flag("--keep-embeddings", flags->keep_embeddings, "also write the embedded splits under --out");
+  cmd->add_option("--result", flags->result, "also write the details (trials, timings) as JSON to this file");
+  cmd->add_option("--rank", flags->rank, "rank in an evaluation gang")->envname("MLCD_RANK");
+  cmd->add_option("--world-size", flags->world_size, "gang size (ranks embed parts, rank 0 evaluates)")
+      ->envname("MLCD_WORLD_SIZE");
+  cmd->add_option("--rendezvous", flags->rendezvous, "HOST:PORT of rank 0's c10d TCPStore")
+      ->envname("MLCD_RENDEZVOUS");
+  cmd->add_option("--batch-size", flags->batch_size, "images per forward pass")->capture_default_str();
+  cmd->add_option("--threads", flags->threads,
+                  "intra-op threads (default: all cores; in a gang, training.threads_per_worker)");
+  cmd->add_option("--progress-jsonl", flags->progress_jsonl,
+                  "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
+  cmd->add_option("--output", flags->output, "result on stdout: text | json")->capture_default_str();
+  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")->capture_default_str();
+  cmd->callback([flags, cmd, exit_code] { *exit_code = RunEval(*flags, *cmd); });
+});
+
+}  // namespace
+}  // namespace mlcd::worker
