@@ -116,9 +116,10 @@ def split_epochs(spec, total_epochs):
     total_steps = total_epochs * steps_per_epoch
     if total_epochs % rounds == 0:
         spec["training"]["epochs_per_round"] = total_epochs // rounds
-    else:  # one shortened epoch per round
-        spec["training"]["epochs_per_round"] = 1
-        spec["training"]["max_steps_per_epoch"] = total_steps // rounds
+    else:  # ceil(total / rounds) shortened epochs per round
+        epochs_per_round = -(-total_epochs // rounds)
+        spec["training"]["epochs_per_round"] = epochs_per_round
+        spec["training"]["max_steps_per_epoch"] = total_steps // (rounds * epochs_per_round)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,6 +414,10 @@ def main():
     ap.add_argument("--json", default=None, help="output JSON (default bench/results/experiments[-suite].json)")
     ap.add_argument("--only", default="", help="comma-separated row names")
     ap.add_argument("--epochs", type=int, default=None, help="total training epochs per row (grid default 2)")
+    ap.add_argument("--steps-per-epoch", type=int, default=None,
+                    help="cap every epoch at N optimizer steps (training.max_steps_per_epoch)")
+    ap.add_argument("--eval-train-limit", type=int, default=None,
+                    help="train images of the evaluation (evaluation.train_limit; grid default 20000)")
     ap.add_argument("--write-md", action="store_true", help="also write the table for the best/main suites")
     ap.add_argument("--dry-run", action="store_true", help="print the specs, run nothing")
     ap.add_argument("--smoke", action="store_true",
@@ -428,6 +433,10 @@ def main():
         base = merge(base, {"training": {"max_steps_per_epoch": 12},
                             "evaluation": {"train_limit": 2000, "test_limit": 1000}})
         args.json = args.json.replace(".json", "-smoke.json")
+    if args.steps_per_epoch:
+        base = merge(base, {"training": {"max_steps_per_epoch": args.steps_per_epoch}})
+    if args.eval_train_limit:
+        base = merge(base, {"evaluation": {"train_limit": args.eval_train_limit}})
     if args.epochs:
         epochs = args.epochs
     if epochs is None:
@@ -440,7 +449,9 @@ def main():
         "cpus": os.cpu_count(),
         "base_spec": base,
         "total_epochs_per_row": epochs,
-        "budget": (f"model {base['model']} ; {epochs} epochs of Fashion-MNIST train (60000 images) per row in total "
+        "budget": (f"model {base['model']} ; {epochs} epochs of Fashion-MNIST train (60000 images) per row in total"
+                   + (f", each capped at {t['max_steps_per_epoch']} optimizer steps"
+                      if t.get("max_steps_per_epoch") else "") + " "
                    f"(multi-round rows split them over their rounds), global batch {t['batch_size']}, "
                    f"{t['world_size']} workers x {t['threads_per_worker']} thread, seed {t['seed']}; "
                    f"pixel k-means k = {base['clustering']['k']} ({base['clustering']['niter']} iterations); "
