@@ -147,17 +147,13 @@ torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64
   return out.contiguous();
 }
 
-BatchLoader::BatchLoader(const BatchLoaderOptions& options) : options_(options) {
+BatchLoader::BatchLoader(const BatchLoaderOptions& options) : options_(options), queue_(options.queue_depth) {
   num_batches_ = BatchSchedule(options_.schedule).num_batches();
   thread_ = std::thread([this] { Run(); });
 }
 
 BatchLoader::~BatchLoader() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  queue_.Stop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -166,11 +162,7 @@ void BatchLoader::Run() {
   BatchSchedule schedule(options_.schedule);
   const ImageDataset& ds = *options_.dataset;
   for (int64_t index = 0; index < num_batches_; ++index) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || static_cast<int>(queue_.size()) < std::max(1, options_.queue_depth); });
-      if (stop_) return;
-    }
+    if (!queue_.WaitForRoom()) return;
     LoadedBatch batch;
     batch.index = index;
     batch.position = schedule.Position(index);
@@ -188,25 +180,16 @@ void BatchLoader::Run() {
       }
     }
     const bool failed = !item.ok();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(item));
-    }
-    cv_.notify_all();
+    queue_.Push(std::move(item));
     if (failed) return;
   }
 }
 
 StatusOr<LoadedBatch> BatchLoader::Next() {
   if (next_index_ >= num_batches_) return Status::OutOfRange("no more batches in this schedule");
-  const auto start = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !queue_.empty(); });
-  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  StatusOr<LoadedBatch> item = std::move(queue_.front());
-  queue_.pop_front();
-  lock.unlock();
-  cv_.notify_all();
+  double waited = 0;
+  StatusOr<LoadedBatch> item = queue_.Pop(&waited);
+  wait_seconds_ += waited;
   if (item.ok()) ++next_index_;
   return item;
 }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/prefetch_queue.h"
 #include "common/status.h"
 #include "mlcd/v1/job.pb.h"
 #include "worker/sample_order.h"
@@ -142,10 +143,7 @@ class BatchLoader {
   int64_t num_batches_ = 0;
   int64_t next_index_ = 0;
   double wait_seconds_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<StatusOr<LoadedBatch>> queue_;
-  bool stop_ = false;
+  PrefetchQueue<StatusOr<LoadedBatch>> queue_;
   std::thread thread_;
 };
 

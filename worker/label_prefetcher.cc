@@ -6,18 +6,15 @@
 
 namespace mlcd::worker {
 
-LabelPrefetcher::LabelPrefetcher(const LabelPrefetcherOptions& options) : options_(options) {
+LabelPrefetcher::LabelPrefetcher(const LabelPrefetcherOptions& options)
+    : options_(options), queue_(options.depth) {
   options_.depth = std::max(1, options_.depth);
   num_batches_ = BatchSchedule(options_.schedule).num_batches();
   thread_ = std::thread([this] { Run(); });
 }
 
 LabelPrefetcher::~LabelPrefetcher() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  queue_.Stop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -32,10 +29,7 @@ Status LabelPrefetcher::Fetch(const std::vector<int64_t>& ids, labelstore::Label
       return st;
     }
     MLCD_LOG(WARNING) << "label store read failed (" << st.ToString() << "); retrying in " << backoff.count() << " ms";
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, backoff, [&] { return stop_; })) return Status::Cancelled("prefetcher stopped");
-    }
+    if (queue_.SleepUnlessStopped(backoff)) return Status::Cancelled("prefetcher stopped");
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
 }
@@ -44,11 +38,7 @@ void LabelPrefetcher::Run() {
   BatchSchedule schedule(options_.schedule);
   labelstore::LabelBatch rows;
   for (int64_t index = 0; index < num_batches_; ++index) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || static_cast<int>(queue_.size()) < options_.depth; });
-      if (stop_) return;
-    }
+    if (!queue_.WaitForRoom()) return;
     BatchLabels out;
     out.index = index;
     schedule.LocalIds(index, &out.ids);
@@ -75,26 +65,15 @@ void LabelPrefetcher::Run() {
     }
     StatusOr<BatchLabels> item = st.ok() ? StatusOr<BatchLabels>(std::move(out)) : StatusOr<BatchLabels>(st);
     const bool failed = !st.ok();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(item));
-    }
-    cv_.notify_all();
+    queue_.Push(std::move(item));
     if (failed) return;
   }
 }
 
 StatusOr<BatchLabels> LabelPrefetcher::Next() {
   if (next_index_ >= num_batches_) return Status::OutOfRange("no more batches in this schedule");
-  const auto start = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !queue_.empty(); });
-  last_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  StatusOr<BatchLabels> item = queue_.Pop(&last_wait_seconds_);
   total_wait_seconds_ += last_wait_seconds_;
-  StatusOr<BatchLabels> item = std::move(queue_.front());
-  queue_.pop_front();
-  lock.unlock();
-  cv_.notify_all();
   if (item.ok()) ++next_index_;
   return item;
 }

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/prefetch_queue.h"
 #include "common/status.h"
 #include "labelstore/client.h"
 #include "worker/sample_order.h"
@@ -77,10 +78,7 @@ class LabelPrefetcher {
   int64_t next_index_ = 0;
   double last_wait_seconds_ = 0;
   double total_wait_seconds_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<StatusOr<BatchLabels>> queue_;
-  bool stop_ = false;
+  PrefetchQueue<StatusOr<BatchLabels>> queue_;
   std::thread thread_;
 };
 
