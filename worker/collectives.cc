@@ -193,6 +193,24 @@ StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOpti
                              options.rendezvous,
                          message);
   }
+  // The process group's constructor returns once this rank's own connections are up, which
+  // can be before a peer has finished its handshake with it; a rank that then tore its group
+  // down at once (a short command, a test with no steps) would break that peer's join. A
+  // barrier makes Create() return only when every rank has joined, as the header promises.
+  // (NCCL connects lazily at the first collective, on the device the caller chose; no barrier.)
+  ok = g.nccl || CatchAll(
+      [&] {
+        ::c10d::BarrierOptions barrier_options;
+        barrier_options.timeout = options.timeout;
+        g.pg->barrier(barrier_options)->wait();
+      },
+      &message);
+  if (!ok) {
+    return ClassifyError("rank " + std::to_string(options.rank) + " waiting for the other " +
+                             std::to_string(options.world_size - 1) + " ranks of the process group at " +
+                             options.rendezvous,
+                         message);
+  }
   MLCD_LOG(DEBUG) << "rank " << options.rank << "/" << options.world_size << " joined the "
                   << (g.nccl ? "nccl" : "gloo") << " group at " << options.rendezvous;
   return c;
