@@ -2,6 +2,7 @@
 //
 //   mlcdctl cluster --features feats/ --k 1000 --out centroids.npy
 //   mlcdctl assign --features feats/ --centroids centroids.npy --l 8 --label-set demo/r0
+//   mlcdctl --labelstore ADDR assign ...   (the daemon writes to ADDR instead of its own store)
 //
 // Relative paths are made absolute against the current directory before they are sent (the
 // daemon must see the same filesystem); --remote-paths sends them unchanged, to be resolved
@@ -178,6 +179,9 @@ struct AssignFlags {
   int recall_sample = 10000;
   std::string class_labels;
   bool replace = false;
+  // Where the daemon writes the label set: the global --labelstore / MLCD_LABELSTORE when given
+  // (else empty: the daemon's own --labelstore); --into-labelstore is its deprecated alias.
+  std::string labelstore;
   std::string into_labelstore;
   std::vector<std::string> metadata;
 };
@@ -188,7 +192,7 @@ int RunAssign(const Context& ctx, const AssignFlags& f) {
   req.set_centroids_path(Absolute(f.centroids, f.features.remote_paths));
   req.set_l(f.l);
   req.set_label_set(f.label_set);
-  req.set_labelstore(f.into_labelstore);
+  req.set_labelstore(f.into_labelstore.empty() ? f.labelstore : f.into_labelstore);
   req.set_method(f.method == "hnsw" ? v1::SEARCH_METHOD_HNSW
                  : f.method == "ivf" ? v1::SEARCH_METHOD_IVF
                                      : v1::SEARCH_METHOD_EXACT);
@@ -295,10 +299,23 @@ CommandRegistration reg(40, [](CLI::App& app, Context& ctx) {
   assign->add_option("--class-labels", assign_flags->class_labels,
                      "true class per row (.npy int): report the paper's A.8 label recall and NMI");
   assign->add_flag("--replace", assign_flags->replace, "delete an existing label set of that name first");
-  assign->add_option("--into-labelstore", assign_flags->into_labelstore,
-                     "label store the daemon writes to (default: the daemon's own --labelstore)");
+  // Deprecated spelling of the global --labelstore, kept for old scripts; not in --help.
+  assign->add_option("--into-labelstore", assign_flags->into_labelstore)->group("");
   assign->add_option("--metadata", assign_flags->metadata, "KEY=VALUE stored with the label set (repeatable)");
-  assign->callback([&ctx, assign_flags] { ctx.exit_code = RunAssign(ctx, *assign_flags); });
+  assign->footer(
+      "The daemon writes the label set to the label store named by the global --labelstore ADDR\n"
+      "(or MLCD_LABELSTORE) when one is given, else to its own --labelstore. The address is dialled\n"
+      "by the daemon, so it must be reachable from there.");
+  assign->callback([&app, &ctx, assign_flags] {
+    // The global flag counts when given on the command line or through MLCD_LABELSTORE; its
+    // default (a local store) must not override the daemon's own --labelstore.
+    const CLI::Option* global = app.get_option_no_throw("--labelstore");
+    assign_flags->labelstore = global && global->count() > 0 ? ctx.labelstore : "";
+    if (!assign_flags->into_labelstore.empty()) {
+      std::cerr << "warning: --into-labelstore is deprecated; use the global flag: mlcdctl --labelstore ADDR assign ...\n";
+    }
+    ctx.exit_code = RunAssign(ctx, *assign_flags);
+  });
 });
 
 }  // namespace

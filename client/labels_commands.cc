@@ -9,6 +9,9 @@
 //   mlcdctl labels delete --name S [--allow-missing]
 //   mlcdctl labels bench --name S [--batch 1024] [--seconds 2]   (read throughput from here)
 //
+// `put` checks the whole file (labels in [0, k), l columns, finite scores, unique ids) before it
+// sends anything, so a bad row halfway leaves the set unchanged.
+//
 // The store's address comes from --labelstore or MLCD_LABELSTORE. --output json prints one
 // JSON document (numbers as numbers) instead of text. Exit codes as in `mlcdctl --help`.
 #include <nlohmann/json.hpp>
@@ -285,6 +288,20 @@ int RunPut(const Context& ctx, const PutArgs& args) {
   if (!info->with_scores() && !scores.empty()) {
     return ctx.Fail(Status::InvalidArgument("label set '" + args.name +
                                             "' was created without scores; drop --scores"));
+  }
+  // Check every row before opening the stream: the store commits each message on its own, so a
+  // bad row that only the server saw would leave the messages before it written.
+  const labelstore::LabelSetShape shape{info->num_classes(), l, info->with_scores()};
+  Status valid = labelstore::ValidateLabelRows(ids.data(), ids.size(), labels, scores.empty() ? nullptr : scores.data(),
+                                               shape);
+  if (valid.ok() && !args.ids_path.empty()) {
+    std::vector<uint64_t> scratch;
+    valid = labelstore::CheckUniqueIds(ids.data(), ids.size(), args.ids_path, &scratch);
+  }
+  if (!valid.ok()) {
+    const std::string files = args.labels_path + (args.scores_path.empty() ? "" : " / " + args.scores_path);
+    return ctx.Fail(Status::InvalidArgument(files + ": " + valid.message() + "; nothing was written to '" +
+                                            args.name + "'"));
   }
 
   const size_t step = std::min(args.batch_rows, labelstore::MaxRowsPerMessage(l));

@@ -106,6 +106,10 @@ StatusOr<FeatureShards> FeatureShards::Open(const std::vector<std::string>& path
                                      "arr.astype(numpy.float32))");
     }
     if (m.cols() <= 0) return Status::InvalidArgument(file + ": feature dimension d is 0");
+    if (m.cols() > kMaxFeatureDim) {
+      return Status::InvalidArgument(file + ": feature dimension d = " + std::to_string(m.cols()) +
+                                     " is larger than the supported " + std::to_string(kMaxFeatureDim));
+    }
     if (fs.d_ == 0) {
       fs.d_ = static_cast<int>(m.cols());
     } else if (m.cols() != fs.d_) {
@@ -178,8 +182,10 @@ Status FeatureShards::CheckFinite(const std::function<bool()>& should_stop) cons
     size_t row_bytes = static_cast<size_t>(d_) * NpyDtypeSize(shard.dtype());
     const char* base = static_cast<const char*>(shard.data());
     int64_t num_blocks = (n + kBlock - 1) / kBlock;
+    // Allocated up front: nothing inside the parallel region may throw (an exception leaving
+    // an OpenMP region terminates the process).
     std::vector<int64_t> block_bad(static_cast<size_t>(num_blocks), 0);
-    std::vector<std::vector<int64_t>> block_first(static_cast<size_t>(num_blocks));
+    std::vector<int64_t> block_first(static_cast<size_t>(num_blocks) * kShow, -1);
     constexpr int64_t kGroup = 64;  // blocks between cancellation checks
     for (int64_t g0 = 0; g0 < num_blocks; g0 += kGroup) {
       if (should_stop && should_stop()) return Status::Cancelled("cancelled while scanning features");
@@ -189,7 +195,7 @@ Status FeatureShards::CheckFinite(const std::function<bool()>& should_stop) cons
         int64_t r1 = std::min(n, (b + 1) * kBlock);
         for (int64_t r = b * kBlock; r < r1; ++r) {
           if (!RowFinite(base + r * row_bytes, d_, shard.dtype())) {
-            if (block_bad[b] < kShow) block_first[b].push_back(r);
+            if (block_bad[b] < kShow) block_first[b * kShow + block_bad[b]] = r;
             ++block_bad[b];
           }
         }
@@ -199,8 +205,8 @@ Status FeatureShards::CheckFinite(const std::function<bool()>& should_stop) cons
     std::vector<int64_t> first;
     for (int64_t b = 0; b < num_blocks; ++b) {
       bad += block_bad[b];
-      for (int64_t r : block_first[b])
-        if (first.size() < kShow) first.push_back(r);
+      for (int64_t i = 0; i < std::min<int64_t>(block_bad[b], kShow); ++i)
+        if (first.size() < kShow) first.push_back(block_first[b * kShow + i]);
     }
     if (bad > 0) {
       ++bad_files;
@@ -297,6 +303,13 @@ StatusOr<std::vector<int64_t>> ReadClassLabels(const std::string& path, int64_t 
     if (labels[i] < 0) {
       return Status::InvalidArgument(path + ": negative class label " + std::to_string(labels[i]) + " at row " +
                                      std::to_string(i));
+    }
+    // The quality report keeps counters per class id, so an id like 1e12 would be an
+    // allocation of terabytes rather than a report.
+    if (labels[i] >= kMaxClassId) {
+      return Status::InvalidArgument(path + ": class label " + std::to_string(labels[i]) + " at row " +
+                                     std::to_string(i) + " is too large; class ids must be in [0, " +
+                                     std::to_string(kMaxClassId) + ") (number the classes densely from 0)");
     }
   }
   return labels;

@@ -32,6 +32,9 @@ namespace mlcd::clusterd {
 // and class labels kept beside the shards). INVALID_ARGUMENT when nothing is found.
 StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths);
 
+// Largest feature dimension d a shard may have (d is kept as an int).
+constexpr int64_t kMaxFeatureDim = int64_t{1} << 24;
+
 class FeatureShards {
  public:
   // Opens and validates every shard (header, dtype, shape, size, same d) and the optional ids
@@ -87,9 +90,13 @@ class FeatureShards {
 // L2-normalises `n` rows of `d` floats in place (rows of norm 0 stay 0).
 void NormalizeRows(float* x, int64_t n, int d);
 
-// Reads a class-labels file (.npy of any integer dtype, one value per row, values >= 0) for
-// `expected_rows` rows. INVALID_ARGUMENT naming the file on a length mismatch or a negative
-// value.
+// Largest class id a class-labels file may hold, plus one (2^24: far above any real label
+// set, small enough that per-class counters stay cheap).
+constexpr int64_t kMaxClassId = int64_t{1} << 24;
+
+// Reads a class-labels file (.npy of any integer dtype, one value per row, values in
+// [0, kMaxClassId)) for `expected_rows` rows. INVALID_ARGUMENT naming the file (and the row)
+// on a length mismatch, a negative or a too large value.
 StatusOr<std::vector<int64_t>> ReadClassLabels(const std::string& path, int64_t expected_rows);
 
 }  // namespace mlcd::clusterd

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
+
+#include "clusterd/feature_source.h"
 
 namespace mlcd::clusterd {
 
@@ -95,7 +98,26 @@ StatusOr<LabelQuality> LabelQualityAccumulator::Finish() const {
     return Status::FailedPrecondition("label quality: " + std::to_string(rows_added_) + " of " +
                                       std::to_string(classes_.size()) + " rows were added");
   }
-  return ComputeLabelQuality(classes_, labels_, k_, l_);
+  // ComputeLabelQuality indexes counters by class and cluster id: check both ranges first.
+  for (size_t i = 0; i < classes_.size(); ++i) {
+    if (classes_[i] < 0 || classes_[i] >= kMaxClassId) {
+      return Status::InvalidArgument("label quality: class id " + std::to_string(classes_[i]) + " of row " +
+                                     std::to_string(i) + " is outside [0, " + std::to_string(kMaxClassId) + ")");
+    }
+  }
+  for (size_t i = 0; i < labels_.size(); ++i) {
+    if (labels_[i] < 0 || labels_[i] >= k_) {
+      return Status::Internal("label quality: cluster id " + std::to_string(labels_[i]) + " of row " +
+                              std::to_string(i / static_cast<size_t>(l_)) + " is outside [0, " + std::to_string(k_) +
+                              ")");
+    }
+  }
+  try {
+    return ComputeLabelQuality(classes_, labels_, k_, l_);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("label quality: out of memory for the counters of " + std::to_string(k_) +
+                                     " clusters");
+  }
 }
 
 }  // namespace mlcd::clusterd

@@ -37,7 +37,9 @@ class LabelQualityAccumulator {
   // Rows [first_row, first_row + rows) with their labels (rows x l, best first). Any order;
   // every row once.
   void Add(int64_t first_row, int64_t rows, const int32_t* labels);
-  // FAILED_PRECONDITION when some rows were never added.
+  // FAILED_PRECONDITION when some rows were never added, INVALID_ARGUMENT when a class id is
+  // outside [0, kMaxClassId), RESOURCE_EXHAUSTED when the counters cannot be allocated. Call it
+  // before committing anything that depends on its result.
   StatusOr<LabelQuality> Finish() const;
 
  private:

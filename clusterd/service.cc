@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "clusterd/assign.h"
 #include "clusterd/feature_source.h"
@@ -494,6 +495,14 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   MLCD_ASSIGN_OR_RETURN(AssignStats stats, AssignTopL(shards, centroids, k, params, callbacks, sink));
   MLCD_ASSIGN_OR_RETURN(v1::WriteLabelsResponse written, writer->Finish());
   if (should_stop && should_stop()) return Status::Cancelled("Assign cancelled before sealing the label set");
+  // Everything that can still fail runs before the set is sealed and kept: a failed call leaves
+  // no label set behind, so a retry does not meet ALREADY_EXISTS.
+  std::optional<LabelQuality> label_quality;
+  if (quality) {
+    StatusOr<LabelQuality> q = quality->Finish();
+    if (!q.ok()) return q.status().WithContext(Resolve(request.class_labels_path()));
+    label_quality = *q;
+  }
   MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo sealed, store.Seal(spec.name, /*require_open=*/true));
   if (sealed.num_samples() != static_cast<uint64_t>(shards.rows())) {
     return Status::DataLoss("label set " + spec.name + " holds " + std::to_string(sealed.num_samples()) +
@@ -512,8 +521,8 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   result->set_method(request.method() == v1::SEARCH_METHOD_UNSPECIFIED ? v1::SEARCH_METHOD_EXACT : request.method());
   result->set_label_set_samples(sealed.num_samples());
   if (params.method != SearchMethod::kExact) metrics_->approx_recall.Set(stats.approx_recall);
-  if (quality) {
-    MLCD_ASSIGN_OR_RETURN(LabelQuality q, quality->Finish());
+  if (label_quality) {
+    const LabelQuality& q = *label_quality;
     auto* out = result->mutable_quality();
     out->set_top1_recall(q.top1_recall);
     out->set_topl_recall(q.topl_recall);

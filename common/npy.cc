@@ -5,9 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "common/file_util.h"
 
@@ -69,6 +74,37 @@ bool DictValue(const std::string& dict, const std::string& key, std::string* val
   return true;
 }
 
+// Parses a shape tuple "(3, 4)", "(3,)" or "()" into `dims`: every element a non-negative
+// decimal integer below 2^63, a trailing comma allowed, nothing else.
+Status ParseShape(const std::string& text, const std::string& name, std::vector<int64_t>* dims) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(name + ": malformed .npy shape '" + text + "': " + why +
+                                   "; expected a tuple of non-negative integers like (3, 4)");
+  };
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')') return bad("not a parenthesised tuple");
+  const std::string inner = text.substr(1, text.size() - 2);
+  if (Trim(inner).empty()) return Status::Ok();  // () is a 0-d scalar
+  size_t pos = 0;
+  while (true) {
+    size_t comma = inner.find(',', pos);
+    std::string item = Trim(inner.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    const bool last = comma == std::string::npos;
+    if (item.empty()) {
+      // Only "(3,)": an empty item after the final comma of a non-empty tuple.
+      if (last && !dims->empty()) return Status::Ok();
+      return bad("empty dimension");
+    }
+    if (item[0] == '-') return bad("negative dimension " + item);
+    if (item.find_first_not_of("0123456789") != std::string::npos) return bad("dimension '" + item + "' is not an integer");
+    errno = 0;
+    unsigned long long v = std::strtoull(item.c_str(), nullptr, 10);
+    if (errno == ERANGE || v > static_cast<unsigned long long>(INT64_MAX)) return bad("dimension " + item + " is too large");
+    dims->push_back(static_cast<int64_t>(v));
+    if (last) return Status::Ok();
+    pos = comma + 1;
+  }
+}
+
 }  // namespace
 
 const char* NpyDescr(NpyDtype dtype) { return Info(dtype).descr; }
@@ -88,7 +124,9 @@ int64_t NpyHeader::cols() const {
   return c;
 }
 
-StatusOr<NpyHeader> ParseNpyHeader(const void* bytes, size_t size, const std::string& name) {
+namespace {
+
+StatusOr<NpyHeader> ParseNpyHeaderOrThrow(const void* bytes, size_t size, const std::string& name) {
   const auto* p = static_cast<const unsigned char*>(bytes);
   if (size < 10 || std::memcmp(p, "\x93NUMPY", 6) != 0) {
     return Status::InvalidArgument(name + ": not an .npy file (missing the \\x93NUMPY magic); "
@@ -116,7 +154,11 @@ StatusOr<NpyHeader> ParseNpyHeader(const void* bytes, size_t size, const std::st
       !DictValue(dict, "shape", &shape)) {
     return Status::InvalidArgument(name + ": malformed .npy header dict: " + Trim(dict));
   }
-  if (descr.size() >= 2) descr = descr.substr(1, descr.size() - 2);  // strip quotes
+  if (descr.size() < 2 || (descr.front() != '\'' && descr.front() != '"') || descr.back() != descr.front()) {
+    return Status::InvalidArgument(name + ": malformed .npy header: 'descr' must be a quoted dtype string like "
+                                          "'<f4', got " + descr);
+  }
+  descr = descr.substr(1, descr.size() - 2);  // strip quotes
   bool found = false;
   for (const auto& info : kDtypes) {
     // Accept '=' and '<' (native little-endian) and '|' for one-byte types.
@@ -141,22 +183,41 @@ StatusOr<NpyHeader> ParseNpyHeader(const void* bytes, size_t size, const std::st
                                    "(numpy.ascontiguousarray)");
   }
   if (fortran != "False") return Status::InvalidArgument(name + ": malformed fortran_order '" + fortran + "'");
-  // shape: "(3, 4)", "(3,)", "()"
-  std::string inner = shape.substr(1, shape.size() - 2);
-  size_t pos = 0;
-  while (pos < inner.size()) {
-    size_t comma = inner.find(',', pos);
-    std::string item = Trim(inner.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    if (!item.empty()) {
-      char* end = nullptr;
-      long long v = std::strtoll(item.c_str(), &end, 10);
-      if (*end != '\0' || v < 0) return Status::InvalidArgument(name + ": malformed shape " + shape);
-      header.shape.push_back(v);
+  MLCD_RETURN_IF_ERROR(ParseShape(shape, name, &header.shape));
+  // The byte size must be representable, so num_elements(), cols() and data_bytes() cannot
+  // overflow. Zero dimensions are skipped: a (0, d) array still needs a sane d.
+  int64_t total = static_cast<int64_t>(NpyDtypeSize(header.dtype));
+  for (int64_t d : header.shape) {
+    if (d != 0 && __builtin_mul_overflow(total, d, &total)) {
+      return Status::InvalidArgument(name + ": shape " + shape + " of " + NpyDtypeName(header.dtype) +
+                                     " overflows a 64-bit byte count; the header is corrupt");
     }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
   }
   return header;
+}
+
+// Resizes `v` to n values: RESOURCE_EXHAUSTED instead of std::bad_alloc.
+template <typename T>
+Status Allocate(std::vector<T>* v, size_t n, const std::string& path) {
+  try {
+    v->resize(n);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(path + ": cannot allocate " + std::to_string(n * sizeof(T)) +
+                                     " bytes to read it into memory");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<NpyHeader> ParseNpyHeader(const void* bytes, size_t size, const std::string& name) {
+  // The parser checks every index it uses; this only keeps a missed case from escaping as an
+  // exception (e.g. through an OpenMP region, where it would terminate the process).
+  try {
+    return ParseNpyHeaderOrThrow(bytes, size, name);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(name + ": malformed .npy header (" + e.what() + ")");
+  }
 }
 
 MappedNpy::MappedNpy(MappedNpy&& other) noexcept { *this = std::move(other); }
@@ -203,8 +264,8 @@ StatusOr<MappedNpy> MappedNpy::Open(const std::string& path) {
   out.map_ = map;
   out.map_size_ = size;
   MLCD_ASSIGN_OR_RETURN(out.header_, ParseNpyHeader(map, size, path));
-  size_t need = out.header_.data_offset + out.header_.data_bytes();
-  if (need > size) {
+  // data_offset <= size (checked by the parser); compare without adding to avoid overflow.
+  if (out.header_.data_bytes() > size - out.header_.data_offset) {
     return Status::DataLoss(path + ": truncated: the header promises " + std::to_string(out.header_.data_bytes()) +
                             " bytes of data but the file holds " + std::to_string(size - out.header_.data_offset));
   }
@@ -246,7 +307,8 @@ StatusOr<NpyArray> ReadNpy(const std::string& path) {
   NpyArray array;
   array.header = mapped.header();
   const auto* begin = static_cast<const uint8_t*>(mapped.data());
-  array.bytes.assign(begin, begin + mapped.header().data_bytes());
+  MLCD_RETURN_IF_ERROR(Allocate(&array.bytes, mapped.header().data_bytes(), path));
+  std::copy(begin, begin + mapped.header().data_bytes(), array.bytes.begin());
   array.header.data_offset = 0;
   return array;
 }
@@ -255,7 +317,8 @@ StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path, std::vect
   MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path));
   if (m.header().shape.size() > 2) return Status::InvalidArgument(path + ": expected a 1-d or 2-d array");
   size_t n = static_cast<size_t>(m.header().num_elements());
-  std::vector<int64_t> out(n);
+  std::vector<int64_t> out;
+  MLCD_RETURN_IF_ERROR(Allocate(&out, n, path));
   switch (m.dtype()) {
     case NpyDtype::kInt8: for (size_t i = 0; i < n; ++i) out[i] = m.data_as<int8_t>()[i]; break;
     case NpyDtype::kUint8: for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint8_t>()[i]; break;
@@ -281,7 +344,8 @@ StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path, std::vect
 StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path, std::vector<int64_t>* shape) {
   MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path));
   size_t n = static_cast<size_t>(m.header().num_elements());
-  std::vector<float> out(n);
+  std::vector<float> out;
+  MLCD_RETURN_IF_ERROR(Allocate(&out, n, path));
   switch (m.dtype()) {
     case NpyDtype::kFloat32: std::memcpy(out.data(), m.data(), n * 4); break;
     case NpyDtype::kFloat16: HalfToFloatN(m.data_as<uint16_t>(), out.data(), n); break;

@@ -49,13 +49,18 @@ struct NpyHeader {
 
 // Parses the magic, version and header dict at the start of `bytes`. `name` is used in
 // error messages (usually the path). Big-endian and Fortran-ordered arrays are rejected.
+// The header is untrusted input: 'descr', 'fortran_order' and 'shape' must be present, the
+// shape a tuple of non-negative integers whose byte size fits in int64 (so num_elements(),
+// cols() and data_bytes() of a parsed header never overflow); anything else is
+// INVALID_ARGUMENT naming the file. Never throws.
 StatusOr<NpyHeader> ParseNpyHeader(const void* bytes, size_t size, const std::string& name);
 
 // A read-only memory map of an .npy file. Movable, not copyable.
 class MappedNpy {
  public:
   // Opens and validates `path`: NOT_FOUND when missing, INVALID_ARGUMENT when not a valid
-  // C-order little-endian npy, DATA_LOSS when the file is shorter than its header says.
+  // C-order little-endian npy, DATA_LOSS when the file is shorter than its header says, so
+  // data() always holds data_bytes() readable bytes.
   static StatusOr<MappedNpy> Open(const std::string& path);
 
   MappedNpy(MappedNpy&& other) noexcept;
@@ -99,6 +104,7 @@ struct NpyArray {
   T* mutable_data_as() { return reinterpret_cast<T*>(bytes.data()); }
 };
 
+// The readers below return RESOURCE_EXHAUSTED when the copy cannot be allocated.
 StatusOr<NpyArray> ReadNpy(const std::string& path);
 
 // Reads a 1-d or 2-d integer array (any int/uint dtype) as int64, e.g. ids or labels.

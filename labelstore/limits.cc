@@ -106,31 +106,50 @@ Status ValidateWriteMessage(const v1::WriteLabelsRequest& request, const LabelSe
                                    std::to_string(request.scores_size()) +
                                    " scores (create the set with with_scores, or send no scores)");
   }
+  MLCD_RETURN_IF_ERROR(ValidateLabelRows(request.sample_ids().data(), n, request.labels().data(),
+                                         shape.with_scores ? request.scores().data() : nullptr, shape));
+  return CheckUniqueIds(request.sample_ids().data(), n, "one message", scratch);
+}
+
+Status ValidateLabelRows(const uint64_t* ids, size_t n, const int32_t* labels, const float* scores,
+                         const LabelSetShape& shape) {
+  const size_t l = static_cast<size_t>(shape.labels_per_sample);
   const int32_t k = shape.num_classes;
-  const int32_t* labels = request.labels().data();
-  for (size_t i = 0; i < n * l; ++i) {
-    if (labels[i] < 0 || labels[i] >= k) {
-      return Status::InvalidArgument("label " + std::to_string(labels[i]) + " of sample id " +
-                                     std::to_string(request.sample_ids(static_cast<int>(i / l))) + " (row " +
-                                     std::to_string(i / l) + ", column " + std::to_string(i % l) +
-                                     ") is outside [0, " + std::to_string(k) + ")");
-    }
-  }
-  if (shape.with_scores) {
-    const float* scores = request.scores().data();
-    for (size_t i = 0; i < n * l; ++i) {
-      if (!std::isfinite(scores[i])) {
-        return Status::InvalidArgument("score of row " + std::to_string(i / l) + ", column " +
-                                       std::to_string(i % l) + " is not finite");
+  std::string first;  // what is wrong with the first bad row
+  size_t bad_rows = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const int32_t* row = labels + r * l;
+    bool bad = false;
+    for (size_t c = 0; c < l && !bad; ++c) {
+      if (row[c] >= 0 && row[c] < k) continue;
+      bad = true;
+      if (first.empty()) {
+        first = "label " + std::to_string(row[c]) + " of sample id " + std::to_string(ids[r]) + " (row " +
+                std::to_string(r) + ", column " + std::to_string(c) + ") is outside [0, " + std::to_string(k) + ")";
       }
     }
+    for (size_t c = 0; scores && c < l && !bad; ++c) {
+      if (std::isfinite(scores[r * l + c])) continue;
+      bad = true;
+      if (first.empty()) {
+        first = "score of sample id " + std::to_string(ids[r]) + " (row " + std::to_string(r) + ", column " +
+                std::to_string(c) + ") is not finite";
+      }
+    }
+    bad_rows += bad;
   }
-  scratch->assign(request.sample_ids().begin(), request.sample_ids().end());
+  if (bad_rows == 0) return Status::Ok();
+  return Status::InvalidArgument(first + "; " + std::to_string(bad_rows) + " of " + std::to_string(n) + " rows " +
+                                 (bad_rows == 1 ? "is" : "are") + " bad (labels must be in [0, k), scores finite)");
+}
+
+Status CheckUniqueIds(const uint64_t* ids, size_t n, const std::string& where, std::vector<uint64_t>* scratch) {
+  scratch->assign(ids, ids + n);
   std::sort(scratch->begin(), scratch->end());
   auto dup = std::adjacent_find(scratch->begin(), scratch->end());
   if (dup != scratch->end()) {
-    return Status::InvalidArgument("duplicate ids: sample id " + std::to_string(*dup) +
-                                   " appears more than once in one message; send each id once per message");
+    return Status::InvalidArgument("duplicate ids: sample id " + std::to_string(*dup) + " appears more than once in " +
+                                   where + "; give each sample id once");
   }
   return Status::Ok();
 }

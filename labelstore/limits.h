@@ -50,6 +50,17 @@ struct LabelSetShape {
 Status ValidateWriteMessage(const v1::WriteLabelsRequest& request, const LabelSetShape& shape,
                             std::vector<uint64_t>* scratch);
 
+// Checks n rows of l labels (and l scores unless `scores` is null) against `shape`: every label
+// in [0, k), every score finite. INVALID_ARGUMENT describing the first bad row (sample id, row,
+// column, value) and how many of the n rows are bad. Used by ValidateWriteMessage, and by
+// clients to check a whole upload before sending any of it (each message commits on its own).
+Status ValidateLabelRows(const uint64_t* ids, size_t n, const int32_t* labels, const float* scores,
+                         const LabelSetShape& shape);
+
+// INVALID_ARGUMENT when a sample id occurs twice among `ids`; `where` names them in the
+// message ("one message", a file name). `scratch` is reused between calls.
+Status CheckUniqueIds(const uint64_t* ids, size_t n, const std::string& where, std::vector<uint64_t>* scratch);
+
 // Checks a GetLabels request's size (1..kMaxIdsPerRead ids, n * l <= kMaxValuesPerMessage).
 Status ValidateReadSize(size_t num_ids, int32_t labels_per_sample);
 

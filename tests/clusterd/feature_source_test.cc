@@ -297,6 +297,33 @@ TEST(FeatureShardsBadInput, ClassLabels) {
   auto negative = ReadClassLabels(dir.Sub("l.npy"), 3);
   ASSERT_FALSE(negative.ok());
   EXPECT_TRUE(Contains(negative.status().message(), "negative class label -1 at row 2"));
+
+  // A huge class id is rejected up front instead of sizing per-class counters by it.
+  std::vector<int64_t> huge = {0, 1000000000000, 2};
+  ASSERT_TRUE(WriteNpy(dir.Sub("huge.npy"), NpyDtype::kInt64, {3}, huge.data()).ok());
+  auto too_large = ReadClassLabels(dir.Sub("huge.npy"), 3);
+  ASSERT_FALSE(too_large.ok());
+  EXPECT_EQ(too_large.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(too_large.status().message(), dir.Sub("huge.npy") + ": class label 1000000000000 at row 1 is "
+                                                                            "too large; class ids must be in [0, 16777216)"))
+      << too_large.status().message();
+  std::vector<int64_t> edge = {0, kMaxClassId - 1, 2};
+  ASSERT_TRUE(WriteNpy(dir.Sub("edge.npy"), NpyDtype::kInt64, {3}, edge.data()).ok());
+  EXPECT_TRUE(ReadClassLabels(dir.Sub("edge.npy"), 3).ok());
+}
+
+TEST(FeatureShardsBadInput, MalformedHeaderIsAnErrorNotACrash) {
+  testing::TempDir dir;
+  // An empty 'shape' value used to throw std::out_of_range out of the npy reader.
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': , }";
+  dict.append(117 - dict.size(), ' ');
+  std::string bytes = std::string("\x93NUMPY\x01\x00\x76\x00", 10) + dict + "\n" + std::string(64, '\0');
+  ASSERT_TRUE(WriteFileAtomically(dir.Sub("bad.npy"), bytes).ok());
+  auto shards = FeatureShards::Open({dir.Sub("bad.npy")});
+  ASSERT_FALSE(shards.ok());
+  EXPECT_EQ(shards.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(shards.status().message(), dir.Sub("bad.npy") + ": malformed .npy shape"))
+      << shards.status().message();
 }
 
 }  // namespace

@@ -266,11 +266,30 @@ TEST_F(ClusterdIntegration, BadInputIsRejectedWithItsMessage) {
   auto bad_name = client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c4.npy"), 2, "bad name!"));
   EXPECT_EQ(bad_name.status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(PathExists(dir_->Sub("bad.npy")));
+  // A class id of 1e12 is rejected before any work (it used to size per-class counters after
+  // the set was sealed, so the call failed with UNKNOWN and a retry met ALREADY_EXISTS).
+  auto classes = ReadNpyAsInt64(dir_->Sub("comp.labels.npy"));
+  ASSERT_TRUE(classes.ok());
+  (*classes)[17] = 1000000000000;
+  ASSERT_TRUE(WriteNpy(dir_->Sub("huge.labels.npy"), NpyDtype::kInt64, {4000}, classes->data()).ok());
+  v1::AssignRequest huge = AssignRequest(dir_->Sub("feats"), dir_->Sub("c4.npy"), 2, "it/bad/classes");
+  huge.set_class_labels_path(dir_->Sub("huge.labels.npy"));
+  auto huge_class = client.Assign(huge);
+  EXPECT_EQ(huge_class.status().code(), StatusCode::kInvalidArgument) << huge_class.status().ToString();
+  EXPECT_NE(huge_class.status().message().find(dir_->Sub("huge.labels.npy") +
+                                               ": class label 1000000000000 at row 17 is too large"),
+            std::string::npos)
+      << huge_class.status().message();
   // No failed Assign left a label set behind.
   labelstore::LabelStoreClient store(labelstore_addr_);
   auto sets = store.List("it/bad/");
   ASSERT_TRUE(sets.ok());
   EXPECT_TRUE(sets->empty());
+  // So the same name works once the input is fixed.
+  huge.set_class_labels_path(dir_->Sub("comp.labels.npy"));
+  auto fixed = client.Assign(huge);
+  ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
+  EXPECT_TRUE(fixed->has_quality());
 }
 
 TEST_F(ClusterdIntegration, MlcdctlClusterAndAssign) {
@@ -300,6 +319,60 @@ TEST_F(ClusterdIntegration, MlcdctlClusterAndAssign) {
                            &out, env);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("k = 5000 is larger than the number of feature rows (4000)"), std::string::npos) << out;
+}
+
+// mlcdctl's global --labelstore / MLCD_LABELSTORE (one spelling everywhere) picks the store
+// the daemon writes to; without it the daemon uses its own --labelstore.
+TEST_F(ClusterdIntegration, MlcdctlAssignWritesToTheGlobalLabelstore) {
+  testing::ChildProcess other;
+  const std::string other_addr = "127.0.0.1:" + std::to_string(PickFreePort());
+  ASSERT_TRUE(other
+                  .Start(testing::BinPath("mlcd-labelstore"),
+                         {"--listen", other_addr, "--metrics-listen", "", "--data-dir", dir_->Sub("ls2")},
+                         dir_->Sub("labelstore2.log"))
+                  .ok());
+  ASSERT_TRUE(testing::WaitForServing(other_addr, std::chrono::seconds(30)).ok()) << other.Log();
+  ClusterdClient client(clusterd_addr_);
+  ASSERT_TRUE(client.Cluster(ClusterRequest(dir_->Sub("feats"), 5, 2, dir_->Sub("c5.npy"))).ok());
+  auto assign = [&](const std::string& name, std::vector<std::string> global, std::vector<std::string> env) {
+    std::vector<std::string> args = global;
+    for (const char* a : {"assign", "--features"}) args.push_back(a);
+    args.insert(args.end(), {dir_->Sub("feats"), "--centroids", dir_->Sub("c5.npy"), "--l", "2", "--label-set", name});
+    env.push_back("MLCD_CLUSTERD=" + clusterd_addr_);
+    std::string out;
+    int rc = testing::RunCommand(testing::BinPath("mlcdctl"), args, &out, env);
+    EXPECT_EQ(rc, 0) << out;
+    return out;
+  };
+  assign("it/global/flag", {"--labelstore", other_addr}, {});
+  assign("it/global/env", {}, {"MLCD_LABELSTORE=" + other_addr});
+  assign("it/global/default", {}, {"MLCD_LABELSTORE="});  // empty: as if unset
+
+  labelstore::LabelStoreClient own(labelstore_addr_), second(other_addr);
+  for (const char* name : {"it/global/flag", "it/global/env"}) {
+    auto info = second.Describe(name);
+    ASSERT_TRUE(info.ok()) << name << ": " << info.status().ToString();
+    EXPECT_EQ(info->state(), v1::LABEL_SET_STATE_SEALED);
+    EXPECT_EQ(info->num_samples(), 4000u);
+    EXPECT_EQ(own.Describe(name).status().code(), StatusCode::kNotFound) << name;
+  }
+  EXPECT_TRUE(own.Describe("it/global/default").ok());
+  EXPECT_EQ(second.Describe("it/global/default").status().code(), StatusCode::kNotFound);
+
+  // The old per-command spelling still works (hidden, with a warning) and is not in --help.
+  std::string help;
+  ASSERT_EQ(testing::RunCommand(testing::BinPath("mlcdctl"), {"assign", "--help"}, &help), 0) << help;
+  EXPECT_EQ(help.find("--into-labelstore"), std::string::npos) << help;
+  EXPECT_NE(help.find("global --labelstore ADDR"), std::string::npos) << help;
+  std::string out;
+  int rc = testing::RunCommand(testing::BinPath("mlcdctl"),
+                               {"assign", "--features", dir_->Sub("feats"), "--centroids", dir_->Sub("c5.npy"), "--l",
+                                "2", "--label-set", "it/global/old", "--into-labelstore", other_addr},
+                               &out, {"MLCD_CLUSTERD=" + clusterd_addr_});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--into-labelstore is deprecated"), std::string::npos) << out;
+  EXPECT_TRUE(second.Describe("it/global/old").ok());
+  other.Stop();
 }
 
 TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {

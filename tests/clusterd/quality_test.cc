@@ -54,5 +54,25 @@ TEST(LabelQuality, PerfectAndUninformativeClusterings) {
   EXPECT_DOUBLE_EQ(one.top1_recall, 2.0 / 6.0);
 }
 
+TEST(LabelQuality, FinishRejectsOutOfRangeIdsInsteadOfAllocating) {
+  // A class id of 1e12 would size the per-class counters at 8 TB.
+  LabelQualityAccumulator huge_class({0, 1000000000000, 1}, 2, 1);
+  std::vector<int32_t> labels = {0, 1, 1};
+  huge_class.Add(0, 3, labels.data());
+  auto q = huge_class.Finish();
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(q.status().message().find("class id 1000000000000 of row 1 is outside [0, 16777216)"), std::string::npos)
+      << q.status().message();
+
+  LabelQualityAccumulator bad_cluster({0, 1, 1}, 2, 1);
+  std::vector<int32_t> out_of_range = {0, 2, 1};
+  bad_cluster.Add(0, 3, out_of_range.data());
+  auto c = bad_cluster.Finish();
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("cluster id 2 of row 1 is outside [0, 2)"), std::string::npos)
+      << c.status().message();
+}
+
 }  // namespace
 }  // namespace mlcd::clusterd

@@ -91,6 +91,92 @@ TEST(Npy, RejectsBadFilesWithTheirName) {
   EXPECT_NE(co.status().message().find("unsupported dtype '<c8'"), std::string::npos);
 }
 
+// A version-1.0 file with `dict` as its header (padded like numpy does) followed by `data_bytes`
+// zero bytes.
+std::string NpyWithDict(const std::string& dict, size_t data_bytes) {
+  std::string padded = dict;
+  padded.append((64 - (10 + padded.size() + 1) % 64) % 64, ' ');
+  padded.push_back('\n');
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out.push_back(static_cast<char>(padded.size() & 0xff));
+  out.push_back(static_cast<char>(padded.size() >> 8));
+  return out + padded + std::string(data_bytes, '\0');
+}
+
+TEST(Npy, RejectsMalformedHeadersWithoutThrowing) {
+  testing::TempDir dir;
+  struct Case {
+    const char* file;
+    std::string shape;  // the value of 'shape' in the dict, verbatim
+    size_t data_bytes;
+    StatusCode code;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"empty.npy", "", 64, StatusCode::kInvalidArgument, "not a parenthesised tuple"},
+      {"unclosed.npy", "3, 4", 64, StatusCode::kInvalidArgument, "not a parenthesised tuple"},
+      {"word.npy", "(3, four)", 64, StatusCode::kInvalidArgument, "dimension 'four' is not an integer"},
+      {"float.npy", "(3.5,)", 64, StatusCode::kInvalidArgument, "dimension '3.5' is not an integer"},
+      {"hole.npy", "(3,,4)", 64, StatusCode::kInvalidArgument, "empty dimension"},
+      {"comma.npy", "(,)", 64, StatusCode::kInvalidArgument, "empty dimension"},
+      {"negative.npy", "(-1, 4)", 64, StatusCode::kInvalidArgument, "negative dimension -1"},
+      {"huge_dim.npy", "(99999999999999999999,)", 64, StatusCode::kInvalidArgument, "is too large"},
+      // 2^32 x 2^32 float32 = 2^66 bytes: the product must not wrap around to something small.
+      {"overflow.npy", "(4294967296, 4294967296)", 64, StatusCode::kInvalidArgument,
+       "overflows a 64-bit byte count"},
+      {"overflow0.npy", "(0, 4294967296, 4294967296)", 64, StatusCode::kInvalidArgument,
+       "overflows a 64-bit byte count"},
+      // Representable, but far more than the 64 bytes the file holds.
+      {"too_big.npy", "(1073741824, 1073741824)", 64, StatusCode::kDataLoss, "truncated"},
+      {"short.npy", "(3, 6)", 64, StatusCode::kDataLoss, "promises 72 bytes of data but the file holds 64"},
+  };
+  for (const Case& c : cases) {
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + c.shape + ", }";
+    ASSERT_TRUE(WriteFileAtomically(dir.Sub(c.file), NpyWithDict(dict, c.data_bytes)).ok());
+    auto m = MappedNpy::Open(dir.Sub(c.file));
+    ASSERT_FALSE(m.ok()) << c.file;
+    EXPECT_EQ(m.status().code(), c.code) << c.file << ": " << m.status().ToString();
+    EXPECT_NE(m.status().message().find(dir.Sub(c.file)), std::string::npos) << m.status().ToString();
+    EXPECT_NE(m.status().message().find(c.message), std::string::npos) << m.status().ToString();
+    // The readers built on MappedNpy report the same instead of allocating or throwing.
+    EXPECT_EQ(ReadNpy(dir.Sub(c.file)).status().code(), c.code) << c.file;
+    EXPECT_EQ(ReadNpyAsFloat32(dir.Sub(c.file)).status().code(), c.code) << c.file;
+  }
+
+  // Missing keys and an unquoted dtype.
+  const std::pair<const char*, std::string> dicts[] = {
+      {"no_shape.npy", "{'descr': '<f4', 'fortran_order': False, }"},
+      {"no_order.npy", "{'descr': '<f4', 'shape': (2,), }"},
+      {"no_descr.npy", "{'fortran_order': False, 'shape': (2,), }"},
+      {"shape_last.npy", "{'descr': '<f4', 'fortran_order': False, 'shape':"},
+  };
+  for (const auto& [file, dict] : dicts) {
+    ASSERT_TRUE(WriteFileAtomically(dir.Sub(file), NpyWithDict(dict, 8)).ok());
+    auto m = MappedNpy::Open(dir.Sub(file));
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << file << ": " << m.status().ToString();
+    EXPECT_NE(m.status().message().find("malformed .npy header dict"), std::string::npos) << m.status().ToString();
+  }
+  ASSERT_TRUE(WriteFileAtomically(dir.Sub("bare.npy"),
+                                  NpyWithDict("{'descr': <f4, 'fortran_order': False, 'shape': (2,), }", 8))
+                  .ok());
+  auto bare = MappedNpy::Open(dir.Sub("bare.npy"));
+  EXPECT_EQ(bare.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bare.status().message().find("must be a quoted dtype string"), std::string::npos)
+      << bare.status().ToString();
+
+  // Well-formed variants still parse: a 1-d tuple with its trailing comma, spaces, a scalar and
+  // an empty array whose other dimension is large.
+  const std::pair<std::string, std::vector<int64_t>> good[] = {
+      {"(2,)", {2}}, {"( 1 , 2 )", {1, 2}}, {"()", {}}, {"(0, 4294967296)", {0, 4294967296}}};
+  for (const auto& [shape, dims] : good) {
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+    ASSERT_TRUE(WriteFileAtomically(dir.Sub("good.npy"), NpyWithDict(dict, 8)).ok());
+    auto m = MappedNpy::Open(dir.Sub("good.npy"));
+    ASSERT_TRUE(m.ok()) << shape << ": " << m.status().ToString();
+    EXPECT_EQ(m->header().shape, dims) << shape;
+  }
+}
+
 TEST(Npy, HalfConversionKnownValues) {
   EXPECT_EQ(HalfToFloat(0x3c00), 1.0f);
   EXPECT_EQ(HalfToFloat(0xc000), -2.0f);

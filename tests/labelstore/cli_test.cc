@@ -4,6 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
+#include "common/file_util.h"
 #include "common/net.h"
 #include "common/npy.h"
 #include "tests/testing/process.h"
@@ -137,12 +140,81 @@ TEST_F(LabelsCliTest, BadInputExitCodes) {
   EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("high.npy")}, &out), 2) << out;
   EXPECT_NE(out.find("outside [0, 10)"), std::string::npos) << out;
   EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("missing.npy")}, &out), 3) << out;
+  // A malformed header (empty 'shape') is bad input, not an uncaught exception.
+  std::string header = EncodeNpyHeader(NpyDtype::kInt32, {1, 2});
+  header.replace(header.find("(1, 2)"), 6, "      ");
+  ASSERT_TRUE(WriteFileAtomically(dir_.Sub("noshape.npy"), header + std::string(8, '\0')).ok());
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("noshape.npy")}, &out), 2) << out;
+  EXPECT_NE(out.find(dir_.Sub("noshape.npy") + ": malformed .npy shape"), std::string::npos) << out;
 
   // An unreachable store is exit 6 and names the address.
   const std::string dead = "127.0.0.1:" + std::to_string(PickFreePort());
   int rc = RunCommand(BinPath("mlcdctl"), {"--labelstore", dead, "--timeout", "3", "labels", "list"}, &out);
   EXPECT_EQ(rc, 6) << out;
   EXPECT_NE(out.find(dead), std::string::npos) << out;
+}
+
+// A bad row halfway through the file is found before anything is sent: the rows before it
+// (which would be whole messages with --batch-rows 16) are not written either.
+TEST_F(LabelsCliTest, PutOfAFileWithABadRowWritesNothing) {
+  std::string out;
+  ASSERT_EQ(Ctl({"labels", "create", "--name", "half", "--k", "10", "--l", "2", "--scores"}, &out), 0) << out;
+  std::vector<int32_t> rows(40 * 2, 3);
+  rows[30 * 2 + 1] = 10;  // outside [0, 10)
+  rows[35 * 2] = -1;      // no padding value either
+  std::vector<float> scores(40 * 2, 0.5f);
+  ASSERT_TRUE(WriteNpy(dir_.Sub("bad_rows.npy"), NpyDtype::kInt32, {40, 2}, rows.data()).ok());
+  ASSERT_TRUE(WriteNpy(dir_.Sub("scores.npy"), NpyDtype::kFloat32, {40, 2}, scores.data()).ok());
+  const std::vector<std::string> put = {"labels", "put", "--name", "half", "--batch-rows", "16"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = put;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  auto expect_nothing_written = [&] {
+    ASSERT_EQ(Ctl({"-o", "json", "labels", "describe", "half"}, &out), 0) << out;
+    EXPECT_EQ(Json(out)["num_samples"], 0) << out;
+  };
+
+  EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("bad_rows.npy"), "--scores", dir_.Sub("scores.npy")}), &out), 2) << out;
+  EXPECT_NE(out.find("label 10 of sample id 30 (row 30, column 1) is outside [0, 10); 2 of 40 rows are bad"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("bad_rows.npy"), std::string::npos) << out;
+  EXPECT_NE(out.find("nothing was written to 'half'"), std::string::npos) << out;
+  expect_nothing_written();
+
+  // A non-finite score.
+  std::vector<int32_t> good(40 * 2, 3);
+  ASSERT_TRUE(WriteNpy(dir_.Sub("good.npy"), NpyDtype::kInt32, {40, 2}, good.data()).ok());
+  scores[20 * 2] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(WriteNpy(dir_.Sub("inf.npy"), NpyDtype::kFloat32, {40, 2}, scores.data()).ok());
+  EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("good.npy"), "--scores", dir_.Sub("inf.npy")}), &out), 2) << out;
+  EXPECT_NE(out.find("score of sample id 20 (row 20, column 0) is not finite; 1 of 40 rows is bad"),
+            std::string::npos)
+      << out;
+  expect_nothing_written();
+
+  // The same id in two different messages.
+  std::vector<uint64_t> ids(40);
+  for (uint64_t i = 0; i < 40; ++i) ids[i] = i;
+  ids[33] = 3;
+  ASSERT_TRUE(WriteNpy(dir_.Sub("dup_ids.npy"), NpyDtype::kUint64, {40}, ids.data()).ok());
+  ASSERT_TRUE(WriteNpy(dir_.Sub("scores.npy"), NpyDtype::kFloat32, {40, 2}, std::vector<float>(80, 0.5f).data()).ok());
+  EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("good.npy"), "--scores", dir_.Sub("scores.npy"), "--ids",
+                      dir_.Sub("dup_ids.npy")}),
+                &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("duplicate ids: sample id 3 appears more than once in " + dir_.Sub("dup_ids.npy")),
+            std::string::npos)
+      << out;
+  expect_nothing_written();
+
+  // The good file goes in whole.
+  EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("good.npy"), "--scores", dir_.Sub("scores.npy")}), &out), 0) << out;
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "describe", "half"}, &out), 0) << out;
+  EXPECT_EQ(Json(out)["num_samples"], 40) << out;
 }
 
 }  // namespace

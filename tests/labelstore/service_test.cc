@@ -9,10 +9,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <mutex>
 #include <thread>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/text_format.h>
+#include <grpcpp/generic/generic_stub.h>
 
 #include "common/grpc_server.h"
 #include "common/net.h"
@@ -49,6 +56,76 @@ std::string HttpGet(int port, const std::string& path) {
   while ((got = ::read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(got));
   ::close(fd);
   return response;
+}
+
+// Server reflection from the client side. Debian's libgrpc++-dev ships the server plugin but
+// neither reflection.proto nor the client helper (ProtoReflectionDescriptorDatabase), so the
+// stream is driven through GenericStub, with messages built from the descriptors that
+// libgrpc++_reflection (linked through mlcd_common) registers in the generated pool.
+// Sends each request (text format of grpc.reflection.v1alpha.ServerReflectionRequest) on one
+// ServerReflectionInfo stream and returns the responses, or the reason there are none.
+StatusOr<std::vector<std::unique_ptr<google::protobuf::Message>>> AskReflection(
+    const std::string& address, const std::vector<std::string>& requests) {
+  const auto* pool = google::protobuf::DescriptorPool::generated_pool();
+  const auto* request_type = pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionRequest");
+  const auto* response_type = pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionResponse");
+  if (!request_type || !response_type) {
+    return Status::FailedPrecondition("the reflection messages are not in the generated pool; "
+                                      "is libgrpc++_reflection linked?");
+  }
+  auto* factory = google::protobuf::MessageFactory::generated_factory();
+  grpc::GenericStub stub(MakeChannel(address));
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto call = stub.PrepareCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  // Each operation gets its own tag and is awaited before the next one starts.
+  intptr_t next_tag = 0;
+  auto await = [&] {
+    void* tag = nullptr;
+    bool ok = false;
+    return cq.Next(&tag, &ok) && ok && reinterpret_cast<intptr_t>(tag) == next_tag;
+  };
+  std::vector<std::unique_ptr<google::protobuf::Message>> responses;
+  Status result = Status::Ok();
+  call->StartCall(reinterpret_cast<void*>(++next_tag));
+  if (!await()) result = Status::Unavailable("cannot start the reflection call on " + address);
+  for (size_t i = 0; result.ok() && i < requests.size(); ++i) {
+    std::unique_ptr<google::protobuf::Message> request(factory->GetPrototype(request_type)->New());
+    if (!google::protobuf::TextFormat::ParseFromString(requests[i], request.get())) {
+      result = Status::InvalidArgument("bad request text: " + requests[i]);
+      break;
+    }
+    std::string bytes = request->SerializeAsString();
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer out(&slice, 1);
+    call->Write(out, reinterpret_cast<void*>(++next_tag));
+    if (!await()) result = Status::Unavailable("writing reflection request " + std::to_string(i) + " failed");
+    grpc::ByteBuffer in;
+    if (result.ok()) call->Read(&in, reinterpret_cast<void*>(++next_tag));
+    if (result.ok() && !await()) result = Status::Unavailable("no reply to reflection request " + std::to_string(i));
+    std::vector<grpc::Slice> slices;
+    if (result.ok() && !in.Dump(&slices).ok()) result = Status::Internal("cannot read the reply bytes");
+    std::string reply;
+    for (const auto& s : slices) reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    std::unique_ptr<google::protobuf::Message> response(factory->GetPrototype(response_type)->New());
+    if (result.ok() && !response->ParseFromString(reply)) result = Status::DataLoss("unparsable reflection reply");
+    if (result.ok()) responses.push_back(std::move(response));
+  }
+  if (!result.ok()) context.TryCancel();
+  call->WritesDone(reinterpret_cast<void*>(++next_tag));
+  await();
+  grpc::Status finish;
+  call->Finish(&finish, reinterpret_cast<void*>(++next_tag));
+  await();
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (!result.ok()) return result;
+  if (!finish.ok()) return FromGrpcStatus(finish);
+  return responses;
 }
 
 class LabelStoreServer {
@@ -381,6 +458,52 @@ TEST_F(ServiceTest, SigtermShutsDownCleanlyAndDataDirIsExclusive) {
   auto got = client.GetLabels("keep", Ids(0, 3));
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->labels, Rows(0, 3, 1, 10));
+}
+
+// Reflection is on (grpcurl and friends can discover the API): the services are listed and the
+// label store's schema is served.
+TEST_F(ServiceTest, ReflectionListsAndDescribesTheServices) {
+  auto responses = AskReflection(server_->address(), {"list_services: ''",
+                                                      "file_containing_symbol: 'mlcd.v1.LabelStore'",
+                                                      "file_containing_symbol: 'mlcd.v1.NoSuchService'"});
+  ASSERT_TRUE(responses.ok()) << responses.status().ToString();
+  ASSERT_EQ(responses->size(), 3u);
+
+  std::string listed;
+  google::protobuf::TextFormat::PrintToString(*(*responses)[0], &listed);
+  for (const char* service : {"mlcd.v1.LabelStore", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}) {
+    EXPECT_NE(listed.find(std::string("name: \"") + service + "\""), std::string::npos) << service << "\n" << listed;
+  }
+
+  // The file that defines LabelStore, as serialized FileDescriptorProtos.
+  const google::protobuf::Message& described = *(*responses)[1];
+  const auto* reflection = described.GetReflection();
+  const auto* fd_field = described.GetDescriptor()->FindFieldByName("file_descriptor_response");
+  ASSERT_NE(fd_field, nullptr);
+  ASSERT_TRUE(reflection->HasField(described, fd_field)) << described.DebugString();
+  const google::protobuf::Message& files = reflection->GetMessage(described, fd_field);
+  const auto* bytes_field = files.GetDescriptor()->FindFieldByName("file_descriptor_proto");
+  bool found = false;
+  for (int i = 0; i < files.GetReflection()->FieldSize(files, bytes_field); ++i) {
+    google::protobuf::FileDescriptorProto file;
+    ASSERT_TRUE(file.ParseFromString(files.GetReflection()->GetRepeatedString(files, bytes_field, i)));
+    for (const auto& service : file.service()) {
+      if (file.package() != "mlcd.v1" || service.name() != "LabelStore") continue;
+      found = true;
+      std::vector<std::string> methods;
+      for (const auto& m : service.method()) methods.push_back(m.name());
+      for (const char* m : {"CreateLabelSet", "WriteLabels", "SealLabelSet", "GetLabels", "DescribeLabelSet"}) {
+        EXPECT_NE(std::find(methods.begin(), methods.end(), m), methods.end()) << m;
+      }
+    }
+  }
+  EXPECT_TRUE(found) << described.DebugString();
+
+  // An unknown symbol is an error response with NOT_FOUND, not a broken stream.
+  std::string unknown;
+  google::protobuf::TextFormat::PrintToString(*(*responses)[2], &unknown);
+  EXPECT_NE(unknown.find("error_response"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("error_code: 5"), std::string::npos) << unknown;
 }
 
 TEST(ServiceUnreachableTest, ClientNamesTheAddress) {
