@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -15,6 +16,11 @@ std::vector<std::pair<int, CommandRegistrar>>& Registry() {
   static auto* registry = new std::vector<std::pair<int, CommandRegistrar>>();
   return *registry;
 }
+
+// Set by the signal handler (async-signal-safe), picked up by InterruptGuard's thread.
+std::atomic<bool> g_interrupt_signal{false};
+
+void OnInterruptSignal(int) { g_interrupt_signal.store(true); }
 
 }  // namespace
 
@@ -110,5 +116,62 @@ std::string FormatDuration(double seconds) {
   else std::snprintf(buf, sizeof(buf), "%d h %02d m", static_cast<int>(seconds) / 3600, (static_cast<int>(seconds) % 3600) / 60);
   return buf;
 }
+
+InterruptGuard::InterruptGuard() {
+  g_interrupt_signal.store(false);
+  struct sigaction action {};
+  action.sa_handler = OnInterruptSignal;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, &old_int_);
+  ::sigaction(SIGTERM, &action, &old_term_);
+  watcher_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      if (g_interrupt_signal.load()) {
+        interrupted_ = true;
+        ::sigaction(SIGINT, &old_int_, nullptr);
+        ::sigaction(SIGTERM, &old_term_, nullptr);
+        if (cancel_) cancel_();  // under mu_: the Cancel scope cannot end meanwhile
+        cv_.notify_all();
+        return;
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  });
+}
+
+InterruptGuard::~InterruptGuard() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  watcher_.join();
+  ::sigaction(SIGINT, &old_int_, nullptr);
+  ::sigaction(SIGTERM, &old_term_, nullptr);
+}
+
+bool InterruptGuard::interrupted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return interrupted_;
+}
+
+bool InterruptGuard::WaitFor(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return interrupted_; });
+  return interrupted_;
+}
+
+void InterruptGuard::SetCancel(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancel_ = std::move(fn);
+  if (interrupted_ && cancel_) cancel_();
+}
+
+InterruptGuard::Cancel::Cancel(InterruptGuard* guard, std::function<void()> fn) : guard_(guard) {
+  guard_->SetCancel(std::move(fn));
+}
+
+InterruptGuard::Cancel::~Cancel() { guard_->SetCancel(nullptr); }
 
 }  // namespace mlcd::cli

@@ -13,9 +13,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/status.h"
 
@@ -30,7 +35,7 @@ enum ExitCode : int {
   kExitAlreadyExists = 4,    // ALREADY_EXISTS
   kExitPrecondition = 5,     // FAILED_PRECONDITION
   kExitUnavailable = 6,      // a service could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED)
-  kExitCancelled = 7,        // CANCELLED (e.g. Ctrl-C)
+  kExitCancelled = 7,        // CANCELLED, e.g. Ctrl-C / SIGTERM (InterruptGuard) while watching a job
   kExitJobFailed = 10,       // watched job ended FAILED
   kExitJobCancelled = 11,    // watched job ended CANCELLED
 };
@@ -88,5 +93,49 @@ class ProgressDisplay {
 
 // "1.2 s", "3 m 04 s", "1 h 02 m".
 std::string FormatDuration(double seconds);
+
+// Turns Ctrl-C (SIGINT) and SIGTERM into a clean stop while it lives: instead of killing
+// mlcdctl, the signal sets interrupted() and runs the registered cancel function (e.g. the
+// TryCancel of a blocking stream), so the command can finish its output and exit with
+// kExitCancelled. A second signal ends the process at once (the previous handlers are back).
+//
+//   InterruptGuard interrupt;
+//   grpc::ClientContext context;
+//   InterruptGuard::Cancel cancel(&interrupt, [&context] { context.TryCancel(); });
+class InterruptGuard {
+ public:
+  InterruptGuard();
+  ~InterruptGuard();
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+  bool interrupted();
+  // Sleeps up to `timeout`; returns interrupted() (early when a signal arrives).
+  bool WaitFor(std::chrono::milliseconds timeout);
+
+  // Registers `fn` for the scope of this object; runs it at once when already interrupted.
+  class Cancel {
+   public:
+    Cancel(InterruptGuard* guard, std::function<void()> fn);
+    ~Cancel();
+    Cancel(const Cancel&) = delete;
+    Cancel& operator=(const Cancel&) = delete;
+
+   private:
+    InterruptGuard* guard_;
+  };
+
+ private:
+  void SetCancel(std::function<void()> fn);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool interrupted_ = false;
+  bool done_ = false;
+  std::function<void()> cancel_;
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+  std::thread watcher_;
+};
 
 }  // namespace mlcd::cli

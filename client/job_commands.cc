@@ -185,84 +185,122 @@ void PrintJobText(const v1::Job& job) {
   }
 }
 
-// Follows a job until it ends. Reconnects for up to `reconnect_seconds` when the stream
-// breaks (e.g. the coordinator restarts). Returns the exit code.
-int Watch(const Context& ctx, const std::string& id, double reconnect_seconds) {
+// Follows job `id` through WatchJob until it ends: `on_event` gets every event, `on_lost`
+// each break of the stream (it reconnects for up to `reconnect_seconds`, e.g. across a
+// coordinator restart). Returns the job as it ended. Ctrl-C or SIGTERM stops following and
+// returns CANCELLED; the job itself keeps running.
+StatusOr<v1::Job> FollowJob(const Context& ctx, const std::string& id, double reconnect_seconds,
+                            const std::function<void(const v1::JobEvent&)>& on_event,
+                            const std::function<void(const Status&)>& on_lost) {
+  InterruptGuard interrupt;
+  const Status interrupted = Status::Cancelled(
+      "interrupted: stopped watching job " + id + "; the job keeps running (`mlcdctl watch " + id +
+      "` follows it again, `mlcdctl cancel " + id + "` stops it)");
   auto stub = Stub(ctx);
-  const bool json = ctx.format() == OutputFormat::kJson;
-  std::unique_ptr<ProgressDisplay> display;
-  if (!json) display = std::make_unique<ProgressDisplay>("job " + id, std::chrono::seconds(5));
-  v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
-  std::string last_message;
   auto lost_since = std::chrono::steady_clock::now();
   bool lost = false;
   while (true) {
-    grpc::ClientContext context;
-    v1::WatchJobRequest request;
-    request.set_id(id);
-    auto reader = stub->WatchJob(&context, request);
-    v1::JobEvent event;
+    Status s;
     bool got_any = false;
-    while (reader->Read(&event)) {
-      got_any = true;
-      lost = false;
-      const v1::Job& job = event.job();
-      if (json) {
-        std::printf("%s\n", ToJson(event, false).c_str());
-        std::fflush(stdout);
-      } else {
-        if (job.state() != last_state || job.message() != last_message) {
-          if (job.state() != last_state) {
-            display->Line("[" + TimeOfDay(event.unix_ms()).substr(11) + "] " + StateName(job.state()) +
-                          (job.message().empty() ? "" : ": " + job.message()));
-          } else if (!job.message().empty()) {
-            display->Line("[" + TimeOfDay(event.unix_ms()).substr(11) + "] " + job.message());
-          }
-          last_state = job.state();
-          last_message = job.message();
+    {
+      grpc::ClientContext context;
+      InterruptGuard::Cancel cancel_on_interrupt(&interrupt, [&context] { context.TryCancel(); });
+      v1::WatchJobRequest request;
+      request.set_id(id);
+      auto reader = stub->WatchJob(&context, request);
+      v1::JobEvent event;
+      while (reader->Read(&event)) {
+        got_any = true;
+        lost = false;
+        on_event(event);
+        if (IsTerminal(event.job().state())) {
+          context.TryCancel();
+          return event.job();
         }
-        if (!IsTerminal(job.state())) display->Update(ProgressFraction(job), ProgressLine(job));
       }
-      if (IsTerminal(job.state())) {
-        if (!json) {
-          std::string summary = StateName(job.state());
-          if (job.state() == v1::JOB_STATE_SUCCEEDED) {
-            summary += " after " + FormatDuration((job.finished_unix_ms() - job.created_unix_ms()) / 1000.0) + ", " +
-                       std::to_string(job.progress().total_steps()) + " optimizer steps";
-            if (job.has_evaluation()) {
-              summary += ", linear probe " + Fixed(100 * job.evaluation().linear_probe_accuracy(), 2) + "%, kNN " +
-                         Fixed(100 * job.evaluation().knn_accuracy(), 2) + "%";
-            }
-            if (!job.checkpoint().empty()) summary += "; checkpoint " + job.checkpoint();
-          } else {
-            summary += ": " + job.message();
-          }
-          display->Finish(summary);
-        }
-        context.TryCancel();
-        return ExitCodeForJob(job);
-      }
+      s = FromGrpcStatus(reader->Finish());
     }
-    Status s = FromGrpcStatus(reader->Finish());
+    if (interrupt.interrupted()) return interrupted;
     const bool retryable = s.code() == StatusCode::kUnavailable || (s.ok() && got_any);
     if (!retryable) {
       if (s.ok()) s = Status::Unavailable("the watch stream ended before the job did");
       if (s.code() == StatusCode::kUnavailable) {
         s = Status::Unavailable("cannot reach the coordinator at " + ctx.coordinator + ": " + s.message());
       }
-      return ctx.Fail(s);
+      return s;
     }
     if (!lost) {
       lost = true;
       lost_since = std::chrono::steady_clock::now();
-      if (!json) display->Line("connection to the coordinator lost (" + s.message() + "); reconnecting");
+      on_lost(s);
     }
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - lost_since).count() > reconnect_seconds) {
-      return ctx.Fail(Status::Unavailable("lost the coordinator at " + ctx.coordinator + " for more than " +
-                                          Fixed(reconnect_seconds, 0) + " s: " + s.message()));
+      return Status::Unavailable("lost the coordinator at " + ctx.coordinator + " for more than " +
+                                 Fixed(reconnect_seconds, 0) + " s: " + s.message());
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (interrupt.WaitFor(std::chrono::milliseconds(500))) return interrupted;
   }
+}
+
+// Exit code of a FollowJob that did not see the job end: 7 (and no "error:") when the user
+// interrupted it.
+int FollowFailed(const Context& ctx, const Status& status) {
+  if (status.code() != StatusCode::kCancelled) return ctx.Fail(status);
+  std::fprintf(stderr, "%s\n", status.message().c_str());
+  return kExitCancelled;
+}
+
+// `mlcdctl watch`: progress bar or lines, or JSON events. Returns the exit code.
+int Watch(const Context& ctx, const std::string& id, double reconnect_seconds) {
+  const bool json = ctx.format() == OutputFormat::kJson;
+  std::unique_ptr<ProgressDisplay> display;
+  if (!json) display = std::make_unique<ProgressDisplay>("job " + id, std::chrono::seconds(5));
+  v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
+  std::string last_message;
+  auto on_event = [&](const v1::JobEvent& event) {
+    const v1::Job& job = event.job();
+    if (json) {
+      std::printf("%s\n", ToJson(event, false).c_str());
+      std::fflush(stdout);
+      return;
+    }
+    if (job.state() != last_state || job.message() != last_message) {
+      if (job.state() != last_state) {
+        display->Line("[" + TimeOfDay(event.unix_ms()).substr(11) + "] " + StateName(job.state()) +
+                      (job.message().empty() ? "" : ": " + job.message()));
+      } else if (!job.message().empty()) {
+        display->Line("[" + TimeOfDay(event.unix_ms()).substr(11) + "] " + job.message());
+      }
+      last_state = job.state();
+      last_message = job.message();
+    }
+    if (!IsTerminal(job.state())) display->Update(ProgressFraction(job), ProgressLine(job));
+  };
+  auto on_lost = [&](const Status& s) {
+    if (!json) display->Line("connection to the coordinator lost (" + s.message() + "); reconnecting");
+  };
+  auto ended = FollowJob(ctx, id, reconnect_seconds, on_event, on_lost);
+  if (!ended.ok()) {
+    display.reset();  // ends the bar's line before the message
+    return FollowFailed(ctx, ended.status());
+  }
+  const v1::Job& job = *ended;
+  if (!json) {
+    std::string summary = StateName(job.state());
+    if (job.state() == v1::JOB_STATE_SUCCEEDED) {
+      summary += " after " + FormatDuration((job.finished_unix_ms() - job.created_unix_ms()) / 1000.0) + ", " +
+                 std::to_string(job.progress().total_steps()) + " optimizer steps";
+      if (job.has_evaluation()) {
+        summary += ", linear probe " + Fixed(100 * job.evaluation().linear_probe_accuracy(), 2) + "%, kNN " +
+                   Fixed(100 * job.evaluation().knn_accuracy(), 2) + "%";
+      }
+      if (!job.checkpoint().empty()) summary += "; checkpoint " + job.checkpoint();
+    } else {
+      summary += ": " + job.message();
+    }
+    display->Finish(summary);
+  }
+  return ExitCodeForJob(job);
 }
 
 struct SubmitOptions {
@@ -313,29 +351,9 @@ int RunSubmit(Context& ctx, const SubmitOptions& opt) {
   std::fflush(stdout);
   if (opt.watch) return Watch(ctx, job.id(), opt.reconnect_seconds);
   // --wait: quiet until the end (reconnecting across coordinator restarts), then the job.
-  v1::Job final_job = job;
-  auto wait_stub = Stub(ctx);
-  auto lost_since = std::chrono::steady_clock::now();
-  while (!IsTerminal(final_job.state())) {
-    grpc::ClientContext context;
-    v1::WatchJobRequest w;
-    w.set_id(job.id());
-    auto reader = wait_stub->WatchJob(&context, w);
-    v1::JobEvent event;
-    bool got_any = false;
-    while (reader->Read(&event)) {
-      final_job = event.job();
-      got_any = true;
-    }
-    Status fs = FromGrpcStatus(reader->Finish());
-    if (IsTerminal(final_job.state())) break;
-    if (got_any) lost_since = std::chrono::steady_clock::now();
-    if (!fs.ok() && fs.code() != StatusCode::kUnavailable) return ctx.Fail(fs);
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - lost_since).count() > opt.reconnect_seconds) {
-      return ctx.Fail(Status::Unavailable("lost the coordinator at " + ctx.coordinator + ": " + fs.message()));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
+  auto ended = FollowJob(ctx, job.id(), opt.reconnect_seconds, [](const v1::JobEvent&) {}, [](const Status&) {});
+  if (!ended.ok()) return FollowFailed(ctx, ended.status());
+  const v1::Job& final_job = *ended;
   if (ctx.format() == OutputFormat::kJson) {
     std::printf("%s\n", ToJson(final_job, true).c_str());
   } else {
@@ -451,8 +469,10 @@ CommandRegistration reg(1, [](CLI::App& app, Context& ctx) {
     cmd->add_option("--request-id", opt->request_id,
                     "client-chosen id that makes the submission idempotent: resubmitting returns the same job");
     cmd->add_flag("--dry-run", opt->dry_run, "validate the spec on the coordinator; create nothing");
-    cmd->add_flag("--watch,-w", opt->watch, "follow the job until it ends (like `mlcdctl watch`)");
-    cmd->add_flag("--wait", opt->wait, "wait quietly until the job ends, then print it");
+    cmd->add_flag("--watch,-w", opt->watch,
+                  "follow the job until it ends (like `mlcdctl watch`; Ctrl-C stops watching, exit 7, and "
+                  "leaves the job running)");
+    cmd->add_flag("--wait", opt->wait, "wait quietly until the job ends, then print it (Ctrl-C as with --watch)");
     cmd->add_option("--reconnect-seconds", opt->reconnect_seconds,
                     "with --watch/--wait: how long to keep reconnecting to a coordinator that went away")
         ->capture_default_str();
@@ -492,7 +512,8 @@ CommandRegistration reg(1, [](CLI::App& app, Context& ctx) {
         "watch",
         "Follow a job until it ends: a live progress bar (round, epoch, step, loss, samples/s, ETA) on a\n"
         "terminal, plain lines otherwise, one JSON event per line with --output json. Exit code 0 when\n"
-        "the job SUCCEEDED, 10 when it FAILED, 11 when it was CANCELLED.");
+        "the job SUCCEEDED, 10 when it FAILED, 11 when it was CANCELLED. Ctrl-C (or SIGTERM) stops\n"
+        "watching and exits 7; the job keeps running (`mlcdctl cancel ID` stops it).");
     cmd->add_option("id", *id, "job id")->required();
     cmd->add_option("--reconnect-seconds", *reconnect,
                     "how long to keep reconnecting to a coordinator that went away")

@@ -12,8 +12,9 @@ int main(int argc, char** argv) {
       "Service addresses come from the flags below or the environment (MLCD_COORDINATOR,\n"
       "MLCD_LABELSTORE, MLCD_CLUSTERD).\n\n"
       "Exit codes: 0 ok, 1 failure, 2 bad arguments, 3 not found, 4 already exists,\n"
-      "5 failed precondition, 6 service unavailable or timed out, 7 cancelled,\n"
-      "10 watched job failed, 11 watched job cancelled.",
+      "5 failed precondition, 6 service unavailable or timed out, 7 cancelled (e.g. Ctrl-C or\n"
+      "SIGTERM while watching a job, which keeps running), 10 watched job failed, 11 watched job\n"
+      "cancelled.",
       "mlcdctl"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");

@@ -95,6 +95,12 @@ std::string Fixed(double v, int digits = 2) {
 // People count rounds and epochs from 1 ("round 2/3"); names and the API count from 0.
 std::string RoundText(int r, int rounds) { return "round " + std::to_string(r + 1) + "/" + std::to_string(rounds); }
 
+// Why a job FAILED when its gang failed more often than spec.training.max_restarts allows.
+std::string RestartsExhausted(int restarts, int max_restarts, const std::string& last_failure) {
+  return "gang failed " + std::to_string(restarts) + " times (max_restarts " + std::to_string(max_restarts) +
+         "); last failure: " + last_failure;
+}
+
 uint64_t Fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : text) {
@@ -198,10 +204,23 @@ Status JobManager::Load() {
   for (auto& record : jobs) {
     auto entry = std::make_unique<JobEntry>();
     entry->rec = std::move(record);
-    entry->state_entered = now;
+    // The job stayed in its state while the coordinator was down: keep counting from when it
+    // entered it (phase_seconds, mlcd_coordinator_phase_seconds).
+    const int64_t entered_ms = entry->rec.state_entered_unix_ms();
+    const int64_t in_state_ms = entered_ms > 0 ? std::max<int64_t>(0, now_ms - entered_ms) : 0;
+    entry->state_entered = now - std::chrono::milliseconds(in_state_ms);
     JobEntry* job = entry.get();
     jobs_[job->job().id()] = std::move(entry);
     if (IsTerminal(job->state())) continue;
+    const int max_restarts = job->spec().training().max_restarts();
+    if (!job->rec.has_attempt() && job->job().restarts() > max_restarts) {
+      // A gang's last allowed failure was written but not the FAILED that follows it (a
+      // database of an older coordinator, which wrote them separately): finish the decision
+      // instead of granting another attempt.
+      Transition(job, v1::JOB_STATE_FAILED,
+                 RestartsExhausted(job->job().restarts(), max_restarts, job->job().message()));
+      continue;
+    }
     ++recovered;
     std::vector<v1::JobHistoryEntry> history;
     std::string message = "coordinator restarted in state " + StateName(job->state());
@@ -283,10 +302,9 @@ v1::JobHistoryEntry JobManager::NewHistory(JobEntry* job, const std::string& kin
 void JobManager::Persist(JobEntry* job, std::vector<v1::JobHistoryEntry> history) {
   job->job().set_updated_unix_ms(NowUnixMs());
   StoreBatch batch;
-  for (auto& entry : history) {
-    entry.set_state(job->state());
-    batch.AppendHistory(job->job().id(), entry);
-  }
+  // Each entry keeps the state it was made in (a gang abort written with the FAILED or
+  // CANCELLED that follows it still says in which state the gang ran).
+  for (const auto& entry : history) batch.AppendHistory(job->job().id(), entry);
   batch.PutJob(job->rec);
   Status s = store_->Commit(&batch);
   if (!s.ok()) {
@@ -301,7 +319,8 @@ void JobManager::Touch(JobEntry* job) {
   watch_cv_.notify_all();
 }
 
-void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string& message) {
+void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string& message,
+                            std::vector<v1::JobHistoryEntry> before) {
   const auto now = Clock::now();
   const v1::JobState old = job->state();
   const double seconds = std::chrono::duration<double>(now - job->state_entered).count();
@@ -326,8 +345,8 @@ void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string
   job->retry_after = {};
   job->short_since.reset();
 
-  auto entry = NewHistory(job, "state", message);
-  Persist(job, {entry});
+  before.push_back(NewHistory(job, "state", message));
+  Persist(job, std::move(before));
   MLCD_LOG(INFO) << "job " << job->job().id() << ": " << old_name << " -> " << StateName(state)
                  << (message.empty() ? "" : ": " + message);
   UpdateGauges();
@@ -335,11 +354,14 @@ void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string
   tick_cv_.notify_all();
 }
 
-void JobManager::FailJob(JobEntry* job, const std::string& message) {
+void JobManager::EndJob(JobEntry* job, v1::JobState state, const std::string& message) {
   if (IsTerminal(job->state())) return;
-  if (job->rec.has_attempt()) AbortGang(job, message, /*counts_as_restart=*/false);
-  Transition(job, v1::JOB_STATE_FAILED, message);
+  std::vector<v1::JobHistoryEntry> before;
+  if (job->rec.has_attempt()) before.push_back(DetachGang(job, message, /*counts_as_restart=*/false));
+  Transition(job, state, message, std::move(before));
 }
+
+void JobManager::FailJob(JobEntry* job, const std::string& message) { EndJob(job, v1::JOB_STATE_FAILED, message); }
 
 // ---------------------------------------------------------------------------------------
 // Lookups.
@@ -501,6 +523,9 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
 
   std::unique_lock<std::mutex> lock(mu_);
   if (shutting_down_) return Status::Unavailable("the coordinator is shutting down; retry");
+  // A dry run answers as a dry run even for a used request id, saying what submitting would
+  // do (return that job, or ALREADY_EXISTS for another spec).
+  std::string existing_job;
   if (!request.request_id().empty()) {
     auto existing = store_->FindRequest(request.request_id());
     if (existing.ok()) {
@@ -511,11 +536,13 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
         return Status::AlreadyExists("request id '" + request.request_id() + "' was already used for job " +
                                      job->job().id() + " with a different spec; use a new request id");
       }
-      return PublicJob(*job);
+      if (!request.dry_run()) return PublicJob(*job);
+      existing_job = job->job().id();
+    } else if (existing.status().code() != StatusCode::kNotFound) {
+      return existing.status();
     }
-    if (existing.status().code() != StatusCode::kNotFound) return existing.status();
   }
-  MLCD_RETURN_IF_ERROR(CheckWorkerSupport(parsed.spec));
+  if (existing_job.empty()) MLCD_RETURN_IF_ERROR(CheckWorkerSupport(parsed.spec));
 
   auto entry = std::make_unique<JobEntry>();
   JobEntry* job = entry.get();
@@ -535,7 +562,10 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
   job->rec.set_state_entered_unix_ms(j.created_unix_ms());
   job->state_entered = Clock::now();
   if (request.dry_run()) {
-    j.set_message("dry run: the spec is valid; nothing was created");
+    j.set_message("dry run: the spec is valid; nothing was created" +
+                  (existing_job.empty() ? std::string()
+                                        : " (request id '" + request.request_id() + "' already names job " +
+                                              existing_job + ": submitting returns that job)"));
     return j;
   }
 
@@ -625,9 +655,7 @@ StatusOr<v1::Job> JobManager::CancelJob(const v1::CancelJobRequest& request) {
                                       "; only unfinished jobs can be cancelled");
   }
   const std::string reason = "cancelled" + (request.reason().empty() ? std::string() : ": " + request.reason());
-  if (job->rec.has_attempt()) AbortGang(job, reason, /*counts_as_restart=*/false);
-  Transition(job, v1::JOB_STATE_CANCELLED, reason);
-  work_cv_.notify_all();
+  EndJob(job, v1::JOB_STATE_CANCELLED, reason);
   return PublicJob(*job);
 }
 
@@ -683,7 +711,10 @@ StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(const v1::Regist
     auto it = assignment_jobs_.find(worker->assignment_id);
     if (!worker->assignment_id.empty() && it != assignment_jobs_.end()) {
       if (JobEntry* job = FindJob(it->second)) {
-        AbortGang(job, "worker " + request.name() + " registered again (its previous process is gone)", true);
+        // An assignment its old process never received was not a failure of the gang: abort
+        // it (the new process may have another address) without counting a restart.
+        AbortGang(job, "worker " + request.name() + " registered again (its previous process is gone)",
+                  /*counts_as_restart=*/worker->delivered);
       }
     }
     ReleaseWorker(worker);
@@ -759,6 +790,13 @@ StatusOr<v1::Assignment> JobManager::GetAssignment(const v1::GetAssignmentReques
   }
   --worker->polls_waiting;
   v1::Assignment assignment;
+  if (worker->pending && is_cancelled()) {
+    // The client gave up (deadline passed, it went away): the answer would be lost, so the
+    // assignment stays pending for the worker's next poll.
+    MLCD_LOG(INFO) << "poll of worker " << worker->record.worker_id() << " was cancelled; " << worker->assignment_id
+                   << " stays pending for its next poll";
+    return Status::Cancelled("the poll was cancelled by the client before an assignment could be handed out");
+  }
   if (worker->pending) {
     assignment = std::move(*worker->pending);
     worker->pending.reset();
@@ -1111,8 +1149,7 @@ void JobManager::StartGang(JobEntry* job, v1::AssignmentKind kind, std::vector<W
   work_cv_.notify_all();
 }
 
-void JobManager::AbortGang(JobEntry* job, const std::string& reason, bool counts_as_restart) {
-  if (!job->rec.has_attempt()) return;
+v1::JobHistoryEntry JobManager::DetachGang(JobEntry* job, const std::string& reason, bool counts_as_restart) {
   const v1::GangAttempt attempt = job->rec.attempt();
   for (const auto& m : attempt.members()) {
     assignment_jobs_.erase(m.assignment_id());
@@ -1133,33 +1170,38 @@ void JobManager::AbortGang(JobEntry* job, const std::string& reason, bool counts
   job->rec.clear_attempt();
   job->member_last_heard.clear();
   job->job().mutable_progress()->set_gang_size(0);
-  std::vector<v1::JobHistoryEntry> history;
   auto entry = NewHistory(job, "gang_aborted", reason);
   entry.set_attempt_id(attempt.id());
   entry.set_assignment_kind(attempt.kind());
   entry.set_round(attempt.round());
-  history.push_back(entry);
   if (counts_as_restart) {
     job->job().set_restarts(job->job().restarts() + 1);
     job->rec.set_phase_failures(job->rec.phase_failures() + 1);
     metrics_->GangRestarted();
   }
   job->job().set_message("gang " + attempt.id() + " aborted: " + reason);
-  Persist(job, std::move(history));
   MLCD_LOG(WARNING) << "job " << job->job().id() << ": gang " << attempt.id() << " aborted: " << reason;
+  work_cv_.notify_all();
+  return entry;
+}
+
+void JobManager::AbortGang(JobEntry* job, const std::string& reason, bool counts_as_restart) {
+  if (!job->rec.has_attempt()) return;
+  auto entry = DetachGang(job, reason, counts_as_restart);
+  const int max_restarts = job->spec().training().max_restarts();
+  if (counts_as_restart && job->job().restarts() > max_restarts) {
+    // One write for the abort and the FAILED: a crash between them must not give the job
+    // one more attempt than max_restarts.
+    Transition(job, v1::JOB_STATE_FAILED, RestartsExhausted(job->job().restarts(), max_restarts, reason),
+               {std::move(entry)});
+    return;
+  }
+  if (counts_as_restart) {
+    job->job().mutable_progress()->set_detail("restarting from the last checkpoint after: " + reason);
+  }
+  Persist(job, {std::move(entry)});
   UpdateGauges();
   Touch(job);
-  work_cv_.notify_all();
-  if (counts_as_restart) {
-    const int max_restarts = job->spec().training().max_restarts();
-    if (job->job().restarts() > max_restarts) {
-      Transition(job, v1::JOB_STATE_FAILED,
-                 "gang failed " + std::to_string(job->job().restarts()) + " times (max_restarts " +
-                     std::to_string(max_restarts) + "); last failure: " + reason);
-    } else {
-      job->job().mutable_progress()->set_detail("restarting from the last checkpoint after: " + reason);
-    }
-  }
 }
 
 void JobManager::FinishGang(JobEntry* job) {
@@ -1406,6 +1448,10 @@ void JobManager::ScheduleGangs(Clock::time_point now) {
   // Workers waiting in a poll first: they get the assignment at once.
   std::stable_sort(idle.begin(), idle.end(),
                    [](WorkerEntry* a, WorkerEntry* b) { return a->polls_waiting > b->polls_waiting; });
+  int still_waiting = 0;
+  // The first job that could run but waits for idle workers: the jobs behind it wait too
+  // (FIFO, so a big gang is never starved by smaller ones).
+  const JobEntry* first_in_line = nullptr;
   for (JobEntry* job : waiting) {
     const auto kind = KindFor(*job);
     std::vector<WorkerEntry*> capable;
@@ -1424,21 +1470,36 @@ void JobManager::ScheduleGangs(Clock::time_point now) {
       continue;
     }
     const int want = WantedGangSize(job, static_cast<int>(capable.size()), now);
+    if (want > alive_capable) {
+      // Cannot start until more workers register: it must not hold back jobs that can run.
+      SetDetail(job, "needs " + std::to_string(want) + " workers that can " + KindName(kind) + ", " +
+                         std::to_string(alive_capable) + " registered (later jobs that fit run meanwhile)");
+      ++still_waiting;
+      continue;
+    }
+    if (first_in_line) {
+      SetDetail(job, "queued behind job " + first_in_line->job().id() + ", which waits for idle workers first");
+      ++still_waiting;
+      continue;
+    }
     if (static_cast<int>(capable.size()) >= want) {
       std::vector<WorkerEntry*> gang(capable.begin(), capable.begin() + want);
       for (WorkerEntry* w : gang) idle.erase(std::find(idle.begin(), idle.end(), w));
       StartGang(job, kind, gang);
       continue;
     }
-    const std::string detail = "waiting for " + std::to_string(want) + " idle workers that can " + KindName(kind) +
-                               " (" + std::to_string(capable.size()) + " idle, " + std::to_string(alive) +
-                               " registered)";
-    if (job->job().progress().detail() != detail) {
-      job->job().mutable_progress()->set_detail(detail);
-      Touch(job);
-    }
-    break;  // strict FIFO: the jobs behind wait too
+    SetDetail(job, "waiting for " + std::to_string(want) + " idle workers that can " + KindName(kind) + " (" +
+                       std::to_string(capable.size()) + " idle, " + std::to_string(alive) + " registered)");
+    ++still_waiting;
+    first_in_line = job;
   }
+  metrics_->SetJobsWaitingForWorkers(still_waiting);
+}
+
+void JobManager::SetDetail(JobEntry* job, const std::string& detail) {
+  if (job->job().progress().detail() == detail) return;
+  job->job().mutable_progress()->set_detail(detail);
+  Touch(job);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@
 //
 // Gangs: a phase that needs workers (TRAIN epochs of a round, EXTRACT features, EVALUATE)
 // starts when enough idle workers that can run it are registered, in job submission order
-// (strict FIFO: a job waiting for a gang holds back the jobs behind it). Rank 0's host and
+// (FIFO: a job waiting for idle workers holds back the jobs behind it; a job that needs more
+// workers than are registered for its kind cannot start and does not). Rank 0's host and
 // the rendezvous port it offered in its latest poll form the rendezvous address. A member
 // that misses heartbeats for spec.training.heartbeat_timeout_seconds, reports failure, or
 // asks for new work while assigned aborts the gang: the others get ABORT in their next
@@ -121,12 +122,22 @@ class JobManager {
 
   // State machine (all with mu_ held). Each persists before returning; a failed write is
   // fatal for the coordinator (state on disk would no longer match what it does).
-  void Transition(JobEntry* job, v1::JobState state, const std::string& message);
+  // `before`: history entries written in the same batch ahead of the transition's own (a
+  // gang abort that leads to it), so a crash never persists one without the other.
+  void Transition(JobEntry* job, v1::JobState state, const std::string& message,
+                  std::vector<v1::JobHistoryEntry> before = {});
   void Persist(JobEntry* job, std::vector<v1::JobHistoryEntry> history = {});
   v1::JobHistoryEntry NewHistory(JobEntry* job, const std::string& kind, const std::string& message = "");
   void Touch(JobEntry* job);
   void StartGang(JobEntry* job, v1::AssignmentKind kind, std::vector<WorkerEntry*> workers);
+  // Aborts the running gang and persists it (with the FAILED that follows when it uses up
+  // max_restarts, in the same write).
   void AbortGang(JobEntry* job, const std::string& reason, bool counts_as_restart);
+  // The in-memory part of an abort (members told ABORT, undelivered assignments withdrawn);
+  // returns the history entry for the caller to persist with what follows.
+  v1::JobHistoryEntry DetachGang(JobEntry* job, const std::string& reason, bool counts_as_restart);
+  // Ends an unfinished job FAILED or CANCELLED; aborting its gang is part of the same write.
+  void EndJob(JobEntry* job, v1::JobState state, const std::string& message);
   void FinishGang(JobEntry* job);
   void MaybeCommitCheckpoint(JobEntry* job, const v1::WorkerProgress& progress);
   void UpdateProgress(JobEntry* job, const v1::WorkerProgress& progress, Clock::time_point now);
@@ -149,6 +160,8 @@ class JobManager {
   bool WorkerAlive(const WorkerEntry& worker, Clock::time_point now) const;
   v1::AssignmentKind KindFor(const JobEntry& job) const;
   int WantedGangSize(JobEntry* job, int available, Clock::time_point now);
+  // Sets the job's progress detail; watchers hear of it when it changed.
+  void SetDetail(JobEntry* job, const std::string& detail);
   Status CheckWorkerSupport(const v1::JobSpec& spec) const;
   v1::Job PublicJob(const JobEntry& job) const;
   std::string JobDir(const std::string& job_id) const;

@@ -23,6 +23,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                      .Help("Workers in the gangs running now.")
                      .Register(registry)
                      .Add({})),
+      jobs_waiting_for_workers_(prometheus::BuildGauge()
+                                    .Name("mlcd_coordinator_jobs_waiting_for_workers")
+                                    .Help("Jobs in TRAINING, EXTRACTING or EVALUATING that have no gang and wait "
+                                          "for workers to form one.")
+                                    .Register(registry)
+                                    .Add({})),
       gang_starts_(prometheus::BuildCounter()
                        .Name("mlcd_coordinator_gang_starts_total")
                        .Help("Gangs started (first starts and restarts).")

@@ -2,6 +2,7 @@
 //   mlcd_coordinator_jobs{state}                     jobs by state (gauge)
 //   mlcd_coordinator_workers{state}                  registered workers by state (gauge)
 //   mlcd_coordinator_gang_size                       workers in running gangs (gauge)
+//   mlcd_coordinator_jobs_waiting_for_workers        jobs that need a gang and have none (gauge)
 //   mlcd_coordinator_gang_starts_total               gangs started
 //   mlcd_coordinator_gang_restarts_total             gangs aborted and restarted (failures)
 //   mlcd_coordinator_epochs_committed_total          epoch-end checkpoints committed
@@ -32,6 +33,7 @@ class CoordinatorMetrics {
   void SetJobs(const std::map<std::string, int>& by_state);
   void SetWorkers(const std::map<std::string, int>& by_state);
   void SetGangSize(int workers) { gang_size_.Set(workers); }
+  void SetJobsWaitingForWorkers(int jobs) { jobs_waiting_for_workers_.Set(jobs); }
   void GangStarted() { gang_starts_.Increment(); }
   void GangRestarted() { gang_restarts_.Increment(); }
   void EpochCommitted() { epochs_committed_.Increment(); }
@@ -44,6 +46,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Gauge& gang_size_;
+  prometheus::Gauge& jobs_waiting_for_workers_;
   prometheus::Counter& gang_starts_;
   prometheus::Counter& gang_restarts_;
   prometheus::Counter& epochs_committed_;

@@ -20,7 +20,9 @@ for exe in "$@"; do
   ldd_out=$(ldd "$exe")
   while read -r lib; do
     [ -n "${path_of[$lib]:-}" ] && continue
-    path=$(printf '%s\n' "$ldd_out" | awk -v lib="$lib" '$1 == lib && $2 == "=>" {print $3; exit}')
+    # awk reads all its input (no early exit): an early exit can kill the writer with SIGPIPE,
+    # which pipefail and set -e turn into a silent failure of the whole script.
+    path=$(printf '%s\n' "$ldd_out" | awk -v lib="$lib" '!found && $1 == lib && $2 == "=>" {print $3; found = 1}')
     if [ -z "$path" ] || [ "$path" = "not" ]; then
       echo "runtime-packages: $exe needs $lib, which the dynamic linker cannot find" >&2
       exit 1
@@ -45,7 +47,7 @@ for lib in "${!path_of[@]}"; do
   pkg=""
   for p in "${path_of[$lib]}" "$(readlink -f "${path_of[$lib]}")"; do
     for variant in "$p" "${p#/usr}" "/usr${p}"; do
-      pkg=$(printf '%s\n' "$owners" | awk -v f="$variant" '{ i = index($0, ": "); if (substr($0, i + 2) == f) { split($0, a, ":"); print a[1]; exit } }')
+      pkg=$(printf '%s\n' "$owners" | awk -v f="$variant" '!found { i = index($0, ": "); if (substr($0, i + 2) == f) { split($0, a, ":"); print a[1]; found = 1 } }')
       [ -n "$pkg" ] && break 2
     done
   done

@@ -86,8 +86,10 @@ DASHBOARDS = [
         "rows": [
             ("Jobs and workers", [
                 stat("Jobs training", [('sum(mlcd_coordinator_jobs{state="TRAINING"})', "training")]),
-                stat("Jobs pending", [('sum(mlcd_coordinator_jobs{state="PENDING"})', "pending")],
-                     thresholds=[(1, "yellow")]),
+                stat("Jobs waiting for workers", [("sum(mlcd_coordinator_jobs_waiting_for_workers)", "waiting")],
+                     thresholds=[(1, "yellow")],
+                     description="Jobs that need a gang (TRAINING, EXTRACTING, EVALUATING) and wait for enough "
+                                 "idle workers that can run it."),
                 stat("Workers idle / busy", [('sum(mlcd_coordinator_workers{state="idle"})', "idle"),
                                              ('sum(mlcd_coordinator_workers{state="busy"})', "busy")]),
                 stat("Alerts firing", [('count(ALERTS{alertstate="firing", alertname=~"Mlcd.*"}) or vector(0)',

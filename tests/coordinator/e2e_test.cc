@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -267,6 +268,28 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "cancel", job->id()}, &out), 5) << out;  // FAILED_PRECONDITION
   EXPECT_NE(out.find("already ended SUCCEEDED"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "get", "no-such-job"}, &out), 3) << out;
+  // --output json, as scripts use it: protobuf JSON with the API's field names.
+  ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "-o", "json", "get", job->id()}, &out), 0) << out;
+  auto got = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(got.is_discarded()) << out;
+  EXPECT_EQ(got.value("id", ""), job->id());
+  EXPECT_EQ(got.value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(got["rounds"].size(), 2u) << out;
+  ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "-o", "json", "list"}, &out), 0) << out;
+  auto listed = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(listed.is_discarded()) << out;
+  ASSERT_EQ(listed["jobs"].size(), 1u) << out;
+  EXPECT_EQ(listed["jobs"][0].value("id", ""), job->id());
+  // The address from MLCD_COORDINATOR alone (no flag); watch of a finished job prints its
+  // one event as a JSON line and exits with the job's code.
+  ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {"-o", "json", "watch", job->id()}, &out,
+                       {"MLCD_COORDINATOR=" + cluster_->coordinator_address()}),
+            0)
+      << out;
+  auto watched = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(watched.is_discarded()) << out;
+  EXPECT_EQ(watched["job"].value("state", ""), "JOB_STATE_SUCCEEDED") << out;
+  EXPECT_TRUE(watched.contains("unix_ms")) << out;
   const std::string bad = dir_.Sub("bad.yaml");
   ASSERT_TRUE(WriteFileAtomically(bad, "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering: {k: 10, l: 12}\n").ok());
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "submit", bad}, &out), 2) << out;
@@ -368,8 +391,33 @@ TEST_F(CoordinatorEndToEndTest, CancelStopsTheWorkersAndEndsCancelled) {
   EXPECT_FALSE(TrainProcessesUnder(dir_.path()).empty());
 
   const std::string flag = "--coordinator=" + cluster_->coordinator_address();
+  // Ctrl-C stops `mlcdctl watch` cleanly (exit 7), and only the watching: the job goes on.
+  {
+    ChildProcess watch;
+    ASSERT_TRUE(watch.Start(BinPath("mlcdctl"), {flag, "watch", submitted->id()}, dir_.Sub("watch.log")).ok());
+    const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+    while (watch.Log().find("TRAINING") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    ASSERT_NE(watch.Log().find("TRAINING"), std::string::npos) << watch.Log();
+    watch.Signal(SIGINT);
+    const int status = watch.Wait(seconds(10));
+    ASSERT_TRUE(status != -1 && WIFEXITED(status)) << "status " << status << "\n" << watch.Log();
+    EXPECT_EQ(WEXITSTATUS(status), 7) << watch.Log();
+    EXPECT_NE(watch.Log().find("the job keeps running"), std::string::npos) << watch.Log();
+    auto still = cluster_->Get(submitted->id());
+    ASSERT_TRUE(still.ok());
+    EXPECT_EQ(still->state(), v1::JOB_STATE_TRAINING);
+  }
   std::string out;
-  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "cancel", submitted->id(), "--reason", "test over"}, &out), 0) << out;
+  ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "-o", "json", "cancel", submitted->id(), "--reason", "test over"},
+                       &out),
+            0)
+      << out;
+  auto answer = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(answer.is_discarded()) << out;
+  EXPECT_EQ(answer.value("state", ""), "JOB_STATE_CANCELLED") << out;
+  EXPECT_EQ(answer.value("message", ""), "cancelled: test over") << out;
   auto job = cluster_->Get(submitted->id());
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state(), v1::JOB_STATE_CANCELLED);

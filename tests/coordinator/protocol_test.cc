@@ -459,6 +459,20 @@ TEST_F(CoordinatorProtocolTest, SubmitIsIdempotentAcrossRestartsAndListPages) {
   auto again = cluster_->Submit(spec.Yaml(), "req-1");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->id(), first->id());
+  // A dry run with the used request id is still a dry run: no job, and it says which job a
+  // real submission would return.
+  {
+    grpc::ClientContext context;
+    v1::SubmitJobRequest dry;
+    dry.set_spec_yaml(spec.Yaml());
+    dry.set_request_id("req-1");
+    dry.set_dry_run(true);
+    v1::Job answer;
+    ASSERT_TRUE(cluster_->stub()->SubmitJob(&context, dry, &answer).ok());
+    EXPECT_TRUE(answer.id().empty()) << answer.id();
+    EXPECT_EQ(answer.message().rfind("dry run", 0), 0u) << answer.message();
+    EXPECT_NE(answer.message().find("already names job " + first->id()), std::string::npos) << answer.message();
+  }
   TinyJob other = spec;
   other.epochs = 3;
   auto conflict = cluster_->Submit(other.Yaml(), "req-1");

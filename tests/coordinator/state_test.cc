@@ -1,10 +1,17 @@
 // The coordinator's persisted state, in process: CoordinatorStore round trips, and the
 // JobManager's jobs, request ids, history and workers surviving a reopen of the same data
-// dir (the scheduler is not started, so jobs stay where the test puts them).
+// dir (the scheduler is not started, so jobs stay where the test puts them). The gang
+// scheduler tests write jobs that wait for workers (TRAINING, round 0 labelled) straight
+// into the store, start the scheduler and play the workers through the API in process.
 #include <gtest/gtest.h>
 
 #include <prometheus/registry.h>
 
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "common/job_spec.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics.h"
 #include "coordinator/store.h"
@@ -83,7 +90,9 @@ class JobManagerStateTest : public ::testing::Test {
   std::unique_ptr<JobManager> Open() {
     JobManagerOptions options;
     options.data_dir = dir_.path();
-    options.clusterd_address = "127.0.0.1:1";  // never reached: the scheduler is not started
+    // Never reached: the scheduler is not started, or only sees jobs past ASSIGNING.
+    options.clusterd_address = "127.0.0.1:1";
+    options.tick = std::chrono::milliseconds(10);
     auto manager = JobManager::Open(options, &metrics_);
     EXPECT_TRUE(manager.ok()) << manager.status().ToString();
     return manager.ok() ? std::move(manager).value() : nullptr;
@@ -95,6 +104,71 @@ class JobManagerStateTest : public ::testing::Test {
     auto job = m->SubmitJob(request);
     EXPECT_TRUE(job.ok()) << job.status().ToString();
     return job.ok() ? *job : v1::Job();
+  }
+
+  // Writes job `name`-`seq` into the store as the coordinator leaves it after ASSIGNING:
+  // TRAINING round 0, labelled, no gang yet. Call before Open().
+  void WriteTrainingJob(const std::string& name, int64_t seq, int world_size, int restarts = 0) {
+    auto store = CoordinatorStore::Open(dir_.path() + "/db");
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    std::string yaml = kSpec;
+    yaml.replace(yaml.find("world_size: 2"), 13, "world_size: " + std::to_string(world_size));
+    auto parsed = LoadJobSpecYaml(yaml);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    v1::JobRecord record;
+    v1::Job& job = *record.mutable_job();
+    job.set_id(name + "-" + std::to_string(seq));
+    *job.mutable_spec() = parsed->spec;
+    job.mutable_metadata()->set_name(name);
+    job.set_state(v1::JOB_STATE_TRAINING);
+    job.set_restarts(restarts);
+    job.set_message(restarts ? "gang " + job.id() + "-a1 aborted: worker w0 failed" : "labelled");
+    auto* round = job.add_rounds();
+    round->set_clustered(true);
+    round->set_assigned(true);
+    round->set_label_set("job/" + job.id() + "/r0");
+    record.set_seq(seq);
+    record.set_next_history_seq(1);
+    record.set_state_entered_unix_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    StoreBatch batch;
+    batch.PutJob(record);
+    batch.PutNextJobSeq(seq + 1);
+    ASSERT_TRUE((*store)->Commit(&batch).ok());
+  }
+  // A worker slot that can train, ready for gangs (it offers a rendezvous port).
+  static void Register(JobManager* m, const std::string& name) {
+    v1::RegisterWorkerRequest reg;
+    reg.set_name(name);
+    reg.set_host("127.0.0.1");
+    reg.set_rendezvous_port(29500);
+    reg.add_kinds(v1::ASSIGNMENT_KIND_TRAIN);
+    auto r = m->RegisterWorker(reg);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  static v1::Job Get(JobManager* m, const std::string& id, bool history = false) {
+    v1::GetJobRequest get;
+    get.set_id(id);
+    get.set_include_history(history);
+    auto job = m->GetJob(get);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : v1::Job();
+  }
+  // Polls `done` (the scheduler ticks every 10 ms) for up to 5 s.
+  static bool Eventually(const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return done();
+  }
+  double Gauge(const std::string& name) {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name == name && !family.metric.empty()) return family.metric[0].gauge.value;
+    }
+    return -1;
   }
 
   mlcd::testing::TempDir dir_;
@@ -189,6 +263,110 @@ TEST_F(JobManagerStateTest, DryRunAndInvalidSpecsCreateNothing) {
   EXPECT_EQ(list->jobs_size(), 0);
   // The next real job is number 1: nothing was consumed.
   EXPECT_EQ(Submit(m.get(), "").id(), "unit-1");
+}
+
+TEST_F(JobManagerStateTest, TimeInTheCurrentStateSurvivesAReopen) {
+  std::string id;
+  {
+    auto m = Open();
+    ASSERT_TRUE(m);
+    id = Submit(m.get(), "").id();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto m = Open();
+  ASSERT_TRUE(m);
+  // Counted from the persisted time the job entered PENDING, not from the reopen.
+  EXPECT_GE(Get(m.get(), id).phase_seconds().at("PENDING"), 0.4);
+}
+
+TEST_F(JobManagerStateTest, ReloadFailsAJobWhoseLastAllowedRestartWasAlreadyUsed) {
+  // What an older coordinator left when it was killed between persisting the abort that
+  // used up max_restarts (default 3) and the FAILED that follows it.
+  WriteTrainingJob("spent", 1, 2, /*restarts=*/4);
+  {
+    auto m = Open();
+    ASSERT_TRUE(m);
+    m->Start();
+    Register(m.get(), "w0");
+    Register(m.get(), "w1");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a few ticks: no gang may start
+    v1::Job job = Get(m.get(), "spent-1");
+    EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+    EXPECT_NE(job.message().find("gang failed 4 times (max_restarts 3)"), std::string::npos) << job.message();
+    EXPECT_EQ(job.attempts(), 0);
+  }
+  auto m = Open();
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Get(m.get(), "spent-1").state(), v1::JOB_STATE_FAILED);
+}
+
+// A job whose world_size exceeds the registered workers waits without blocking later jobs
+// that fit; among those, gangs form in submission order. Also: a cancel with a gang running
+// is one write, a cancelled poll keeps its assignment, and only a delivered assignment
+// counts as a restart when its worker re-registers.
+TEST_F(JobManagerStateTest, SchedulerSkipsJobsThatCannotFitAndKeepsFifoAmongTheRest) {
+  WriteTrainingJob("big", 1, 4);
+  WriteTrainingJob("small", 2, 2);
+  WriteTrainingJob("later", 3, 2);
+  auto m = Open();
+  ASSERT_TRUE(m);
+  m->Start();
+  Register(m.get(), "w0");
+  Register(m.get(), "w1");
+  ASSERT_TRUE(Eventually([&] { return Get(m.get(), "small-2").progress().gang_size() == 2; }));
+  v1::Job big = Get(m.get(), "big-1");
+  EXPECT_EQ(big.progress().gang_size(), 0);
+  EXPECT_EQ(big.progress().detail(),
+            "needs 4 workers that can train, 2 registered (later jobs that fit run meanwhile)");
+  // "later" fits but waits for "small"'s workers: FIFO among jobs that can run.
+  const std::string waits = "waiting for 2 idle workers that can train (0 idle, 2 registered)";
+  ASSERT_TRUE(Eventually([&] { return Get(m.get(), "later-3").progress().detail() == waits; }))
+      << Get(m.get(), "later-3").progress().detail();
+  EXPECT_EQ(Get(m.get(), "later-3").progress().gang_size(), 0);
+  EXPECT_EQ(Gauge("mlcd_coordinator_jobs_waiting_for_workers"), 2);  // big and later
+
+  // Cancelling "small" aborts its gang and ends the job in one write; its workers (which
+  // never took their assignments) go to "later".
+  v1::CancelJobRequest cancel;
+  cancel.set_id("small-2");
+  ASSERT_TRUE(m->CancelJob(cancel).ok());
+  v1::Job small = Get(m.get(), "small-2", true);
+  EXPECT_EQ(small.state(), v1::JOB_STATE_CANCELLED);
+  ASSERT_GE(small.history_size(), 3);
+  const auto& abort = small.history(small.history_size() - 2);
+  const auto& cancelled = small.history(small.history_size() - 1);
+  EXPECT_EQ(abort.kind(), "gang_aborted");
+  EXPECT_EQ(abort.state(), v1::JOB_STATE_TRAINING);  // the state the gang ran in
+  EXPECT_EQ(cancelled.kind(), "state");
+  EXPECT_EQ(cancelled.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(cancelled.seq(), abort.seq() + 1);
+  ASSERT_TRUE(Eventually([&] { return Get(m.get(), "later-3").progress().gang_size() == 2; }));
+  EXPECT_EQ(Get(m.get(), "big-1").progress().gang_size(), 0);
+
+  // A poll whose client gave up does not consume the assignment; the next poll gets it.
+  v1::GetAssignmentRequest poll;
+  poll.set_worker_id("w0");
+  auto lost = m->GetAssignment(poll, [] { return true; });
+  EXPECT_EQ(lost.status().code(), StatusCode::kCancelled);
+  auto got = m->GetAssignment(poll, [] { return false; });
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->kind(), v1::ASSIGNMENT_KIND_TRAIN);
+  EXPECT_EQ(got->job_id(), "later-3");
+
+  // w1 never received its assignment: its re-registration aborts the gang but is no failure.
+  Register(m.get(), "w1");
+  v1::Job later = Get(m.get(), "later-3");
+  EXPECT_EQ(later.restarts(), 0);
+  EXPECT_EQ(later.state(), v1::JOB_STATE_TRAINING);
+  // Once a re-registering worker had its assignment, it is. (w0 ran the aborted gang: its
+  // next poll says it stopped, then both form the next gang.)
+  ASSERT_TRUE(m->GetAssignment(poll, [] { return false; }).ok());
+  ASSERT_TRUE(Eventually([&] { return Get(m.get(), "later-3").progress().gang_size() == 2; }));
+  got = m->GetAssignment(poll, [] { return false; });
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->job_id(), "later-3");
+  Register(m.get(), "w0");
+  EXPECT_EQ(Get(m.get(), "later-3").restarts(), 1);
 }
 
 }  // namespace
