@@ -162,6 +162,61 @@ class GeluLinearFunction : public torch::autograd::Function<GeluLinearFunction> 
   }
 };
 
+// The tensor a backward pass adds a parameter's gradient into: the parameter's existing
+// gradient tensor (the flat buffer of FlatParameters) when it has a usable one, otherwise a
+// fresh zero tensor, which also goes to *returned for autograd to accumulate.
+torch::Tensor GradientAccumulator(const torch::Tensor& param, torch::Tensor* returned) {
+  const torch::Tensor& acc = param.grad();
+  if (acc.defined() && acc.sizes() == param.sizes() && acc.is_contiguous() &&
+      acc.scalar_type() == param.scalar_type() && acc.device() == param.device()) {
+    return acc;
+  }
+  *returned = torch::zeros_like(param);
+  return *returned;
+}
+
+// LayerNorm over the last dimension. The forward keeps each row's mean and 1/std; the
+// backward computes dx row by row and adds the gamma/beta gradients straight into the
+// parameters' gradient tensors, like the Linear above.
+class FusedLayerNormFunction : public torch::autograd::Function<FusedLayerNormFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in, const torch::Tensor& weight,
+                               const torch::Tensor& bias, double eps) {
+    torch::Tensor x = x_in.contiguous();
+    torch::Tensor gamma = weight.contiguous(), beta = bias.contiguous();
+    const int64_t cols = x.size(-1), rows = x.numel() / cols;
+    torch::Tensor y = torch::empty_like(x);
+    torch::Tensor mean = torch::empty({rows}, x.options()), rstd = torch::empty({rows}, x.options());
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "FusedLayerNorm", [&] {
+      kernels::LayerNormForward(x.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(),
+                                y.data_ptr<scalar_t>(), mean.data_ptr<scalar_t>(), rstd.data_ptr<scalar_t>(), rows,
+                                cols, static_cast<scalar_t>(eps));
+    });
+    ctx->save_for_backward({x, gamma, mean, rstd});
+    ctx->saved_data["weight"] = weight;
+    ctx->saved_data["bias"] = bias;
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &gamma = saved[1], &mean = saved[2], &rstd = saved[3];
+    const int64_t cols = x.size(-1), rows = x.numel() / cols;
+    torch::Tensor g = grad_outputs[0].contiguous();
+    // grad_*: what autograd gets back; dx/dw/db: where the kernel writes (undefined: not needed).
+    torch::Tensor grad_x, grad_w, grad_b, dx, dw, db;
+    if (ctx->needs_input_grad(0)) dx = grad_x = torch::empty_like(x);
+    if (ctx->needs_input_grad(1)) dw = GradientAccumulator(ctx->saved_data["weight"].toTensor(), &grad_w);
+    if (ctx->needs_input_grad(2)) db = GradientAccumulator(ctx->saved_data["bias"].toTensor(), &grad_b);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "FusedLayerNormBackward", [&] {
+      auto out = [](torch::Tensor& t) { return t.defined() ? t.data_ptr<scalar_t>() : nullptr; };
+      kernels::LayerNormBackward(x.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(), mean.data_ptr<scalar_t>(),
+                                 rstd.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(), out(dx), out(dw), out(db), rows,
+                                 cols);
+    });
+    return {grad_x, grad_w, grad_b, torch::Tensor()};
+  }
+};
+
 void TruncatedNormal(torch::Tensor& t, double std, at::Generator& gen) {
   t.normal_(0.0, std, gen);
   t.clamp_(-2 * std, 2 * std);
@@ -185,6 +240,16 @@ torch::Tensor ReferenceSelfAttention(const torch::Tensor& qkv, int64_t batch, in
 torch::Tensor FusedGelu(const torch::Tensor& x) {
   if (x.device().is_cpu() && x.scalar_type() == torch::kFloat) return FusedGeluFunction::apply(x);
   return torch::gelu(x);
+}
+
+torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                             double eps) {
+  const bool fused = x.device().is_cpu() && (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble);
+  if (!fused) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0 && weight.numel() == x.size(-1) && bias.numel() == x.size(-1) &&
+                  weight.scalar_type() == x.scalar_type() && bias.scalar_type() == x.scalar_type(),
+              "FusedLayerNorm: x ", x.sizes(), " ", x.scalar_type(), " needs weight and bias of its last size and type");
+  return FusedLayerNormFunction::apply(x, weight, bias, eps);
 }
 
 int VitOptions::mlp_hidden() const { return static_cast<int>(std::lround(mlp_ratio * width)); }
@@ -313,6 +378,11 @@ torch::Tensor VisionTransformerImpl::Linear(const torch::Tensor& x, const torch:
   return LinearFunction::apply(x, weight, bias.defined() ? bias : none, residual.defined() ? residual : none);
 }
 
+torch::Tensor VisionTransformerImpl::LayerNorm(const torch::Tensor& x, const torch::nn::LayerNorm& norm) {
+  if (Fused(x)) return FusedLayerNorm(x, norm->weight, norm->bias, options_.layer_norm_eps);
+  return torch::layer_norm(x, {options_.width}, norm->weight, norm->bias, options_.layer_norm_eps);
+}
+
 torch::Tensor VisionTransformerImpl::Attention(const torch::Tensor& qkv, int64_t batch) {
   const bool fused = options_.attention == AttentionImpl::kFused && qkv.device().is_cpu() &&
                      (qkv.scalar_type() == torch::kFloat || qkv.scalar_type() == torch::kDouble);
@@ -320,13 +390,12 @@ torch::Tensor VisionTransformerImpl::Attention(const torch::Tensor& qkv, int64_t
 }
 
 torch::Tensor VisionTransformerImpl::BlockForward(const Block& b, torch::Tensor x, int64_t batch) {
-  const int64_t d = options_.width;
   // x += proj(attention(LN1(x))): bias and residual are the initial value of the
   // projection's GEMM (fused path), so the sum costs no pass of its own.
-  torch::Tensor h = torch::layer_norm(x, {d}, b.norm1->weight, b.norm1->bias, options_.layer_norm_eps);
+  torch::Tensor h = LayerNorm(x, b.norm1);
   torch::Tensor qkv = Linear(h, b.qkv->weight, b.qkv->bias);
   x = Linear(Attention(qkv, batch), b.proj->weight, b.proj->bias, x);
-  h = torch::layer_norm(x, {d}, b.norm2->weight, b.norm2->bias, options_.layer_norm_eps);
+  h = LayerNorm(x, b.norm2);
   torch::Tensor hidden = Linear(h, b.fc1->weight, b.fc1->bias);
   if (Fused(hidden)) return GeluLinearFunction::apply(hidden, b.fc2->weight, b.fc2->bias, x);
   return torch::linear(torch::gelu(hidden), b.fc2->weight, b.fc2->bias).add_(x);
@@ -349,7 +418,7 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
   for (const auto& block : blocks_) x = BlockForward(block, x, batch);
   torch::Tensor pooled =
       o.pooling == VitPooling::kCls ? x.view({batch, t, d}).select(1, 0) : x.view({batch, t, d}).mean(1);
-  pooled = torch::layer_norm(pooled, {d}, norm_->weight, norm_->bias, o.layer_norm_eps);
+  pooled = LayerNorm(pooled, norm_);
   return Linear(pooled, head_, torch::Tensor());
 }
 

@@ -14,9 +14,11 @@
 // attention reads q/k/v straight out of the fused qkv projection and writes heads already
 // concatenated (no permutes or copies), with a hand-written forward/backward kernel
 // (worker/vit_kernels.h) that keeps each (sample, head) in cache; GELU is computed once
-// together with its derivative and fused with fc2; Linear backward passes accumulate weight
-// and bias gradients straight into the parameters' gradient tensors (no temporaries). Non-CPU tensors (CUDA) take the reference path of plain
-// ATen ops, which is also what the tests compare the fused path with.
+// together with its derivative and fused with fc2; LayerNorm keeps each row's mean and 1/std
+// and computes its input gradient in one pass per row; Linear and LayerNorm backward passes
+// accumulate weight and bias gradients straight into the parameters' gradient tensors (no
+// temporaries). Non-CPU tensors (CUDA) take the reference path of plain ATen ops, which is
+// also what the tests compare the fused path with.
 #pragma once
 
 #include <torch/torch.h>
@@ -97,6 +99,9 @@ class VisionTransformerImpl : public torch::nn::Module {
   };
   torch::Tensor BlockForward(const Block& block, torch::Tensor x, int64_t batch);
   torch::Tensor Attention(const torch::Tensor& qkv, int64_t batch);
+  // LayerNorm over the width with the module's weight and bias: FusedLayerNorm on the fused
+  // path, at::layer_norm otherwise.
+  torch::Tensor LayerNorm(const torch::Tensor& x, const torch::nn::LayerNorm& norm);
   // Whether the fused CPU kernels apply to tensors like t (kFused, CPU, float).
   bool Fused(const torch::Tensor& t) const;
   // x W^T + b; with the fused path, the backward accumulates straight into the parameters'
@@ -124,5 +129,11 @@ torch::Tensor ReferenceSelfAttention(const torch::Tensor& qkv, int64_t batch, in
 // Exact GELU with the derivative saved in the forward pass; CPU float (other tensors use
 // at::gelu).
 torch::Tensor FusedGelu(const torch::Tensor& x);
+// LayerNorm over the last dimension (weight and bias of that size) that keeps each row's
+// mean and 1/std for the backward pass and adds the weight/bias gradients straight into
+// their existing gradient tensors (see VisionTransformerImpl::Linear); CPU float or double
+// (other tensors use at::layer_norm).
+torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                             double eps);
 
 }  // namespace mlcd::worker

@@ -223,6 +223,139 @@ MLCD_CLONES void GeluRange(const float* x, float* y, float* dydx, int64_t begin,
   }
 }
 
+// ---- LayerNorm --------------------------------------------------------------------------
+
+// Row reductions keep kLanes independent partial sums (vectorisable without reassociating
+// the additions) and add the lanes up in a fixed order.
+constexpr int kLanes = 16;
+
+// Calls add(lane, j) for every j in [0, n): lane j % kLanes in whole blocks, 0 in the tail.
+template <typename Add>
+MLCD_INLINE void ForLanes(int64_t n, Add add) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) add(l, j + l);
+  for (; j < n; ++j) add(0, j);
+}
+
+template <typename T>
+MLCD_INLINE T SumLanes(const T (&lanes)[kLanes]) {
+  T total = 0;
+  for (T v : lanes) total += v;
+  return total;
+}
+
+// Moments about the provisional mean m0 = sum(x)/n (corrected two-pass): with d = x - m0,
+// mean = m0 + sum(d)/n and var = sum(d^2)/n - (sum(d)/n)^2. The output subtracts m0 and the
+// small correction separately, so a mean far larger than the spread loses nothing to the
+// rounding of mean itself.
+template <typename T>
+MLCD_INLINE void LayerNormForwardRow(const T* x, const T* gamma, const T* beta, T* y, T* mean_out, T* rstd_out,
+                                     int64_t n, T eps) {
+  const T inv_n = T(1) / static_cast<T>(n);
+  T sum[kLanes] = {};
+  ForLanes(n, [&](int l, int64_t j) { sum[l] += x[j]; });
+  const T m0 = SumLanes(sum) * inv_n;
+  T s1[kLanes] = {}, s2[kLanes] = {};
+  ForLanes(n, [&](int l, int64_t j) {
+    const T d = x[j] - m0;
+    s1[l] += d;
+    s2[l] += d * d;
+  });
+  const T shift = SumLanes(s1) * inv_n;
+  const T var = std::max(SumLanes(s2) * inv_n - shift * shift, T(0));
+  const T rstd = T(1) / std::sqrt(var + eps);
+  for (int64_t j = 0; j < n; ++j) y[j] = ((x[j] - m0) - shift) * rstd * gamma[j] + beta[j];
+  *mean_out = m0 + shift;
+  *rstd_out = rstd;
+}
+
+// With g = dy * gamma and xhat = (x - mean) * rstd:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dgamma += dy * xhat,  dbeta += dy.
+// The row is centred on the saved mean and then by the mean of what is left (the saved
+// mean's rounding), as in the forward pass. Null outputs are skipped.
+template <typename T>
+MLCD_INLINE void LayerNormBackwardRow(const T* x, const T* gamma, T mean, T rstd, const T* dy, T* dx, T* dgamma,
+                                      T* dbeta, int64_t n) {
+  const T inv_n = T(1) / static_cast<T>(n);
+  T sum_d[kLanes] = {}, sum_g[kLanes] = {}, sum_gd[kLanes] = {};
+  ForLanes(n, [&](int l, int64_t j) {
+    const T d = x[j] - mean;
+    const T g = dy[j] * gamma[j];
+    sum_d[l] += d;
+    sum_g[l] += g;
+    sum_gd[l] += g * d;
+  });
+  const T shift = SumLanes(sum_d) * inv_n;  // x - true mean = (x - mean) - shift
+  const T mean_g = SumLanes(sum_g) * inv_n;
+  // xhat * mean(g * xhat) = (x - true mean) * coef
+  const T coef = (SumLanes(sum_gd) * inv_n - shift * mean_g) * rstd * rstd;
+  if (dx)
+    for (int64_t j = 0; j < n; ++j) dx[j] = rstd * (dy[j] * gamma[j] - mean_g - ((x[j] - mean) - shift) * coef);
+  if (dgamma)
+    for (int64_t j = 0; j < n; ++j) dgamma[j] += dy[j] * (((x[j] - mean) - shift) * rstd);
+  if (dbeta)
+    for (int64_t j = 0; j < n; ++j) dbeta[j] += dy[j];
+}
+
+template <typename T>
+MLCD_INLINE void LayerNormForwardRows(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t cols,
+                                      int64_t begin, int64_t end, T eps) {
+  for (int64_t r = begin; r < end; ++r)
+    LayerNormForwardRow<T>(x + r * cols, gamma, beta, y + r * cols, mean + r, rstd + r, cols, eps);
+}
+
+template <typename T>
+MLCD_INLINE void LayerNormBackwardRows(const T* x, const T* gamma, const T* mean, const T* rstd, const T* dy, T* dx,
+                                       T* dgamma, T* dbeta, int64_t cols, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r)
+    LayerNormBackwardRow<T>(x + r * cols, gamma, mean[r], rstd[r], dy + r * cols, dx ? dx + r * cols : nullptr,
+                            dgamma, dbeta, cols);
+}
+
+MLCD_CLONES void LayerNormForwardRowsF(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                       float* rstd, int64_t cols, int64_t begin, int64_t end, float eps) {
+  LayerNormForwardRows<float>(x, gamma, beta, y, mean, rstd, cols, begin, end, eps);
+}
+
+MLCD_CLONES void LayerNormBackwardRowsF(const float* x, const float* gamma, const float* mean, const float* rstd,
+                                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t cols,
+                                        int64_t begin, int64_t end) {
+  LayerNormBackwardRows<float>(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, cols, begin, end);
+}
+
+// Rows per parallel task: about 16k elements.
+int64_t LayerNormGrain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)); }
+
+// Runs rows(begin, end, dgamma, dbeta) over blocks of rows fixed by the shape alone (at most
+// 64 blocks of at least LayerNormGrain rows), each block adding its parameter gradients into
+// a zeroed slot of its own; the slots are then summed in block order and added to
+// grad_gamma / grad_beta, so the sums do not depend on the thread count.
+template <typename T, typename Rows>
+void LayerNormBackwardBlocks(T* grad_gamma, T* grad_beta, int64_t rows, int64_t cols, Rows rows_fn) {
+  const int64_t per_block = std::max<int64_t>(LayerNormGrain(cols), (rows + 63) / 64);
+  const int64_t blocks = (rows + per_block - 1) / per_block;
+  const bool params = grad_gamma || grad_beta;
+  std::vector<T> slots(params ? static_cast<size_t>(blocks * 2 * cols) : 0, T(0));
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      T* slot = params ? slots.data() + b * 2 * cols : nullptr;
+      rows_fn(b * per_block, std::min(rows, (b + 1) * per_block), grad_gamma ? slot : nullptr,
+              grad_beta ? slot + cols : nullptr);
+    }
+  });
+  if (!params || blocks == 0) return;
+  T* total = slots.data();
+  for (int64_t b = 1; b < blocks; ++b) {
+    const T* slot = slots.data() + b * 2 * cols;
+    for (int64_t j = 0; j < 2 * cols; ++j) total[j] += slot[j];
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    if (grad_gamma) grad_gamma[j] += total[j];
+    if (grad_beta) grad_beta[j] += total[cols + j];
+  }
+}
+
 // ---- bias / residual fill ----------------------------------------------------------------
 
 MLCD_CLONES void FillBiasResidualRange(const float* bias, const float* residual, int64_t cols, int64_t begin,
@@ -327,6 +460,35 @@ void AttentionBackward(const double* qkv, const double* probs, const double* gra
 
 void GeluForward(const float* x, float* y, float* dydx, int64_t n) {
   at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) { GeluRange(x, y, dydx, begin, end); });
+}
+
+void LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                      int64_t rows, int64_t cols, float eps) {
+  at::parallel_for(0, rows, LayerNormGrain(cols), [&](int64_t begin, int64_t end) {
+    LayerNormForwardRowsF(x, gamma, beta, y, mean, rstd, cols, begin, end, eps);
+  });
+}
+
+void LayerNormForward(const double* x, const double* gamma, const double* beta, double* y, double* mean,
+                      double* rstd, int64_t rows, int64_t cols, double eps) {
+  at::parallel_for(0, rows, LayerNormGrain(cols), [&](int64_t begin, int64_t end) {
+    LayerNormForwardRows<double>(x, gamma, beta, y, mean, rstd, cols, begin, end, eps);
+  });
+}
+
+void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* grad_y,
+                       float* grad_x, float* grad_gamma, float* grad_beta, int64_t rows, int64_t cols) {
+  LayerNormBackwardBlocks(grad_gamma, grad_beta, rows, cols, [&](int64_t begin, int64_t end, float* dg, float* db) {
+    LayerNormBackwardRowsF(x, gamma, mean, rstd, grad_y, grad_x, dg, db, cols, begin, end);
+  });
+}
+
+void LayerNormBackward(const double* x, const double* gamma, const double* mean, const double* rstd,
+                       const double* grad_y, double* grad_x, double* grad_gamma, double* grad_beta, int64_t rows,
+                       int64_t cols) {
+  LayerNormBackwardBlocks(grad_gamma, grad_beta, rows, cols, [&](int64_t begin, int64_t end, double* dg, double* db) {
+    LayerNormBackwardRows<double>(x, gamma, mean, rstd, grad_y, grad_x, dg, db, cols, begin, end);
+  });
 }
 
 void AdamWUpdate(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,

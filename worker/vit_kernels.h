@@ -34,6 +34,29 @@ void AttentionBackward(const double* qkv, const double* probs, const double* gra
 // exp of float accuracy), well inside float rounding of the surrounding matmuls.
 void GeluForward(const float* x, float* y, float* dydx, int64_t n);
 
+// LayerNorm over the rows of a row-major [rows, cols] matrix:
+//   y = (x - mean) * rstd * gamma + beta,  rstd = 1 / sqrt(var + eps)  (biased variance);
+// also writes each row's mean and rstd ([rows] each) for the backward pass. Each row is
+// read from memory once; its moments use the corrected two-pass formula while the row is
+// in cache, and both passes re-centre on the rounded mean, so rows with a large mean and a
+// small variance keep their precision.
+void LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                      int64_t rows, int64_t cols, float eps);
+void LayerNormForward(const double* x, const double* gamma, const double* beta, double* y, double* mean,
+                      double* rstd, int64_t rows, int64_t cols, double eps);
+
+// Gradient of the LayerNorm above from the forward's x, mean, rstd and the output gradient
+// grad_y, one pass per row: writes every element of grad_x and ADDS
+// dL/dgamma = sum_rows grad_y * xhat and dL/dbeta = sum_rows grad_y to grad_gamma /
+// grad_beta ([cols] each). Any of the three
+// outputs may be null (not needed). The parameter gradients are summed per fixed block of
+// rows and the blocks reduced in order, so the result does not depend on the thread count.
+void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* grad_y,
+                       float* grad_x, float* grad_gamma, float* grad_beta, int64_t rows, int64_t cols);
+void LayerNormBackward(const double* x, const double* gamma, const double* mean, const double* rstd,
+                       const double* grad_y, double* grad_x, double* grad_gamma, double* grad_beta, int64_t rows,
+                       int64_t cols);
+
 // One AdamW step (decoupled weight decay, as torch.optim.AdamW) over n contiguous
 // parameters:  g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //              p = p (1 - lr wd) - lr/bc1 * m / (sqrt(v / bc2) + eps)

@@ -1,10 +1,12 @@
-// The ViT (shapes, presets, the fused kernels against plain ATen and finite differences),
-// the flat-parameter AdamW against torch::optim::AdamW, and the learning-rate schedule.
+// The ViT (shapes, presets, the fused kernels (attention, GELU, LayerNorm) against plain
+// ATen and finite differences), the flat-parameter AdamW against torch::optim::AdamW, and
+// the learning-rate schedule.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
 #include <cmath>
+#include <vector>
 
 #include "common/job_spec.h"
 #include "worker/backbone_optimizer.h"
@@ -268,6 +270,136 @@ TEST(FusedGeluTest, MatchesExactGeluAndItsDerivative) {
   // Hand values: gelu(0) = 0, gelu'(0) = 1/2, gelu(1) = Phi(1) = 0.8413447.
   EXPECT_NEAR(FusedGelu(torch::tensor({0.0f, 1.0f}))[1].item<float>(), 0.8413447f, 1e-6);
   EXPECT_NEAR(a.grad()[10000].item<float>(), 0.5f, 1e-6);
+}
+
+// Inputs for the LayerNorm tests: [rows, cols] of N(0.5, 2), except row 1 with a large mean
+// and a small spread (offset + spread N(0, 1)) and row 2 constant (zero variance: eps alone).
+torch::Tensor LayerNormInput(int64_t rows, int64_t cols, double offset, double spread) {
+  torch::Tensor x = torch::randn({rows, cols}).mul_(2).add_(0.5);
+  x[1] = torch::randn({cols}).mul_(spread).add_(offset);
+  x[2] = 3.0;
+  return x;
+}
+
+// y, dL/dx, dL/dweight, dL/dbias of L = <g, LayerNorm(x)> with fresh leaves in `dtype`.
+std::vector<torch::Tensor> LayerNormAndGradients(bool fused, const torch::Tensor& x, const torch::Tensor& weight,
+                                                 const torch::Tensor& bias, const torch::Tensor& g,
+                                                 torch::Dtype dtype) {
+  auto leaf = [dtype](const torch::Tensor& t) { return t.to(dtype, false, /*copy=*/true).requires_grad_(true); };
+  torch::Tensor xv = leaf(x), wv = leaf(weight), bv = leaf(bias);
+  torch::Tensor y =
+      fused ? FusedLayerNorm(xv, wv, bv, 1e-6) : torch::layer_norm(xv, {x.size(-1)}, wv, bv, 1e-6);
+  (y * g.to(dtype)).sum().backward();
+  return {y.detach(), xv.grad(), wv.grad(), bv.grad()};
+}
+
+const char* const kLayerNormOutputs[] = {"y", "dx", "dweight", "dbias"};
+
+TEST(FusedLayerNormTest, MatchesAtenLayerNormForwardAndBackward) {
+  torch::manual_seed(128);
+  for (int64_t cols : {384, 37, 16}) {
+    // Row 1: mean 100, spread 0.1 (var / mean^2 = 1e-6: a float sum-of-squares formula
+    // would lose most digits).
+    torch::Tensor x = LayerNormInput(301, cols, 100, 0.1);
+    torch::Tensor weight = torch::randn({cols}), bias = torch::randn({cols}), g = torch::randn({301, cols});
+    auto fused = LayerNormAndGradients(true, x, weight, bias, g, torch::kFloat);
+    auto aten = LayerNormAndGradients(false, x, weight, bias, g, torch::kFloat);
+    for (size_t i = 0; i < aten.size(); ++i) {
+      // Relative to the largest value. ATen's float kernel itself is off by up to ~2e-5 of it
+      // on rows 1 and 2 (its mean's rounding times rstd); ours is within 1e-6 of double
+      // (next test).
+      const double scale = std::max(1.0, aten[i].abs().max().item<double>());
+      EXPECT_LT(MaxAbsDiff(fused[i], aten[i]) / scale, 1e-4) << kLayerNormOutputs[i] << " cols " << cols;
+    }
+  }
+  // One column: every row normalises to 0, so y = bias and the gradients of x and weight
+  // vanish (ATen's float kernel is off by its mean's rounding times rstd = 1000 here).
+  torch::Tensor x = LayerNormInput(50, 1, 100, 0.1), g = torch::randn({50, 1});
+  auto fused = LayerNormAndGradients(true, x, torch::tensor({1.5f}), torch::tensor({-0.25f}), g, torch::kFloat);
+  EXPECT_TRUE(torch::all(fused[0] == -0.25f).item<bool>());
+  // dx: float rounding of dy * weight, times rstd.
+  EXPECT_LT(fused[1].abs().max().item<double>(), 1e-6 * 1000 * 1.5 * g.abs().max().item<double>());
+  EXPECT_EQ(fused[2].item<float>(), 0.0f);
+  EXPECT_NEAR(fused[3].item<double>(), g.sum().item<double>(), 1e-5);
+}
+
+TEST(FusedLayerNormTest, FloatMatchesDoublePrecisionAndIsDeterministic) {
+  torch::manual_seed(129);
+  // Row 1: mean 1000, spread 0.01. ATen's float kernel is off by ~1% of the spread there;
+  // ours keeps float rounding relative to the spread, so compare with ATen in double.
+  const int64_t rows = 2176, cols = 384;
+  torch::Tensor x = LayerNormInput(rows, cols, 1000, 0.01);
+  torch::Tensor weight = torch::randn({cols}), bias = torch::randn({cols}), g = torch::randn({rows, cols});
+  auto fused = LayerNormAndGradients(true, x, weight, bias, g, torch::kFloat);
+  auto expected = LayerNormAndGradients(false, x, weight, bias, g, torch::kDouble);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double scale = std::max(1.0, expected[i].abs().max().item<double>());
+    EXPECT_LT(MaxAbsDiff(fused[i], expected[i]) / scale, 2e-6) << kLayerNormOutputs[i];
+  }
+  // The double kernel agrees with ATen's double to rounding.
+  auto fused_double = LayerNormAndGradients(true, x, weight, bias, g, torch::kDouble);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_LT(MaxAbsDiff(fused_double[i], expected[i]), 1e-9) << kLayerNormOutputs[i];
+  }
+  // Bit-identical for any thread count.
+  const int threads = at::get_num_threads();
+  for (int n : {1, 3}) {
+    at::set_num_threads(n);
+    auto again = LayerNormAndGradients(true, x, weight, bias, g, torch::kFloat);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      EXPECT_TRUE(torch::equal(again[i], fused[i])) << kLayerNormOutputs[i] << ", " << n << " threads";
+    }
+  }
+  at::set_num_threads(threads);
+}
+
+TEST(FusedLayerNormTest, GradientMatchesFiniteDifferences) {
+  torch::manual_seed(130);
+  // Central differences of L = <w, LayerNorm(x)> in double, for every entry of x, gamma and beta.
+  const int64_t rows = 4, cols = 6;
+  torch::Tensor x = torch::randn({rows, cols}, torch::kDouble).requires_grad_(true);
+  torch::Tensor weight = torch::randn({cols}, torch::kDouble).requires_grad_(true);
+  torch::Tensor bias = torch::randn({cols}, torch::kDouble).requires_grad_(true);
+  torch::Tensor w = torch::randn({rows, cols}, torch::kDouble);
+  (FusedLayerNorm(x, weight, bias, 1e-5) * w).sum().backward();
+  torch::NoGradGuard no_grad;
+  const double eps = 1e-6;
+  for (torch::Tensor param : {x, weight, bias}) {
+    torch::Tensor analytic = param.grad().clone();
+    torch::Tensor flat = param.view({-1});
+    double worst = 0;
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      const double orig = flat[i].item<double>();
+      flat[i] = orig + eps;
+      const double up = (FusedLayerNorm(x, weight, bias, 1e-5) * w).sum().item<double>();
+      flat[i] = orig - eps;
+      const double down = (FusedLayerNorm(x, weight, bias, 1e-5) * w).sum().item<double>();
+      flat[i] = orig;
+      worst = std::max(worst, std::abs((up - down) / (2 * eps) - analytic.view({-1})[i].item<double>()));
+    }
+    EXPECT_LT(worst, 1e-7) << param.sizes();
+  }
+}
+
+TEST(FusedLayerNormTest, AddsParameterGradientsIntoExistingGradientTensors) {
+  torch::manual_seed(131);
+  // With a gradient tensor already there (a view of a flat buffer), the backward adds into
+  // it in place; without one, autograd gets the gradient as usual.
+  const int64_t rows = 50, cols = 24;
+  torch::Tensor x = torch::randn({rows, cols}), g = torch::randn({rows, cols});
+  torch::Tensor weight = torch::randn({cols}).requires_grad_(true), bias = torch::randn({cols}).requires_grad_(true);
+  (FusedLayerNorm(x, weight, bias, 1e-6) * g).sum().backward();
+  torch::Tensor once_w = weight.grad().clone(), once_b = bias.grad().clone();
+  torch::Tensor buffer = torch::zeros({2 * cols});
+  weight.mutable_grad() = buffer.narrow(0, 0, cols);
+  bias.mutable_grad() = buffer.narrow(0, cols, cols);
+  buffer.fill_(1.0);
+  (FusedLayerNorm(x, weight, bias, 1e-6) * g).sum().backward();
+  EXPECT_EQ(weight.grad().data_ptr<float>(), buffer.data_ptr<float>());
+  EXPECT_EQ(bias.grad().data_ptr<float>(), buffer.data_ptr<float>() + cols);
+  EXPECT_LT(MaxAbsDiff(weight.grad(), once_w + 1), 1e-6);
+  EXPECT_LT(MaxAbsDiff(bias.grad(), once_b + 1), 1e-6);
+  EXPECT_FALSE(x.grad().defined());
 }
 
 TEST(BackboneAdamWTest, MatchesTorchAdamWAndClipsTheGlobalNorm) {
