@@ -576,6 +576,10 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     Checker c(&problems, p + "dataset");
     c.OneOf("format", spec.dataset().format(), {"fashion-mnist"});
     if (spec.dataset().path().empty()) c.Add("path", "empty; give the directory of the dataset's files");
+    const double crop = spec.dataset().crop_min_scale();
+    if (!(crop >= 0 && crop <= 1)) {
+      c.Add("crop_min_scale", Checker::Num(crop) + " is outside [0, 1]; 0 = pad-and-crop, e.g. 0.5 = random resized crops of 50% to 100% of the image area");
+    }
   }
   {
     const auto& cl = spec.clustering();

@@ -105,13 +105,66 @@ AugmentDraw DrawAugmentation(const AugmentOptions& options, int padding, int rou
   return d;
 }
 
+ResizedCropDraw DrawResizedCrop(const AugmentOptions& options, int image_height, int image_width, int round, int epoch,
+                                int64_t id) {
+  ResizedCropDraw d;
+  d.height = image_height;
+  d.width = image_width;
+  if (!options.enabled) return d;
+  const uint64_t h = HashValues({options.seed, 0x52524321ull /* "RRC!" */, static_cast<uint64_t>(round),
+                                 static_cast<uint64_t>(epoch), static_cast<uint64_t>(id)});
+  // Four uniforms in [0, 1) from 15 bits each of the hash (bits 0..59), the flip from bit 63.
+  auto uniform = [h](int k) { return static_cast<double>((h >> (15 * k)) & 0x7FFF) / 32768.0; };
+  const double scale = options.crop_min_scale + (1.0 - options.crop_min_scale) * uniform(0);
+  const double log_ratio = std::log(3.0 / 4.0) + (std::log(4.0 / 3.0) - std::log(3.0 / 4.0)) * uniform(1);
+  const double area = scale * image_height * image_width;
+  const double ratio = std::exp(log_ratio);  // width / height
+  d.width = std::min<double>(image_width, std::sqrt(area * ratio));
+  d.height = std::min<double>(image_height, std::sqrt(area / ratio));
+  d.y0 = (image_height - d.height) * uniform(2);
+  d.x0 = (image_width - d.width) * uniform(3);
+  d.flip = options.horizontal_flip && ((h >> 63) & 1);
+  return d;
+}
+
+namespace {
+
+// Random resized crops of float images [n, c, h, w] to [n, c, size, size]: one batched
+// affine_grid + grid_sample (bilinear; a sample point within half a pixel of the window's
+// edge repeats the border pixel).
+torch::Tensor ResizedCrops(const torch::Tensor& images, const std::vector<int64_t>& ids, const AugmentOptions& augment,
+                           int round, int epoch, int size) {
+  namespace F = torch::nn::functional;
+  const int64_t n = images.size(0), c = images.size(1), h = images.size(2), w = images.size(3);
+  // theta maps output coordinates in [-1, 1] to input coordinates in [-1, 1] (align_corners
+  // false: -1 and 1 are the outer edges of the border pixels).
+  std::vector<float> theta(static_cast<size_t>(n) * 6, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    ResizedCropDraw d = DrawResizedCrop(augment, static_cast<int>(h), static_cast<int>(w), round, epoch,
+                                        ids[static_cast<size_t>(i)]);
+    float* t = &theta[static_cast<size_t>(i) * 6];
+    const double sx = d.width / w, sy = d.height / h;
+    t[0] = static_cast<float>(d.flip ? -sx : sx);
+    t[2] = static_cast<float>((2 * d.x0 + d.width) / w - 1);
+    t[4] = static_cast<float>(sy);
+    t[5] = static_cast<float>((2 * d.y0 + d.height) / h - 1);
+  }
+  torch::Tensor thetas = torch::from_blob(theta.data(), {n, 2, 3}, torch::kFloat).clone();
+  torch::Tensor grid = F::affine_grid(thetas, {n, c, size, size}, /*align_corners=*/false);
+  return F::grid_sample(images, grid,
+                        F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(torch::kBorder).align_corners(false));
+}
+
+}  // namespace
+
 torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64_t>& ids, const AugmentOptions& augment,
                             int round, int epoch, const std::vector<float>& mean, const std::vector<float>& stddev,
                             int image_size) {
   torch::NoGradGuard no_grad;
   const int64_t n = pixels.size(0), c = pixels.size(1), h = pixels.size(2), w = pixels.size(3);
   torch::Tensor x = pixels;
-  if (augment.enabled && n > 0) {
+  const bool resized_crop = augment.enabled && augment.crop_min_scale > 0 && n > 0;
+  if (augment.enabled && !resized_crop && n > 0) {
     const int pad = EffectivePadding(augment, static_cast<int>(h));
     std::vector<int64_t> oy(static_cast<size_t>(n)), ox(static_cast<size_t>(n));
     std::vector<uint8_t> flip(static_cast<size_t>(n));
@@ -137,7 +190,10 @@ torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64
   torch::Tensor m = torch::tensor(mean).view({1, -1, 1, 1});
   torch::Tensor s = torch::tensor(stddev).view({1, -1, 1, 1});
   out.sub_(m).div_(s);
-  if (image_size != h || image_size != w) {
+  if (resized_crop) {
+    // The crop resizes straight to the model's size.
+    out = ResizedCrops(out, ids, augment, round, epoch, image_size);
+  } else if (image_size != h || image_size != w) {
     namespace F = torch::nn::functional;
     out = F::interpolate(out, F::InterpolateFuncOptions()
                                   .size(std::vector<int64_t>{image_size, image_size})

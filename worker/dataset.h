@@ -82,6 +82,11 @@ struct AugmentOptions {
   int padding = -1;
   // Flip left-right with probability 1/2.
   bool horizontal_flip = true;
+  // Random resized crop (the Inception / SimCLR crop) instead of pad-and-crop when > 0: a
+  // window covering a uniform fraction in [crop_min_scale, 1] of the image area, with a
+  // log-uniform aspect ratio in [3/4, 4/3] (clipped to the image), at a uniform position,
+  // resized bilinearly to the output size. 0 = pad-and-crop. In (0, 1].
+  double crop_min_scale = 0;
   uint64_t seed = 0;
 };
 
@@ -102,6 +107,15 @@ struct AugmentDraw {
   bool flip = false;
 };
 AugmentDraw DrawAugmentation(const AugmentOptions& options, int padding, int round, int epoch, int64_t id);
+
+// The window of a random resized crop drawn for one sample, in pixels of the source image
+// (exposed for tests): [y0, y0 + height) x [x0, x0 + width), real-valued.
+struct ResizedCropDraw {
+  double y0 = 0, x0 = 0, height = 0, width = 0;
+  bool flip = false;
+};
+ResizedCropDraw DrawResizedCrop(const AugmentOptions& options, int image_height, int image_width, int round, int epoch,
+                                int64_t id);
 
 // One prepared batch of this rank.
 struct LoadedBatch {

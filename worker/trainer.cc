@@ -334,6 +334,7 @@ Status Trainer::Impl::Run() {
   lopts.schedule = schedule;
   lopts.augment.enabled = spec.dataset().augment();
   lopts.augment.seed = spec.training().seed();
+  lopts.augment.crop_min_scale = spec.dataset().crop_min_scale();
   lopts.image_size = vit_options.image_size;
   lopts.queue_depth = 2;
   BatchLoader loader(lopts);

@@ -420,6 +420,9 @@ def main():
                     help="cap every epoch at N optimizer steps (training.max_steps_per_epoch)")
     ap.add_argument("--eval-train-limit", type=int, default=None,
                     help="train images of the evaluation (evaluation.train_limit; grid default 20000)")
+    ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                    help="override one field of every row's spec, e.g. --set training.rounds=2 "
+                         "--set clustering.k=500 (VALUE is parsed as JSON when it can be); repeatable")
     ap.add_argument("--write-md", action="store_true", help="also write the table for the best/main suites")
     ap.add_argument("--dry-run", action="store_true", help="print the specs, run nothing")
     ap.add_argument("--smoke", action="store_true",
@@ -439,6 +442,18 @@ def main():
         base = merge(base, {"training": {"max_steps_per_epoch": args.steps_per_epoch}})
     if args.eval_train_limit:
         base = merge(base, {"evaluation": {"train_limit": args.eval_train_limit}})
+    for item in args.set:
+        path, sep, value = item.partition("=")
+        if not sep or not path:
+            ap.error(f"--set {item!r}: expected PATH=VALUE, e.g. training.rounds=2")
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+        override = value
+        for key in reversed(path.split(".")):
+            override = {key: override}
+        base = merge(base, override)
     if args.epochs:
         epochs = args.epochs
     if epochs is None:

@@ -80,7 +80,7 @@ TEST(JobSpecYaml, ReportsEveryProblemAtOnce) {
 kind: TrainingJob
 metadata: {name: "bad name!"}
 spec:
-  dataset: {limit: 100}
+  dataset: {limit: 100, crop_min_scale: 1.5}
   clustering:
     k: 200
     l: -2
@@ -101,6 +101,7 @@ spec:
            "apiVersion (line 1): 'mlcd/v2' is not supported; use mlcd/v1",
            "metadata.name: 'bad name!'",
            "spec.clustering.k: 200 > the 100 training images (spec.dataset.limit)",
+           "spec.dataset.crop_min_scale: 1.5 is outside [0, 1]",
            "spec.clustering.l: -2 must be >= 1",
            "spec.clustering.features.kind: 'clip' is not one of: pixels, random-projection, npy, model",
            "spec.loss.variant: 'arcface' is not one of: mlcd, mlc, softmax",
@@ -113,7 +114,7 @@ spec:
        }) {
     EXPECT_TRUE(HasProblem(s, expected)) << "missing: " << expected << "\nin:\n" << s.message();
   }
-  EXPECT_TRUE(HasProblem(s, "invalid job spec (12 problems)")) << s.message();
+  EXPECT_TRUE(HasProblem(s, "invalid job spec (13 problems)")) << s.message();
 }
 
 TEST(JobSpecYaml, WrongTypesAreReportedWithLine) {

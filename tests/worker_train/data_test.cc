@@ -163,6 +163,59 @@ TEST(AugmentTest, CropAndFlipMovePixelsExactlyAsDrawn) {
   EXPECT_EQ(EffectivePadding(AugmentOptions{}, 224), 4);
 }
 
+// Bilinear resampling of a linear ramp is exact, so every output pixel of a random resized
+// crop of the image v(y, x) = 4x + 2y can be computed from the drawn window by hand.
+TEST(AugmentTest, ResizedCropSamplesExactlyTheDrawnWindow) {
+  const int h = 20, w = 24, size = 16;
+  const int64_t n = 48;
+  torch::Tensor ramp = torch::empty({n, 1, h, w}, torch::kUInt8);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) ramp.select(2, y).select(2, x).fill_(4 * x + 2 * y);
+  }
+  std::vector<int64_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 7);
+  AugmentOptions aug;
+  aug.seed = 3;
+  aug.crop_min_scale = 0.4;
+  torch::Tensor out = PrepareImages(ramp, ids, aug, 0, 1, {0.0f}, {1.0f / 255.0f}, size);
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{n, 1, size, size}));
+  int flips = 0;
+  double min_area = 1, max_area = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ResizedCropDraw d = DrawResizedCrop(aug, h, w, 0, 1, ids[static_cast<size_t>(i)]);
+    ASSERT_GE(d.y0, 0);
+    ASSERT_GE(d.x0, 0);
+    ASSERT_LE(d.y0 + d.height, h + 1e-9);
+    ASSERT_LE(d.x0 + d.width, w + 1e-9);
+    const double area = d.height * d.width / (h * w);
+    EXPECT_LE(area, 1 + 1e-9);
+    // Clipping a window to the image can only shrink it below the drawn fraction by the
+    // aspect ratio's clipping (at most 3/4 of it).
+    EXPECT_GE(area, 0.4 * 0.75 - 1e-9);
+    min_area = std::min(min_area, area);
+    max_area = std::max(max_area, area);
+    flips += d.flip;
+    for (int j = 0; j < size; ++j) {
+      for (int k = 0; k < size; ++k) {
+        // Centre of output pixel (j, k) in source pixel-centre coordinates, clamped to the
+        // border pixels as the sampler does.
+        const double kk = d.flip ? (size - 1 - k) : k;
+        const double sy = std::clamp(d.y0 + (j + 0.5) * d.height / size - 0.5, 0.0, h - 1.0);
+        const double sx = std::clamp(d.x0 + (kk + 0.5) * d.width / size - 0.5, 0.0, w - 1.0);
+        ASSERT_NEAR(out[i][0][j][k].item<float>(), 4 * sx + 2 * sy, 1e-2) << i << " " << j << " " << k;
+      }
+    }
+  }
+  EXPECT_GT(flips, 8);
+  EXPECT_LT(flips, 40);
+  EXPECT_LT(min_area, 0.6);
+  EXPECT_GT(max_area, 0.8);
+  // Draws depend on the sample and the epoch, not on the batch.
+  torch::Tensor alone = PrepareImages(ramp.slice(0, 3, 4), {ids[3]}, aug, 0, 1, {0.0f}, {1.0f / 255.0f}, size);
+  EXPECT_TRUE(torch::allclose(alone[0], out[3]));
+  EXPECT_FALSE(torch::allclose(PrepareImages(ramp, ids, aug, 0, 2, {0.0f}, {1.0f / 255.0f}, size), out));
+}
+
 TEST(AugmentTest, ResizesToTheModelImageSize) {
   torch::Tensor px = CountingImages(2, 28, 28);
   AugmentOptions aug;
