@@ -1,11 +1,12 @@
 #include "clusterd/compute_env.h"
 
-#include <dlfcn.h>
 #include <faiss/impl/AuxIndexStructures.h>
 #include <faiss/utils/distances.h>
 #include <omp.h>
 
 #include <mutex>
+
+#include "common/blas_env.h"
 
 namespace mlcd::clusterd {
 namespace {
@@ -23,25 +24,7 @@ class ScopeInterrupt : public faiss::InterruptCallback {
   ComputeScope* scope_;
 };
 
-using GetThreadsFn = int (*)();
-using SetThreadsFn = void (*)(int);
-
-GetThreadsFn BlasGet() {
-  static auto fn = reinterpret_cast<GetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  return fn;
-}
-SetThreadsFn BlasSet() {
-  static auto fn = reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  return fn;
-}
-
 }  // namespace
-
-int BlasThreads() { return BlasGet() ? BlasGet()() : 0; }
-
-void SetBlasThreads(int threads) {
-  if (BlasSet() && threads > 0) BlasSet()(threads);
-}
 
 ComputeScope::ComputeScope(int threads, std::function<bool()> should_stop) : should_stop_(std::move(should_stop)) {
   saved_database_block_ = faiss::distance_compute_blas_database_bs;

@@ -51,9 +51,4 @@ class ComputeScope {
   bool set_threads_ = false;
 };
 
-// OpenBLAS's thread count (0 when the BLAS in use is not OpenBLAS).
-int BlasThreads();
-// Sets OpenBLAS's thread count (no-op for other BLAS libraries).
-void SetBlasThreads(int threads);
-
 }  // namespace mlcd::clusterd

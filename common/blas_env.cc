@@ -1,5 +1,6 @@
 #include "common/blas_env.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,7 +18,25 @@ bool CpuHasFlag(const std::string& flags, const std::string& flag) {
   return (" " + flags + " ").find(" " + flag + " ") != std::string::npos;
 }
 
+using GetThreadsFn = int (*)();
+using SetThreadsFn = void (*)(int);
+
+GetThreadsFn BlasGet() {
+  static auto fn = reinterpret_cast<GetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return fn;
+}
+SetThreadsFn BlasSet() {
+  static auto fn = reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  return fn;
+}
+
 }  // namespace
+
+int BlasThreads() { return BlasGet() ? BlasGet()() : 0; }
+
+void SetBlasThreads(int threads) {
+  if (BlasSet() && threads > 0) BlasSet()(threads);
+}
 
 void SelectOpenblasCoretype(int argc, char** argv) {
   (void)argc;

@@ -12,4 +12,13 @@ namespace mlcd {
 // nothing needs to change; otherwise does not return (execv).
 void SelectOpenblasCoretype(int argc, char** argv);
 
+// OpenBLAS's own thread pool (0 when the BLAS in use is not OpenBLAS). Debian's libtorch and
+// FAISS call the system BLAS, whose pool is sized to all cores whatever at::set_num_threads
+// or omp_set_num_threads say; a process meant to use N cores must set both, or its GEMMs
+// oversubscribe the machine (2 one-thread workers on 2 cores ran ~1.5x slower with OpenBLAS's
+// default pool of 2 threads each). Looked up at run time, so callers need not link OpenBLAS.
+int BlasThreads();
+// Sets OpenBLAS's thread count (no-op for other BLAS libraries or threads <= 0).
+void SetBlasThreads(int threads);
+
 }  // namespace mlcd

@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "common/job_spec.h"
+#include "common/blas_env.h"
 #include "common/log.h"
 #include "worker/command.h"
 #include "worker/dataset.h"
@@ -90,7 +91,10 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
   if (!have_spec) spec = model->spec;
   ApplyJobSpecDefaults(&spec);
   int threads = flags.threads > 0 ? flags.threads : spec.training().threads_per_worker();
-  if (threads > 0) at::set_num_threads(threads);
+  if (threads > 0) {
+    at::set_num_threads(threads);
+    SetBlasThreads(threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
+  }
 
   v1::DatasetSpec ds = spec.dataset();
   int64_t test_limit = 0;

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/job_spec.h"
+#include "common/blas_env.h"
 #include "common/log.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
@@ -142,6 +143,7 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
   }
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(threads);
+  SetBlasThreads(threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
   SetLogComponent("eval r" + std::to_string(o.rank));
   o.on_event = [&progress](const nlohmann::json& e) { progress.Write(e); };
   progress.Write({{"event", "started"},

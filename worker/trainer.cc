@@ -11,6 +11,7 @@
 
 #include "common/file_util.h"
 #include "common/job_spec.h"
+#include "common/blas_env.h"
 #include "common/log.h"
 #include "labelstore/client.h"
 #include "worker/backbone_optimizer.h"
@@ -100,7 +101,10 @@ Status Trainer::Impl::Init() {
   if (options.labelstore_address.empty()) return Status::InvalidArgument("no label store: pass --labelstore HOST:PORT");
 
   int threads = options.threads > 0 ? options.threads : spec.training().threads_per_worker();
-  if (threads > 0) at::set_num_threads(threads);
+  if (threads > 0) {
+    at::set_num_threads(threads);
+    SetBlasThreads(threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
+  }
   torch::manual_seed(spec.training().seed());
 
   MLCD_ASSIGN_OR_RETURN(dataset, OpenImageDataset(spec.dataset(), "train"));

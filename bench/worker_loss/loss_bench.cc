@@ -10,7 +10,6 @@
 //   bench_worker_loss --mode all --json bench/results/worker_loss.json
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -69,9 +68,9 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-void SetBlasThreads(int threads) {
-  using SetFn = void (*)(int);
-  if (auto fn = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(threads);
+// ATen's intra-op threads and OpenBLAS's own pool.
+void SetComputeThreads(int threads) {
+  mlcd::SetBlasThreads(threads);
   at::set_num_threads(threads);
 }
 
@@ -254,7 +253,7 @@ int RunRankProcesses(const Args& a, const std::string& rank_mode, int world, std
 }
 
 Status RankMain(const Args& a) {
-  SetBlasThreads(a.threads);
+  SetComputeThreads(a.threads);
   CollectivesOptions co;
   co.rank = a.rank;
   co.world_size = 2;
@@ -324,7 +323,7 @@ Status RankMain(const Args& a) {
 }
 
 int Main(const Args& a) {
-  SetBlasThreads(a.threads);
+  SetComputeThreads(a.threads);
   if (a.rank >= 0) {
     Status s = RankMain(a);
     if (!s.ok()) std::cerr << "bench rank " << a.rank << ": " << s.ToString() << "\n";

@@ -20,6 +20,7 @@
 #include <map>
 #include <thread>
 
+#include "common/blas_env.h"
 #include "common/file_util.h"
 #include "common/metrics.h"
 #include "common/net.h"
@@ -373,10 +374,16 @@ TEST_F(TrainTest, InProcessTrainerExportsMetrics) {
   o.labelstore_address = store_->address();
   o.label_set = "test/r0";
   o.metrics = &metrics;
+  o.threads = 1;
   std::vector<json> events;
   o.on_event = [&](const json& e) { events.push_back(e); };
+  SetBlasThreads(2);
   auto trainer = Trainer::Create(o);
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  // The worker's thread count reaches OpenBLAS's own pool too (0 = the BLAS is not OpenBLAS).
+  if (BlasThreads() != 0) {
+    EXPECT_EQ(BlasThreads(), 1);
+  }
   ASSERT_TRUE((*trainer)->Run().ok());
   EXPECT_EQ((*trainer)->summary().steps_run, 6);
   EXPECT_TRUE((*trainer)->summary().last_checkpoint.empty());  // no checkpoint dir given
