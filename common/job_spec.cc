@@ -100,6 +100,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (training->collective_timeout_seconds() == 0) training->set_collective_timeout_seconds(120);
   if (training->label_prefetch_depth() == 0) training->set_label_prefetch_depth(4);
   if (training->rounds() == 0) training->set_rounds(1);
+  if (training->centre_init().empty()) training->set_centre_init("auto");
 
   auto* eval = spec->mutable_evaluation();
   if (!eval->has_enabled()) eval->set_enabled(true);
@@ -682,6 +683,7 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     c.AtLeast("rounds", t.rounds(), 1);
     if (t.rounds() > 100) c.Add("rounds", Checker::Num(t.rounds()) + " > 100");
     c.AtLeast("max_steps_per_epoch", t.max_steps_per_epoch(), 0);
+    c.OneOf("centre_init", t.centre_init(), {"auto", "random", "centroids"});
   }
   {
     const auto& e = spec.evaluation();

@@ -1123,6 +1123,7 @@ void JobManager::StartGang(JobEntry* job, v1::AssignmentKind kind, std::vector<W
     a.set_first_epoch(attempt.first_epoch());
     a.set_end_epoch(attempt.end_epoch());
     a.set_label_set(round->label_set());
+    a.set_centroids_path(round->centroids_path());
     a.set_labelstore_address(options_.labelstore_address);
     a.set_resume_checkpoint(attempt.resume_checkpoint());
     a.set_checkpoint_dir(checkpoint_dir);

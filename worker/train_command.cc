@@ -31,6 +31,7 @@ struct TrainFlags {
   std::string rendezvous;
   std::string labelstore;
   std::string label_set;
+  std::string centroids;
   int round = 0;
   int first_epoch = 0;
   int end_epoch = -1;
@@ -76,6 +77,7 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
     o.first_epoch = a.first_epoch();
     o.end_epoch = a.end_epoch() > 0 ? a.end_epoch() : -1;
     o.label_set = a.label_set();
+    o.centroids_path = a.centroids_path();
     o.labelstore_address = a.labelstore_address();
     o.resume = a.resume_checkpoint();
     o.checkpoint_dir = a.checkpoint_dir();
@@ -95,6 +97,7 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   if (Given(cmd.get_option("--labelstore"), "MLCD_LABELSTORE") || o.labelstore_address.empty())
     o.labelstore_address = flags.labelstore;
   if (!flags.label_set.empty()) o.label_set = flags.label_set;
+  if (!flags.centroids.empty()) o.centroids_path = flags.centroids;
   if (Given(cmd.get_option("--round"), nullptr) || flags.assignment_path.empty()) o.round = flags.round;
   if (Given(cmd.get_option("--first-epoch"), nullptr) || flags.assignment_path.empty())
     o.first_epoch = flags.first_epoch;
@@ -139,6 +142,9 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
       ->envname("MLCD_RENDEZVOUS");
   AddPeerFlag(*cmd, "labelstore", &flags->labelstore, "127.0.0.1:7610");
   cmd->add_option("--label-set", flags->label_set, "label set to train on, e.g. job/<id>/r<round>");
+  cmd->add_option("--centroids", flags->centroids,
+                  "the round's k-means centroids (.npy, k x embed_dim) for training.centre_init (auto: used in "
+                  "rounds that clustered this model's embeddings)");
   cmd->add_option("--round", flags->round, "round of the job (0-based)");
   cmd->add_option("--first-epoch", flags->first_epoch, "first epoch of the round to train (0-based)");
   cmd->add_option("--end-epoch", flags->end_epoch,

@@ -13,6 +13,7 @@
 #include "common/job_spec.h"
 #include "common/blas_env.h"
 #include "common/log.h"
+#include "common/npy.h"
 #include "labelstore/client.h"
 #include "worker/backbone_optimizer.h"
 #include "worker/checkpoint.h"
@@ -33,6 +34,51 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// training.centre_init: starts a fresh round's class centres (this rank's range) from the
+// round's k-means centroids when they live in the model's embedding space. Sets *used.
+Status InitCentresFromCentroids(const v1::JobSpec& spec, const TrainerOptions& options, PartialFc* layer,
+                                bool* used) {
+  *used = false;
+  const std::string& mode = spec.training().centre_init();
+  if (mode == "random") return Status::Ok();
+  const bool model_space = options.round > 0 || spec.clustering().features().kind() == "model";
+  if (mode == "auto" && (!model_space || options.centroids_path.empty())) return Status::Ok();
+  if (options.centroids_path.empty()) {
+    return Status::FailedPrecondition(
+        "training.centre_init is 'centroids' but no centroids file was given: pass --centroids FILE (the round's "
+        "k-means centroids; the coordinator's assignments carry them)");
+  }
+  const int64_t k = spec.clustering().k();
+  const int64_t d = layer->options().embedding_dim;
+  MLCD_ASSIGN_OR_RETURN(MappedNpy centroids, MappedNpy::Open(options.centroids_path));
+  Status shape = centroids.Expect2d({NpyDtype::kFloat32});
+  if (shape.ok() && (centroids.rows() != k || centroids.cols() != d)) {
+    shape = Status::InvalidArgument(options.centroids_path + " holds " + std::to_string(centroids.rows()) + " x " +
+                                    std::to_string(centroids.cols()) + " centroids but the class centres are " +
+                                    std::to_string(k) + " x " + std::to_string(d) + " (clustering.k x model.embed_dim)");
+  }
+  if (!shape.ok()) {
+    if (mode == "auto") {
+      MLCD_LOG(WARNING) << "class centres start at random: " << shape.message();
+      return Status::Ok();
+    }
+    return Status::FailedPrecondition(shape.message() +
+                                      "; training.centre_init 'centroids' needs the round to cluster this model's "
+                                      "own embeddings (or use 'auto' / 'random')");
+  }
+  // Only this rank's rows are read from the mapping.
+  const ClassRange range = layer->class_range();
+  at::Tensor rows = at::from_blob(const_cast<float*>(centroids.data_as<float>()) + range.begin * d, {range.size(), d},
+                                  at::kFloat);
+  if (!at::isfinite(rows).all().item<bool>()) {
+    return Status::InvalidArgument(options.centroids_path + " has NaN or infinite values in rows [" +
+                                   std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+  }
+  layer->weight().copy_(rows);
+  *used = true;
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -255,9 +301,17 @@ Status Trainer::Impl::RestoreOrInitialise() {
     }
     if (schedule.first_epoch > schedule.end_epoch) schedule.first_epoch = schedule.end_epoch;
     if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
-  } else if (resume) {
-    MLCD_LOG(INFO) << "round " << options.round << " starts from the backbone of " << resumed_from << " (round "
-                   << meta.round << ") with fresh class centres for label set '" << options.label_set << "'";
+  } else {
+    bool from_centroids = false;
+    MLCD_RETURN_IF_ERROR(InitCentresFromCentroids(spec, options, partial_fc.get(), &from_centroids));
+    const std::string centres =
+        from_centroids ? "class centres from the k-means centroids " + options.centroids_path : "random class centres";
+    if (resume) {
+      MLCD_LOG(INFO) << "round " << options.round << " starts from the backbone of " << resumed_from << " (round "
+                     << meta.round << ") with " << centres << " for label set '" << options.label_set << "'";
+    } else if (from_centroids) {
+      MLCD_LOG(INFO) << "round " << options.round << " starts with " << centres;
+    }
   }
   MLCD_RETURN_IF_ERROR(ValidateSchedule(schedule));
   summary.first_global_step = GlobalStep(schedule.first_epoch, schedule.first_step);

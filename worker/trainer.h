@@ -36,6 +36,8 @@ struct TrainerOptions {
   std::string rendezvous;
   std::string labelstore_address;
   std::string label_set;
+  // The round's k-means centroids (.npy, k x d) for training.centre_init (may be empty).
+  std::string centroids_path;
   int round = 0;
   // Job id, used only as the job_id label of the metrics (empty = "standalone").
   std::string job_id;

@@ -6,6 +6,7 @@
 // `mlcd-worker agent` processes training for real.)
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -188,6 +189,9 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   EXPECT_EQ(got0->rendezvous_address().rfind("127.0.0.1:", 0), 0u);
   EXPECT_NE(got0->rendezvous_address(), "127.0.0.1:0");
   EXPECT_EQ(got0->label_set(), job.label_set());
+  // The round's centroids travel with the assignment (training.centre_init).
+  EXPECT_EQ(got0->centroids_path(), job.rounds(0).centroids_path());
+  EXPECT_TRUE(std::filesystem::exists(got0->centroids_path())) << got0->centroids_path();
   EXPECT_EQ(got0->labelstore_address(), cluster_->labelstore_address());
   EXPECT_EQ(got0->first_epoch(), 0);
   EXPECT_EQ(got0->end_epoch(), 2);

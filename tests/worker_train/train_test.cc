@@ -15,7 +15,9 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -24,6 +26,7 @@
 #include "common/file_util.h"
 #include "common/metrics.h"
 #include "common/net.h"
+#include "common/npy.h"
 #include "tests/worker_train/train_testing.h"
 #include "worker/trainer.h"
 
@@ -243,6 +246,78 @@ TEST_F(TrainTest, NewRoundStartsFromTheBackboneWithFreshCentres) {
   auto events = train_testing::ReadEvents(Events("rounds.r1", 0));
   EXPECT_EQ(events.front()["job_total_steps"], 12);
   EXPECT_EQ(events.back()["checkpoint"], ckpt + "/ckpt-r1-e0-s6");
+}
+
+// Rounds that clustered the model's own embeddings start their class centres at the round's
+// k-means centroids (training.centre_init "auto"); round 0 on pixels keeps random centres, and
+// "centroids" with a file of the wrong shape is refused.
+TEST_F(TrainTest, ModelFeatureRoundsStartTheirCentresAtTheCentroids) {
+  v1::JobSpec spec = train_testing::TinySpec(288, 16, 2, 48, 1);
+  spec.mutable_training()->set_rounds(2);
+  spec.mutable_optimizer()->set_lr(1e-12);  // the centres stay where they started
+  const std::string path = Spec("centroids", spec);
+  // 16 unit rows of dimension 32 (embed_dim of TinySpec).
+  const int64_t k = 16, d = 32;
+  std::vector<float> centroids(static_cast<size_t>(k * d));
+  for (int64_t c = 0; c < k; ++c) {
+    double norm = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double v = std::sin(0.7 * static_cast<double>(c * d + j) + 0.3 * static_cast<double>(c));
+      centroids[static_cast<size_t>(c * d + j)] = static_cast<float>(v);
+      norm += v * v;
+    }
+    for (int64_t j = 0; j < d; ++j) centroids[static_cast<size_t>(c * d + j)] /= static_cast<float>(std::sqrt(norm));
+  }
+  const std::string centroids_path = dir_->Sub("centroids.npy");
+  ASSERT_TRUE(WriteNpy(centroids_path, NpyDtype::kFloat32, {k, d}, centroids.data()).ok());
+  // The class centres of the newest checkpoint under `root`, assembled from the ranks' ranges.
+  auto saved_centres = [&](const std::string& root) {
+    std::string latest = ReadFileToString(root + "/LATEST").value();
+    while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) latest.pop_back();
+    std::vector<float> all(static_cast<size_t>(k * d), NAN);
+    for (const auto& entry : std::filesystem::directory_iterator(root + "/" + latest)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("class_centres.", 0) != 0 || name.find(".weight.npy") == std::string::npos) continue;
+      const int64_t begin = std::stoll(name.substr(std::string("class_centres.").size(), 12));
+      auto rows = ReadNpyAsFloat32(entry.path().string());
+      EXPECT_TRUE(rows.ok()) << rows.status().ToString();
+      if (rows.ok()) std::copy(rows->begin(), rows->end(), all.begin() + begin * d);
+    }
+    return all;
+  };
+  // Largest difference between the saved rows, normalised, and the centroids.
+  auto max_difference = [&](const std::vector<float>& saved) {
+    double worst = 0;
+    for (int64_t c = 0; c < k; ++c) {
+      double norm = 0;
+      for (int64_t j = 0; j < d; ++j) norm += saved[static_cast<size_t>(c * d + j)] * saved[static_cast<size_t>(c * d + j)];
+      for (int64_t j = 0; j < d; ++j) {
+        const size_t i = static_cast<size_t>(c * d + j);
+        const double diff = std::abs(saved[i] / std::sqrt(norm) - centroids[i]);
+        worst = std::isnan(diff) ? INFINITY : std::max(worst, diff);
+      }
+    }
+    return worst;
+  };
+  const std::string ckpt1 = dir_->Sub("centroids.r1.ckpt");
+  RunGang("centroids.r1", 2, path, {"--checkpoint-dir", ckpt1, "--round", "1", "--centroids", centroids_path});
+  EXPECT_LT(max_difference(saved_centres(ckpt1)), 1e-5);
+
+  const std::string ckpt0 = dir_->Sub("centroids.r0.ckpt");
+  RunGang("centroids.r0", 1, path, {"--checkpoint-dir", ckpt0, "--centroids", centroids_path});
+  const double random_difference = max_difference(saved_centres(ckpt0));
+  EXPECT_GT(random_difference, 0.1);
+  EXPECT_TRUE(std::isfinite(random_difference));
+
+  spec.mutable_training()->set_centre_init("centroids");
+  const std::string strict = Spec("centroids.strict", spec);
+  const std::string narrow_path = dir_->Sub("centroids.narrow.npy");
+  ASSERT_TRUE(WriteNpy(narrow_path, NpyDtype::kFloat32, {16, 8}, centroids.data()).ok());
+  ChildProcess p;
+  StartRank(&p, "centroids.strict", 0, 1, strict, "", {"--round", "1", "--centroids", narrow_path});
+  int status = p.Wait(std::chrono::seconds(120));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << p.Log();
+  EXPECT_NE(p.Log().find("holds 16 x 8 centroids but the class centres are 16 x 32"), std::string::npos) << p.Log();
 }
 
 TEST_F(TrainTest, ADeadPeerFailsTheGangWithAnError) {
