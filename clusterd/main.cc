@@ -9,6 +9,7 @@
 #include "clusterd/feature_gen.h"
 #include "clusterd/service.h"
 #include "common/blas_env.h"
+#include "common/malloc_env.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
@@ -79,6 +80,7 @@ int RunFeatures(const FeaturesFlags& f) {
 
 int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
+  mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
   mlcd::InstallShutdownSignalHandling();
 
   CLI::App app{

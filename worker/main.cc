@@ -1,9 +1,11 @@
 // mlcd-worker: trains the ViT with the sharded MLCD loss; see `mlcd-worker --help`.
 #include "common/blas_env.h"
+#include "common/malloc_env.h"
 #include "worker/command.h"
 
 int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
+  mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
   int exit_code = 0;
   CLI::App app{"mlcd-worker: ViT training with the sharded PartialFC MLCD loss over c10d", "mlcd-worker"};
   app.require_subcommand(1);

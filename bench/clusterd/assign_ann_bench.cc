@@ -30,6 +30,7 @@
 #include "clusterd/feature_gen.h"
 #include "clusterd/feature_source.h"
 #include "common/blas_env.h"
+#include "common/malloc_env.h"
 #include "common/npy.h"
 #include "labelstore/client.h"
 
@@ -113,6 +114,7 @@ struct MethodRun {
 
 int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
+  mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"mlcd-clusterd benchmark: exact vs approximate (HNSW, IVF) top-l assignment at large k",
                "assign_ann_bench"};

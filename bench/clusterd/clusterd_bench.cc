@@ -37,6 +37,7 @@
 #include "clusterd/feature_gen.h"
 #include "clusterd/feature_source.h"
 #include "common/blas_env.h"
+#include "common/malloc_env.h"
 #include "common/npy.h"
 #include "labelstore/client.h"
 
@@ -165,6 +166,7 @@ double CentroidsMaxDiff(const std::string& path, const std::vector<float>& bare)
 
 int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
+  mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows up line by line in a log file
   CLI::App app{"mlcd-clusterd benchmark: whole clusterd path vs bare FAISS", "clusterd_bench"};
   Config cfg;

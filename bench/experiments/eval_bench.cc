@@ -16,6 +16,7 @@
 #include <random>
 
 #include "common/blas_env.h"
+#include "common/malloc_env.h"
 #include "common/file_util.h"
 #include "worker/eval_features.h"
 #include "worker/eval_knn.h"
@@ -49,6 +50,7 @@ void Synthetic(int64_t n, int64_t d, uint64_t seed, LabelledFeatures* out) {
 
 int main(int argc, char** argv) {
   SelectOpenblasCoretype(argc, argv);
+  KeepFreedMemoryForReuse();  // common/malloc_env.h
   CLI::App app{"eval_bench: speed of the linear probe and kNN"};
   std::string train_path, test_path, out_path;
   bool synthetic = false;

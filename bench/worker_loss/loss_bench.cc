@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/blas_env.h"
+#include "common/malloc_env.h"
 #include "common/file_util.h"
 #include "common/net.h"
 #include "worker/collectives.h"
@@ -409,6 +410,7 @@ int main(int argc, char** argv) {
     }
   }
   mlcd::SelectOpenblasCoretype(argc, argv);
+  mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
   mlcd::worker::Args a;
   CLI::App app{"Classification-layer benchmark: PartialFc vs a PyTorch PartialFC v2 anchor, variants, memory"};
   app.add_option("--mode", a.mode, "all | step | variants | memory")->capture_default_str();

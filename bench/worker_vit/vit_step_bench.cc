@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/blas_env.h"
+#include "common/malloc_env.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "worker/backbone_optimizer.h"
@@ -92,6 +93,7 @@ Result RunCpp(const mlcd::worker::VitOptions& options, int batch, int warmup, in
 
 int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
+  const bool malloc_tuned = mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
   CLI::App app{"ViT train step: mlcd-worker's ViT vs the same architecture in python3-torch"};
   std::string preset = "vit-small";
   int threads = 2, batch = 128, steps = 5, warmup = 2, rounds = 2;
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
   std::string script = std::string(MLCD_SOURCE_DIR) + "/bench/worker_vit/vit_step.py";
   std::string out = std::string(MLCD_SOURCE_DIR) + "/bench/results/worker_vit.json";
   bool reference = true;
+  bool python_default_malloc = false;
   std::string profile;
   app.add_option("--preset", preset, "vit-tiny or vit-small (28x28x1 Fashion-MNIST shapes)");
   app.add_option("--threads", threads, "intra-op threads for both sides");
@@ -111,6 +114,9 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "JSON result file");
   app.add_option("--reference-attention", reference, "also time the C++ model with plain-ATen attention/GELU");
   app.add_option("--profile", profile, "write a chrome trace of one C++ step (fused model) to this file");
+  app.add_flag("--python-default-malloc", python_default_malloc,
+               "run the Python side with glibc's default malloc settings instead of the ones this process uses "
+               "(common/malloc_env.h), i.e. compare against stock python3-torch");
   CLI11_PARSE(app, argc, argv);
 
   mlcd::v1::ModelSpec spec;
@@ -143,7 +149,16 @@ int main(int argc, char** argv) {
   std::vector<double> fused_times, ref_times, py_times;
   int64_t parameters = 0;
   nlohmann::json py_runs = nlohmann::json::array();
-  std::string cmd = python + " " + script + " --preset " + preset + " --threads " + std::to_string(threads) +
+  // Same allocator settings on both sides unless asked otherwise: glibc's environment
+  // variables give the Python process what KeepFreedMemoryForReuse() gave this one.
+  const bool python_same_malloc = malloc_tuned && !python_default_malloc;
+  j["cpp_malloc"] = malloc_tuned ? "KeepFreedMemoryForReuse (mmap threshold 32 MiB, no trim)" : "glibc defaults";
+  j["python_malloc"] = python_same_malloc ? "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647"
+                                          : "glibc defaults";
+  std::string cmd = std::string(python_same_malloc
+                                    ? "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647 "
+                                    : "") +
+                    python + " " + script + " --preset " + preset + " --threads " + std::to_string(threads) +
                     " --batch " + std::to_string(batch) + " --steps " + std::to_string(steps) + " --warmup " +
                     std::to_string(warmup);
   for (int round = 0; round < rounds; ++round) {
