@@ -15,9 +15,31 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/npy.h"
 
 namespace mlcd::coordinator {
 namespace {
+
+// For feature shards `<name>.npy` that each have `<name>.labels.npy` beside them (mlcd-worker
+// embed writes the images' class labels there), writes their concatenation, in shard order,
+// to `out` and returns true; returns false, writing nothing, when any shard has none.
+StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<std::string>& shards,
+                                      const std::string& out) {
+  std::vector<int64_t> all;
+  for (const std::string& shard : shards) {
+    const std::string suffix = ".npy";
+    if (shard.size() <= suffix.size() || shard.compare(shard.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      return false;  // a directory of shards: their labels are not gathered
+    }
+    const std::string labels = shard.substr(0, shard.size() - suffix.size()) + ".labels.npy";
+    if (!PathExists(labels)) return false;
+    MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> part, ReadNpyAsInt64(labels));
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  if (all.empty()) return false;
+  MLCD_RETURN_IF_ERROR(WriteNpy(out, NpyDtype::kInt64, {static_cast<int64_t>(all.size())}, all.data()));
+  return true;
+}
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -1605,6 +1627,17 @@ void JobManager::RunClusteringPhase(std::string job_id, uint64_t generation, v1:
   if (status.ok()) {
     const std::string dir = JobDir(snapshot.job().id()) + "/r" + std::to_string(r);
     status = MakeDirs(dir);
+    if (status.ok() && round.class_labels_path().empty()) {
+      // Extracted shards carry their images' class labels when the dataset has them: gather
+      // them so a model-feature round reports label quality (A.8) like round 0 does.
+      auto gathered = GatherShardClassLabels(round.feature_paths(), dir + "/class-labels.npy");
+      if (!gathered.ok()) {
+        MLCD_LOG(WARNING) << "round " << r << " of job " << snapshot.job().id()
+                          << ": no label quality report: " << gathered.status().ToString();
+      } else if (*gathered) {
+        round.set_class_labels_path(dir + "/class-labels.npy");
+      }
+    }
     if (status.ok()) {
       round.set_centroids_path(dir + "/centroids.npy");
       v1::ClusterRequest request;

@@ -234,6 +234,10 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
     EXPECT_EQ(job->rounds(r).assign().num_samples(), static_cast<uint64_t>(spec.limit));
   }
   EXPECT_TRUE(job->rounds(0).assign().has_quality());
+  // Round 1's label quality too: the extracted shards carry their images' classes.
+  ASSERT_TRUE(job->rounds(1).assign().has_quality());
+  EXPECT_EQ(job->rounds(1).assign().quality().num_classes(), 10u);
+  EXPECT_GE(job->rounds(1).assign().quality().topl_recall(), job->rounds(1).assign().quality().top1_recall());
   // Round 1 clustered the embeddings the gang extracted with round 0's model.
   ASSERT_EQ(job->rounds(1).feature_paths_size(), 2);
   EXPECT_NE(job->rounds(1).feature_source().find("ckpt-r0-"), std::string::npos) << job->rounds(1).feature_source();
