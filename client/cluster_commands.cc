@@ -11,11 +11,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <thread>
 
 #include "client/cli.h"
 #include "clusterd/client.h"
@@ -23,42 +20,6 @@
 
 namespace mlcd::cli {
 namespace {
-
-std::atomic<bool> g_interrupted{false};
-
-void OnInterrupt(int) { g_interrupted.store(true); }
-
-// Cancels `control` when SIGINT/SIGTERM arrive while the object lives.
-class CancelOnInterrupt {
- public:
-  explicit CancelOnInterrupt(clusterd::CallControl* control) : control_(control) {
-    g_interrupted.store(false);
-    old_int_ = std::signal(SIGINT, OnInterrupt);
-    old_term_ = std::signal(SIGTERM, OnInterrupt);
-    watcher_ = std::thread([this] {
-      while (!done_.load()) {
-        if (g_interrupted.load()) {
-          control_->Cancel();
-          return;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    });
-  }
-  ~CancelOnInterrupt() {
-    done_.store(true);
-    watcher_.join();
-    std::signal(SIGINT, old_int_);
-    std::signal(SIGTERM, old_term_);
-  }
-
- private:
-  clusterd::CallControl* control_;
-  std::atomic<bool> done_{false};
-  std::thread watcher_;
-  void (*old_int_)(int) = nullptr;
-  void (*old_term_)(int) = nullptr;
-};
 
 std::string Absolute(const std::string& path, bool remote) {
   if (remote || path.empty() || path[0] == '/') return path;
@@ -116,6 +77,7 @@ struct ClusterFlags {
   uint64_t seed = 1234;
   int max_points_per_centroid = 256;
   std::string out;
+  bool skip_size_pass = false;
 };
 
 int RunCluster(const Context& ctx, const ClusterFlags& f) {
@@ -128,10 +90,12 @@ int RunCluster(const Context& ctx, const ClusterFlags& f) {
   req.set_threads(f.features.threads);
   req.set_centroids_out(Absolute(f.out, f.features.remote_paths));
   req.set_request_id(f.features.request_id);
+  req.set_skip_size_pass(f.skip_size_pass);
 
   clusterd::ClusterdClient client(ctx.clusterd);
   clusterd::CallControl control;
-  CancelOnInterrupt cancel(&control);
+  InterruptGuard interrupt;
+  InterruptGuard::Cancel cancel_on_interrupt(&interrupt, [&control] { control.Cancel(); });
   const bool text = ctx.format() == OutputFormat::kText;
   std::unique_ptr<ProgressDisplay> display;
   if (text) display = std::make_unique<ProgressDisplay>("k-means");
@@ -149,7 +113,11 @@ int RunCluster(const Context& ctx, const ClusterFlags& f) {
   };
   StatusOr<v1::ClusterResult> result = client.Cluster(req, on_progress, &control);
   if (!result.ok()) {
-    if (display) display->Finish("failed");
+    if (display) display->Finish(interrupt.interrupted() ? "cancelled" : "failed");
+    if (interrupt.interrupted()) {
+      return ctx.Fail(Status::Cancelled("interrupted: the k-means job was cancelled on mlcd-clusterd; no centroids "
+                                        "were written to " + req.centroids_out()));
+    }
     return ctx.Fail(result.status());
   }
   if (!text) {
@@ -160,11 +128,15 @@ int RunCluster(const Context& ctx, const ClusterFlags& f) {
   display->Finish("done in " + FormatDuration(r.seconds()));
   std::cout << "centroids: " << r.centroids_path() << " (" << r.k() << " x " << r.d() << ")\n"
             << "points: " << r.num_points() << " (" << r.num_train_points() << " trained on), final objective "
-            << Fmt("%.6g", r.final_objective()) << "\n"
-            << "cluster sizes: min " << r.sizes().min() << ", max " << r.sizes().max() << ", mean "
-            << Fmt("%.1f", r.sizes().mean()) << ", stddev " << Fmt("%.1f", r.sizes().stddev()) << ", empty "
-            << r.sizes().empty_clusters() << ", imbalance " << Fmt("%.3f", r.sizes().imbalance_factor()) << "\n"
-            << "time: read " << FormatDuration(r.read_seconds()) << ", k-means " << FormatDuration(r.train_seconds())
+            << Fmt("%.6g", r.final_objective()) << "\n";
+  if (r.has_sizes()) {
+    std::cout << "cluster sizes: min " << r.sizes().min() << ", max " << r.sizes().max() << ", mean "
+              << Fmt("%.1f", r.sizes().mean()) << ", stddev " << Fmt("%.1f", r.sizes().stddev()) << ", empty "
+              << r.sizes().empty_clusters() << ", imbalance " << Fmt("%.3f", r.sizes().imbalance_factor()) << "\n";
+  } else {
+    std::cout << "cluster sizes: not computed (--skip-size-pass; mlcdctl assign reports them)\n";
+  }
+  std::cout << "time: read " << FormatDuration(r.read_seconds()) << ", k-means " << FormatDuration(r.train_seconds())
             << ", sizes " << FormatDuration(r.sizes_seconds()) << "\n";
   return kExitOk;
 }
@@ -212,7 +184,8 @@ int RunAssign(const Context& ctx, const AssignFlags& f) {
 
   clusterd::ClusterdClient client(ctx.clusterd);
   clusterd::CallControl control;
-  CancelOnInterrupt cancel(&control);
+  InterruptGuard interrupt;
+  InterruptGuard::Cancel cancel_on_interrupt(&interrupt, [&control] { control.Cancel(); });
   const bool text = ctx.format() == OutputFormat::kText;
   std::unique_ptr<ProgressDisplay> display;
   if (text) display = std::make_unique<ProgressDisplay>("assign");
@@ -230,7 +203,11 @@ int RunAssign(const Context& ctx, const AssignFlags& f) {
   };
   StatusOr<v1::AssignResult> result = client.Assign(req, on_progress, &control);
   if (!result.ok()) {
-    if (display) display->Finish("failed");
+    if (display) display->Finish(interrupt.interrupted() ? "cancelled" : "failed");
+    if (interrupt.interrupted()) {
+      return ctx.Fail(Status::Cancelled("interrupted: the assignment was cancelled on mlcd-clusterd and its label set " +
+                                        req.label_set() + " removed"));
+    }
     return ctx.Fail(result.status());
   }
   if (!text) {
@@ -274,6 +251,8 @@ CommandRegistration reg(40, [](CLI::App& app, Context& ctx) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cluster->add_option("--out", cluster_flags->out, "where the daemon writes the centroids .npy")->required();
+  cluster->add_flag("--skip-size-pass", cluster_flags->skip_size_pass,
+                    "no final pass over all rows for the cluster sizes (mlcdctl assign reports them)");
   cluster->callback([&ctx, cluster_flags] { ctx.exit_code = RunCluster(ctx, *cluster_flags); });
 
   auto* assign_flags = new AssignFlags();

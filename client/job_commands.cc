@@ -140,11 +140,15 @@ void PrintJobText(const v1::Job& job) {
     std::printf("round %d\n", r.round() + 1);
     if (!r.feature_source().empty()) std::printf("  features  %s\n", r.feature_source().c_str());
     if (r.clustered()) {
-      std::printf("  k-means   %llu points -> %d centres (d %d), objective %.1f, %.1f s, sizes %llu..%llu\n",
+      std::printf("  k-means   %llu points -> %d centres (d %d), objective %.1f, %.1f s",
                   static_cast<unsigned long long>(r.cluster().num_points()), r.cluster().k(), r.cluster().d(),
-                  r.cluster().final_objective(), r.cluster().seconds(),
-                  static_cast<unsigned long long>(r.cluster().sizes().min()),
-                  static_cast<unsigned long long>(r.cluster().sizes().max()));
+                  r.cluster().final_objective(), r.cluster().seconds());
+      // The sizes come from the assignment pass (CLUSTERING skips its own).
+      if (r.cluster().has_sizes()) {
+        std::printf(", sizes %llu..%llu", static_cast<unsigned long long>(r.cluster().sizes().min()),
+                    static_cast<unsigned long long>(r.cluster().sizes().max()));
+      }
+      std::printf("\n");
     }
     if (r.assigned()) {
       std::printf("  labels    %s: %llu samples x %d labels, %.1f s", r.label_set().c_str(),

@@ -18,8 +18,9 @@ LabelQuality ComputeLabelQuality(const std::vector<int64_t>& classes, const std:
   for (int64_t c : classes) num_classes = std::max(num_classes, c + 1);
   q.num_classes = num_classes;
 
-  // Contingency counts of (top-1 cluster, class): dense when small, hashed otherwise.
-  const bool dense = static_cast<double>(k) * static_cast<double>(num_classes) <= double(1 << 26);
+  // Contingency counts of (top-1 cluster, class): dense when the table is small (at most 2^22
+  // cells, 32 MiB), hashed otherwise (at most n distinct cells).
+  const bool dense = static_cast<double>(k) * static_cast<double>(num_classes) <= double(1 << 22);
   std::vector<int64_t> table(dense ? static_cast<size_t>(k) * num_classes : 0, 0);
   std::unordered_map<int64_t, int64_t> sparse;
   std::vector<int64_t> cluster_count(static_cast<size_t>(k), 0), class_count(static_cast<size_t>(num_classes), 0);

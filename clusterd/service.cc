@@ -316,21 +316,26 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request, const std:
   MLCD_ASSIGN_OR_RETURN(KMeansResult km, TrainSphericalKMeans(shards, params, callbacks));
   metrics_->rows_read.Increment(static_cast<double>(km.num_train_points));
 
-  // Sizes over all rows: the top-1 pass.
-  note("assigning all " + std::to_string(shards.rows()) + " rows to their nearest centroid for the size summary");
-  AssignParams ap;
-  ap.l = 1;
-  ap.threads = params.threads;
-  AssignCallbacks acb;
-  acb.should_stop = should_stop;
-  acb.on_note = note;
-  auto t_sizes = std::chrono::steady_clock::now();
-  acb.on_progress = [&](int64_t done, int64_t total) {
-    metrics_->assign_rate.Set(done / std::max(1e-9, Since(t_sizes)));
-  };
-  MLCD_ASSIGN_OR_RETURN(AssignStats sizes, AssignTopL(shards, km.centroids, params.k, ap, acb, nullptr));
-  metrics_->assign_rows.Increment(static_cast<double>(sizes.rows));
-  ClusterSizeSummary summary = SummarizeClusterSizes(sizes.top1_sizes);
+  // Sizes over all rows: the top-1 pass (skipped when the caller assigns next: Assign reports
+  // the same summary).
+  AssignStats sizes;
+  if (request.skip_size_pass()) {
+    note("size pass skipped (skip_size_pass): the following Assign reports the cluster sizes");
+  } else {
+    note("assigning all " + std::to_string(shards.rows()) + " rows to their nearest centroid for the size summary");
+    AssignParams ap;
+    ap.l = 1;
+    ap.threads = params.threads;
+    AssignCallbacks acb;
+    acb.should_stop = should_stop;
+    acb.on_note = note;
+    auto t_sizes = std::chrono::steady_clock::now();
+    acb.on_progress = [&](int64_t done, int64_t total) {
+      metrics_->assign_rate.Set(done / std::max(1e-9, Since(t_sizes)));
+    };
+    MLCD_ASSIGN_OR_RETURN(sizes, AssignTopL(shards, km.centroids, params.k, ap, acb, nullptr));
+    metrics_->assign_rows.Increment(static_cast<double>(sizes.rows));
+  }
 
   if (should_stop && should_stop()) return Status::Cancelled("Cluster cancelled before writing the centroids");
   size_t slash = out_path.rfind('/');
@@ -343,15 +348,18 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request, const std:
   result->set_num_points(static_cast<uint64_t>(shards.rows()));
   result->set_num_train_points(static_cast<uint64_t>(km.num_train_points));
   result->set_final_objective(km.iterations.empty() ? 0 : km.iterations.back().objective);
-  FillSizes(summary, result->mutable_sizes());
+  if (!request.skip_size_pass()) FillSizes(SummarizeClusterSizes(sizes.top1_sizes), result->mutable_sizes());
   result->set_read_seconds(scan_seconds + km.read_seconds);
   result->set_train_seconds(km.train_seconds);
   result->set_sizes_seconds(sizes.seconds);
   result->set_iterations(static_cast<int32_t>(km.iterations.size()));
   result->set_seconds(Since(t0));
   MLCD_LOG(INFO) << "Cluster done: " << out_path << " k=" << params.k << " d=" << shards.d() << " in "
-                 << Fixed(result->seconds(), 2) << " s (empty clusters " << summary.empty_clusters
-                 << ", imbalance " << Fixed(summary.imbalance_factor, 3) << ")";
+                 << Fixed(result->seconds(), 2) << " s"
+                 << (request.skip_size_pass()
+                         ? std::string(" (size pass skipped)")
+                         : " (empty clusters " + std::to_string(result->sizes().empty_clusters()) + ", imbalance " +
+                               Fixed(result->sizes().imbalance_factor(), 3) + ")");
   v1::ClusterProgress p;
   *p.mutable_result() = *result;
   emit(p);

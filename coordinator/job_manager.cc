@@ -1648,6 +1648,8 @@ void JobManager::RunClusteringPhase(std::string job_id, uint64_t generation, v1:
       request.set_max_points_per_centroid(spec.clustering().max_points_per_centroid());
       request.set_centroids_out(round.centroids_path());
       request.set_request_id(snapshot.job().id() + "/r" + std::to_string(r));
+      // ASSIGNING comes next and its top-1 labels give the same size summary: one pass less.
+      request.set_skip_size_pass(true);
       set_detail("k-means: k " + std::to_string(spec.clustering().k()) + " on " +
                  std::to_string(round.feature_paths_size()) + " feature shards");
       clusterd::ClusterdClient client(options_.clusterd_address);
@@ -1736,6 +1738,8 @@ void JobManager::RunAssigningPhase(std::string job_id, uint64_t generation, v1::
   }
   v1::RoundStatus* live = job->job().mutable_rounds(r);
   *live->mutable_assign() = *result;
+  // The cluster record's size summary comes from this pass (CLUSTERING skipped its own).
+  if (!live->cluster().has_sizes() && result->has_sizes()) *live->mutable_cluster()->mutable_sizes() = result->sizes();
   live->set_label_set(result->label_set().empty() ? label_set : result->label_set());
   live->set_assigned(true);
   job->job().set_label_set(live->label_set());

@@ -3,8 +3,11 @@
 //   bare FAISS:  faiss::Clustering (spherical, niter, max 256 points per centroid) on the
 //                in-memory rows + IndexFlatIP top-l search of every row
 //   clusterd:    the real mlcd-clusterd and mlcd-labelstore binaries: Cluster (read and scan
-//                the shards, k-means, size pass, centroids written) then Assign (read shards,
-//                exact top-l, label set streamed into the label store and sealed)
+//                the shards, k-means, centroids written) then Assign (read shards, exact
+//                top-l, label set streamed into the label store and sealed, cluster sizes),
+//                as the coordinator runs them: Cluster with skip_size_pass, since Assign's
+//                top-1 labels give the same size summary (--cluster-size-pass adds
+//                Cluster's own pass, as a lone `mlcdctl cluster` does)
 //
 // Like for like: bare FAISS runs with the GEMM database block clusterd uses
 // (ComputeScope::kDatabaseBlock centroids instead of FAISS's default 1024;
@@ -16,7 +19,7 @@
 // against a plain sgemm of the same inner dimension measured in the same run.
 //
 //   build-*/bin/clusterd_bench [--rows 500000] [--dim 128] [--k 4096] [--l 8] [--niter 20]
-//                              [--repeats 1] [--bare-faiss-default-block]
+//                              [--repeats 1] [--bare-faiss-default-block] [--cluster-size-pass]
 //                              [--json bench/results/clusterd.json]
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
@@ -73,6 +76,8 @@ double SgemmGflops(int m, int n, int k, int reps) {
 struct Config {
   int64_t rows = 500000;
   int dim = 128, k = 4096, l = 8, niter = 20;
+  // Run Cluster's own size pass too (the coordinator skips it).
+  bool cluster_size_pass = false;
 };
 
 // One run of the whole clusterd path.
@@ -100,6 +105,7 @@ mlcd::StatusOr<PathRun> RunClusterdPath(const mlcd::clusterd::ClusterdClient& cl
   creq.set_niter(cfg.niter);
   creq.set_seed(1234);
   creq.set_centroids_out(r.centroids_path);
+  creq.set_skip_size_pass(!cfg.cluster_size_pass);
   auto t_path = Clock::now();
   auto cluster = client.Cluster(creq, [](const mlcd::v1::ClusterProgress& p) {
     if (p.has_iteration())
@@ -126,6 +132,12 @@ mlcd::StatusOr<PathRun> RunClusterdPath(const mlcd::clusterd::ClusterdClient& cl
   r.total = Since(t_path);
   r.search = assign->search_seconds();
   r.sealed = mlcd::bench::SealedWith(store, label_set, cfg.rows, &r.samples);
+  // The size summary must come out of the path one way or the other: its mean is rows / k.
+  const auto& sizes = cfg.cluster_size_pass ? cluster->sizes() : assign->sizes();
+  if (std::abs(sizes.mean() * cfg.k - static_cast<double>(cfg.rows)) > 0.5) {
+    return mlcd::Status::Internal("cluster size summary missing or wrong: mean " + std::to_string(sizes.mean()) +
+                                  " x k " + std::to_string(cfg.k) + " != rows " + std::to_string(cfg.rows));
+  }
   return r;
 }
 
@@ -188,6 +200,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--bare-faiss-default-block", bare_default_block,
                "run bare FAISS with FAISS's default GEMM database block instead of clusterd's");
+  app.add_flag("--cluster-size-pass", cfg.cluster_size_pass,
+               "also run Cluster's own size pass (the coordinator skips it; Assign reports the sizes)");
   app.add_option("--json", json_path, "where to write the JSON results")->capture_default_str();
   app.add_option("--work-dir", work_dir, "scratch directory (default: a fresh temp dir)");
   CLI11_PARSE(app, argc, argv);
@@ -345,6 +359,7 @@ int main(int argc, char** argv) {
                    {"assign_search_seconds", path_median(&PathRun::search)},
                    {"assign_search_gflops", assign_gflops},
                    {"label_set_sealed", all_sealed}};
+  j["cluster_size_pass"] = cfg.cluster_size_pass;
   j["sgemm_gflops"] = sgemm;
   j["ratio"] = ratio;
   j["ratios"] = ratios;

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <csignal>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -119,6 +122,17 @@ class ClusterdIntegration : public ::testing::Test {
     return r;
   }
 
+  // 60000 x 32 rows (100 mixture components): k-means with k = 500 and thousands of
+  // iterations runs for minutes, long enough to cancel.
+  static Status WriteLongJobFeatures(const std::string& out_dir) {
+    SyntheticMixtureOptions o;
+    o.rows = 60000;
+    o.dim = 32;
+    o.num_centres = 100;
+    o.out_dir = out_dir;
+    return WriteSyntheticMixture(o).status();
+  }
+
   static testing::TempDir* dir_;
   static testing::ChildProcess* labelstore_;
   static testing::ChildProcess* clusterd_;
@@ -194,6 +208,7 @@ TEST_F(ClusterdIntegration, ClusterAssignAndReadBackTheSealedLabelSet) {
   std::vector<float> x(4000 * 16);
   shards->ReadRows(0, 4000, x.data());
   int64_t ties = 0;
+  std::vector<int64_t> top1_counts(12, 0);
   for (int i = 0; i < 4000; ++i) {
     std::vector<std::pair<double, int>> s;
     for (int c = 0; c < 12; ++c) {
@@ -202,6 +217,7 @@ TEST_F(ClusterdIntegration, ClusterAssignAndReadBackTheSealedLabelSet) {
       s.push_back({-dot, c});
     }
     std::sort(s.begin(), s.end());
+    ++top1_counts[s[0].second];
     for (int j = 0; j < 3; ++j) {
       EXPECT_NEAR(batch.scores[i * 3 + j], -s[j].first, 1e-4);
       if (batch.labels[i * 3 + j] != s[j].second) {
@@ -211,6 +227,46 @@ TEST_F(ClusterdIntegration, ClusterAssignAndReadBackTheSealedLabelSet) {
     }
   }
   EXPECT_LE(ties, 4);
+
+  // Cluster's size pass and Assign's top-1 labels count the same nearest centroids, and both
+  // agree with the brute-force counts (up to the near-ties above).
+  EXPECT_EQ(assigned->sizes().min(), cluster->sizes().min());
+  EXPECT_EQ(assigned->sizes().max(), cluster->sizes().max());
+  EXPECT_DOUBLE_EQ(assigned->sizes().stddev(), cluster->sizes().stddev());
+  EXPECT_DOUBLE_EQ(assigned->sizes().imbalance_factor(), cluster->sizes().imbalance_factor());
+  EXPECT_NEAR(static_cast<double>(*std::min_element(top1_counts.begin(), top1_counts.end())),
+              static_cast<double>(cluster->sizes().min()), static_cast<double>(ties));
+  EXPECT_NEAR(static_cast<double>(*std::max_element(top1_counts.begin(), top1_counts.end())),
+              static_cast<double>(cluster->sizes().max()), static_cast<double>(ties));
+}
+
+// skip_size_pass (what the coordinator sends, since ASSIGNING follows): the same centroids,
+// no size summary and no time spent on it.
+TEST_F(ClusterdIntegration, SkipSizePassWritesTheSameCentroidsWithoutSizes) {
+  ClusterdClient client(clusterd_addr_);
+  auto with_pass = client.Cluster(ClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("skip-a.npy")));
+  ASSERT_TRUE(with_pass.ok()) << with_pass.status().ToString();
+  v1::ClusterRequest req = ClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("skip-b.npy"));
+  req.set_skip_size_pass(true);
+  std::vector<std::string> notes;
+  auto skipped = client.Cluster(req, [&](const v1::ClusterProgress& p) {
+    if (p.has_note()) notes.push_back(p.note());
+  });
+  ASSERT_TRUE(skipped.ok()) << skipped.status().ToString();
+  EXPECT_TRUE(with_pass->has_sizes());
+  EXPECT_GT(with_pass->sizes_seconds(), 0);
+  EXPECT_FALSE(skipped->has_sizes());
+  EXPECT_EQ(skipped->sizes_seconds(), 0);
+  EXPECT_EQ(skipped->num_points(), 4000u);
+  EXPECT_DOUBLE_EQ(skipped->final_objective(), with_pass->final_objective());
+  EXPECT_TRUE(std::any_of(notes.begin(), notes.end(),
+                          [](const std::string& n) { return n.find("size pass skipped") != std::string::npos; }));
+  std::vector<int64_t> shape_a, shape_b;
+  auto a = ReadNpyAsFloat32(dir_->Sub("skip-a.npy"), &shape_a);
+  auto b = ReadNpyAsFloat32(dir_->Sub("skip-b.npy"), &shape_b);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(shape_a, shape_b);
+  EXPECT_EQ(*a, *b);
 }
 
 TEST_F(ClusterdIntegration, ExistingLabelSetNeedsReplaceExisting) {
@@ -377,12 +433,7 @@ TEST_F(ClusterdIntegration, MlcdctlAssignWritesToTheGlobalLabelstore) {
 
 TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {
   // A job that would run for minutes: 60000 x 32, k = 500, 2000 iterations.
-  SyntheticMixtureOptions o;
-  o.rows = 60000;
-  o.dim = 32;
-  o.num_centres = 100;
-  o.out_dir = dir_->Sub("big");
-  ASSERT_TRUE(WriteSyntheticMixture(o).ok());
+  ASSERT_TRUE(WriteLongJobFeatures(dir_->Sub("big")).ok());
   ClusterdClient client(clusterd_addr_);
   CallControl control;
   std::atomic<int> iterations{0};
@@ -460,6 +511,31 @@ TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(gone) << "the cancelled Assign left its label set behind";
+}
+
+// Ctrl-C on `mlcdctl cluster` cancels the job on the server: exit code 7 (CANCELLED), no
+// centroids written.
+TEST_F(ClusterdIntegration, MlcdctlClusterInterruptedCancelsTheJob) {
+  ASSERT_TRUE(WriteLongJobFeatures(dir_->Sub("ctl-big")).ok());
+  testing::ChildProcess ctl;
+  ASSERT_TRUE(ctl.Start(testing::BinPath("mlcdctl"),
+                        {"--clusterd", clusterd_addr_, "cluster", "--features", dir_->Sub("ctl-big"), "--k", "500",
+                         "--niter", "2000", "--out", dir_->Sub("ctl-big.npy")},
+                        dir_->Sub("ctl-interrupt.log"))
+                  .ok());
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (ctl.Log().find("iteration") == std::string::npos && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_NE(ctl.Log().find("iteration"), std::string::npos) << ctl.Log();
+  ctl.Signal(SIGINT);
+  int status = ctl.Wait(std::chrono::seconds(10));
+  ASSERT_NE(status, -1) << "mlcdctl did not exit after SIGINT\n" << ctl.Log();
+  ASSERT_TRUE(WIFEXITED(status)) << ctl.Log();
+  EXPECT_EQ(WEXITSTATUS(status), 7) << ctl.Log();
+  EXPECT_NE(ctl.Log().find("interrupted: the k-means job was cancelled on mlcd-clusterd; no centroids were written"),
+            std::string::npos)
+      << ctl.Log();
+  EXPECT_FALSE(PathExists(dir_->Sub("ctl-big.npy")));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 namespace mlcd::clusterd {
 namespace {
@@ -52,6 +53,37 @@ TEST(LabelQuality, PerfectAndUninformativeClusterings) {
   LabelQuality one = ComputeLabelQuality(classes, {0, 0, 0, 0, 0, 0}, 1, 1);
   EXPECT_NEAR(one.nmi, 0.0, 1e-12);
   EXPECT_DOUBLE_EQ(one.top1_recall, 2.0 / 6.0);
+}
+
+TEST(LabelQuality, DenseAndHashedContingencyTablesAgree) {
+  // The same rows with classes 0..9 (4000 x 10 cells: dense table) and with every class y
+  // renamed 150 y (4000 x 1351 cells > 2^22: hashed table). Recall, NMI and clusters used do
+  // not depend on the names of the classes (the renaming keeps their order, so ties go the
+  // same way), so both paths must give the same figures.
+  const int k = 4000, l = 4;
+  const int64_t n = 20000;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> cluster(0, k - 1);
+  std::vector<int64_t> classes(n), renamed(n);
+  std::vector<int32_t> labels(n * l);
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = cluster(rng);
+    for (int j = 0; j < l; ++j) labels[i * l + j] = j == 0 ? c : cluster(rng);
+    // Mostly the class of the top-1 cluster, sometimes another: an informative clustering.
+    classes[i] = rng() % 4 == 0 ? static_cast<int64_t>(rng() % 10) : c % 10;
+    renamed[i] = 150 * classes[i];
+  }
+  LabelQuality dense = ComputeLabelQuality(classes, labels, k, l);
+  LabelQuality hashed = ComputeLabelQuality(renamed, labels, k, l);
+  EXPECT_EQ(dense.num_classes, 10);
+  EXPECT_EQ(hashed.num_classes, 1351);
+  EXPECT_GT(static_cast<double>(k) * hashed.num_classes, double(1 << 22));
+  EXPECT_DOUBLE_EQ(hashed.top1_recall, dense.top1_recall);
+  EXPECT_DOUBLE_EQ(hashed.topl_recall, dense.topl_recall);
+  EXPECT_EQ(hashed.clusters_used, dense.clusters_used);
+  EXPECT_NEAR(hashed.nmi, dense.nmi, 1e-12);
+  EXPECT_GT(dense.top1_recall, 0.7);
+  EXPECT_GT(dense.nmi, 0.3);
 }
 
 TEST(LabelQuality, FinishRejectsOutOfRangeIdsInsteadOfAllocating) {

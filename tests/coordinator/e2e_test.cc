@@ -232,6 +232,11 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
     EXPECT_TRUE(job->rounds(r).trained());
     EXPECT_EQ(job->rounds(r).label_set(), "job/" + job->id() + "/r" + std::to_string(r));
     EXPECT_EQ(job->rounds(r).assign().num_samples(), static_cast<uint64_t>(spec.limit));
+    // CLUSTERING skips its size pass; the round's size summary comes from ASSIGNING's top-1.
+    EXPECT_EQ(job->rounds(r).cluster().sizes_seconds(), 0);
+    ASSERT_TRUE(job->rounds(r).cluster().has_sizes());
+    EXPECT_NEAR(job->rounds(r).cluster().sizes().mean() * job->rounds(r).cluster().k(), spec.limit, 1e-6);
+    EXPECT_EQ(job->rounds(r).cluster().sizes().max(), job->rounds(r).assign().sizes().max());
   }
   EXPECT_TRUE(job->rounds(0).assign().has_quality());
   // Round 1's label quality too: the extracted shards carry their images' classes.
