@@ -21,6 +21,15 @@
 namespace mlcd::cli {
 namespace {
 
+// Ends a failed clusterd call: after Ctrl-C, says what the interrupt did (`on_interrupt`)
+// instead of the bare CANCELLED status; otherwise the call's own error.
+int FailCall(const Context& ctx, InterruptGuard& interrupt, ProgressDisplay* display, const Status& status,
+             const std::string& on_interrupt) {
+  const bool interrupted = interrupt.interrupted();
+  if (display) display->Finish(interrupted ? "cancelled" : "failed");
+  return ctx.Fail(interrupted ? Status::Cancelled("interrupted: " + on_interrupt) : status);
+}
+
 std::string Absolute(const std::string& path, bool remote) {
   if (remote || path.empty() || path[0] == '/') return path;
   char buf[4096];
@@ -113,12 +122,9 @@ int RunCluster(const Context& ctx, const ClusterFlags& f) {
   };
   StatusOr<v1::ClusterResult> result = client.Cluster(req, on_progress, &control);
   if (!result.ok()) {
-    if (display) display->Finish(interrupt.interrupted() ? "cancelled" : "failed");
-    if (interrupt.interrupted()) {
-      return ctx.Fail(Status::Cancelled("interrupted: the k-means job was cancelled on mlcd-clusterd; no centroids "
-                                        "were written to " + req.centroids_out()));
-    }
-    return ctx.Fail(result.status());
+    return FailCall(ctx, interrupt, display.get(), result.status(),
+                    "the k-means job was cancelled on mlcd-clusterd; no centroids were written to " +
+                        req.centroids_out());
   }
   if (!text) {
     std::cout << ToJson(*result) << "\n";
@@ -203,12 +209,9 @@ int RunAssign(const Context& ctx, const AssignFlags& f) {
   };
   StatusOr<v1::AssignResult> result = client.Assign(req, on_progress, &control);
   if (!result.ok()) {
-    if (display) display->Finish(interrupt.interrupted() ? "cancelled" : "failed");
-    if (interrupt.interrupted()) {
-      return ctx.Fail(Status::Cancelled("interrupted: the assignment was cancelled on mlcd-clusterd and its label set " +
-                                        req.label_set() + " removed"));
-    }
-    return ctx.Fail(result.status());
+    return FailCall(ctx, interrupt, display.get(), result.status(),
+                    "the assignment was cancelled on mlcd-clusterd and its label set " + req.label_set() +
+                        " removed");
   }
   if (!text) {
     std::cout << ToJson(*result) << "\n";

@@ -2,7 +2,6 @@
 
 #include <malloc.h>
 
-#include <climits>
 #include <cstdlib>
 #include <initializer_list>
 
@@ -14,8 +13,8 @@ bool KeepFreedMemoryForReuse() {
   }
   // Both are needed: a fixed trim threshold alone also switches off glibc's adaptive mmap
   // threshold and leaves every block above 128 KiB to mmap (slower than the defaults).
-  const bool mmap_set = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
-  const bool trim_set = mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
+  const bool mmap_set = mallopt(M_MMAP_THRESHOLD, kMallocMmapThresholdBytes) == 1;
+  const bool trim_set = mallopt(M_TRIM_THRESHOLD, kMallocTrimThresholdBytes) == 1;
   return mmap_set && trim_set;
 }
 

@@ -11,7 +11,14 @@
 // so the resident size settles at the peak working set after the first steps.
 #pragma once
 
+#include <climits>
+
 namespace mlcd {
+
+// The settings KeepFreedMemoryForReuse() applies (glibc's MALLOC_MMAP_THRESHOLD_ and
+// MALLOC_TRIM_THRESHOLD_ give another process the same ones).
+inline constexpr int kMallocMmapThresholdBytes = 32 << 20;
+inline constexpr int kMallocTrimThresholdBytes = INT_MAX;
 
 // Call at the start of main() of compute processes (mlcd-worker, mlcd-clusterd, benchmarks).
 // Leaves malloc alone when the user set MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or

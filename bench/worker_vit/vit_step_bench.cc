@@ -153,12 +153,10 @@ int main(int argc, char** argv) {
   // variables give the Python process what KeepFreedMemoryForReuse() gave this one.
   const bool python_same_malloc = malloc_tuned && !python_default_malloc;
   j["cpp_malloc"] = malloc_tuned ? "KeepFreedMemoryForReuse (mmap threshold 32 MiB, no trim)" : "glibc defaults";
-  j["python_malloc"] = python_same_malloc ? "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647"
-                                          : "glibc defaults";
-  std::string cmd = std::string(python_same_malloc
-                                    ? "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647 "
-                                    : "") +
-                    python + " " + script + " --preset " + preset + " --threads " + std::to_string(threads) +
+  const std::string malloc_env = "MALLOC_MMAP_THRESHOLD_=" + std::to_string(mlcd::kMallocMmapThresholdBytes) +
+                                 " MALLOC_TRIM_THRESHOLD_=" + std::to_string(mlcd::kMallocTrimThresholdBytes);
+  j["python_malloc"] = python_same_malloc ? malloc_env : "glibc defaults";
+  std::string cmd = (python_same_malloc ? malloc_env + " " : std::string()) + python + " " + script + " --preset " + preset + " --threads " + std::to_string(threads) +
                     " --batch " + std::to_string(batch) + " --steps " + std::to_string(steps) + " --warmup " +
                     std::to_string(warmup);
   for (int round = 0; round < rounds; ++round) {

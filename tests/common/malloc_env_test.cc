@@ -14,7 +14,9 @@ namespace {
 TEST(MallocEnvTest, FreedBlocksStayInTheProcess) {
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_") ||
       std::getenv("MLCD_NO_MALLOC_TUNING")) {
-    GTEST_SKIP() << "malloc settings come from the environment";
+    // glibc already applied the user's settings at start-up: the call must leave them alone.
+    EXPECT_FALSE(KeepFreedMemoryForReuse());
+    return;
   }
   ASSERT_TRUE(KeepFreedMemoryForReuse());
   const size_t size = 24u << 20;  // above glibc's default 128 KiB..32 MiB adaptive range start
@@ -33,6 +35,14 @@ TEST(MallocEnvTest, FreedBlocksStayInTheProcess) {
   ASSERT_NE(big, nullptr);
   EXPECT_GE(mallinfo2().hblkhd, mapped_before + huge);
   std::free(big);
+}
+
+// The opt-out: with MLCD_NO_MALLOC_TUNING set the call changes nothing and says so.
+TEST(MallocEnvTest, LeavesMallocAloneWhenTheUserOptsOut) {
+  const char* before = std::getenv("MLCD_NO_MALLOC_TUNING");
+  ::setenv("MLCD_NO_MALLOC_TUNING", "1", 1);
+  EXPECT_FALSE(KeepFreedMemoryForReuse());
+  if (before == nullptr) ::unsetenv("MLCD_NO_MALLOC_TUNING");
 }
 
 }  // namespace
