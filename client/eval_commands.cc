@@ -44,6 +44,8 @@ struct EvalOptions {
   bool no_knn = false;
   double lambda = 0;
   int knn_k = 0;
+  std::string features;
+  int feature_blocks = 0;
   std::string out;
   int threads = 0;
   std::string worker_binary;
@@ -217,6 +219,8 @@ int RunEval(Context& ctx, const EvalOptions& o) {
   if (o.no_knn) args.push_back("--no-knn");
   if (o.lambda > 0) args.insert(args.end(), {"--lambda", std::to_string(o.lambda)});
   if (o.knn_k > 0) args.insert(args.end(), {"--knn-k", std::to_string(o.knn_k)});
+  if (!o.features.empty()) args.insert(args.end(), {"--features", o.features});
+  if (o.feature_blocks > 0) args.insert(args.end(), {"--feature-blocks", std::to_string(o.feature_blocks)});
   if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
   std::string out = o.out;
   if (out.empty()) {
@@ -258,6 +262,12 @@ CommandRegistration reg(60, [](CLI::App& app, Context& ctx) {
   cmd->add_flag("--no-knn", o->no_knn, "skip kNN");
   cmd->add_option("--lambda", o->lambda, "fixed L2 strength instead of the search");
   cmd->add_option("--knn-k", o->knn_k, "kNN neighbours (default 20)");
+  cmd->add_option("--features", o->features,
+                  "what the probe and kNN see: embedding, pooled or blocks (default: the spec's "
+                  "evaluation.features; see docs/evaluation.md)")
+      ->check(CLI::IsMember({"embedding", "pooled", "blocks"}));
+  cmd->add_option("--feature-blocks", o->feature_blocks, "blocks for --features blocks (default 4)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--out", o->out, "keep evaluation.json, evaluation-details.json and the log here");
   cmd->add_option("--threads", o->threads, "threads of the evaluation (default: all cores)");
   cmd->add_option("--worker-binary", o->worker_binary,

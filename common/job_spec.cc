@@ -108,6 +108,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (!eval->has_knn()) eval->set_knn(true);
   if (eval->knn_k() == 0) eval->set_knn_k(20);
   if (eval->knn_temperature() == 0) eval->set_knn_temperature(0.07);
+  if (eval->features().empty()) eval->set_features("embedding");
+  if (eval->feature_blocks() == 0) eval->set_feature_blocks(std::min(4, model->depth() > 0 ? model->depth() : 4));
   if (!eval->has_dataset()) *eval->mutable_dataset() = *data;
 }
 
@@ -691,6 +693,11 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     if (e.enabled()) {
       c.AtLeast("knn_k", e.knn_k(), 1);
       c.Positive("knn_temperature", e.knn_temperature());
+      c.OneOf("features", e.features(), {"embedding", "pooled", "blocks"});
+      c.AtLeast("feature_blocks", e.feature_blocks(), 1);
+      if (spec.model().depth() > 0 && e.feature_blocks() > spec.model().depth())
+        c.Add("feature_blocks", Checker::Num(e.feature_blocks()) + " > model.depth " +
+                                    Checker::Num(spec.model().depth()) + "; use at most the model's depth");
       c.OneOf("dataset.format", e.dataset().format(), {"fashion-mnist"});
     }
   }

@@ -42,6 +42,8 @@ struct EvalFlags {
   bool no_knn = false;
   int knn_k = 0;
   double knn_temperature = 0;
+  std::string features;
+  int feature_blocks = 0;
   double lambda = 0;
   int max_iterations = 1000;
   double validation_fraction = 0.2;
@@ -127,6 +129,8 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
   if (flags.no_knn) o.run_knn = 0;
   o.knn_k = flags.knn_k;
   o.knn_temperature = flags.knn_temperature;
+  o.features = flags.features;
+  o.feature_blocks = flags.feature_blocks;
   o.probe.fixed_lambda = flags.lambda;
   o.probe.solver.max_iterations = flags.max_iterations;
   o.probe.validation_fraction = flags.validation_fraction;
@@ -228,6 +232,14 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-knn", flags->no_knn, "skip kNN");
   cmd->add_option("--knn-k", flags->knn_k, "neighbours (default: evaluation.knn_k, 20)");
   cmd->add_option("--knn-temperature", flags->knn_temperature, "vote temperature (default: 0.07)");
+  cmd->add_option("--features", flags->features,
+                  "what the probe and kNN see: embedding (the projected embedding the loss trains), pooled (the "
+                  "pooled token before the projection) or blocks (pooled tokens of the last --feature-blocks "
+                  "blocks + mean patch token; DINO's protocol) (default: evaluation.features, embedding)")
+      ->check(CLI::IsMember({"embedding", "pooled", "blocks"}));
+  cmd->add_option("--feature-blocks", flags->feature_blocks,
+                  "blocks for --features blocks (default: evaluation.feature_blocks, 4)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--lambda", flags->lambda, "use this L2 strength instead of the search (sklearn's 1/C)");
   cmd->add_option("--max-iterations", flags->max_iterations, "L-BFGS iteration cap per fit")->capture_default_str();
   cmd->add_option("--validation-fraction", flags->validation_fraction,

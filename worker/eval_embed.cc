@@ -54,7 +54,13 @@ StatusOr<EmbeddedPart> EmbedDataset(const EmbeddingModel& model, const ImageData
   part.total = dataset.size();
   ContiguousPart(part.total, options.rank, options.world_size, &part.begin, &part.end);
   const int64_t rows = part.end - part.begin;
-  part.features.features = FeatureMatrix(rows, vit.embed_dim);
+  if (options.features == VitFeatures::kBlocks && (options.feature_blocks < 1 || options.feature_blocks > vit.depth))
+    return Status::InvalidArgument("embed: feature blocks " + std::to_string(options.feature_blocks) +
+                                   " outside [1, model depth " + std::to_string(vit.depth) + "]");
+  const bool append = options.append_embedding && options.features != VitFeatures::kEmbedding;
+  const int64_t feature_dim = model.model->FeatureDim(options.features, options.feature_blocks);
+  const int64_t cols = feature_dim + (append ? vit.embed_dim : 0);
+  part.features.features = FeatureMatrix(rows, cols);
   const auto& classes = dataset.class_labels();
   const int64_t c = dataset.channels(), h = dataset.height(), w = dataset.width();
   AugmentOptions no_augment;
@@ -70,9 +76,13 @@ StatusOr<EmbeddedPart> EmbedDataset(const EmbeddingModel& model, const ImageData
     MLCD_RETURN_IF_ERROR(dataset.Gather(ids.data(), n, pixels.data_ptr<uint8_t>()));
     torch::Tensor images =
         PrepareImages(pixels, ids, no_augment, 0, 0, dataset.mean(), dataset.stddev(), vit.image_size);
-    torch::Tensor emb = net->forward(images);
-    emb = (emb / emb.norm(2, {1}, true).clamp_min(1e-12)).to(torch::kFloat).contiguous();
-    std::memcpy(part.features.features.row(b), emb.data_ptr<float>(), sizeof(float) * n * vit.embed_dim);
+    torch::Tensor embedding;
+    torch::Tensor out = net->Features(images, options.features, options.feature_blocks, append ? &embedding : nullptr);
+    auto unit = [](const torch::Tensor& t) { return t / t.norm(2, {1}, true).clamp_min(1e-12); };
+    out = unit(out);
+    if (append) out = torch::cat({out, unit(embedding)}, 1);
+    out = out.to(torch::kFloat).contiguous();
+    std::memcpy(part.features.features.row(b), out.data_ptr<float>(), sizeof(float) * n * cols);
     for (int64_t id : ids) {
       part.features.ids.push_back(id);
       if (!classes.empty()) part.features.labels.push_back(classes[static_cast<size_t>(id)]);

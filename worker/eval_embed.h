@@ -10,7 +10,8 @@
 //
 // Images go through the training preprocessing without augmentation (scaling, the dataset's
 // normalisation, resize to model.image_size), the ViT runs in inference mode (no autograd),
-// and every embedding is L2-normalised, as the classification layer sees it.
+// and every row is L2-normalised (the embedding as the classification layer sees it; other
+// features as worker/vit.h describes them).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,13 @@ struct EmbedOptions {
   int world_size = 1;
   // Images per forward pass.
   int64_t batch_size = 256;
+  // What to extract (worker/vit.h): the projected embedding by default.
+  VitFeatures features = VitFeatures::kEmbedding;
+  int feature_blocks = 4;  // for kBlocks
+  // Append the L2-normalised embedding after the (separately L2-normalised) features of each
+  // row, for callers that need both from one pass (evaluation's Fig. 3 cosines); ignored for
+  // kEmbedding.
+  bool append_embedding = false;
   // Called after every batch with (rows done, rows of this part).
   std::function<void(int64_t, int64_t)> on_progress;
   // Polled between batches; returning true stops with CANCELLED.

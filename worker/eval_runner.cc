@@ -226,7 +226,13 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   knn.k = options.knn_k > 0 ? options.knn_k : eval.knn_k();
   knn.temperature = options.knn_temperature > 0 ? options.knn_temperature : eval.knn_temperature();
 
+  const std::string features_name = options.features.empty() ? eval.features() : options.features;
+  MLCD_ASSIGN_OR_RETURN(const VitFeatures features, ParseVitFeatures(features_name));
+  const int feature_blocks = options.feature_blocks > 0 ? options.feature_blocks : eval.feature_blocks();
+
   LabelledFeatures train, test;
+  // The training images' embeddings for the Fig. 3 cosines when the probe sees other features.
+  FeatureMatrix train_embedding;
   std::string checkpoint_dir;
   std::string model_description;
   double embed_seconds = 0;
@@ -260,11 +266,18 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
       co.store_prefix = "mlcd-eval";
       MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(co));
     }
-    auto embed = [&](const ImageDataset& data, const char* phase, LabelledFeatures* out) -> Status {
+    if (features == VitFeatures::kBlocks && (feature_blocks < 1 || feature_blocks > model.model->options().depth))
+      return Status::InvalidArgument("feature blocks " + std::to_string(feature_blocks) + " outside [1, model depth " +
+                                     std::to_string(model.model->options().depth) + "]");
+    auto embed = [&](const ImageDataset& data, const char* phase, LabelledFeatures* out,
+                     bool with_embedding) -> Status {
       EmbedOptions eo;
       eo.rank = options.rank;
       eo.world_size = options.world_size;
       eo.batch_size = options.batch_size;
+      eo.features = features;
+      eo.feature_blocks = feature_blocks;
+      eo.append_embedding = with_embedding;
       auto last = Clock::now();
       eo.on_progress = [&](int64_t done, int64_t total) {
         if (done == total || SecondsSince(last) >= 1.0) {
@@ -278,8 +291,20 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
       if (comm) MLCD_RETURN_IF_ERROR(GatherParts(comm.get(), data.size(), out).WithContext("gathering embeddings"));
       return Status::Ok();
     };
-    MLCD_RETURN_IF_ERROR(embed(*train_data, "embed train", &train));
-    MLCD_RETURN_IF_ERROR(embed(*test_data, "embed test", &test));
+    const bool split_embedding = features != VitFeatures::kEmbedding;
+    MLCD_RETURN_IF_ERROR(embed(*train_data, "embed train", &train, split_embedding));
+    MLCD_RETURN_IF_ERROR(embed(*test_data, "embed test", &test, false));
+    if (split_embedding && options.rank == 0) {
+      // Rows are [features | embedding]: keep the embedding apart for the Fig. 3 cosines.
+      const int64_t fdim = model.model->FeatureDim(features, feature_blocks), edim = train.features.cols - fdim;
+      FeatureMatrix kept(train.features.rows, fdim);
+      train_embedding = FeatureMatrix(train.features.rows, edim);
+      for (int64_t i = 0; i < train.features.rows; ++i) {
+        std::copy(train.features.row(i), train.features.row(i) + fdim, kept.row(i));
+        std::copy(train.features.row(i) + fdim, train.features.row(i) + fdim + edim, train_embedding.row(i));
+      }
+      train.features = std::move(kept);
+    }
     if (options.rank != 0) {
       details["rank"] = options.rank;
       return report;  // rank 0 evaluates
@@ -295,6 +320,8 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   details["model"] = model_description;
   details["checkpoint"] = checkpoint_dir;
   details["embedding_dim"] = train.features.cols;
+  details["features"] = from_features ? "precomputed" : VitFeaturesName(features);
+  if (!from_features && features == VitFeatures::kBlocks) details["feature_blocks"] = feature_blocks;
   details["num_classes"] = num_classes;
   details["train_samples"] = train.features.rows;
   details["test_samples"] = test.features.rows;
@@ -377,9 +404,9 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
         labelstore::LabelBatch batch;
         MLCD_RETURN_IF_ERROR(client.GetLabels(label_set, ids.data(), ids.size(), false, &batch));
         MLCD_ASSIGN_OR_RETURN(FeatureMatrix centres, ReadCheckpointClassCentres(checkpoint_dir));
-        FeatureMatrix emb(n, train.features.cols);
-        std::copy(train.features.values.begin(), train.features.values.begin() + n * train.features.cols,
-                  emb.values.begin());
+        const FeatureMatrix& source = train_embedding.rows > 0 ? train_embedding : train.features;
+        FeatureMatrix emb(n, source.cols);
+        std::copy(source.values.begin(), source.values.begin() + n * source.cols, emb.values.begin());
         double pos = 0, neg = 0;
         MeanPositiveNegativeCosine(emb, batch.labels, batch.labels_per_sample, centres, &pos, &neg);
         result.set_mean_positive_cosine(pos);

@@ -68,6 +68,10 @@ struct EvaluationOptions {
   KnnOptions knn;
   int knn_k = 0;
   double knn_temperature = 0;
+  // What the probe and kNN see of the model ("embedding", "pooled", "blocks"; empty = the
+  // spec's evaluation.features) and the blocks for "blocks" (0 = spec's feature_blocks).
+  std::string features;
+  int feature_blocks = 0;
   int run_probe = -1;  // -1 = spec.evaluation.linear_probe, 0 = no, 1 = yes
   int run_knn = -1;
 

@@ -401,7 +401,7 @@ torch::Tensor VisionTransformerImpl::BlockForward(const Block& b, torch::Tensor 
   return torch::linear(torch::gelu(hidden), b.fc2->weight, b.fc2->bias).add_(x);
 }
 
-torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
+torch::Tensor VisionTransformerImpl::Tokens(const torch::Tensor& images) {
   const auto& o = options_;
   TORCH_CHECK(images.dim() == 4 && images.size(1) == o.channels && images.size(2) == o.image_size &&
                   images.size(3) == o.image_size,
@@ -414,12 +414,79 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
                               .reshape({batch * n, o.channels * p * p});
   torch::Tensor x = Linear(patches, patch_weight_.view({d, -1}), patch_bias_).view({batch, n, d});
   if (o.pooling == VitPooling::kCls) x = torch::cat({cls_token_.view({1, 1, d}).expand({batch, 1, d}), x}, 1);
-  x = (x + pos_embed_).view({batch * t, d});
+  return (x + pos_embed_).view({batch * t, d});
+}
+
+torch::Tensor VisionTransformerImpl::Pool(const torch::Tensor& x, int64_t batch) const {
+  const int64_t t = options_.tokens(), d = options_.width;
+  return options_.pooling == VitPooling::kCls ? x.view({batch, t, d}).select(1, 0) : x.view({batch, t, d}).mean(1);
+}
+
+torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
+  const int64_t batch = images.size(0);
+  torch::Tensor x = Tokens(images);
   for (const auto& block : blocks_) x = BlockForward(block, x, batch);
-  torch::Tensor pooled =
-      o.pooling == VitPooling::kCls ? x.view({batch, t, d}).select(1, 0) : x.view({batch, t, d}).mean(1);
-  pooled = LayerNorm(pooled, norm_);
+  torch::Tensor pooled = LayerNorm(Pool(x, batch), norm_);
   return Linear(pooled, head_, torch::Tensor());
+}
+
+StatusOr<VitFeatures> ParseVitFeatures(const std::string& name) {
+  if (name == "embedding") return VitFeatures::kEmbedding;
+  if (name == "pooled") return VitFeatures::kPooled;
+  if (name == "blocks") return VitFeatures::kBlocks;
+  return Status::InvalidArgument("unknown feature kind '" + name + "': use embedding, pooled or blocks");
+}
+
+const char* VitFeaturesName(VitFeatures features) {
+  switch (features) {
+    case VitFeatures::kEmbedding: return "embedding";
+    case VitFeatures::kPooled: return "pooled";
+    case VitFeatures::kBlocks: return "blocks";
+  }
+  return "?";
+}
+
+int64_t VisionTransformerImpl::FeatureDim(VitFeatures features, int blocks) const {
+  switch (features) {
+    case VitFeatures::kEmbedding: return options_.embed_dim;
+    case VitFeatures::kPooled: return options_.width;
+    case VitFeatures::kBlocks:
+      return static_cast<int64_t>(options_.width) * (blocks + (options_.pooling == VitPooling::kCls ? 1 : 0));
+  }
+  return 0;
+}
+
+torch::Tensor VisionTransformerImpl::Features(const torch::Tensor& images, VitFeatures features, int blocks,
+                                              torch::Tensor* embedding) {
+  const auto& o = options_;
+  TORCH_CHECK(features != VitFeatures::kBlocks || (blocks >= 1 && blocks <= o.depth), "feature blocks ", blocks,
+              " outside [1, ", o.depth, "]");
+  const int64_t batch = images.size(0), d = o.width;
+  torch::Tensor x = Tokens(images);
+  std::vector<torch::Tensor> parts;
+  const int first_kept = o.depth - blocks;
+  for (int i = 0; i < o.depth; ++i) {
+    x = BlockForward(blocks_[static_cast<size_t>(i)], x, batch);
+    if (features == VitFeatures::kBlocks && i >= first_kept) parts.push_back(LayerNorm(Pool(x, batch), norm_));
+  }
+  torch::Tensor pooled = LayerNorm(Pool(x, batch), norm_);
+  if (embedding || features == VitFeatures::kEmbedding) {
+    torch::Tensor e = Linear(pooled, head_, torch::Tensor());
+    if (features == VitFeatures::kEmbedding) {
+      if (embedding) *embedding = e;
+      return e;
+    }
+    *embedding = e;
+  }
+  if (features == VitFeatures::kPooled) return pooled;
+  if (o.pooling == VitPooling::kCls) {
+    const int64_t t = o.tokens();
+    torch::Tensor patch_mean = x.view({batch, t, d}).narrow(1, 1, t - 1).mean(1);
+    parts.push_back(LayerNorm(patch_mean, norm_));
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(parts.size()));
+  for (auto& part : parts) part = part / part.norm(2, {1}, true).clamp_min(1e-12) * scale;
+  return torch::cat(parts, 1);
 }
 
 std::vector<torch::Tensor> VisionTransformerImpl::DecayParameters() {

@@ -33,6 +33,22 @@
 namespace mlcd::worker {
 
 enum class VitPooling { kCls, kMean };
+// What VisionTransformerImpl::Features() returns for evaluation and feature extraction.
+enum class VitFeatures {
+  kEmbedding,  // the projected embedding the loss sees (forward()), [B, embed_dim]
+  kPooled,     // the pooled token after the final LayerNorm, before the projection, [B, width]
+  // DINO's linear-evaluation features: the pooled token of each of the last `blocks` blocks
+  // (class token, or mean of the tokens for "mean" pooling), each through the final
+  // LayerNorm, plus (class-token models) the mean of the last block's patch tokens through
+  // the same LayerNorm; every part L2-normalised, concatenated and scaled by
+  // 1/sqrt(parts), so the row has unit norm. [B, width * parts]
+  kBlocks,
+};
+
+// "embedding", "pooled", "blocks" (the spelling of EvaluationSpec.features).
+StatusOr<VitFeatures> ParseVitFeatures(const std::string& name);
+const char* VitFeaturesName(VitFeatures features);
+
 enum class AttentionImpl {
   kFused,      // the fused CPU kernels (falls back to kReference for non-CPU tensors)
   kReference,  // plain ATen ops: matmul, softmax, permutes
@@ -78,6 +94,13 @@ class VisionTransformerImpl : public torch::nn::Module {
   // images: [B, channels, image_size, image_size]. Returns [B, embed_dim].
   torch::Tensor forward(const torch::Tensor& images);
 
+  // Features of `images` for evaluation (see VitFeatures); `blocks` (kBlocks only) in
+  // [1, depth]. With `embedding`, also stores forward()'s output there from the same pass.
+  torch::Tensor Features(const torch::Tensor& images, VitFeatures features, int blocks = 4,
+                         torch::Tensor* embedding = nullptr);
+  // Columns of Features(.., features, blocks).
+  int64_t FeatureDim(VitFeatures features, int blocks = 4) const;
+
   // Deterministic initialisation from `seed` (independent of the global torch RNG and of
   // the thread count): Linear/patch weights N(0, 0.02) truncated at 2 sigma, biases 0,
   // LayerNorm 1/0, position embedding N(0, 0.02), class token N(0, 1e-6), projection
@@ -98,6 +121,10 @@ class VisionTransformerImpl : public torch::nn::Module {
     torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
   };
   torch::Tensor BlockForward(const Block& block, torch::Tensor x, int64_t batch);
+  // Patch embedding, class token and position embedding: [B*T, width].
+  torch::Tensor Tokens(const torch::Tensor& images);
+  // The token pooled as options().pooling says from x [B*T, width]: [B, width].
+  torch::Tensor Pool(const torch::Tensor& x, int64_t batch) const;
   torch::Tensor Attention(const torch::Tensor& qkv, int64_t batch);
   // LayerNorm over the width with the module's weight and bias: FusedLayerNorm on the fused
   // path, at::layer_norm otherwise.

@@ -75,6 +75,24 @@ spec:
   EXPECT_TRUE(HasProblem(job.status(), "spec.clustering.l: 12 > k: 10")) << job.status().message();
 }
 
+TEST(JobSpecYaml, EvaluationFeaturesDefaultAndAreChecked) {
+  auto job = LoadJobSpecYaml(kMinimal);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.evaluation().features(), "embedding");
+  EXPECT_EQ(job->spec.evaluation().feature_blocks(), 4);  // vit-tiny has depth 6
+  auto shallow = LoadJobSpecYaml(std::string(kMinimal) + "  model: {depth: 2}\n  evaluation: {features: blocks}\n");
+  ASSERT_TRUE(shallow.ok()) << shallow.status().ToString();
+  EXPECT_EQ(shallow->spec.evaluation().feature_blocks(), 2);
+  auto bad = LoadJobSpecYaml(std::string(kMinimal) +
+                             "  model: {depth: 2}\n  evaluation: {features: cls, feature_blocks: 3}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(HasProblem(bad.status(), "spec.evaluation.features")) << bad.status().message();
+  EXPECT_TRUE(HasProblem(bad.status(), "embedding, pooled, blocks")) << bad.status().message();
+  EXPECT_TRUE(HasProblem(bad.status(), "spec.evaluation.feature_blocks: 3 > model.depth 2"))
+      << bad.status().message();
+}
+
 TEST(JobSpecYaml, ReportsEveryProblemAtOnce) {
   auto job = LoadJobSpecYaml(R"(apiVersion: mlcd/v2
 kind: TrainingJob

@@ -5,6 +5,8 @@
 // whose result is stored with the job and shown by `mlcdctl get` and `mlcdctl eval --job`.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 
 #include "common/file_util.h"
@@ -99,6 +101,31 @@ TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
   auto rerun = ReadFileToString(dir.Sub("rerun/evaluation.json"));
   ASSERT_TRUE(rerun.ok());
   EXPECT_NE(rerun->find("\"test_samples\": \"1000\""), std::string::npos) << *rerun;
+
+  // The probe on other features of the same model (DINO's last-blocks features): wider rows,
+  // and the Fig. 3 cosines still come from the embedding, so they equal the job's.
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"),
+                       {flag, "--labelstore=" + cluster.labelstore_address(), "eval", "--job", job->id(), "--rerun",
+                        "--features", "blocks", "--out", dir.Sub("blocks")},
+                       &out),
+            0)
+      << out;
+  auto blocks = ReadFileToString(dir.Sub("blocks/evaluation-details.json"));
+  ASSERT_TRUE(blocks.ok());
+  nlohmann::json details = nlohmann::json::parse(*blocks, nullptr, false);
+  ASSERT_TRUE(details.is_object()) << *blocks;
+  EXPECT_EQ(details["features"], "blocks");
+  EXPECT_EQ(details["feature_blocks"], 1);  // default min(4, depth 1)
+  EXPECT_EQ(details["embedding_dim"], 2 * 32);  // class token + mean patch token, width 32
+  ASSERT_TRUE(details.contains("fig3")) << *blocks;
+  EXPECT_NEAR(details["fig3"]["mean_positive_cosine"].get<double>(), e.mean_positive_cosine(), 1e-5);
+  EXPECT_NEAR(details["fig3"]["mean_negative_cosine"].get<double>(), e.mean_negative_cosine(), 1e-5);
+  EXPECT_GT(details["linear_probe"]["test_accuracy"].get<double>(), 0.3);
+  EXPECT_NE(RunCommand(BinPath("mlcdctl"),
+                       {flag, "eval", "--job", job->id(), "--rerun", "--features", "blocks", "--feature-blocks", "2"},
+                       &out),
+            0);
+  EXPECT_NE(out.find("outside [1, model depth 1]"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "eval", "--job", "no-such-job"}, &out), 3) << out;
 }
 

@@ -192,6 +192,62 @@ TEST(VitTest, DirectGradientAccumulationIntoFlatBuffersMatchesAutograd) {
   EXPECT_EQ(flat.grads().abs().sum().item<double>(), 0.0);
 }
 
+TEST(VitTest, EvaluationFeaturesFollowTheirDefinitions) {
+  torch::manual_seed(3);
+  VitOptions o = Small();  // depth 2, width 32, cls pooling
+  VisionTransformer model(o);
+  model->ResetParameters(5);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  torch::Tensor images = torch::randn({4, 1, 28, 28});
+  const auto params = model->named_parameters();
+
+  // The embedding is forward(); the pooled token projects onto it through the head.
+  torch::Tensor embedding = model->forward(images);
+  EXPECT_LT(MaxAbsDiff(model->Features(images, VitFeatures::kEmbedding), embedding), 1e-6);
+  torch::Tensor also;
+  torch::Tensor pooled = model->Features(images, VitFeatures::kPooled, 4, &also);
+  EXPECT_EQ(pooled.sizes(), (std::vector<int64_t>{4, 32}));
+  EXPECT_LT(MaxAbsDiff(torch::matmul(pooled, params["head"].t()), embedding), 1e-5);
+  EXPECT_LT(MaxAbsDiff(also, embedding), 1e-6);
+  // Final LayerNorm with weight 1, bias 0 at initialisation: zero mean per row.
+  EXPECT_LT(pooled.mean(1).abs().max().item<double>(), 1e-5);
+
+  auto unit = [](const torch::Tensor& t) { return t / t.norm(2, {1}, true); };
+  // One block: [LN(cls), LN(mean patch token)], each unit norm / sqrt(2).
+  torch::Tensor one = model->Features(images, VitFeatures::kBlocks, 1);
+  EXPECT_EQ(one.size(1), model->FeatureDim(VitFeatures::kBlocks, 1));
+  EXPECT_EQ(one.size(1), 64);
+  EXPECT_LT(MaxAbsDiff(one.narrow(1, 0, 32) * std::sqrt(2.0), unit(pooled)), 1e-5);
+  EXPECT_LT(MaxAbsDiff(one.norm(2, {1}), torch::ones({4})), 1e-5);
+
+  // Both blocks: the first part is the class token after block 0 through the final
+  // LayerNorm, i.e. the pooled feature of the same model cut to depth 1.
+  torch::Tensor two = model->Features(images, VitFeatures::kBlocks, 2);
+  EXPECT_EQ(two.size(1), 96);
+  VitOptions cut_options = o;
+  cut_options.depth = 1;
+  VisionTransformer cut(cut_options);
+  cut->eval();
+  for (auto& item : cut->named_parameters()) item.value().copy_(params[item.key()]);
+  torch::Tensor cut_pooled = cut->Features(images, VitFeatures::kPooled);
+  EXPECT_LT(MaxAbsDiff(two.narrow(1, 0, 32) * std::sqrt(3.0), unit(cut_pooled)), 1e-5);
+  EXPECT_LT(MaxAbsDiff(two.narrow(1, 32, 64) * std::sqrt(3.0), one * std::sqrt(2.0)), 1e-5);
+  EXPECT_THROW(model->Features(images, VitFeatures::kBlocks, 3), c10::Error);
+
+  // Mean pooling has no separate patch-token part.
+  VisionTransformer mean_model(Small(VitPooling::kMean));
+  mean_model->eval();
+  EXPECT_EQ(mean_model->FeatureDim(VitFeatures::kBlocks, 2), 64);
+  EXPECT_EQ(mean_model->Features(images, VitFeatures::kBlocks, 2).size(1), 64);
+
+  EXPECT_EQ(*ParseVitFeatures("blocks"), VitFeatures::kBlocks);
+  EXPECT_STREQ(VitFeaturesName(VitFeatures::kPooled), "pooled");
+  auto bad = ParseVitFeatures("cls");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(VitTest, InitialisationIsDeterministicPerSeed) {
   VisionTransformer a(Small()), b(Small()), c(Small());
   a->ResetParameters(11);
