@@ -27,6 +27,7 @@
 
 #include "client/cli.h"
 #include "common/file_util.h"
+#include "common/job_spec.h"
 #include "common/grpc_server.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 
@@ -265,7 +266,7 @@ CommandRegistration reg(60, [](CLI::App& app, Context& ctx) {
   cmd->add_option("--features", o->features,
                   "what the probe and kNN see: embedding, pooled or blocks (default: the spec's "
                   "evaluation.features; see docs/evaluation.md)")
-      ->check(CLI::IsMember({"embedding", "pooled", "blocks"}));
+      ->check(CLI::IsMember(EvaluationFeatureKinds()));
   cmd->add_option("--feature-blocks", o->feature_blocks, "blocks for --features blocks (default 4)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--out", o->out, "keep evaluation.json, evaluation-details.json and the log here");

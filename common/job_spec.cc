@@ -39,6 +39,11 @@ StatusOr<ModelPreset> FindModelPreset(const std::string& name) {
   return Status::InvalidArgument("unknown model preset '" + name + "'; known presets: " + known);
 }
 
+const std::vector<std::string>& EvaluationFeatureKinds() {
+  static const std::vector<std::string> kinds = {"embedding", "pooled", "blocks"};
+  return kinds;
+}
+
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   auto* data = spec->mutable_dataset();
   if (data->format().empty()) data->set_format("fashion-mnist");
@@ -693,7 +698,7 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     if (e.enabled()) {
       c.AtLeast("knn_k", e.knn_k(), 1);
       c.Positive("knn_temperature", e.knn_temperature());
-      c.OneOf("features", e.features(), {"embedding", "pooled", "blocks"});
+      c.OneOf("features", e.features(), EvaluationFeatureKinds());
       c.AtLeast("feature_blocks", e.feature_blocks(), 1);
       if (spec.model().depth() > 0 && e.feature_blocks() > spec.model().depth())
         c.Add("feature_blocks", Checker::Num(e.feature_blocks()) + " > model.depth " +

@@ -28,6 +28,10 @@ const std::vector<ModelPreset>& ModelPresets();
 // NOT_FOUND-style INVALID_ARGUMENT listing the known presets when `name` is unknown.
 StatusOr<ModelPreset> FindModelPreset(const std::string& name);
 
+// The spellings of EvaluationSpec.features ("embedding", "pooled", "blocks"; worker/vit.h's
+// VitFeatures): one list for the spec validator and the --features flags.
+const std::vector<std::string>& EvaluationFeatureKinds();
+
 // Fills every zero/unset field with its default, including model fields from the preset
 // (explicit fields win over the preset). Idempotent. Does not validate.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);

@@ -236,7 +236,7 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
                   "what the probe and kNN see: embedding (the projected embedding the loss trains), pooled (the "
                   "pooled token before the projection) or blocks (pooled tokens of the last --feature-blocks "
                   "blocks + mean patch token; DINO's protocol) (default: evaluation.features, embedding)")
-      ->check(CLI::IsMember({"embedding", "pooled", "blocks"}));
+      ->check(CLI::IsMember(EvaluationFeatureKinds()));
   cmd->add_option("--feature-blocks", flags->feature_blocks,
                   "blocks for --features blocks (default: evaluation.feature_blocks, 4)")
       ->check(CLI::PositiveNumber);

@@ -266,9 +266,6 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
       co.store_prefix = "mlcd-eval";
       MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(co));
     }
-    if (features == VitFeatures::kBlocks && (feature_blocks < 1 || feature_blocks > model.model->options().depth))
-      return Status::InvalidArgument("feature blocks " + std::to_string(feature_blocks) + " outside [1, model depth " +
-                                     std::to_string(model.model->options().depth) + "]");
     auto embed = [&](const ImageDataset& data, const char* phase, LabelledFeatures* out,
                      bool with_embedding) -> Status {
       EmbedOptions eo;

@@ -423,11 +423,7 @@ torch::Tensor VisionTransformerImpl::Pool(const torch::Tensor& x, int64_t batch)
 }
 
 torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
-  const int64_t batch = images.size(0);
-  torch::Tensor x = Tokens(images);
-  for (const auto& block : blocks_) x = BlockForward(block, x, batch);
-  torch::Tensor pooled = LayerNorm(Pool(x, batch), norm_);
-  return Linear(pooled, head_, torch::Tensor());
+  return Features(images, VitFeatures::kEmbedding);
 }
 
 StatusOr<VitFeatures> ParseVitFeatures(const std::string& name) {
@@ -472,11 +468,8 @@ torch::Tensor VisionTransformerImpl::Features(const torch::Tensor& images, VitFe
   torch::Tensor pooled = LayerNorm(Pool(x, batch), norm_);
   if (embedding || features == VitFeatures::kEmbedding) {
     torch::Tensor e = Linear(pooled, head_, torch::Tensor());
-    if (features == VitFeatures::kEmbedding) {
-      if (embedding) *embedding = e;
-      return e;
-    }
-    *embedding = e;
+    if (embedding) *embedding = e;
+    if (features == VitFeatures::kEmbedding) return e;
   }
   if (features == VitFeatures::kPooled) return pooled;
   if (o.pooling == VitPooling::kCls) {
