@@ -39,6 +39,15 @@ StatusOr<ModelPreset> FindModelPreset(const std::string& name) {
   return Status::InvalidArgument("unknown model preset '" + name + "'; known presets: " + known);
 }
 
+int ConvStemLayers(int image_size, int patch_size) {
+  if (image_size < 1 || patch_size < 1 || image_size % patch_size != 0) return -1;
+  int layers = 0;
+  while ((1 << layers) < patch_size) ++layers;
+  int side = image_size;
+  for (int i = 0; i < layers; ++i) side = (side + 1) / 2;
+  return side == image_size / patch_size ? layers : -1;
+}
+
 const std::vector<std::string>& EvaluationFeatureKinds() {
   static const std::vector<std::string> kinds = {"embedding", "pooled", "blocks"};
   return kinds;
@@ -84,6 +93,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (model->mlp_ratio() == 0) model->set_mlp_ratio(4);
   if (model->embed_dim() == 0) model->set_embed_dim(512);
   if (model->pooling().empty()) model->set_pooling("cls");
+  if (model->stem().empty()) model->set_stem("patch");
 
   auto* opt = spec->mutable_optimizer();
   if (opt->name().empty()) opt->set_name("adamw");
@@ -647,6 +657,14 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     c.Positive("mlp_ratio", m.mlp_ratio());
     c.AtLeast("embed_dim", m.embed_dim(), 1);
     c.OneOf("pooling", m.pooling(), {"cls", "mean"});
+    c.OneOf("stem", m.stem(), {"patch", "conv"});
+    if (m.stem() == "conv" && m.patch_size() >= 1 && m.image_size() >= 1 &&
+        m.image_size() % m.patch_size() == 0 && ConvStemLayers(m.image_size(), m.patch_size()) < 0) {
+      c.Add("stem", "\"conv\" halves the image side with each layer and cannot reach " +
+                        Checker::Num(m.image_size() / m.patch_size()) + " tokens per side from image_size " +
+                        Checker::Num(m.image_size()) + " (patch_size " + Checker::Num(m.patch_size()) +
+                        "); use stem \"patch\" or a patch_size whose ceil(log2) halvings give image_size / patch_size");
+    }
   }
   {
     const auto& o = spec.optimizer();

@@ -32,6 +32,13 @@ StatusOr<ModelPreset> FindModelPreset(const std::string& name);
 // VitFeatures): one list for the spec validator and the --features flags.
 const std::vector<std::string>& EvaluationFeatureKinds();
 
+// ModelSpec.stem "conv" (worker/vit.h, VitStem::kConv): the number of 3x3 stride-2
+// convolutions (padding 1) that take an image of `image_size` to image_size / patch_size
+// tokens per side, ceil(log2(patch_size)); -1 when that many leave a different side
+// (each halves the side rounding up, so ceil(image_size / 2^n) must be image_size /
+// patch_size: e.g. 28/7 -> 3 layers, 224/16 -> 4, but 224/14 has none).
+int ConvStemLayers(int image_size, int patch_size);
+
 // Fills every zero/unset field with its default, including model fields from the preset
 // (explicit fields win over the preset). Idempotent. Does not validate.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);

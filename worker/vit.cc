@@ -2,9 +2,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
+#include "common/job_spec.h"
 #include "worker/vit_kernels.h"
 
 namespace mlcd::worker {
@@ -138,6 +140,23 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
   }
 };
 
+// [B, C, H, W] -> rows [B*H*W, C] (row b*H*W + y*W + x holds pixel (y, x) of sample b),
+// with a backward that hands on a contiguous [B, C, H, W] gradient. Plain permute + reshape
+// hands on a channels-last strided one, and with it this libtorch's CPU backward of the conv
+// stem (GroupNorm / GELU against a contiguous input) gave garbage gradients (~1e25; the
+// ConvStem test compares with autograd through a hand-built stem).
+class FeatureMapToRowsFunction : public torch::autograd::Function<FeatureMapToRowsFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& map) {
+    ctx->saved_data["sizes"] = map.sizes().vec();
+    return map.permute({0, 2, 3, 1}).reshape({-1, map.size(1)});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const std::vector<int64_t> s = ctx->saved_data["sizes"].toIntVector();
+    return {grad_outputs[0].reshape({s[0], s[2], s[3], s[1]}).permute({0, 3, 1, 2}).contiguous()};
+  }
+};
+
 // y = GELU(h) W^T + b + residual: the MLP's second half. GELU and its derivative come from
 // one pass; the backward forms dL/dh = (g W) * GELU'(h) in place in the fresh product.
 class GeluLinearFunction : public torch::autograd::Function<GeluLinearFunction> {
@@ -254,6 +273,14 @@ torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight
 
 int VitOptions::mlp_hidden() const { return static_cast<int>(std::lround(mlp_ratio * width)); }
 
+std::vector<int> VitOptions::stem_channels() const {
+  std::vector<int> channels;
+  if (stem != VitStem::kConv) return channels;
+  const int layers = ConvStemLayers(image_size, patch_size);
+  for (int i = 0; i < layers; ++i) channels.push_back(std::max(1, width >> (layers - 1 - i)));
+  return channels;
+}
+
 Status ValidateVitOptions(const VitOptions& o) {
   auto positive = [](const char* name, double v) -> Status {
     if (v > 0) return Status::Ok();
@@ -276,6 +303,11 @@ Status ValidateVitOptions(const VitOptions& o) {
                                    ") must be divisible by model.patch_size (" + std::to_string(o.patch_size) + ")");
   }
   if (o.mlp_hidden() < 1) return Status::InvalidArgument("model.mlp_ratio * model.width must be at least 1");
+  if (o.stem == VitStem::kConv && ConvStemLayers(o.image_size, o.patch_size) < 0) {
+    return Status::InvalidArgument("model.stem \"conv\" cannot reach " + std::to_string(o.image_size / o.patch_size) +
+                                   " tokens per side from model.image_size " + std::to_string(o.image_size) +
+                                   " by halving; use stem \"patch\" or another model.patch_size");
+  }
   return Status::Ok();
 }
 
@@ -289,13 +321,22 @@ StatusOr<VitOptions> VitOptionsFromSpec(const v1::ModelSpec& spec) {
   o.heads = spec.heads();
   o.mlp_ratio = spec.mlp_ratio();
   o.embed_dim = spec.embed_dim();
-  if (spec.pooling() == "cls" || spec.pooling().empty()) {
-    o.pooling = VitPooling::kCls;
-  } else if (spec.pooling() == "mean") {
-    o.pooling = VitPooling::kMean;
-  } else {
-    return Status::InvalidArgument("model.pooling must be \"cls\" or \"mean\", got \"" + spec.pooling() + "\"");
-  }
+  // An enum field's spelling (empty = the first, the default) or INVALID_ARGUMENT naming it.
+  auto choose = [](const char* field, const std::string& value, auto first, auto second, const char* first_name,
+                   const char* second_name, auto* out) -> Status {
+    if (value.empty() || value == first_name) {
+      *out = first;
+    } else if (value == second_name) {
+      *out = second;
+    } else {
+      return Status::InvalidArgument(std::string("model.") + field + " must be \"" + first_name + "\" or \"" +
+                                     second_name + "\", got \"" + value + "\"");
+    }
+    return Status::Ok();
+  };
+  MLCD_RETURN_IF_ERROR(
+      choose("pooling", spec.pooling(), VitPooling::kCls, VitPooling::kMean, "cls", "mean", &o.pooling));
+  MLCD_RETURN_IF_ERROR(choose("stem", spec.stem(), VitStem::kPatch, VitStem::kConv, "patch", "conv", &o.stem));
   MLCD_RETURN_IF_ERROR(ValidateVitOptions(o));
   return o;
 }
@@ -306,12 +347,30 @@ std::string DescribeVitOptions(const VitOptions& o) {
     << ", image " << o.image_size << "x" << o.image_size << "x" << o.channels << ", mlp " << o.mlp_hidden()
     << ", embed " << o.embed_dim << ", " << (o.pooling == VitPooling::kCls ? "cls" : "mean") << " pooling, "
     << o.tokens() << " tokens";
+  if (o.stem == VitStem::kConv) {
+    s << ", conv stem";
+    for (int c : o.stem_channels()) s << " " << c;
+  }
   return s.str();
 }
 
 VisionTransformerImpl::VisionTransformerImpl(const VitOptions& options) : options_(options) {
   const int64_t d = options_.width, p = options_.patch_size;
-  patch_weight_ = register_parameter("patch_weight", torch::empty({d, options_.channels, p, p}));
+  if (options_.stem == VitStem::kConv) {
+    int64_t in = options_.channels;
+    for (int channels : options_.stem_channels()) {
+      StemLayer layer;
+      const std::string name = "stem" + std::to_string(stem_.size());
+      auto conv = torch::nn::Conv2dOptions(in, channels, 3).stride(2).padding(1).bias(false);
+      layer.conv = register_module(name + "_conv", torch::nn::Conv2d(conv));
+      layer.norm = register_module(name + "_norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(1, channels)));
+      stem_.push_back(layer);
+      in = channels;
+    }
+    patch_weight_ = register_parameter("patch_weight", torch::empty({d, in, 1, 1}));
+  } else {
+    patch_weight_ = register_parameter("patch_weight", torch::empty({d, options_.channels, p, p}));
+  }
   patch_bias_ = register_parameter("patch_bias", torch::empty({d}));
   if (options_.pooling == VitPooling::kCls) cls_token_ = register_parameter("cls_token", torch::empty({d}));
   pos_embed_ = register_parameter("pos_embed", torch::empty({options_.tokens(), d}));
@@ -344,6 +403,13 @@ void VisionTransformerImpl::ResetParameters(uint64_t seed) {
   auto trunc = [&](double std) { return [&gen, std](torch::Tensor& t) { TruncatedNormal(t, std, gen); }; };
   auto zeros = [](torch::Tensor& t) { t.zero_(); };
   auto ones = [](torch::Tensor& t) { t.fill_(1.0); };
+  for (auto& layer : stem_) {
+    // He initialisation for the GELU convolutions: std sqrt(2 / fan_in), fan_in = C_in * 9.
+    const double fan_in = static_cast<double>(layer.conv->weight[0].numel());
+    init(layer.conv->weight, trunc(std::sqrt(2.0 / fan_in)));
+    init(layer.norm->weight, ones);
+    init(layer.norm->bias, zeros);
+  }
   init(patch_weight_, trunc(0.02));
   init(patch_bias_, zeros);
   if (cls_token_.defined()) init(cls_token_, [&gen](torch::Tensor& t) { t.normal_(0.0, 1e-6, gen); });
@@ -408,10 +474,18 @@ torch::Tensor VisionTransformerImpl::Tokens(const torch::Tensor& images) {
               "ViT expects images [B, ", o.channels, ", ", o.image_size, ", ", o.image_size, "], got ", images.sizes());
   const int64_t batch = images.size(0), g = o.patches_per_side(), p = o.patch_size, d = o.width;
   const int64_t n = o.num_patches(), t = o.tokens();
-  // [B, C, g, p, g, p] -> [B, g, g, C, p, p] -> [B*n, C*p*p]: one Linear = stride-p conv.
-  torch::Tensor patches = images.reshape({batch, o.channels, g, p, g, p})
-                              .permute({0, 2, 4, 1, 3, 5})
-                              .reshape({batch * n, o.channels * p * p});
+  torch::Tensor patches;
+  if (o.stem == VitStem::kConv) {
+    torch::Tensor h = images;
+    for (auto& layer : stem_) h = torch::gelu(layer.norm(layer.conv(h)));
+    // [B, C', g, g] -> [B*n, C']: the 1x1 projection is one Linear.
+    patches = FeatureMapToRowsFunction::apply(h);
+  } else {
+    // [B, C, g, p, g, p] -> [B, g, g, C, p, p] -> [B*n, C*p*p]: one Linear = stride-p conv.
+    patches = images.reshape({batch, o.channels, g, p, g, p})
+                  .permute({0, 2, 4, 1, 3, 5})
+                  .reshape({batch * n, o.channels * p * p});
+  }
   torch::Tensor x = Linear(patches, patch_weight_.view({d, -1}), patch_bias_).view({batch, n, d});
   if (o.pooling == VitPooling::kCls) x = torch::cat({cls_token_.view({1, 1, d}).expand({batch, 1, d}), x}, 1);
   return (x + pos_embed_).view({batch * t, d});

@@ -2,7 +2,10 @@
 //
 //   images [B, C, H, W] float
 //     -> patch embedding (non-overlapping p x p patches, one Linear; same weights as a
-//        stride-p Conv2d, stored in that [width, C, p, p] shape)
+//        stride-p Conv2d, stored in that [width, C, p, p] shape), or with the "conv" stem:
+//        n = ceil(log2 p) x [3x3 stride-2 Conv2d (no bias) -> GroupNorm(1 group) -> GELU],
+//        channels width/2^(n-1), ..., width/2, width, then a 1x1 projection (patch_weight
+//        [width, width, 1, 1], patch_bias): the same (image/p)^2 tokens
 //     -> + class token ("cls" pooling) and learned position embedding
 //     -> depth x pre-norm block:  x += proj(attention(LN1(x)));  x += fc2(GELU(fc1(LN2(x))))
 //     -> pooling: the class token ("cls") or the mean of the patch tokens ("mean", no class
@@ -33,6 +36,8 @@
 namespace mlcd::worker {
 
 enum class VitPooling { kCls, kMean };
+// How images become tokens (ModelSpec.stem): kPatch "patch", kConv "conv" (see above).
+enum class VitStem { kPatch, kConv };
 // What VisionTransformerImpl::Features() returns for evaluation and feature extraction.
 enum class VitFeatures {
   kEmbedding,  // the projected embedding the loss sees (forward()), [B, embed_dim]
@@ -65,6 +70,7 @@ struct VitOptions {
   double mlp_ratio = 4.0;
   int embed_dim = 512;
   VitPooling pooling = VitPooling::kCls;
+  VitStem stem = VitStem::kPatch;
   double layer_norm_eps = 1e-6;
   AttentionImpl attention = AttentionImpl::kFused;
 
@@ -73,11 +79,14 @@ struct VitOptions {
   // Sequence length inside the blocks (patches + class token for "cls" pooling).
   int tokens() const { return num_patches() + (pooling == VitPooling::kCls ? 1 : 0); }
   int head_dim() const { return width / heads; }
+  // Channels of the conv stem's layers (empty for the patch stem): width >> (n - 1 - i).
+  std::vector<int> stem_channels() const;
   int mlp_hidden() const;
 };
 
 // Checks sizes: all positive, width divisible by heads, image_size divisible by
-// patch_size. INVALID_ARGUMENT naming the field otherwise.
+// patch_size, a conv stem able to reach that grid (ConvStemLayers). INVALID_ARGUMENT naming
+// the field otherwise.
 Status ValidateVitOptions(const VitOptions& options);
 
 // Options from a model spec on which ApplyJobSpecDefaults() has run (preset already folded
@@ -138,11 +147,16 @@ class VisionTransformerImpl : public torch::nn::Module {
                        const torch::Tensor& residual = torch::Tensor());
 
   VitOptions options_;
-  torch::Tensor patch_weight_;  // [width, channels, p, p]
+  torch::Tensor patch_weight_;  // [width, channels, p, p]; conv stem: [width, width, 1, 1]
   torch::Tensor patch_bias_;    // [width]
   torch::Tensor cls_token_;     // [width] (cls pooling only)
   torch::Tensor pos_embed_;     // [tokens, width]
   std::vector<Block> blocks_;
+  struct StemLayer {
+    torch::nn::Conv2d conv{nullptr};
+    torch::nn::GroupNorm norm{nullptr};
+  };
+  std::vector<StemLayer> stem_;  // conv stem only
   torch::nn::LayerNorm norm_{nullptr};
   torch::Tensor head_;  // [embed_dim, width]
 };

@@ -93,6 +93,33 @@ TEST(JobSpecYaml, EvaluationFeaturesDefaultAndAreChecked) {
       << bad.status().message();
 }
 
+TEST(JobSpecYaml, ModelStemDefaultsToPatchAndConvNeedsAReachableGrid) {
+  // ceil(log2 p) halvings of the side, rounding up, must land on image / patch.
+  EXPECT_EQ(ConvStemLayers(28, 7), 3);    // 28 -> 14 -> 7 -> 4
+  EXPECT_EQ(ConvStemLayers(28, 4), 2);    // 28 -> 14 -> 7
+  EXPECT_EQ(ConvStemLayers(28, 14), 4);   // 28 -> 14 -> 7 -> 4 -> 2
+  EXPECT_EQ(ConvStemLayers(28, 1), 0);    // a 1x1 projection of every pixel
+  EXPECT_EQ(ConvStemLayers(224, 16), 4);  // 224 -> 14
+  EXPECT_EQ(ConvStemLayers(224, 14), -1);  // 4 halvings give 14, not 16
+  EXPECT_EQ(ConvStemLayers(28, 5), -1);    // not a grid at all
+  auto job = LoadJobSpecYaml(kMinimal);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.model().stem(), "patch");
+  auto conv = LoadJobSpecYaml(std::string(kMinimal) + "  model: {stem: conv}\n");
+  ASSERT_TRUE(conv.ok()) << conv.status().ToString();
+  auto typo = LoadJobSpecYaml(std::string(kMinimal) + "  model: {stem: convolution}\n");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_EQ(typo.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(HasProblem(typo.status(), "spec.model.stem")) << typo.status().message();
+  auto unreachable =
+      LoadJobSpecYaml(std::string(kMinimal) + "  model: {stem: conv, image_size: 224, patch_size: 14}\n");
+  ASSERT_FALSE(unreachable.ok());
+  EXPECT_TRUE(HasProblem(unreachable.status(), "spec.model.stem: \"conv\" halves the image side"))
+      << unreachable.status().message();
+  EXPECT_TRUE(HasProblem(unreachable.status(), "cannot reach 16 tokens per side from image_size 224"))
+      << unreachable.status().message();
+}
+
 TEST(JobSpecYaml, ReportsEveryProblemAtOnce) {
   auto job = LoadJobSpecYaml(R"(apiVersion: mlcd/v2
 kind: TrainingJob

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <map>
 #include <vector>
 
 #include "common/job_spec.h"
@@ -82,6 +83,21 @@ TEST(VitOptionsTest, BadSizesAreRejectedWithTheField) {
   ASSERT_FALSE(o.ok());
   EXPECT_NE(o.status().message().find("model.pooling"), std::string::npos);
   m.set_pooling("mean");
+  m.set_stem("convolution");
+  o = VitOptionsFromSpec(m);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("model.stem"), std::string::npos);
+  m.set_stem("conv");
+  EXPECT_TRUE(VitOptionsFromSpec(m).ok());
+  m.set_image_size(21);  // patch 7 -> 3 tokens per side; 3 halvings give ceil(21 / 8) = 3
+  EXPECT_TRUE(VitOptionsFromSpec(m).ok());
+  m.set_patch_size(3);  // 7 per side; 2 halvings give ceil(21 / 4) = 6
+  o = VitOptionsFromSpec(m);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("model.stem \"conv\" cannot reach 7 tokens per side"), std::string::npos)
+      << o.status().ToString();
+  m.set_image_size(28);
+  m.set_patch_size(7);
   m.set_depth(0);
   EXPECT_FALSE(VitOptionsFromSpec(m).ok());
 }
@@ -110,6 +126,29 @@ TEST(VitTest, OutputShapesAndParameterCount) {
   EXPECT_THROW(model->forward(torch::randn({2, 1, 32, 32})), c10::Error);
 }
 
+// The rest of Small()'s forward pass (2 blocks, width 32, 4 heads, 17 tokens) from the
+// embedded patches t [B, 16, 32], in plain ATen ops with the model's named parameters.
+torch::Tensor ReferenceForwardFromPatches(torch::Tensor t, torch::OrderedDict<std::string, torch::Tensor>& params) {
+  const int64_t batch = t.size(0);
+  t = torch::cat({params["cls_token"].view({1, 1, 32}).expand({batch, 1, 32}), t}, 1) + params["pos_embed"];
+  for (int b = 0; b < 2; ++b) {
+    const std::string p = "block" + std::to_string(b) + ".";
+    auto ln = [&](const torch::Tensor& v, const std::string& n) {
+      return torch::layer_norm(v, {32}, params[p + n + ".weight"], params[p + n + ".bias"], 1e-6);
+    };
+    auto lin = [&](const torch::Tensor& v, const std::string& n) {
+      return torch::linear(v, params[p + n + ".weight"], params[p + n + ".bias"]);
+    };
+    torch::Tensor qkv = lin(ln(t, "norm1"), "qkv").view({batch, 17, 3, 4, 8}).permute({2, 0, 3, 1, 4});
+    torch::Tensor a = torch::softmax(torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(8.0), -1);
+    torch::Tensor attn = torch::matmul(a, qkv[2]).permute({0, 2, 1, 3}).reshape({batch, 17, 32});
+    t = t + lin(attn, "proj");
+    t = t + lin(torch::gelu(lin(ln(t, "norm2"), "fc1")), "fc2");
+  }
+  torch::Tensor pooled = torch::layer_norm(t.select(1, 0), {32}, params["norm.weight"], params["norm.bias"], 1e-6);
+  return torch::linear(pooled, params["head"]);
+}
+
 TEST(VitTest, PatchEmbeddingIsAStridedConvolution) {
   torch::manual_seed(127);
   // With depth-independent pieces isolated: the model's output for an image equals a
@@ -121,44 +160,97 @@ TEST(VitTest, PatchEmbeddingIsAStridedConvolution) {
   torch::Tensor x = torch::randn({3, 1, 28, 28});
   auto params = model->named_parameters();
   torch::Tensor t = torch::conv2d(x, params["patch_weight"], params["patch_bias"], 7).flatten(2).transpose(1, 2);
-  t = torch::cat({params["cls_token"].view({1, 1, 32}).expand({3, 1, 32}), t}, 1) + params["pos_embed"];
-  for (int b = 0; b < 2; ++b) {
-    const std::string p = "block" + std::to_string(b) + ".";
-    auto ln = [&](const torch::Tensor& v, const std::string& n) {
-      return torch::layer_norm(v, {32}, params[p + n + ".weight"], params[p + n + ".bias"], 1e-6);
-    };
-    auto lin = [&](const torch::Tensor& v, const std::string& n) {
-      return torch::linear(v, params[p + n + ".weight"], params[p + n + ".bias"]);
-    };
-    torch::Tensor qkv = lin(ln(t, "norm1"), "qkv").view({3, 17, 3, 4, 8}).permute({2, 0, 3, 1, 4});
-    torch::Tensor a = torch::softmax(torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(8.0), -1);
-    torch::Tensor attn = torch::matmul(a, qkv[2]).permute({0, 2, 1, 3}).reshape({3, 17, 32});
-    t = t + lin(attn, "proj");
-    t = t + lin(torch::gelu(lin(ln(t, "norm2"), "fc1")), "fc2");
+  EXPECT_LT(MaxAbsDiff(model->forward(x), ReferenceForwardFromPatches(t, params)), 1e-5);
+}
+
+TEST(VitTest, ConvStemIsStridedConvolutionsThenAProjection) {
+  torch::manual_seed(128);
+  // 28 -> 14 -> 7 -> 4 by three 3x3 stride-2 convolutions (channels 8, 16, 32), each
+  // followed by a one-group GroupNorm and GELU, then the 1x1 projection: the same 4x4 grid
+  // as patch 7, on both the fused and the reference path.
+  for (AttentionImpl impl : {AttentionImpl::kReference, AttentionImpl::kFused}) {
+    VitOptions o = Small();
+    o.stem = VitStem::kConv;
+    o.attention = impl;
+    EXPECT_EQ(o.stem_channels(), (std::vector<int>{8, 16, 32}));
+    VisionTransformer model(o);
+    model->ResetParameters(4);
+    torch::Tensor x = torch::randn({3, 1, 28, 28});
+    auto params = model->named_parameters();
+    torch::Tensor h = x;
+    for (int i = 0; i < 3; ++i) {
+      const std::string n = "stem" + std::to_string(i);
+      EXPECT_EQ(params[n + "_conv.weight"].sizes(), (std::vector<int64_t>{8 << i, i == 0 ? 1 : 4 << i, 3, 3}));
+      h = torch::conv2d(h, params[n + "_conv.weight"], {}, 2, 1);
+      h = torch::gelu(torch::group_norm(h, 1, params[n + "_norm.weight"], params[n + "_norm.bias"], 1e-5));
+    }
+    ASSERT_EQ(h.sizes(), (std::vector<int64_t>{3, 32, 4, 4}));
+    torch::Tensor t = torch::conv2d(h, params["patch_weight"], params["patch_bias"]).flatten(2).transpose(1, 2);
+    EXPECT_LT(MaxAbsDiff(model->forward(x), ReferenceForwardFromPatches(t, params)), 1e-5);
+    // Gradients equal autograd's through the hand-built forward.
+    torch::Tensor w = torch::randn({3, 24});
+    (model->forward(x) * w).sum().backward();
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& item : params) {
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      grads[item.key()] = item.value().grad().clone();
+      item.value().mutable_grad().zero_();
+    }
+    {
+      torch::Tensor h2 = x;
+      for (int i = 0; i < 3; ++i) {
+        const std::string n = "stem" + std::to_string(i);
+        h2 = torch::conv2d(h2, params[n + "_conv.weight"], {}, 2, 1);
+        h2 = torch::gelu(torch::group_norm(h2, 1, params[n + "_norm.weight"], params[n + "_norm.bias"], 1e-5));
+      }
+      torch::Tensor t2 = torch::conv2d(h2, params["patch_weight"], params["patch_bias"]).flatten(2).transpose(1, 2);
+      (ReferenceForwardFromPatches(t2, params) * w).sum().backward();
+    }
+    for (const auto& item : params) {
+      const double scale = std::max(1e-3, item.value().grad().abs().max().item<double>());
+      EXPECT_LT(MaxAbsDiff(grads[item.key()], item.value().grad()) / scale, 2e-5)
+          << item.key() << ": max |grad| " << grads[item.key()].abs().max().item<double>() << " vs "
+          << item.value().grad().abs().max().item<double>() << " by hand";
+      item.value().mutable_grad().zero_();
+    }
+    // He-scaled convolutions: std sqrt(2 / fan_in), truncated at 2 std (which keeps 0.88 of it).
+    EXPECT_NEAR(params["stem1_conv.weight"].std().item<double>(), std::sqrt(2.0 / (8 * 9)) * 0.88, 0.03);
+    // Every stem parameter is trained: it gets a gradient, and the conv weights get decay.
+    model->forward(x).sum().backward();
+    for (const auto& item : params) {
+      if (item.key().rfind("stem", 0) != 0) continue;
+      ASSERT_TRUE(item.value().grad().defined()) << item.key();
+      EXPECT_GT(item.value().grad().abs().sum().item<double>(), 0) << item.key();
+    }
+    EXPECT_EQ(model->DecayParameters().size() + model->NoDecayParameters().size(), model->parameters().size());
+    size_t conv_in_decay = 0;
+    for (const auto& w : model->DecayParameters()) conv_in_decay += w.dim() == 4 && w.size(2) == 3;
+    EXPECT_EQ(conv_in_decay, 3u);
   }
-  torch::Tensor pooled = torch::layer_norm(t.select(1, 0), {32}, params["norm.weight"], params["norm.bias"], 1e-6);
-  torch::Tensor expected = torch::linear(pooled, params["head"]);
-  EXPECT_LT(MaxAbsDiff(model->forward(x), expected), 1e-5);
 }
 
 TEST(VitTest, FusedAndReferenceModelsAgreeInOutputAndGradients) {
-  torch::manual_seed(125);
-  VitOptions fused_o = Small(), ref_o = Small();
-  ref_o.attention = AttentionImpl::kReference;
-  VisionTransformer fused(fused_o), ref(ref_o);
-  fused->ResetParameters(7);
-  ref->ResetParameters(7);
-  torch::Tensor x = torch::randn({6, 1, 28, 28});
-  torch::Tensor w = torch::randn({6, 24});
-  (fused->forward(x) * w).sum().backward();
-  (ref->forward(x) * w).sum().backward();
-  auto fp = fused->named_parameters();
-  auto rp = ref->named_parameters();
-  for (const auto& item : rp) {
-    EXPECT_LT(MaxAbsDiff(fp[item.key()], item.value()), 1e-7) << item.key();
-    ASSERT_TRUE(fp[item.key()].grad().defined()) << item.key();
-    const double scale = std::max(1e-3, item.value().grad().abs().max().item<double>());
-    EXPECT_LT(MaxAbsDiff(fp[item.key()].grad(), item.value().grad()) / scale, 2e-5) << item.key();
+  for (VitStem stem : {VitStem::kPatch, VitStem::kConv}) {
+    SCOPED_TRACE(stem == VitStem::kConv ? "conv stem" : "patch stem");
+    torch::manual_seed(125);
+    VitOptions fused_o = Small(), ref_o = Small();
+    fused_o.stem = ref_o.stem = stem;
+    ref_o.attention = AttentionImpl::kReference;
+    VisionTransformer fused(fused_o), ref(ref_o);
+    fused->ResetParameters(7);
+    ref->ResetParameters(7);
+    torch::Tensor x = torch::randn({6, 1, 28, 28});
+    torch::Tensor w = torch::randn({6, 24});
+    (fused->forward(x) * w).sum().backward();
+    (ref->forward(x) * w).sum().backward();
+    auto fp = fused->named_parameters();
+    auto rp = ref->named_parameters();
+    for (const auto& item : rp) {
+      EXPECT_LT(MaxAbsDiff(fp[item.key()], item.value()), 1e-7) << item.key();
+      ASSERT_TRUE(fp[item.key()].grad().defined()) << item.key();
+      const double scale = std::max(1e-3, item.value().grad().abs().max().item<double>());
+      EXPECT_LT(MaxAbsDiff(fp[item.key()].grad(), item.value().grad()) / scale, 2e-5) << item.key();
+    }
   }
 }
 
