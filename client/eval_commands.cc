@@ -264,7 +264,7 @@ CommandRegistration reg(60, [](CLI::App& app, Context& ctx) {
   cmd->add_option("--lambda", o->lambda, "fixed L2 strength instead of the search");
   cmd->add_option("--knn-k", o->knn_k, "kNN neighbours (default 20)");
   cmd->add_option("--features", o->features,
-                  "what the probe and kNN see: embedding, pooled or blocks (default: the spec's "
+                  "what the probe and kNN see: embedding, pooled, blocks or tokens (default: the spec's "
                   "evaluation.features; see docs/evaluation.md)")
       ->check(CLI::IsMember(EvaluationFeatureKinds()));
   cmd->add_option("--feature-blocks", o->feature_blocks, "blocks for --features blocks (default 4)")

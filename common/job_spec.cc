@@ -49,7 +49,7 @@ int ConvStemLayers(int image_size, int patch_size) {
 }
 
 const std::vector<std::string>& EvaluationFeatureKinds() {
-  static const std::vector<std::string> kinds = {"embedding", "pooled", "blocks"};
+  static const std::vector<std::string> kinds = {"embedding", "pooled", "blocks", "tokens"};
   return kinds;
 }
 

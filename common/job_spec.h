@@ -28,7 +28,7 @@ const std::vector<ModelPreset>& ModelPresets();
 // NOT_FOUND-style INVALID_ARGUMENT listing the known presets when `name` is unknown.
 StatusOr<ModelPreset> FindModelPreset(const std::string& name);
 
-// The spellings of EvaluationSpec.features ("embedding", "pooled", "blocks"; worker/vit.h's
+// The spellings of EvaluationSpec.features ("embedding", "pooled", "blocks", "tokens"; worker/vit.h's
 // VitFeatures): one list for the spec validator and the --features flags.
 const std::vector<std::string>& EvaluationFeatureKinds();
 

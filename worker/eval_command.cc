@@ -234,8 +234,9 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--knn-temperature", flags->knn_temperature, "vote temperature (default: 0.07)");
   cmd->add_option("--features", flags->features,
                   "what the probe and kNN see: embedding (the projected embedding the loss trains), pooled (the "
-                  "pooled token before the projection) or blocks (pooled tokens of the last --feature-blocks "
-                  "blocks + mean patch token; DINO's protocol) (default: evaluation.features, embedding)")
+                  "pooled token before the projection), blocks (pooled tokens of the last --feature-blocks "
+                  "blocks + mean patch token; DINO's protocol) or tokens (every token of the last block, "
+                  "concatenated) (default: evaluation.features, embedding)")
       ->check(CLI::IsMember(EvaluationFeatureKinds()));
   cmd->add_option("--feature-blocks", flags->feature_blocks,
                   "blocks for --features blocks (default: evaluation.feature_blocks, 4)")

@@ -68,7 +68,7 @@ struct EvaluationOptions {
   KnnOptions knn;
   int knn_k = 0;
   double knn_temperature = 0;
-  // What the probe and kNN see of the model ("embedding", "pooled", "blocks"; empty = the
+  // What the probe and kNN see of the model ("embedding", "pooled", "blocks", "tokens"; empty = the
   // spec's evaluation.features) and the blocks for "blocks" (0 = spec's feature_blocks).
   std::string features;
   int feature_blocks = 0;

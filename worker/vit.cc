@@ -504,7 +504,8 @@ StatusOr<VitFeatures> ParseVitFeatures(const std::string& name) {
   if (name == "embedding") return VitFeatures::kEmbedding;
   if (name == "pooled") return VitFeatures::kPooled;
   if (name == "blocks") return VitFeatures::kBlocks;
-  return Status::InvalidArgument("unknown feature kind '" + name + "': use embedding, pooled or blocks");
+  if (name == "tokens") return VitFeatures::kTokens;
+  return Status::InvalidArgument("unknown feature kind '" + name + "': use embedding, pooled, blocks or tokens");
 }
 
 const char* VitFeaturesName(VitFeatures features) {
@@ -512,6 +513,7 @@ const char* VitFeaturesName(VitFeatures features) {
     case VitFeatures::kEmbedding: return "embedding";
     case VitFeatures::kPooled: return "pooled";
     case VitFeatures::kBlocks: return "blocks";
+    case VitFeatures::kTokens: return "tokens";
   }
   return "?";
 }
@@ -522,6 +524,7 @@ int64_t VisionTransformerImpl::FeatureDim(VitFeatures features, int blocks) cons
     case VitFeatures::kPooled: return options_.width;
     case VitFeatures::kBlocks:
       return static_cast<int64_t>(options_.width) * (blocks + (options_.pooling == VitPooling::kCls ? 1 : 0));
+    case VitFeatures::kTokens: return static_cast<int64_t>(options_.width) * options_.tokens();
   }
   return 0;
 }
@@ -546,6 +549,12 @@ torch::Tensor VisionTransformerImpl::Features(const torch::Tensor& images, VitFe
     if (features == VitFeatures::kEmbedding) return e;
   }
   if (features == VitFeatures::kPooled) return pooled;
+  if (features == VitFeatures::kTokens) {
+    const int64_t t = o.tokens();
+    torch::Tensor tokens = LayerNorm(x, norm_).view({batch, t, d});
+    tokens = tokens / tokens.norm(2, {2}, true).clamp_min(1e-12) / std::sqrt(static_cast<double>(t));
+    return tokens.reshape({batch, t * d});
+  }
   if (o.pooling == VitPooling::kCls) {
     const int64_t t = o.tokens();
     torch::Tensor patch_mean = x.view({batch, t, d}).narrow(1, 1, t - 1).mean(1);

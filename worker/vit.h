@@ -48,9 +48,14 @@ enum class VitFeatures {
   // the same LayerNorm; every part L2-normalised, concatenated and scaled by
   // 1/sqrt(parts), so the row has unit norm. [B, width * parts]
   kBlocks,
+  // Every token of the last block (class token first for "cls" pooling, then the patch
+  // tokens in raster order), each through the final LayerNorm and L2-normalised,
+  // concatenated and scaled by 1/sqrt(tokens), so the row has unit norm: the spatial layout
+  // a linear probe on pixels sees, in the model's own features. [B, width * tokens]
+  kTokens,
 };
 
-// "embedding", "pooled", "blocks" (the spelling of EvaluationSpec.features).
+// "embedding", "pooled", "blocks", "tokens" (the spelling of EvaluationSpec.features).
 StatusOr<VitFeatures> ParseVitFeatures(const std::string& name);
 const char* VitFeaturesName(VitFeatures features);
 

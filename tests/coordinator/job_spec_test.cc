@@ -88,7 +88,7 @@ TEST(JobSpecYaml, EvaluationFeaturesDefaultAndAreChecked) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(HasProblem(bad.status(), "spec.evaluation.features")) << bad.status().message();
-  EXPECT_TRUE(HasProblem(bad.status(), "embedding, pooled, blocks")) << bad.status().message();
+  EXPECT_TRUE(HasProblem(bad.status(), "embedding, pooled, blocks, tokens")) << bad.status().message();
   EXPECT_TRUE(HasProblem(bad.status(), "spec.evaluation.feature_blocks: 3 > model.depth 2"))
       << bad.status().message();
 }

@@ -330,11 +330,56 @@ TEST(VitTest, EvaluationFeaturesFollowTheirDefinitions) {
   EXPECT_EQ(mean_model->FeatureDim(VitFeatures::kBlocks, 2), 64);
   EXPECT_EQ(mean_model->Features(images, VitFeatures::kBlocks, 2).size(1), 64);
 
+  // Tokens: the class part is the pooled feature, every part has norm 1/sqrt(T).
+  const int64_t t = o.tokens();
+  torch::Tensor tokens = model->Features(images, VitFeatures::kTokens);
+  EXPECT_EQ(tokens.size(1), model->FeatureDim(VitFeatures::kTokens));
+  EXPECT_EQ(tokens.size(1), 32 * t);
+  EXPECT_LT(MaxAbsDiff(tokens.narrow(1, 0, 32) * std::sqrt(static_cast<double>(t)), unit(pooled)), 1e-5);
+  EXPECT_LT(MaxAbsDiff(tokens.view({4, t, 32}).norm(2, {2}), torch::full({4, t}, 1.0 / std::sqrt(t))), 1e-5);
+  EXPECT_LT(MaxAbsDiff(tokens.norm(2, {1}), torch::ones({4})), 1e-5);
+  EXPECT_EQ(mean_model->FeatureDim(VitFeatures::kTokens), 32 * 16);
+
   EXPECT_EQ(*ParseVitFeatures("blocks"), VitFeatures::kBlocks);
+  EXPECT_EQ(*ParseVitFeatures("tokens"), VitFeatures::kTokens);
+  EXPECT_STREQ(VitFeaturesName(VitFeatures::kTokens), "tokens");
   EXPECT_STREQ(VitFeaturesName(VitFeatures::kPooled), "pooled");
   auto bad = ParseVitFeatures("cls");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+// With every residual branch zeroed the blocks are the identity, so the token features are
+// the patch embedding worked by hand: stride-p convolution + bias, class token, position
+// embedding, final LayerNorm (random weight and bias), each token unit norm / sqrt(T), in
+// raster order.
+TEST(VitTest, TokenFeaturesOfIdentityBlocksAreTheNormalisedPatchEmbedding) {
+  torch::manual_seed(4);
+  for (AttentionImpl attention : {AttentionImpl::kFused, AttentionImpl::kReference}) {
+    VitOptions o = Small();
+    o.attention = attention;
+    VisionTransformer model(o);
+    model->ResetParameters(6);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    auto params = model->named_parameters();
+    for (int i = 0; i < o.depth; ++i) {
+      const std::string block = "block" + std::to_string(i) + ".";
+      for (const char* name : {"proj.weight", "proj.bias", "fc2.weight", "fc2.bias"}) params[block + name].zero_();
+    }
+    params["norm.weight"].copy_(torch::rand({o.width}) + 0.5);
+    params["norm.bias"].copy_(torch::randn({o.width}));
+    torch::Tensor images = torch::randn({3, 1, 28, 28});
+
+    const int64_t t = o.tokens(), d = o.width;
+    torch::Tensor grid = torch::conv2d(images, params["patch_weight"], params["patch_bias"], o.patch_size);
+    torch::Tensor x = grid.flatten(2).transpose(1, 2);  // [B, 16, d], raster order
+    x = torch::cat({params["cls_token"].view({1, 1, d}).expand({3, 1, d}), x}, 1) + params["pos_embed"];
+    x = torch::layer_norm(x, {d}, params["norm.weight"], params["norm.bias"], o.layer_norm_eps);
+    torch::Tensor expected = (x / x.norm(2, {2}, true) / std::sqrt(static_cast<double>(t))).reshape({3, t * d});
+
+    EXPECT_LT(MaxAbsDiff(model->Features(images, VitFeatures::kTokens), expected), 1e-5);
+  }
 }
 
 TEST(VitTest, InitialisationIsDeterministicPerSeed) {
