@@ -534,7 +534,7 @@ torch::Tensor VisionTransformerImpl::Features(const torch::Tensor& images, VitFe
   const auto& o = options_;
   TORCH_CHECK(features != VitFeatures::kBlocks || (blocks >= 1 && blocks <= o.depth), "feature blocks ", blocks,
               " outside [1, ", o.depth, "]");
-  const int64_t batch = images.size(0), d = o.width;
+  const int64_t batch = images.size(0), d = o.width, t = o.tokens();
   torch::Tensor x = Tokens(images);
   std::vector<torch::Tensor> parts;
   const int first_kept = o.depth - blocks;
@@ -550,13 +550,11 @@ torch::Tensor VisionTransformerImpl::Features(const torch::Tensor& images, VitFe
   }
   if (features == VitFeatures::kPooled) return pooled;
   if (features == VitFeatures::kTokens) {
-    const int64_t t = o.tokens();
     torch::Tensor tokens = LayerNorm(x, norm_).view({batch, t, d});
     tokens = tokens / tokens.norm(2, {2}, true).clamp_min(1e-12) / std::sqrt(static_cast<double>(t));
     return tokens.reshape({batch, t * d});
   }
   if (o.pooling == VitPooling::kCls) {
-    const int64_t t = o.tokens();
     torch::Tensor patch_mean = x.view({batch, t, d}).narrow(1, 1, t - 1).mean(1);
     parts.push_back(LayerNorm(patch_mean, norm_));
   }

@@ -96,6 +96,10 @@ BEST_BASE["clustering"]["l"] = 16
 BEST_BASE["evaluation"] = {"enabled": True, "features": "tokens"}
 BEST_ROWS = [("best", "best", "best configuration", {})]
 
+# evaluation.features spellings (common/job_spec.cc EvaluationFeatureKinds()), checked before
+# any row trains so a typo in --extra-features does not surface after an hour of training.
+FEATURE_KINDS = ("embedding", "pooled", "blocks", "tokens")
+
 # The README main job's reduced budget (scripts/run_main_job.sh): must finish in < 15 min.
 MAIN_BASE = copy.deepcopy(GRID_BASE)
 MAIN_BASE["training"].update({"epochs_per_round": 2})
@@ -455,7 +459,7 @@ def main():
                     help="override one field of every row's spec, e.g. --set training.rounds=2 "
                          "--set clustering.k=500 (VALUE is parsed as JSON when it can be); repeatable")
     ap.add_argument("--extra-features", default="",
-                    help="also score every model on these features (comma-separated: embedding, pooled, blocks, tokens; "
+                    help="also score every model on these features (comma-separated, of " + ", ".join(FEATURE_KINDS) + "; "
                          "the spec's evaluation.features is scored anyway)")
     ap.add_argument("--write-md", action="store_true", help="also write the table for the best/main suites")
     ap.add_argument("--dry-run", action="store_true", help="print the specs, run nothing")
@@ -465,8 +469,8 @@ def main():
     args.only = [x for x in args.only.split(",") if x]
     args.extra_features = [x for x in args.extra_features.split(",") if x]
     for feature in args.extra_features:
-        if feature not in ("embedding", "pooled", "blocks", "tokens"):
-            ap.error(f"--extra-features: unknown feature kind {feature!r} (embedding, pooled, blocks, tokens)")
+        if feature not in FEATURE_KINDS:
+            ap.error(f"--extra-features: unknown feature kind {feature!r} ({', '.join(FEATURE_KINDS)})")
     suffix = "" if args.suite == "grid" else f"-{args.suite}"
     args.json = args.json or os.path.join(ROOT, "bench", "results", f"experiments{suffix}.json")
     base, rows, epochs = {"grid": (GRID_BASE, GRID_ROWS, GRID_EPOCHS),
