@@ -265,10 +265,41 @@ Status Agent::Run() {
   return Status::Ok();
 }
 
+namespace {
+
+// The variables through which a worker command takes its rank, gang and label store when run
+// by hand (MLCD_RANK, ...). An assignment carries all of them, and such a variable counts as
+// an explicit flag, so one left in the agent's own environment (say from a shell that sourced
+// another cluster's env file) would override the coordinator's values: a child dialling a
+// label store that is gone, or joining the wrong rendezvous. The agent's children run without
+// them.
+const char* const kAssignmentCarriedVariables[] = {"MLCD_RANK", "MLCD_WORLD_SIZE", "MLCD_RENDEZVOUS",
+                                                   "MLCD_LABELSTORE"};
+
+std::vector<std::string> ChildEnvironment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    bool carried = false;
+    for (const char* variable : kAssignmentCarriedVariables) carried = carried || name == variable;
+    if (!carried) env.push_back(entry);
+  }
+  return env;
+}
+
+}  // namespace
+
 Status Agent::StartChild(const std::vector<std::string>& argv, const std::string& log_path, pid_t* pid_out) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Built before fork: the child of a multi-threaded process may only call async-signal-safe
+  // functions, so it does not touch the environment itself.
+  const std::vector<std::string> env = ChildEnvironment();
+  std::vector<char*> envp;
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) return Status::Internal(std::string("fork: ") + std::strerror(errno));
@@ -287,7 +318,7 @@ Status Agent::StartChild(const std::vector<std::string>& argv, const std::string
       ::dup2(fd, 2);
       ::close(fd);
     }
-    ::execv(args[0], args.data());
+    ::execve(args[0], args.data(), envp.data());
     std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
     _exit(127);
   }

@@ -103,7 +103,7 @@ FEATURE_KINDS = ("embedding", "pooled", "blocks", "tokens")
 # The README main job's reduced budget (scripts/run_main_job.sh): must finish in < 15 min.
 MAIN_BASE = copy.deepcopy(GRID_BASE)
 MAIN_BASE["training"].update({"epochs_per_round": 2})
-MAIN_BASE["evaluation"] = {"enabled": True, "train_limit": 20000}
+MAIN_BASE["evaluation"] = {"enabled": True, "train_limit": 10000}
 MAIN_ROWS = [("main-job", "main", "README main job budget", {})]
 
 

@@ -466,5 +466,30 @@ TEST_F(CoordinatorEndToEndTest, CancelStopsTheWorkersAndEndsCancelled) {
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "watch", submitted->id()}, &out), 11) << out;
 }
 
+// Worker agents started from a shell that sourced another cluster's env file (or that set
+// MLCD_RANK for a hand-run worker) inherit those variables. Each counts as an explicit flag for
+// `mlcd-worker train`, so the agent must not hand them to its children: the assignment's label
+// store, rank and rendezvous are the ones that count. Here every one of them points at
+// something that does not exist; the job must still succeed.
+TEST(CoordinatorAgentEnvironmentTest, StaleWorkerVariablesInTheAgentsEnvironmentDoNotReachItsChildren) {
+  TempDir dir;
+  TestCluster cluster(dir);
+  ASSERT_TRUE(cluster.StartServices().ok()) << cluster.Logs();
+  const std::vector<std::string> stale = {"MLCD_LABELSTORE=127.0.0.1:1", "MLCD_RANK=5", "MLCD_WORLD_SIZE=9",
+                                          "MLCD_RENDEZVOUS=127.0.0.1:1"};
+  ASSERT_TRUE(cluster.StartWorker(0, stale).ok());
+  ASSERT_TRUE(cluster.StartWorker(1, stale).ok());
+  ASSERT_TRUE(cluster.WaitForIdleWorkers(2, seconds(30)).ok()) << cluster.Logs();
+  TinyJob spec;
+  auto submitted = cluster.Submit(spec.Yaml());
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto done = cluster.WaitForJob(submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); },
+                                 seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status().ToString() << cluster.Logs();
+  EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message() << cluster.Logs();
+  EXPECT_EQ(done->restarts(), 0) << done->message();
+  EXPECT_EQ(done->progress().total_steps(), spec.TotalSteps());
+}
+
 }  // namespace
 }  // namespace mlcd::testing

@@ -72,13 +72,13 @@ void TestCluster::KillCoordinator() {
 
 std::string TestCluster::WorkerDataDir(int i) const { return dir_ + "/workers/w" + std::to_string(i); }
 
-Status TestCluster::StartWorker(int i) {
+Status TestCluster::StartWorker(int i, const std::vector<std::string>& env) {
   while (static_cast<int>(workers_.size()) <= i) workers_.push_back(std::make_unique<ChildProcess>());
   return workers_[i]->Start(BinPath("mlcd-worker"),
                             {"agent", "--coordinator", coordinator_address_, "--name", "w" + std::to_string(i),
                              "--host", "127.0.0.1", "--listen", "127.0.0.1:0", "--data-dir", WorkerDataDir(i),
                              "--poll-seconds", "2"},
-                            dir_ + "/logs/w" + std::to_string(i) + ".log");
+                            dir_ + "/logs/w" + std::to_string(i) + ".log", env);
 }
 
 Status TestCluster::WaitForIdleWorkers(int n, std::chrono::milliseconds timeout) {

@@ -32,8 +32,9 @@ class TestCluster {
   void KillCoordinator();  // SIGKILL and reap
   ChildProcess& coordinator() { return coordinator_; }
 
-  // Worker agents named w<i>, data under <dir>/workers/w<i>.
-  Status StartWorker(int i);
+  // Worker agents named w<i>, data under <dir>/workers/w<i>; `env` entries ("NAME=value") are
+  // added to the environment the agent inherits.
+  Status StartWorker(int i, const std::vector<std::string>& env = {});
   ChildProcess& worker(int i) { return *workers_.at(i); }
   std::string WorkerDataDir(int i) const;
   // Waits until `n` workers are registered and idle.
