@@ -73,6 +73,27 @@ T Get(const nlohmann::json& j, const char* key, T fallback) {
   }
 }
 
+// The variables through which a worker command takes its rank, gang and label store when run
+// by hand (MLCD_RANK, ...). An assignment carries all of them, and such a variable counts as
+// an explicit flag, so one left in the agent's own environment (say from a shell that sourced
+// another cluster's env file) would override the coordinator's values: a child dialling a
+// label store that is gone, or joining the wrong rendezvous. The agent's children run without
+// them.
+const char* const kAssignmentCarriedVariables[] = {"MLCD_RANK", "MLCD_WORLD_SIZE", "MLCD_RENDEZVOUS",
+                                                   "MLCD_LABELSTORE"};
+
+std::vector<std::string> ChildEnvironment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    bool carried = false;
+    for (const char* variable : kAssignmentCarriedVariables) carried = carried || name == variable;
+    if (!carried) env.push_back(entry);
+  }
+  return env;
+}
+
 }  // namespace
 
 bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOutcome* outcome, bool* urgent) {
@@ -264,31 +285,6 @@ Status Agent::Run() {
   }
   return Status::Ok();
 }
-
-namespace {
-
-// The variables through which a worker command takes its rank, gang and label store when run
-// by hand (MLCD_RANK, ...). An assignment carries all of them, and such a variable counts as
-// an explicit flag, so one left in the agent's own environment (say from a shell that sourced
-// another cluster's env file) would override the coordinator's values: a child dialling a
-// label store that is gone, or joining the wrong rendezvous. The agent's children run without
-// them.
-const char* const kAssignmentCarriedVariables[] = {"MLCD_RANK", "MLCD_WORLD_SIZE", "MLCD_RENDEZVOUS",
-                                                   "MLCD_LABELSTORE"};
-
-std::vector<std::string> ChildEnvironment() {
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    bool carried = false;
-    for (const char* variable : kAssignmentCarriedVariables) carried = carried || name == variable;
-    if (!carried) env.push_back(entry);
-  }
-  return env;
-}
-
-}  // namespace
 
 Status Agent::StartChild(const std::vector<std::string>& argv, const std::string& log_path, pid_t* pid_out) {
   std::vector<char*> args;
