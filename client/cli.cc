@@ -26,16 +26,24 @@ void OnInterruptSignal(int) { g_interrupt_signal.store(true); }
 
 int ExitCodeFor(const Status& status) {
   switch (status.code()) {
-    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kOk:
+      return kExitOk;
     case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange: return kExitUsage;
-    case StatusCode::kNotFound: return kExitNotFound;
-    case StatusCode::kAlreadyExists: return kExitAlreadyExists;
-    case StatusCode::kFailedPrecondition: return kExitPrecondition;
+    case StatusCode::kOutOfRange:
+      return kExitUsage;
+    case StatusCode::kNotFound:
+      return kExitNotFound;
+    case StatusCode::kAlreadyExists:
+      return kExitAlreadyExists;
+    case StatusCode::kFailedPrecondition:
+      return kExitPrecondition;
     case StatusCode::kUnavailable:
-    case StatusCode::kDeadlineExceeded: return kExitUnavailable;
-    case StatusCode::kCancelled: return kExitCancelled;
-    default: return kExitFailure;
+    case StatusCode::kDeadlineExceeded:
+      return kExitUnavailable;
+    case StatusCode::kCancelled:
+      return kExitCancelled;
+    default:
+      return kExitFailure;
   }
 }
 
@@ -89,8 +97,10 @@ void ProgressDisplay::Update(double fraction, const std::string& detail) {
   auto now = std::chrono::steady_clock::now();
   if (now - last_plain_ < plain_interval_) return;
   last_plain_ = now;
-  if (fraction >= 0) std::printf("%s %.1f%% %s\n", title_.c_str(), 100.0 * std::min(1.0, fraction), detail.c_str());
-  else std::printf("%s %s\n", title_.c_str(), detail.c_str());
+  if (fraction >= 0)
+    std::printf("%s %.1f%% %s\n", title_.c_str(), 100.0 * std::min(1.0, fraction), detail.c_str());
+  else
+    std::printf("%s %s\n", title_.c_str(), detail.c_str());
   std::fflush(stdout);
 }
 
@@ -111,9 +121,14 @@ void ProgressDisplay::Finish(const std::string& detail) {
 std::string FormatDuration(double seconds) {
   char buf[64];
   if (!(seconds >= 0) || std::isinf(seconds)) return "?";
-  if (seconds < 60) std::snprintf(buf, sizeof(buf), "%.1f s", seconds);
-  else if (seconds < 3600) std::snprintf(buf, sizeof(buf), "%d m %02d s", static_cast<int>(seconds) / 60, static_cast<int>(seconds) % 60);
-  else std::snprintf(buf, sizeof(buf), "%d h %02d m", static_cast<int>(seconds) / 3600, (static_cast<int>(seconds) % 3600) / 60);
+  if (seconds < 60)
+    std::snprintf(buf, sizeof(buf), "%.1f s", seconds);
+  else if (seconds < 3600)
+    std::snprintf(buf, sizeof(buf), "%d m %02d s", static_cast<int>(seconds) / 60,
+                  static_cast<int>(seconds) % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%d h %02d m", static_cast<int>(seconds) / 3600,
+                  (static_cast<int>(seconds) % 3600) / 60);
   return buf;
 }
 

@@ -29,15 +29,15 @@ namespace mlcd::cli {
 // Exit codes (documented in `mlcdctl --help`).
 enum ExitCode : int {
   kExitOk = 0,
-  kExitFailure = 1,          // anything not listed below
-  kExitUsage = 2,            // bad flags or arguments (INVALID_ARGUMENT)
-  kExitNotFound = 3,         // NOT_FOUND
-  kExitAlreadyExists = 4,    // ALREADY_EXISTS
-  kExitPrecondition = 5,     // FAILED_PRECONDITION
-  kExitUnavailable = 6,      // a service could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED)
-  kExitCancelled = 7,        // CANCELLED, e.g. Ctrl-C / SIGTERM (InterruptGuard) while watching a job
-  kExitJobFailed = 10,       // watched job ended FAILED
-  kExitJobCancelled = 11,    // watched job ended CANCELLED
+  kExitFailure = 1,        // anything not listed below
+  kExitUsage = 2,          // bad flags or arguments (INVALID_ARGUMENT)
+  kExitNotFound = 3,       // NOT_FOUND
+  kExitAlreadyExists = 4,  // ALREADY_EXISTS
+  kExitPrecondition = 5,   // FAILED_PRECONDITION
+  kExitUnavailable = 6,    // a service could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED)
+  kExitCancelled = 7,      // CANCELLED, e.g. Ctrl-C / SIGTERM (InterruptGuard) while watching a job
+  kExitJobFailed = 10,     // watched job ended FAILED
+  kExitJobCancelled = 11,  // watched job ended CANCELLED
 };
 
 int ExitCodeFor(const Status& status);
@@ -45,14 +45,16 @@ int ExitCodeFor(const Status& status);
 enum class OutputFormat { kText, kJson };
 
 struct Context {
-  std::string coordinator;  // --coordinator / MLCD_COORDINATOR
-  std::string labelstore;   // --labelstore / MLCD_LABELSTORE
-  std::string clusterd;     // --clusterd / MLCD_CLUSTERD
+  std::string coordinator;      // --coordinator / MLCD_COORDINATOR
+  std::string labelstore;       // --labelstore / MLCD_LABELSTORE
+  std::string clusterd;         // --clusterd / MLCD_CLUSTERD
   std::string output = "text";  // --output text|json
   double timeout_seconds = 30;  // --timeout: deadline of unary calls
   int exit_code = kExitOk;
 
-  OutputFormat format() const { return output == "json" ? OutputFormat::kJson : OutputFormat::kText; }
+  OutputFormat format() const {
+    return output == "json" ? OutputFormat::kJson : OutputFormat::kText;
+  }
   std::chrono::system_clock::time_point Deadline() const;
   // Prints "error: <message>" to stderr and returns the matching exit code.
   int Fail(const Status& status) const;
@@ -75,7 +77,8 @@ bool StdoutIsTerminal();
 // (rate-limited to one per `plain_interval`) otherwise.
 class ProgressDisplay {
  public:
-  explicit ProgressDisplay(std::string title, std::chrono::milliseconds plain_interval = std::chrono::seconds(2));
+  explicit ProgressDisplay(std::string title,
+                           std::chrono::milliseconds plain_interval = std::chrono::seconds(2));
   ~ProgressDisplay();
   // `fraction` in [0,1] or < 0 when unknown; `detail` is shown after the bar.
   void Update(double fraction, const std::string& detail);

@@ -27,8 +27,8 @@
 
 #include "client/cli.h"
 #include "common/file_util.h"
-#include "common/job_spec.h"
 #include "common/grpc_server.h"
+#include "common/job_spec.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 
 namespace mlcd::cli {
@@ -83,20 +83,23 @@ void PrintResult(const Context& ctx, const v1::EvaluationResult& e, const std::s
     return;
   }
   std::printf("evaluation of %s\n", source.c_str());
-  std::printf("  linear probe  %.2f%% (lambda %g)\n", 100 * e.linear_probe_accuracy(), e.linear_probe_lambda());
+  std::printf("  linear probe  %.2f%% (lambda %g)\n", 100 * e.linear_probe_accuracy(),
+              e.linear_probe_lambda());
   std::printf("  kNN           %.2f%%\n", 100 * e.knn_accuracy());
-  std::printf("  samples       %llu train, %llu test\n", static_cast<unsigned long long>(e.train_samples()),
+  std::printf("  samples       %llu train, %llu test\n",
+              static_cast<unsigned long long>(e.train_samples()),
               static_cast<unsigned long long>(e.test_samples()));
   if (e.mean_positive_cosine() != 0 || e.mean_negative_cosine() != 0)
-    std::printf("  cosines       positive %.4f, negative %.4f (paper Fig. 3)\n", e.mean_positive_cosine(),
-                e.mean_negative_cosine());
+    std::printf("  cosines       positive %.4f, negative %.4f (paper Fig. 3)\n",
+                e.mean_positive_cosine(), e.mean_negative_cosine());
   if (!e.checkpoint().empty()) std::printf("  checkpoint    %s\n", e.checkpoint().c_str());
   std::printf("  time          %s\n", FormatDuration(e.seconds()).c_str());
 }
 
 // Runs `mlcd-worker eval` with progress events on its stdout; its log goes to `log_path`
 // (or our stderr with --verbose). Returns the result from the "finished" event.
-StatusOr<v1::EvaluationResult> RunWorkerEval(const EvalOptions& o, const std::vector<std::string>& args,
+StatusOr<v1::EvaluationResult> RunWorkerEval(const EvalOptions& o,
+                                             const std::vector<std::string>& args,
                                              const std::string& log_path) {
   const std::string binary = WorkerBinary(o);
   std::vector<std::string> argv = {binary, "eval", "--progress-jsonl", "-"};
@@ -147,7 +150,8 @@ StatusOr<v1::EvaluationResult> RunWorkerEval(const EvalOptions& o, const std::ve
     } else if (event == "finished" && j.contains("evaluation")) {
       google::protobuf::util::JsonParseOptions po;
       po.ignore_unknown_fields = true;
-      have_result = google::protobuf::util::JsonStringToMessage(j["evaluation"].dump(), &result, po).ok();
+      have_result =
+          google::protobuf::util::JsonStringToMessage(j["evaluation"].dump(), &result, po).ok();
     } else if (event == "error") {
       error = j.value("message", "");
     }
@@ -158,14 +162,16 @@ StatusOr<v1::EvaluationResult> RunWorkerEval(const EvalOptions& o, const std::ve
   ::waitpid(pid, &wstatus, 0);
   display.Finish(have_result ? "done" : "failed");
   if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 127)
-    return Status::NotFound("cannot run " + binary + ": pass --worker-binary or set MLCD_WORKER_BINARY");
+    return Status::NotFound("cannot run " + binary +
+                            ": pass --worker-binary or set MLCD_WORKER_BINARY");
   if (!have_result || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
     if (error.empty()) error = "mlcd-worker eval exited without a result";
     if (!o.verbose) error += " (log: " + log_path + ")";
     // The worker's message carries its own status code name first ("NOT_FOUND: ...").
     StatusCode code = StatusCode::kUnknown;
-    for (StatusCode c : {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kFailedPrecondition,
-                         StatusCode::kUnavailable, StatusCode::kDataLoss, StatusCode::kCancelled}) {
+    for (StatusCode c :
+         {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kFailedPrecondition,
+          StatusCode::kUnavailable, StatusCode::kDataLoss, StatusCode::kCancelled}) {
       if (error.rfind(std::string(StatusCodeName(c)) + ":", 0) == 0) code = c;
     }
     return Status(code, error);
@@ -193,8 +199,9 @@ int RunEval(Context& ctx, const EvalOptions& o) {
       return kExitOk;
     }
     if (job.checkpoint().empty())
-      return ctx.Fail(Status::FailedPrecondition("job " + job.id() + " has no evaluation and no checkpoint yet (state " +
-                                                 v1::JobState_Name(job.state()) + "); wait for it to train"));
+      return ctx.Fail(Status::FailedPrecondition(
+          "job " + job.id() + " has no evaluation and no checkpoint yet (state " +
+          v1::JobState_Name(job.state()) + "); wait for it to train"));
     source = "job " + job.id() + " checkpoint " + job.checkpoint();
     char templ[] = "/tmp/mlcdctl-eval-XXXXXX";
     if (!::mkdtemp(templ)) return ctx.Fail(Status::Internal("cannot create a temporary directory"));
@@ -208,7 +215,8 @@ int RunEval(Context& ctx, const EvalOptions& o) {
     args = {"--checkpoint", job.checkpoint(), "--spec", tmp_dir + "/spec.json"};
     if (!job.label_set().empty()) args.insert(args.end(), {"--label-set", job.label_set()});
   } else {
-    if (!PathExists(o.checkpoint)) return ctx.Fail(Status::NotFound(o.checkpoint + ": no such checkpoint"));
+    if (!PathExists(o.checkpoint))
+      return ctx.Fail(Status::NotFound(o.checkpoint + ": no such checkpoint"));
     source = "checkpoint " + o.checkpoint;
     args = {"--checkpoint", o.checkpoint};
     if (!o.spec.empty()) args.insert(args.end(), {"--spec", o.spec});
@@ -221,13 +229,15 @@ int RunEval(Context& ctx, const EvalOptions& o) {
   if (o.lambda > 0) args.insert(args.end(), {"--lambda", std::to_string(o.lambda)});
   if (o.knn_k > 0) args.insert(args.end(), {"--knn-k", std::to_string(o.knn_k)});
   if (!o.features.empty()) args.insert(args.end(), {"--features", o.features});
-  if (o.feature_blocks > 0) args.insert(args.end(), {"--feature-blocks", std::to_string(o.feature_blocks)});
+  if (o.feature_blocks > 0)
+    args.insert(args.end(), {"--feature-blocks", std::to_string(o.feature_blocks)});
   if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
   std::string out = o.out;
   if (out.empty()) {
     if (tmp_dir.empty()) {
       char templ[] = "/tmp/mlcdctl-eval-XXXXXX";
-      if (!::mkdtemp(templ)) return ctx.Fail(Status::Internal("cannot create a temporary directory"));
+      if (!::mkdtemp(templ))
+        return ctx.Fail(Status::Internal("cannot create a temporary directory"));
       tmp_dir = templ;
     }
     out = tmp_dir;
@@ -238,7 +248,8 @@ int RunEval(Context& ctx, const EvalOptions& o) {
   auto result = RunWorkerEval(o, args, out + "/eval.log");
   if (!result.ok()) return ctx.Fail(result.status());
   PrintResult(ctx, *result, source);
-  if (ctx.format() == OutputFormat::kText) std::printf("  written       %s/evaluation.json\n", out.c_str());
+  if (ctx.format() == OutputFormat::kText)
+    std::printf("  written       %s/evaluation.json\n", out.c_str());
   return kExitOk;
 }
 
@@ -250,29 +261,37 @@ CommandRegistration reg(60, [](CLI::App& app, Context& ctx) {
       "frozen L2-normalised embeddings, lambda searched on a validation split of train, refit on\n"
       "train+val, scored on test) and kNN (k 20, cosine, weights exp(s/0.07)).\n"
       "  mlcdctl eval --checkpoint /data/jobs/<id>/ckpt     runs mlcd-worker eval on this machine\n"
-      "  mlcdctl eval --job <id>                            the result stored by the job's EVALUATING phase\n"
-      "  mlcdctl eval --job <id> --rerun                    re-evaluates the job's checkpoint here");
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory, or a checkpoint root with LATEST");
+      "  mlcdctl eval --job <id>                            the result stored by the job's "
+      "EVALUATING phase\n"
+      "  mlcdctl eval --job <id> --rerun                    re-evaluates the job's checkpoint "
+      "here");
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "checkpoint directory, or a checkpoint root with LATEST");
   cmd->add_option("--job", o->job, "job id (coordinator from --coordinator / MLCD_COORDINATOR)");
-  cmd->add_flag("--rerun", o->rerun, "with --job: evaluate the job's checkpoint here even if it has a result");
+  cmd->add_flag("--rerun", o->rerun,
+                "with --job: evaluate the job's checkpoint here even if it has a result");
   cmd->add_option("--spec", o->spec,
-                  "with --checkpoint: job spec for the evaluation dataset and settings (default: the checkpoint's)");
+                  "with --checkpoint: job spec for the evaluation dataset and settings (default: "
+                  "the checkpoint's)");
   cmd->add_option("--train-limit", o->train_limit, "only the first N train images (0 = all)");
   cmd->add_option("--test-limit", o->test_limit, "only the first N test images (0 = all)");
   cmd->add_flag("--no-linear-probe", o->no_probe, "skip the linear probe");
   cmd->add_flag("--no-knn", o->no_knn, "skip kNN");
   cmd->add_option("--lambda", o->lambda, "fixed L2 strength instead of the search");
   cmd->add_option("--knn-k", o->knn_k, "kNN neighbours (default 20)");
-  cmd->add_option("--features", o->features,
-                  "what the probe and kNN see: embedding, pooled, blocks or tokens (default: the spec's "
-                  "evaluation.features; see docs/evaluation.md)")
+  cmd->add_option(
+         "--features", o->features,
+         "what the probe and kNN see: embedding, pooled, blocks or tokens (default: the spec's "
+         "evaluation.features; see docs/evaluation.md)")
       ->check(CLI::IsMember(EvaluationFeatureKinds()));
   cmd->add_option("--feature-blocks", o->feature_blocks, "blocks for --features blocks (default 4)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--out", o->out, "keep evaluation.json, evaluation-details.json and the log here");
+  cmd->add_option("--out", o->out,
+                  "keep evaluation.json, evaluation-details.json and the log here");
   cmd->add_option("--threads", o->threads, "threads of the evaluation (default: all cores)");
-  cmd->add_option("--worker-binary", o->worker_binary,
-                  "mlcd-worker executable (default: $MLCD_WORKER_BINARY, else the one next to mlcdctl)");
+  cmd->add_option(
+      "--worker-binary", o->worker_binary,
+      "mlcd-worker executable (default: $MLCD_WORKER_BINARY, else the one next to mlcdctl)");
   cmd->add_flag("--verbose,-v", o->verbose, "show the worker's log instead of keeping it in --out");
   cmd->callback([&ctx, o] { ctx.exit_code = RunEval(ctx, *o); });
 });

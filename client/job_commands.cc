@@ -38,9 +38,12 @@ bool IsTerminal(v1::JobState s) {
 
 int ExitCodeForJob(const v1::Job& job) {
   switch (job.state()) {
-    case v1::JOB_STATE_FAILED: return kExitJobFailed;
-    case v1::JOB_STATE_CANCELLED: return kExitJobCancelled;
-    default: return kExitOk;
+    case v1::JOB_STATE_FAILED:
+      return kExitJobFailed;
+    case v1::JOB_STATE_CANCELLED:
+      return kExitJobCancelled;
+    default:
+      return kExitOk;
   }
 }
 
@@ -75,10 +78,11 @@ std::string ProgressLine(const v1::Job& job) {
   const auto& p = job.progress();
   std::ostringstream out;
   if (job.state() == v1::JOB_STATE_TRAINING && (p.total_steps() > 0 || p.step() > 0)) {
-    out << "round " << p.round() + 1 << "/" << std::max(1, p.rounds()) << "  epoch " << p.epoch() + 1 << "/"
-        << std::max(1, p.epochs_per_round()) << "  step " << p.step();
+    out << "round " << p.round() + 1 << "/" << std::max(1, p.rounds()) << "  epoch "
+        << p.epoch() + 1 << "/" << std::max(1, p.epochs_per_round()) << "  step " << p.step();
     if (p.steps_per_epoch() > 0) out << "/" << p.steps_per_epoch();
-    out << "  loss " << Fixed(p.loss(), 4) << "  " << Fixed(p.samples_per_second(), 0) << " samples/s";
+    out << "  loss " << Fixed(p.loss(), 4) << "  " << Fixed(p.samples_per_second(), 0)
+        << " samples/s";
     if (p.eta_seconds() > 0) out << "  ETA " << FormatDuration(p.eta_seconds());
   } else if (!p.detail().empty()) {
     out << p.detail();
@@ -106,8 +110,9 @@ Status Call(const Context& ctx, const std::function<grpc::Status(grpc::ClientCon
   context.set_deadline(ctx.Deadline());
   Status s = FromGrpcStatus(fn(&context));
   if (s.code() == StatusCode::kUnavailable) {
-    return Status::Unavailable("cannot reach the coordinator at " + ctx.coordinator + " (" + s.message() +
-                               "); is it running? (`mlcdctl local up`, or set --coordinator / MLCD_COORDINATOR)");
+    return Status::Unavailable(
+        "cannot reach the coordinator at " + ctx.coordinator + " (" + s.message() +
+        "); is it running? (`mlcdctl local up`, or set --coordinator / MLCD_COORDINATOR)");
   }
   return s;
 }
@@ -123,13 +128,15 @@ void PrintJobText(const v1::Job& job) {
   if (p.job_total_steps() > 0) std::printf(" of %lld", static_cast<long long>(p.job_total_steps()));
   std::printf(" optimizer steps; round %d/%d\n", p.round() + 1, std::max(1, p.rounds()));
   const auto& t = job.spec().training();
-  std::printf("gang        world size %d, %d attempts, %d restarts (max %d)\n", t.world_size(), job.attempts(),
-              job.restarts(), t.max_restarts());
+  std::printf("gang        world size %d, %d attempts, %d restarts (max %d)\n", t.world_size(),
+              job.attempts(), job.restarts(), t.max_restarts());
   if (!job.label_set().empty()) std::printf("label set   %s\n", job.label_set().c_str());
   if (!job.checkpoint().empty()) std::printf("checkpoint  %s\n", job.checkpoint().c_str());
-  std::printf("created     %s (%s ago)\n", TimeOfDay(job.created_unix_ms()).c_str(), Age(job.created_unix_ms()).c_str());
+  std::printf("created     %s (%s ago)\n", TimeOfDay(job.created_unix_ms()).c_str(),
+              Age(job.created_unix_ms()).c_str());
   if (job.first_step_unix_ms() > 0) {
-    std::printf("first step  %s (%.1f s after submission)\n", TimeOfDay(job.first_step_unix_ms()).c_str(),
+    std::printf("first step  %s (%.1f s after submission)\n",
+                TimeOfDay(job.first_step_unix_ms()).c_str(),
                 (job.first_step_unix_ms() - job.created_unix_ms()) / 1000.0);
   }
   if (job.finished_unix_ms() > 0) {
@@ -141,22 +148,24 @@ void PrintJobText(const v1::Job& job) {
     if (!r.feature_source().empty()) std::printf("  features  %s\n", r.feature_source().c_str());
     if (r.clustered()) {
       std::printf("  k-means   %llu points -> %d centres (d %d), objective %.1f, %.1f s",
-                  static_cast<unsigned long long>(r.cluster().num_points()), r.cluster().k(), r.cluster().d(),
-                  r.cluster().final_objective(), r.cluster().seconds());
+                  static_cast<unsigned long long>(r.cluster().num_points()), r.cluster().k(),
+                  r.cluster().d(), r.cluster().final_objective(), r.cluster().seconds());
       // The sizes come from the assignment pass (CLUSTERING skips its own).
       if (r.cluster().has_sizes()) {
-        std::printf(", sizes %llu..%llu", static_cast<unsigned long long>(r.cluster().sizes().min()),
+        std::printf(", sizes %llu..%llu",
+                    static_cast<unsigned long long>(r.cluster().sizes().min()),
                     static_cast<unsigned long long>(r.cluster().sizes().max()));
       }
       std::printf("\n");
     }
     if (r.assigned()) {
       std::printf("  labels    %s: %llu samples x %d labels, %.1f s", r.label_set().c_str(),
-                  static_cast<unsigned long long>(r.assign().num_samples()), r.assign().l(), r.assign().seconds());
+                  static_cast<unsigned long long>(r.assign().num_samples()), r.assign().l(),
+                  r.assign().seconds());
       if (r.assign().has_quality()) {
         std::printf("; true class in top-1 / top-l clusters %.1f%% / %.1f%%, NMI %.3f",
-                    100 * r.assign().quality().top1_recall(), 100 * r.assign().quality().topl_recall(),
-                    r.assign().quality().nmi());
+                    100 * r.assign().quality().top1_recall(),
+                    100 * r.assign().quality().topl_recall(), r.assign().quality().nmi());
       }
       std::printf("\n");
     }
@@ -169,22 +178,26 @@ void PrintJobText(const v1::Job& job) {
                 100 * e.linear_probe_accuracy(), e.linear_probe_lambda(), 100 * e.knn_accuracy(),
                 static_cast<unsigned long long>(e.test_samples()));
     if (e.mean_positive_cosine() != 0 || e.mean_negative_cosine() != 0)
-      std::printf("            mean cosine to positive / negative centres %.4f / %.4f (paper Fig. 3)\n",
-                  e.mean_positive_cosine(), e.mean_negative_cosine());
+      std::printf(
+          "            mean cosine to positive / negative centres %.4f / %.4f (paper Fig. 3)\n",
+          e.mean_positive_cosine(), e.mean_negative_cosine());
   }
   if (!job.phase_seconds().empty()) {
     std::printf("phases     ");
-    for (const char* s : {"PENDING", "CLUSTERING", "ASSIGNING", "TRAINING", "EXTRACTING", "EVALUATING"}) {
+    for (const char* s :
+         {"PENDING", "CLUSTERING", "ASSIGNING", "TRAINING", "EXTRACTING", "EVALUATING"}) {
       auto it = job.phase_seconds().find(s);
-      if (it != job.phase_seconds().end()) std::printf(" %s %s", s, FormatDuration(it->second).c_str());
+      if (it != job.phase_seconds().end())
+        std::printf(" %s %s", s, FormatDuration(it->second).c_str());
     }
     std::printf("\n");
   }
   if (job.history_size()) {
     std::printf("history\n");
     for (const auto& h : job.history()) {
-      std::printf("  %4lld %s %-20s %-10s %s\n", static_cast<long long>(h.seq()), TimeOfDay(h.unix_ms()).c_str(),
-                  h.kind().c_str(), StateName(h.state()).c_str(), h.message().c_str());
+      std::printf("  %4lld %s %-20s %-10s %s\n", static_cast<long long>(h.seq()),
+                  TimeOfDay(h.unix_ms()).c_str(), h.kind().c_str(), StateName(h.state()).c_str(),
+                  h.message().c_str());
     }
   }
 }
@@ -229,7 +242,8 @@ StatusOr<v1::Job> FollowJob(const Context& ctx, const std::string& id, double re
     if (!retryable) {
       if (s.ok()) s = Status::Unavailable("the watch stream ended before the job did");
       if (s.code() == StatusCode::kUnavailable) {
-        s = Status::Unavailable("cannot reach the coordinator at " + ctx.coordinator + ": " + s.message());
+        s = Status::Unavailable("cannot reach the coordinator at " + ctx.coordinator + ": " +
+                                s.message());
       }
       return s;
     }
@@ -238,7 +252,8 @@ StatusOr<v1::Job> FollowJob(const Context& ctx, const std::string& id, double re
       lost_since = std::chrono::steady_clock::now();
       on_lost(s);
     }
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - lost_since).count() > reconnect_seconds) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - lost_since).count() >
+        reconnect_seconds) {
       return Status::Unavailable("lost the coordinator at " + ctx.coordinator + " for more than " +
                                  Fixed(reconnect_seconds, 0) + " s: " + s.message());
     }
@@ -281,7 +296,8 @@ int Watch(const Context& ctx, const std::string& id, double reconnect_seconds) {
     if (!IsTerminal(job.state())) display->Update(ProgressFraction(job), ProgressLine(job));
   };
   auto on_lost = [&](const Status& s) {
-    if (!json) display->Line("connection to the coordinator lost (" + s.message() + "); reconnecting");
+    if (!json)
+      display->Line("connection to the coordinator lost (" + s.message() + "); reconnecting");
   };
   auto ended = FollowJob(ctx, id, reconnect_seconds, on_event, on_lost);
   if (!ended.ok()) {
@@ -292,11 +308,12 @@ int Watch(const Context& ctx, const std::string& id, double reconnect_seconds) {
   if (!json) {
     std::string summary = StateName(job.state());
     if (job.state() == v1::JOB_STATE_SUCCEEDED) {
-      summary += " after " + FormatDuration((job.finished_unix_ms() - job.created_unix_ms()) / 1000.0) + ", " +
+      summary += " after " +
+                 FormatDuration((job.finished_unix_ms() - job.created_unix_ms()) / 1000.0) + ", " +
                  std::to_string(job.progress().total_steps()) + " optimizer steps";
       if (job.has_evaluation()) {
-        summary += ", linear probe " + Fixed(100 * job.evaluation().linear_probe_accuracy(), 2) + "%, kNN " +
-                   Fixed(100 * job.evaluation().knn_accuracy(), 2) + "%";
+        summary += ", linear probe " + Fixed(100 * job.evaluation().linear_probe_accuracy(), 2) +
+                   "%, kNN " + Fixed(100 * job.evaluation().knn_accuracy(), 2) + "%";
       }
       if (!job.checkpoint().empty()) summary += "; checkpoint " + job.checkpoint();
     } else {
@@ -355,7 +372,8 @@ int RunSubmit(Context& ctx, const SubmitOptions& opt) {
   std::fflush(stdout);
   if (opt.watch) return Watch(ctx, job.id(), opt.reconnect_seconds);
   // --wait: quiet until the end (reconnecting across coordinator restarts), then the job.
-  auto ended = FollowJob(ctx, job.id(), opt.reconnect_seconds, [](const v1::JobEvent&) {}, [](const Status&) {});
+  auto ended = FollowJob(
+      ctx, job.id(), opt.reconnect_seconds, [](const v1::JobEvent&) {}, [](const Status&) {});
   if (!ended.ok()) return FollowFailed(ctx, ended.status());
   const v1::Job& final_job = *ended;
   if (ctx.format() == OutputFormat::kJson) {
@@ -382,16 +400,18 @@ int RunGet(Context& ctx, const std::string& id, bool history) {
   return kExitOk;
 }
 
-int RunList(Context& ctx, const std::vector<std::string>& states, int limit, const std::string& page_token) {
+int RunList(Context& ctx, const std::vector<std::string>& states, int limit,
+            const std::string& page_token) {
   v1::ListJobsRequest request;
   for (const auto& name : states) {
     std::string upper;
     for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     v1::JobState state;
     if (!v1::JobState_Parse("JOB_STATE_" + upper, &state) || state == v1::JOB_STATE_UNSPECIFIED) {
-      return ctx.Fail(Status::InvalidArgument("--state '" + name +
-                                              "' is not a job state (pending, clustering, assigning, training, "
-                                              "extracting, evaluating, succeeded, failed, cancelled)"));
+      return ctx.Fail(
+          Status::InvalidArgument("--state '" + name +
+                                  "' is not a job state (pending, clustering, assigning, training, "
+                                  "extracting, evaluating, succeeded, failed, cancelled)"));
     }
     request.add_states(state);
   }
@@ -399,20 +419,24 @@ int RunList(Context& ctx, const std::vector<std::string>& states, int limit, con
   request.set_page_token(page_token);
   v1::ListJobsResponse response;
   auto stub = Stub(ctx);
-  Status s = Call(ctx, [&](grpc::ClientContext* c) { return stub->ListJobs(c, request, &response); });
+  Status s =
+      Call(ctx, [&](grpc::ClientContext* c) { return stub->ListJobs(c, request, &response); });
   if (!s.ok()) return ctx.Fail(s);
   if (ctx.format() == OutputFormat::kJson) {
     std::printf("%s\n", ToJson(response, true).c_str());
     return kExitOk;
   }
-  std::printf("%-28s %-11s %-9s %-12s %-9s %s\n", "ID", "STATE", "AGE", "STEPS", "RESTARTS", "MESSAGE");
+  std::printf("%-28s %-11s %-9s %-12s %-9s %s\n", "ID", "STATE", "AGE", "STEPS", "RESTARTS",
+              "MESSAGE");
   for (const auto& job : response.jobs()) {
     std::string steps = std::to_string(job.progress().total_steps());
-    if (job.progress().job_total_steps() > 0) steps += "/" + std::to_string(job.progress().job_total_steps());
+    if (job.progress().job_total_steps() > 0)
+      steps += "/" + std::to_string(job.progress().job_total_steps());
     std::string message = IsTerminal(job.state()) ? job.message() : ProgressLine(job);
     if (message.size() > 80) message = message.substr(0, 77) + "...";
-    std::printf("%-28s %-11s %-9s %-12s %-9d %s\n", job.id().c_str(), StateName(job.state()).c_str(),
-                Age(job.created_unix_ms()).c_str(), steps.c_str(), job.restarts(), message.c_str());
+    std::printf("%-28s %-11s %-9s %-12s %-9d %s\n", job.id().c_str(),
+                StateName(job.state()).c_str(), Age(job.created_unix_ms()).c_str(), steps.c_str(),
+                job.restarts(), message.c_str());
   }
   if (!response.next_page_token().empty()) {
     std::printf("(more: mlcdctl list --page-token %s)\n", response.next_page_token().c_str());
@@ -439,13 +463,16 @@ int RunCancel(Context& ctx, const std::string& id, const std::string& reason) {
 int RunWorkers(Context& ctx) {
   v1::ListWorkersResponse response;
   auto stub = Stub(ctx);
-  Status s = Call(ctx, [&](grpc::ClientContext* c) { return stub->ListWorkers(c, v1::ListWorkersRequest(), &response); });
+  Status s = Call(ctx, [&](grpc::ClientContext* c) {
+    return stub->ListWorkers(c, v1::ListWorkersRequest(), &response);
+  });
   if (!s.ok()) return ctx.Fail(s);
   if (ctx.format() == OutputFormat::kJson) {
     std::printf("%s\n", ToJson(response, true).c_str());
     return kExitOk;
   }
-  std::printf("%-20s %-9s %-22s %-24s %-8s %s\n", "WORKER", "STATE", "HOST", "ASSIGNMENT", "SEEN", "KINDS");
+  std::printf("%-20s %-9s %-22s %-24s %-8s %s\n", "WORKER", "STATE", "HOST", "ASSIGNMENT", "SEEN",
+              "KINDS");
   for (const auto& w : response.workers()) {
     std::string state = v1::WorkerState_Name(w.state());
     state = state.substr(state.rfind('_') + 1);
@@ -455,7 +482,8 @@ int RunWorkers(Context& ctx) {
       kinds += (kinds.empty() ? "" : ",") + name.substr(name.rfind('_') + 1);
     }
     std::printf("%-20s %-9s %-22s %-24s %-8s %s\n", w.worker_id().c_str(), state.c_str(),
-                w.registration().host().c_str(), w.assignment_id().empty() ? "-" : w.assignment_id().c_str(),
+                w.registration().host().c_str(),
+                w.assignment_id().empty() ? "-" : w.assignment_id().c_str(),
                 Age(w.last_seen_unix_ms()).c_str(), kinds.c_str());
   }
   return kExitOk;
@@ -466,29 +494,38 @@ CommandRegistration reg(1, [](CLI::App& app, Context& ctx) {
     auto opt = std::make_shared<SubmitOptions>();
     auto* cmd = app.add_subcommand(
         "submit",
-        "Submit a training job from a YAML spec (apiVersion mlcd/v1, kind TrainingJob; see examples/).\n"
+        "Submit a training job from a YAML spec (apiVersion mlcd/v1, kind TrainingJob; see "
+        "examples/).\n"
         "Prints the job id. Every problem of a bad spec is reported at once with its field path.\n"
         "  mlcdctl submit examples/tiny-test-job.yaml --watch");
     cmd->add_option("file", opt->file, "job spec YAML file ('-' = stdin)")->required();
-    cmd->add_option("--request-id", opt->request_id,
-                    "client-chosen id that makes the submission idempotent: resubmitting returns the same job");
-    cmd->add_flag("--dry-run", opt->dry_run, "validate the spec on the coordinator; create nothing");
-    cmd->add_flag("--watch,-w", opt->watch,
-                  "follow the job until it ends (like `mlcdctl watch`; Ctrl-C stops watching, exit 7, and "
-                  "leaves the job running)");
-    cmd->add_flag("--wait", opt->wait, "wait quietly until the job ends, then print it (Ctrl-C as with --watch)");
-    cmd->add_option("--reconnect-seconds", opt->reconnect_seconds,
-                    "with --watch/--wait: how long to keep reconnecting to a coordinator that went away")
+    cmd->add_option(
+        "--request-id", opt->request_id,
+        "client-chosen id that makes the submission idempotent: resubmitting returns the same job");
+    cmd->add_flag("--dry-run", opt->dry_run,
+                  "validate the spec on the coordinator; create nothing");
+    cmd->add_flag(
+        "--watch,-w", opt->watch,
+        "follow the job until it ends (like `mlcdctl watch`; Ctrl-C stops watching, exit 7, and "
+        "leaves the job running)");
+    cmd->add_flag("--wait", opt->wait,
+                  "wait quietly until the job ends, then print it (Ctrl-C as with --watch)");
+    cmd->add_option(
+           "--reconnect-seconds", opt->reconnect_seconds,
+           "with --watch/--wait: how long to keep reconnecting to a coordinator that went away")
         ->capture_default_str();
     cmd->callback([&ctx, opt] { ctx.exit_code = RunSubmit(ctx, *opt); });
   }
   {
     auto id = std::make_shared<std::string>();
     auto history = std::make_shared<bool>(false);
-    auto* cmd = app.add_subcommand("get", "Show a job: state, progress, rounds (clustering, label quality), "
-                                          "checkpoint, evaluation, time per phase.");
+    auto* cmd =
+        app.add_subcommand("get",
+                           "Show a job: state, progress, rounds (clustering, label quality), "
+                           "checkpoint, evaluation, time per phase.");
     cmd->add_option("id", *id, "job id")->required();
-    cmd->add_flag("--history", *history, "also list the job's persisted history (transitions, gangs, epoch commits)");
+    cmd->add_flag("--history", *history,
+                  "also list the job's persisted history (transitions, gangs, epoch commits)");
     cmd->callback([&ctx, id, history] { ctx.exit_code = RunGet(ctx, *id, *history); });
   }
   {
@@ -496,15 +533,20 @@ CommandRegistration reg(1, [](CLI::App& app, Context& ctx) {
     auto limit = std::make_shared<int>(50);
     auto token = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand("list", "List jobs, newest first.");
-    cmd->add_option("--state", *states, "only jobs in these states (repeatable), e.g. --state training");
-    cmd->add_option("--limit", *limit, "jobs per page")->check(CLI::Range(1, 1000))->capture_default_str();
+    cmd->add_option("--state", *states,
+                    "only jobs in these states (repeatable), e.g. --state training");
+    cmd->add_option("--limit", *limit, "jobs per page")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
     cmd->add_option("--page-token", *token, "continue after the previous page");
-    cmd->callback([&ctx, states, limit, token] { ctx.exit_code = RunList(ctx, *states, *limit, *token); });
+    cmd->callback(
+        [&ctx, states, limit, token] { ctx.exit_code = RunList(ctx, *states, *limit, *token); });
   }
   {
     auto id = std::make_shared<std::string>();
     auto reason = std::make_shared<std::string>();
-    auto* cmd = app.add_subcommand("cancel", "Cancel a job: its workers are stopped and it ends CANCELLED.");
+    auto* cmd = app.add_subcommand("cancel",
+                                   "Cancel a job: its workers are stopped and it ends CANCELLED.");
     cmd->add_option("id", *id, "job id")->required();
     cmd->add_option("--reason", *reason, "why (kept with the job)");
     cmd->callback([&ctx, id, reason] { ctx.exit_code = RunCancel(ctx, *id, *reason); });
@@ -514,9 +556,12 @@ CommandRegistration reg(1, [](CLI::App& app, Context& ctx) {
     auto reconnect = std::make_shared<double>(120);
     auto* cmd = app.add_subcommand(
         "watch",
-        "Follow a job until it ends: a live progress bar (round, epoch, step, loss, samples/s, ETA) on a\n"
-        "terminal, plain lines otherwise, one JSON event per line with --output json. Exit code 0 when\n"
-        "the job SUCCEEDED, 10 when it FAILED, 11 when it was CANCELLED. Ctrl-C (or SIGTERM) stops\n"
+        "Follow a job until it ends: a live progress bar (round, epoch, step, loss, samples/s, "
+        "ETA) on a\n"
+        "terminal, plain lines otherwise, one JSON event per line with --output json. Exit code 0 "
+        "when\n"
+        "the job SUCCEEDED, 10 when it FAILED, 11 when it was CANCELLED. Ctrl-C (or SIGTERM) "
+        "stops\n"
         "watching and exits 7; the job keeps running (`mlcdctl cancel ID` stops it).");
     cmd->add_option("id", *id, "job id")->required();
     cmd->add_option("--reconnect-seconds", *reconnect,
@@ -525,7 +570,8 @@ CommandRegistration reg(1, [](CLI::App& app, Context& ctx) {
     cmd->callback([&ctx, id, reconnect] { ctx.exit_code = Watch(ctx, *id, *reconnect); });
   }
   {
-    auto* cmd = app.add_subcommand("workers", "List the workers registered with the coordinator and what they run.");
+    auto* cmd = app.add_subcommand(
+        "workers", "List the workers registered with the coordinator and what they run.");
     cmd->callback([&ctx] { ctx.exit_code = RunWorkers(ctx); });
   }
 });

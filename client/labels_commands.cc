@@ -46,18 +46,25 @@ std::unique_ptr<LabelStoreClient> MakeClient(const Context& ctx) {
 
 const char* StateName(v1::LabelSetState state) {
   switch (state) {
-    case v1::LABEL_SET_STATE_OPEN: return "OPEN";
-    case v1::LABEL_SET_STATE_SEALED: return "SEALED";
-    default: return "UNSPECIFIED";
+    case v1::LABEL_SET_STATE_OPEN:
+      return "OPEN";
+    case v1::LABEL_SET_STATE_SEALED:
+      return "SEALED";
+    default:
+      return "UNSPECIFIED";
   }
 }
 
 std::string FormatBytes(uint64_t bytes) {
   char buf[32];
-  if (bytes < 1024) std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
-  else if (bytes < (1u << 20)) std::snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024.0);
-  else if (bytes < (1u << 30)) std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / 1048576.0);
-  else std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / 1073741824.0);
+  if (bytes < 1024)
+    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
+  else if (bytes < (1u << 20))
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024.0);
+  else if (bytes < (1u << 30))
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / 1048576.0);
+  else
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / 1073741824.0);
   return buf;
 }
 
@@ -100,7 +107,8 @@ void PrintInfo(const Context& ctx, const v1::LabelSetInfo& info) {
   std::printf("k:           %d\n", info.num_classes());
   std::printf("l:           %d\n", info.labels_per_sample());
   std::printf("scores:      %s\n", info.with_scores() ? "yes" : "no");
-  std::printf("samples:     %llu (ids below %llu)\n", static_cast<unsigned long long>(info.num_samples()),
+  std::printf("samples:     %llu (ids below %llu)\n",
+              static_cast<unsigned long long>(info.num_samples()),
               static_cast<unsigned long long>(info.sample_id_end()));
   std::printf("size:        %s\n", FormatBytes(info.size_bytes()).c_str());
   std::printf("created:     %s\n", FormatTime(info.created_unix_ms()).c_str());
@@ -116,7 +124,8 @@ StatusOr<std::vector<uint64_t>> ParseIdList(const std::string& text) {
   std::string item;
   auto parse_one = [&](const std::string& s, uint64_t* out) -> Status {
     if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) {
-      return Status::InvalidArgument("--ids: '" + s + "' is not a sample id (use non-negative integers, e.g. "
+      return Status::InvalidArgument("--ids: '" + s +
+                                     "' is not a sample id (use non-negative integers, e.g. "
                                      "--ids 0,17,4999 or --ids 0:100)");
     }
     try {
@@ -138,11 +147,13 @@ StatusOr<std::vector<uint64_t>> ParseIdList(const std::string& text) {
     MLCD_RETURN_IF_ERROR(parse_one(item.substr(0, colon), &begin));
     MLCD_RETURN_IF_ERROR(parse_one(item.substr(colon + 1), &end));
     if (end <= begin || end - begin > 100000000) {
-      return Status::InvalidArgument("--ids: range '" + item + "' must be A:B with A < B (B exclusive) and at most 1e8 ids");
+      return Status::InvalidArgument("--ids: range '" + item +
+                                     "' must be A:B with A < B (B exclusive) and at most 1e8 ids");
     }
     for (uint64_t id = begin; id < end; ++id) ids.push_back(id);
   }
-  if (ids.empty()) return Status::InvalidArgument("--ids is empty; give ids like 0,17,4999 or 0:100");
+  if (ids.empty())
+    return Status::InvalidArgument("--ids is empty; give ids like 0,17,4999 or 0:100");
   return ids;
 }
 
@@ -150,15 +161,16 @@ StatusOr<std::vector<uint64_t>> ReadIdsFile(const std::string& path) {
   std::vector<int64_t> shape;
   MLCD_ASSIGN_OR_RETURN(auto values, ReadNpyAsInt64(path, &shape));
   if (shape.size() > 2 || (shape.size() == 2 && shape[1] != 1)) {
-    return Status::InvalidArgument(path + ": ids must be a 1-d array (or n x 1), got " + std::to_string(shape.size()) +
-                                   "-d with " + (shape.size() == 2 ? std::to_string(shape[1]) : std::string("?")) +
-                                   " columns");
+    return Status::InvalidArgument(
+        path + ": ids must be a 1-d array (or n x 1), got " + std::to_string(shape.size()) +
+        "-d with " + (shape.size() == 2 ? std::to_string(shape[1]) : std::string("?")) +
+        " columns");
   }
   std::vector<uint64_t> ids(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     if (values[i] < 0) {
-      return Status::InvalidArgument(path + ": id " + std::to_string(values[i]) + " at position " + std::to_string(i) +
-                                     " is negative");
+      return Status::InvalidArgument(path + ": id " + std::to_string(values[i]) + " at position " +
+                                     std::to_string(i) + " is negative");
     }
     ids[i] = static_cast<uint64_t>(values[i]);
   }
@@ -179,7 +191,8 @@ int RunCreate(const Context& ctx, const CreateArgs& args) {
   labelstore::LabelSetSpec spec;
   spec.name = args.name;
   if (args.k < 1 || args.k > std::numeric_limits<int32_t>::max()) {
-    return ctx.Fail(Status::InvalidArgument("--k " + std::to_string(args.k) + " must be in [1, 2^31-1]"));
+    return ctx.Fail(
+        Status::InvalidArgument("--k " + std::to_string(args.k) + " must be in [1, 2^31-1]"));
   }
   if (args.l < 1 || args.l > labelstore::kMaxLabelsPerSample) {
     return ctx.Fail(Status::InvalidArgument("--l " + std::to_string(args.l) + " must be in [1, " +
@@ -217,8 +230,8 @@ int RunPut(const Context& ctx, const PutArgs& args) {
   if (!info.ok()) return ctx.Fail(info.status());
   const int32_t l = info->labels_per_sample();
   if (info->state() == v1::LABEL_SET_STATE_SEALED) {
-    return ctx.Fail(Status::FailedPrecondition("label set '" + args.name +
-                                               "' is sealed and immutable; create a new set to write labels"));
+    return ctx.Fail(Status::FailedPrecondition(
+        "label set '" + args.name + "' is sealed and immutable; create a new set to write labels"));
   }
 
   // Labels: n x l integers (int32 used in place; other integer dtypes converted and checked).
@@ -226,15 +239,16 @@ int RunPut(const Context& ctx, const PutArgs& args) {
   if (!mapped.ok()) return ctx.Fail(mapped.status());
   const auto& header = mapped->header();
   if (header.shape.empty() || header.shape.size() > 2) {
-    return ctx.Fail(Status::InvalidArgument(args.labels_path + ": labels must be an n x l array, got " +
+    return ctx.Fail(Status::InvalidArgument(args.labels_path +
+                                            ": labels must be an n x l array, got " +
                                             std::to_string(header.shape.size()) + "-d"));
   }
   const int64_t n = header.shape[0];
   const int64_t cols = header.shape.size() == 2 ? header.shape[1] : 1;
   if (cols != l) {
-    return ctx.Fail(Status::InvalidArgument(args.labels_path + " has " + std::to_string(cols) +
-                                            " columns but label set '" + args.name + "' has l = " +
-                                            std::to_string(l) + " labels per sample"));
+    return ctx.Fail(Status::InvalidArgument(
+        args.labels_path + " has " + std::to_string(cols) + " columns but label set '" + args.name +
+        "' has l = " + std::to_string(l) + " labels per sample"));
   }
   if (n == 0) return ctx.Fail(Status::InvalidArgument(args.labels_path + " has no rows"));
   std::vector<int32_t> converted;
@@ -248,8 +262,9 @@ int RunPut(const Context& ctx, const PutArgs& args) {
     for (size_t i = 0; i < values->size(); ++i) {
       int64_t v = (*values)[i];
       if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
-        return ctx.Fail(Status::InvalidArgument(args.labels_path + ": label " + std::to_string(v) + " at row " +
-                                                std::to_string(i / l) + " does not fit int32"));
+        return ctx.Fail(Status::InvalidArgument(args.labels_path + ": label " + std::to_string(v) +
+                                                " at row " + std::to_string(i / l) +
+                                                " does not fit int32"));
       }
       converted[i] = static_cast<int32_t>(v);
     }
@@ -265,8 +280,9 @@ int RunPut(const Context& ctx, const PutArgs& args) {
     if (!read.ok()) return ctx.Fail(read.status());
     ids = std::move(read).value();
     if (static_cast<int64_t>(ids.size()) != n) {
-      return ctx.Fail(Status::InvalidArgument(args.ids_path + " has " + std::to_string(ids.size()) + " ids but " +
-                                              args.labels_path + " has " + std::to_string(n) + " rows"));
+      return ctx.Fail(Status::InvalidArgument(args.ids_path + " has " + std::to_string(ids.size()) +
+                                              " ids but " + args.labels_path + " has " +
+                                              std::to_string(n) + " rows"));
     }
   }
 
@@ -277,13 +293,15 @@ int RunPut(const Context& ctx, const PutArgs& args) {
     if (!read.ok()) return ctx.Fail(read.status());
     scores = std::move(read).value();
     if (scores.size() != static_cast<size_t>(n * l)) {
-      return ctx.Fail(Status::InvalidArgument(args.scores_path + " has " + std::to_string(scores.size()) +
-                                              " values; it must be the same n x l shape as " + args.labels_path));
+      return ctx.Fail(Status::InvalidArgument(
+          args.scores_path + " has " + std::to_string(scores.size()) +
+          " values; it must be the same n x l shape as " + args.labels_path));
     }
   }
   if (info->with_scores() && scores.empty()) {
-    return ctx.Fail(Status::InvalidArgument("label set '" + args.name +
-                                            "' stores scores; pass them with --scores scores.npy (n x l float)"));
+    return ctx.Fail(Status::InvalidArgument(
+        "label set '" + args.name +
+        "' stores scores; pass them with --scores scores.npy (n x l float)"));
   }
   if (!info->with_scores() && !scores.empty()) {
     return ctx.Fail(Status::InvalidArgument("label set '" + args.name +
@@ -292,16 +310,17 @@ int RunPut(const Context& ctx, const PutArgs& args) {
   // Check every row before opening the stream: the store commits each message on its own, so a
   // bad row that only the server saw would leave the messages before it written.
   const labelstore::LabelSetShape shape{info->num_classes(), l, info->with_scores()};
-  Status valid = labelstore::ValidateLabelRows(ids.data(), ids.size(), labels, scores.empty() ? nullptr : scores.data(),
-                                               shape);
+  Status valid = labelstore::ValidateLabelRows(ids.data(), ids.size(), labels,
+                                               scores.empty() ? nullptr : scores.data(), shape);
   if (valid.ok() && !args.ids_path.empty()) {
     std::vector<uint64_t> scratch;
     valid = labelstore::CheckUniqueIds(ids.data(), ids.size(), args.ids_path, &scratch);
   }
   if (!valid.ok()) {
-    const std::string files = args.labels_path + (args.scores_path.empty() ? "" : " / " + args.scores_path);
-    return ctx.Fail(Status::InvalidArgument(files + ": " + valid.message() + "; nothing was written to '" +
-                                            args.name + "'"));
+    const std::string files =
+        args.labels_path + (args.scores_path.empty() ? "" : " / " + args.scores_path);
+    return ctx.Fail(Status::InvalidArgument(files + ": " + valid.message() +
+                                            "; nothing was written to '" + args.name + "'"));
   }
 
   const size_t step = std::min(args.batch_rows, labelstore::MaxRowsPerMessage(l));
@@ -313,7 +332,8 @@ int RunPut(const Context& ctx, const PutArgs& args) {
   for (size_t begin = 0; begin < ids.size(); begin += step) {
     const size_t count = std::min(step, ids.size() - begin);
     Status s = writer->Write(ids.data() + begin, count, labels + begin * l, count * l,
-                             scores.empty() ? nullptr : scores.data() + begin * l, scores.empty() ? 0 : count * l);
+                             scores.empty() ? nullptr : scores.data() + begin * l,
+                             scores.empty() ? 0 : count * l);
     if (!s.ok()) {
       if (progress) progress->Finish("failed");
       return ctx.Fail(s);
@@ -332,10 +352,12 @@ int RunPut(const Context& ctx, const PutArgs& args) {
   }
   if (progress) {
     char detail[160];
-    std::snprintf(detail, sizeof(detail), "%llu rows in %llu messages, %s, %.0f rows/s; set has %llu samples",
+    std::snprintf(detail, sizeof(detail),
+                  "%llu rows in %llu messages, %s, %.0f rows/s; set has %llu samples",
                   static_cast<unsigned long long>(result->rows_written()),
-                  static_cast<unsigned long long>(result->messages()), FormatDuration(seconds).c_str(),
-                  result->rows_written() / std::max(seconds, 1e-9), static_cast<unsigned long long>(result->num_samples()));
+                  static_cast<unsigned long long>(result->messages()),
+                  FormatDuration(seconds).c_str(), result->rows_written() / std::max(seconds, 1e-9),
+                  static_cast<unsigned long long>(result->num_samples()));
     progress->Finish(detail);
   }
   v1::LabelSetInfo final_info;
@@ -370,7 +392,8 @@ struct GetArgs {
 
 int RunGet(const Context& ctx, const GetArgs& args) {
   if (args.ids.empty() == args.ids_path.empty()) {
-    return ctx.Fail(Status::InvalidArgument("give exactly one of --ids 0,17,4999 and --ids-file ids.npy"));
+    return ctx.Fail(
+        Status::InvalidArgument("give exactly one of --ids 0,17,4999 and --ids-file ids.npy"));
   }
   auto ids = args.ids.empty() ? ReadIdsFile(args.ids_path) : ParseIdList(args.ids);
   if (!ids.ok()) return ctx.Fail(ids.status());
@@ -380,7 +403,8 @@ int RunGet(const Context& ctx, const GetArgs& args) {
   labelstore::LabelBatch batch;
   const auto start = std::chrono::steady_clock::now();
   Status s = client->GetLabels(args.name, ids->data(), ids->size(), with_scores, &batch);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!s.ok()) return ctx.Fail(s);
   const size_t n = ids->size();
   const int32_t l = batch.labels_per_sample;
@@ -390,7 +414,8 @@ int RunGet(const Context& ctx, const GetArgs& args) {
     if (!s.ok()) return ctx.Fail(s);
   }
   if (!args.scores_out.empty()) {
-    s = WriteNpy(args.scores_out, NpyDtype::kFloat32, {static_cast<int64_t>(n), l}, batch.scores.data());
+    s = WriteNpy(args.scores_out, NpyDtype::kFloat32, {static_cast<int64_t>(n), l},
+                 batch.scores.data());
     if (!s.ok()) return ctx.Fail(s);
   }
   const bool print_rows = args.out.empty() && args.scores_out.empty();
@@ -407,13 +432,15 @@ int RunGet(const Context& ctx, const GetArgs& args) {
       for (size_t i = 0; i < n; ++i) {
         Json row;
         row["id"] = (*ids)[i];
-        if (next_missing < batch.missing_indices.size() && batch.missing_indices[next_missing] == i) {
+        if (next_missing < batch.missing_indices.size() &&
+            batch.missing_indices[next_missing] == i) {
           ++next_missing;
           row["missing"] = true;
         } else {
           row["labels"] = std::vector<int32_t>(batch.row(i), batch.row(i) + l);
           if (with_scores) {
-            row["scores"] = std::vector<float>(batch.scores.begin() + i * l, batch.scores.begin() + (i + 1) * l);
+            row["scores"] = std::vector<float>(batch.scores.begin() + i * l,
+                                               batch.scores.begin() + (i + 1) * l);
           }
         }
         rows.push_back(std::move(row));
@@ -451,12 +478,14 @@ int RunGet(const Context& ctx, const GetArgs& args) {
       std::puts(line.c_str());
     }
   } else {
-    std::printf("%zu rows (%zu missing) of '%s' written to %s%s%s\n", n, batch.missing_ids.size(), args.name.c_str(),
-                args.out.empty() ? "" : args.out.c_str(), (!args.out.empty() && !args.scores_out.empty()) ? " and " : "",
+    std::printf("%zu rows (%zu missing) of '%s' written to %s%s%s\n", n, batch.missing_ids.size(),
+                args.name.c_str(), args.out.empty() ? "" : args.out.c_str(),
+                (!args.out.empty() && !args.scores_out.empty()) ? " and " : "",
                 args.scores_out.c_str());
   }
   if (!batch.missing_ids.empty() && print_rows) {
-    std::fprintf(stderr, "%zu of %zu ids have no row in '%s'\n", batch.missing_ids.size(), n, args.name.c_str());
+    std::fprintf(stderr, "%zu of %zu ids have no row in '%s'\n", batch.missing_ids.size(), n,
+                 args.name.c_str());
   }
   return kExitOk;
 }
@@ -472,17 +501,19 @@ int RunList(const Context& ctx, const std::string& prefix) {
     return kExitOk;
   }
   if (sets->empty()) {
-    std::printf("no label sets%s\n", prefix.empty() ? "" : (" with prefix '" + prefix + "'").c_str());
+    std::printf("no label sets%s\n",
+                prefix.empty() ? "" : (" with prefix '" + prefix + "'").c_str());
     return kExitOk;
   }
   size_t width = 4;
   for (const auto& info : *sets) width = std::max(width, info.name().size());
-  std::printf("%-*s  %-6s  %10s  %5s  %12s  %10s\n", static_cast<int>(width), "NAME", "STATE", "K", "L", "SAMPLES",
-              "SIZE");
+  std::printf("%-*s  %-6s  %10s  %5s  %12s  %10s\n", static_cast<int>(width), "NAME", "STATE", "K",
+              "L", "SAMPLES", "SIZE");
   for (const auto& info : *sets) {
-    std::printf("%-*s  %-6s  %10d  %5d  %12llu  %10s\n", static_cast<int>(width), info.name().c_str(),
-                StateName(info.state()), info.num_classes(), info.labels_per_sample(),
-                static_cast<unsigned long long>(info.num_samples()), FormatBytes(info.size_bytes()).c_str());
+    std::printf("%-*s  %-6s  %10d  %5d  %12llu  %10s\n", static_cast<int>(width),
+                info.name().c_str(), StateName(info.state()), info.num_classes(),
+                info.labels_per_sample(), static_cast<unsigned long long>(info.num_samples()),
+                FormatBytes(info.size_bytes()).c_str());
   }
   return kExitOk;
 }
@@ -505,10 +536,14 @@ int RunDelete(const Context& ctx, const std::string& name, bool allow_missing) {
   auto result = MakeClient(ctx)->Delete(name, allow_missing);
   if (!result.ok()) return ctx.Fail(result.status());
   if (ctx.format() == OutputFormat::kJson) {
-    std::cout << Json{{"name", name}, {"deleted", result->deleted()}, {"rows_deleted", result->rows_deleted()}}.dump(2)
+    std::cout << Json{{"name", name},
+                      {"deleted", result->deleted()},
+                      {"rows_deleted", result->rows_deleted()}}
+                     .dump(2)
               << "\n";
   } else if (result->deleted()) {
-    std::printf("deleted %s (%llu rows)\n", name.c_str(), static_cast<unsigned long long>(result->rows_deleted()));
+    std::printf("deleted %s (%llu rows)\n", name.c_str(),
+                static_cast<unsigned long long>(result->rows_deleted()));
   } else {
     std::printf("%s did not exist\n", name.c_str());
   }
@@ -528,7 +563,8 @@ int RunBench(const Context& ctx, const BenchArgs& args) {
   auto info = client->Describe(args.name);
   if (!info.ok()) return ctx.Fail(info.status());
   const uint64_t end = info->sample_id_end();
-  if (end == 0) return ctx.Fail(Status::FailedPrecondition("label set '" + args.name + "' is empty"));
+  if (end == 0)
+    return ctx.Fail(Status::FailedPrecondition("label set '" + args.name + "' is empty"));
   std::mt19937_64 rng(7);
   std::vector<uint64_t> ids(args.batch);
   labelstore::LabelBatch batch;
@@ -549,7 +585,8 @@ int RunBench(const Context& ctx, const BenchArgs& args) {
   const double total = std::chrono::duration<double>(now - start).count();
   std::sort(latencies.begin(), latencies.end());
   auto pct = [&](double p) {
-    return 1e3 * latencies[std::min(latencies.size() - 1, static_cast<size_t>(p * latencies.size()))];
+    return 1e3 *
+           latencies[std::min(latencies.size() - 1, static_cast<size_t>(p * latencies.size()))];
   };
   const double rows_per_second = static_cast<double>(latencies.size() * args.batch) / total;
   if (ctx.format() == OutputFormat::kJson) {
@@ -564,10 +601,12 @@ int RunBench(const Context& ctx, const BenchArgs& args) {
     j["missing"] = missing;
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("%zu GetLabels calls of %zu random ids: %.0f rows/s, p50 %.3f ms, p99 %.3f ms, max %.3f ms, "
-                "%llu ids missing\n",
-                latencies.size(), args.batch, rows_per_second, pct(0.5), pct(0.99), 1e3 * latencies.back(),
-                static_cast<unsigned long long>(missing));
+    std::printf(
+        "%zu GetLabels calls of %zu random ids: %.0f rows/s, p50 %.3f ms, p99 %.3f ms, max %.3f "
+        "ms, "
+        "%llu ids missing\n",
+        latencies.size(), args.batch, rows_per_second, pct(0.5), pct(0.99), 1e3 * latencies.back(),
+        static_cast<unsigned long long>(missing));
   }
   return kExitOk;
 }
@@ -578,14 +617,17 @@ CLI::Option* AddName(CLI::App* cmd, std::string* name) {
 }
 
 static CommandRegistration registration(20, [](CLI::App& app, Context& ctx) {
-  auto* labels = app.add_subcommand("labels", "label sets in mlcd-labelstore: create, put, get, list, describe, "
-                                              "seal, delete, bench");
+  auto* labels =
+      app.add_subcommand("labels",
+                         "label sets in mlcd-labelstore: create, put, get, list, describe, "
+                         "seal, delete, bench");
   labels->require_subcommand(1);
 
   auto create_args = std::make_shared<CreateArgs>();
   auto* create = labels->add_subcommand("create", "create an OPEN label set");
   AddName(create, &create_args->name);
-  create->add_option("--k", create_args->k, "number of classes k (labels are in [0, k))")->required();
+  create->add_option("--k", create_args->k, "number of classes k (labels are in [0, k))")
+      ->required();
   create->add_option("--l", create_args->l, "labels per sample l")->required();
   create->add_flag("--scores", create_args->scores, "rows also carry one float score per label");
   create->add_option("--meta", create_args->meta, "metadata entry key=value (repeatable)");
@@ -594,9 +636,11 @@ static CommandRegistration registration(20, [](CLI::App& app, Context& ctx) {
   auto put_args = std::make_shared<PutArgs>();
   auto* put = labels->add_subcommand("put", "write rows from .npy files into an OPEN set");
   AddName(put, &put_args->name);
-  put->add_option("--labels", put_args->labels_path, "n x l integer .npy (int32 preferred)")->required();
+  put->add_option("--labels", put_args->labels_path, "n x l integer .npy (int32 preferred)")
+      ->required();
   put->add_option("--ids", put_args->ids_path, "n sample ids .npy (default 0..n-1)");
-  put->add_option("--scores", put_args->scores_path, "n x l float .npy (sets created with --scores)");
+  put->add_option("--scores", put_args->scores_path,
+                  "n x l float .npy (sets created with --scores)");
   put->add_option("--batch-rows", put_args->batch_rows, "rows per stream message")
       ->check(CLI::Range(size_t{1}, labelstore::kMaxRowsPerWriteMessage))
       ->capture_default_str();
@@ -608,8 +652,10 @@ static CommandRegistration registration(20, [](CLI::App& app, Context& ctx) {
   AddName(get, &get_args->name);
   get->add_option("--ids", get_args->ids, "ids, e.g. 0,17,4999 or ranges 0:100 (B exclusive)");
   get->add_option("--ids-file", get_args->ids_path, "ids as a 1-d integer .npy");
-  get->add_option("--out", get_args->out, "write the n x l int32 rows here (.npy; -1 rows for missing ids)");
-  get->add_option("--scores-out", get_args->scores_out, "write the n x l float32 scores here (.npy)");
+  get->add_option("--out", get_args->out,
+                  "write the n x l int32 rows here (.npy; -1 rows for missing ids)");
+  get->add_option("--scores-out", get_args->scores_out,
+                  "write the n x l float32 scores here (.npy)");
   get->add_flag("--scores", get_args->scores, "also read scores");
   get->callback([&ctx, get_args] { ctx.exit_code = RunGet(ctx, *get_args); });
 
@@ -627,7 +673,8 @@ static CommandRegistration registration(20, [](CLI::App& app, Context& ctx) {
   auto seal_require_open = std::make_shared<bool>(false);
   auto* seal = labels->add_subcommand("seal", "make a set immutable");
   AddName(seal, seal_name.get());
-  seal->add_flag("--require-open", *seal_require_open, "fail (exit 5) when the set is already sealed");
+  seal->add_flag("--require-open", *seal_require_open,
+                 "fail (exit 5) when the set is already sealed");
   seal->callback([&ctx, seal_name, seal_require_open] {
     ctx.exit_code = RunSeal(ctx, *seal_name, *seal_require_open);
   });
@@ -642,7 +689,8 @@ static CommandRegistration registration(20, [](CLI::App& app, Context& ctx) {
   });
 
   auto bench_args = std::make_shared<BenchArgs>();
-  auto* bench = labels->add_subcommand("bench", "time GetLabels of random batches from here (rows/s, p50, p99)");
+  auto* bench = labels->add_subcommand(
+      "bench", "time GetLabels of random batches from here (rows/s, p50, p99)");
   AddName(bench, &bench_args->name);
   bench->add_option("--batch", bench_args->batch, "ids per call")
       ->check(CLI::Range(size_t{1}, labelstore::kMaxIdsPerRead))

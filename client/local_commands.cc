@@ -181,21 +181,24 @@ Status LocalCluster::StartProc(Proc* p) {
 }
 
 Status LocalCluster::Up() {
-  if (opt_.workers < 0 || opt_.workers > 64) return Status::InvalidArgument("--workers must be in [0, 64]");
+  if (opt_.workers < 0 || opt_.workers > 64)
+    return Status::InvalidArgument("--workers must be in [0, 64]");
   MLCD_RETURN_IF_ERROR(MakeDirs(opt_.dir + "/logs"));
   opt_.dir = AbsolutePath(opt_.dir);
   pid_t running = ReadPid(opt_.dir);
   if (running > 0 && running != ::getpid() && ProcessAlive(running)) {
     return Status::AlreadyExists("a local cluster is already running from " + opt_.dir + " (pid " +
-                                 std::to_string(running) + "); stop it with `mlcdctl local down --dir " + opt_.dir +
-                                 "`");
+                                 std::to_string(running) +
+                                 "); stop it with `mlcdctl local down --dir " + opt_.dir + "`");
   }
   ::unlink((opt_.dir + "/cluster.json").c_str());
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(opt_.dir + "/local.pid", std::to_string(::getpid()) + "\n"));
+  MLCD_RETURN_IF_ERROR(
+      WriteFileAtomically(opt_.dir + "/local.pid", std::to_string(::getpid()) + "\n"));
   const std::string bin = opt_.bin_dir.empty() ? SelfDir() : AbsolutePath(opt_.bin_dir);
   for (const char* b : {"mlcd-labelstore", "mlcd-clusterd", "mlcd-coordinator", "mlcd-worker"}) {
     if (::access((bin + "/" + b).c_str(), X_OK) != 0) {
-      return Status::NotFound(bin + "/" + b + " is not an executable; build it (scripts/setup.sh) or pass --bin-dir");
+      return Status::NotFound(
+          bin + "/" + b + " is not an executable; build it (scripts/setup.sh) or pass --bin-dir");
     }
   }
   labelstore_ = Port(kDefaultLabelstorePort);
@@ -205,18 +208,22 @@ Status LocalCluster::Up() {
   const std::string clusterd_metrics = Port(kDefaultClusterdPort + 1);
   const std::string coordinator_metrics = Port(kDefaultCoordinatorPort + 1);
   const std::string logs = opt_.dir + "/logs/";
-  procs_.push_back({"labelstore", bin + "/mlcd-labelstore",
+  procs_.push_back({"labelstore",
+                    bin + "/mlcd-labelstore",
                     {"--listen", labelstore_, "--metrics-listen", labelstore_metrics, "--data-dir",
                      opt_.dir + "/labelstore", "--log-level", opt_.log_level},
                     logs + "labelstore.log"});
-  procs_.push_back({"clusterd", bin + "/mlcd-clusterd",
-                    {"--listen", clusterd_, "--metrics-listen", clusterd_metrics, "--data-dir", opt_.dir + "/clusterd",
-                     "--labelstore", labelstore_, "--log-level", opt_.log_level},
-                    logs + "clusterd.log"});
-  procs_.push_back({"coordinator", bin + "/mlcd-coordinator",
-                    {"--listen", coordinator_, "--metrics-listen", coordinator_metrics, "--data-dir",
-                     opt_.dir + "/coordinator", "--labelstore", labelstore_, "--clusterd", clusterd_, "--log-level",
-                     opt_.log_level},
+  procs_.push_back(
+      {"clusterd",
+       bin + "/mlcd-clusterd",
+       {"--listen", clusterd_, "--metrics-listen", clusterd_metrics, "--data-dir",
+        opt_.dir + "/clusterd", "--labelstore", labelstore_, "--log-level", opt_.log_level},
+       logs + "clusterd.log"});
+  procs_.push_back({"coordinator",
+                    bin + "/mlcd-coordinator",
+                    {"--listen", coordinator_, "--metrics-listen", coordinator_metrics,
+                     "--data-dir", opt_.dir + "/coordinator", "--labelstore", labelstore_,
+                     "--clusterd", clusterd_, "--log-level", opt_.log_level},
                     logs + "coordinator.log"});
   info_ = nlohmann::json::object();
   info_["dir"] = opt_.dir;
@@ -231,15 +238,18 @@ Status LocalCluster::Up() {
     const std::string name = "local-w" + std::to_string(i);
     const std::string status = Port(kDefaultWorkerPort + 2 * i);
     const std::string child_metrics = Port(kDefaultWorkerPort + 2 * i + 1);
-    Proc p{name, bin + "/mlcd-worker",
-           {"agent", "--coordinator", coordinator_, "--name", name, "--host", "127.0.0.1", "--listen", status,
-            "--data-dir", opt_.dir + "/workers/w" + std::to_string(i), "--child-metrics-listen", child_metrics,
-            "--log-level", opt_.log_level},
+    Proc p{name,
+           bin + "/mlcd-worker",
+           {"agent", "--coordinator", coordinator_, "--name", name, "--host", "127.0.0.1",
+            "--listen", status, "--data-dir", opt_.dir + "/workers/w" + std::to_string(i),
+            "--child-metrics-listen", child_metrics, "--log-level", opt_.log_level},
            logs + name + ".log"};
     p.worker = true;
     procs_.push_back(p);
-    info_["workers"].push_back(
-        {{"name", name}, {"status", status}, {"train_metrics", child_metrics}, {"log", logs + name + ".log"}});
+    info_["workers"].push_back({{"name", name},
+                                {"status", status},
+                                {"train_metrics", child_metrics},
+                                {"log", logs + name + ".log"}});
   }
   for (auto& p : procs_) MLCD_RETURN_IF_ERROR(StartProc(&p));
   Status ready = WaitReady();
@@ -251,20 +261,22 @@ Status LocalCluster::Up() {
   info_["ready"] = true;
   info_["logs"] = opt_.dir + "/logs";
   MLCD_RETURN_IF_ERROR(WriteFileAtomically(opt_.dir + "/cluster.json", info_.dump(2) + "\n"));
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(opt_.dir + "/env", "export MLCD_COORDINATOR=" + coordinator_ +
-                                                                  "\nexport MLCD_LABELSTORE=" + labelstore_ +
-                                                                  "\nexport MLCD_CLUSTERD=" + clusterd_ + "\n"));
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(
+      opt_.dir + "/env", "export MLCD_COORDINATOR=" + coordinator_ + "\nexport MLCD_LABELSTORE=" +
+                             labelstore_ + "\nexport MLCD_CLUSTERD=" + clusterd_ + "\n"));
   return Status::Ok();
 }
 
 Status LocalCluster::WaitReady() {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.ready_timeout * 1000));
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.ready_timeout * 1000));
   auto exited = [&]() -> Status {
     for (auto& p : procs_) {
       int status = 0;
       if (p.pid > 0 && ::waitpid(p.pid, &status, WNOHANG) == p.pid) {
         p.pid = -1;
-        return Status::Unavailable(p.name + " exited while starting; its log (" + p.log + ") ends:\n" + LogTail(p.log));
+        return Status::Unavailable(p.name + " exited while starting; its log (" + p.log +
+                                   ") ends:\n" + LogTail(p.log));
       }
     }
     return Status::Ok();
@@ -274,7 +286,8 @@ Status LocalCluster::WaitReady() {
     while (true) {
       MLCD_RETURN_IF_ERROR(exited());
       if (Healthy(address).ok()) break;
-      if (Clock::now() > deadline) return Status::DeadlineExceeded(name + " at " + address + " did not become healthy");
+      if (Clock::now() > deadline)
+        return Status::DeadlineExceeded(name + " at " + address + " did not become healthy");
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
@@ -292,9 +305,10 @@ Status LocalCluster::WaitReady() {
       if (idle >= opt_.workers) return Status::Ok();
     }
     if (Clock::now() > deadline) {
-      return Status::DeadlineExceeded("the " + std::to_string(opt_.workers) + " workers did not all register within " +
-                                      std::to_string(static_cast<int>(opt_.ready_timeout)) + " s; see " + opt_.dir +
-                                      "/logs/local-w*.log");
+      return Status::DeadlineExceeded("the " + std::to_string(opt_.workers) +
+                                      " workers did not all register within " +
+                                      std::to_string(static_cast<int>(opt_.ready_timeout)) +
+                                      " s; see " + opt_.dir + "/logs/local-w*.log");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -309,7 +323,8 @@ void LocalCluster::Supervise() {
     struct timespec timeout = {0, 300 * 1000 * 1000};
     int sig = ::sigtimedwait(&set, nullptr, &timeout);
     if (sig > 0) {
-      std::printf("received %s; stopping the local cluster\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      std::printf("received %s; stopping the local cluster\n",
+                  sig == SIGTERM ? "SIGTERM" : "SIGINT");
       std::fflush(stdout);
       break;
     }
@@ -321,14 +336,14 @@ void LocalCluster::Supervise() {
                                               : "unknown";
       p.pid = -1;
       if (p.restarts >= opt_.max_restarts) {
-        std::printf("%s died (%s); restarted %d times already, leaving it down (log: %s)\n", p.name.c_str(),
-                    how.c_str(), p.restarts, p.log.c_str());
+        std::printf("%s died (%s); restarted %d times already, leaving it down (log: %s)\n",
+                    p.name.c_str(), how.c_str(), p.restarts, p.log.c_str());
         std::fflush(stdout);
         continue;
       }
       ++p.restarts;
-      std::printf("%s died (%s); restarting it (%d/%d; log: %s)\n", p.name.c_str(), how.c_str(), p.restarts,
-                  opt_.max_restarts, p.log.c_str());
+      std::printf("%s died (%s); restarting it (%d/%d; log: %s)\n", p.name.c_str(), how.c_str(),
+                  p.restarts, opt_.max_restarts, p.log.c_str());
       std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       Status s = StartProc(&p);
@@ -343,7 +358,8 @@ void LocalCluster::Down() {
     for (auto& p : procs_) {
       if (p.pid > 0 && p.worker == workers) ::kill(p.pid, SIGTERM);
     }
-    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_timeout * 1000));
+    const auto deadline =
+        Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.stop_timeout * 1000));
     while (Clock::now() < deadline) {
       bool any = false;
       for (auto& p : procs_) {
@@ -383,16 +399,19 @@ void PrintUp(const nlohmann::json& info, bool detached) {
               info.value("coordinator", "").c_str(), info.value("labelstore", "").c_str(),
               info.value("clusterd", "").c_str());
   std::printf("  metrics      coordinator %s, labelstore %s, clusterd %s\n",
-              info["metrics"].value("coordinator", "").c_str(), info["metrics"].value("labelstore", "").c_str(),
+              info["metrics"].value("coordinator", "").c_str(),
+              info["metrics"].value("labelstore", "").c_str(),
               info["metrics"].value("clusterd", "").c_str());
-  std::printf("  state, logs  %s (source %s/env for MLCD_COORDINATOR etc.)\n", info.value("dir", "").c_str(),
-              info.value("dir", "").c_str());
-  std::printf("submit a job:  mlcdctl --coordinator %s submit examples/tiny-test-job.yaml --watch\n",
-              info.value("coordinator", "").c_str());
+  std::printf("  state, logs  %s (source %s/env for MLCD_COORDINATOR etc.)\n",
+              info.value("dir", "").c_str(), info.value("dir", "").c_str());
+  std::printf(
+      "submit a job:  mlcdctl --coordinator %s submit examples/tiny-test-job.yaml --watch\n",
+      info.value("coordinator", "").c_str());
   if (detached) {
     std::printf("stop it:       mlcdctl local down --dir %s\n", info.value("dir", "").c_str());
   } else {
-    std::printf("stop it:       Ctrl-C (or mlcdctl local down --dir %s)\n", info.value("dir", "").c_str());
+    std::printf("stop it:       Ctrl-C (or mlcdctl local down --dir %s)\n",
+                info.value("dir", "").c_str());
   }
   std::fflush(stdout);
 }
@@ -406,9 +425,9 @@ int RunUp(Context& ctx, LocalOptions opt) {
   opt.dir = AbsolutePath(opt.dir);
   pid_t running = ReadPid(opt.dir);
   if (running > 0 && ProcessAlive(running)) {
-    return ctx.Fail(Status::AlreadyExists("a local cluster is already running from " + opt.dir + " (pid " +
-                                          std::to_string(running) + "); stop it with `mlcdctl local down --dir " +
-                                          opt.dir + "`"));
+    return ctx.Fail(Status::AlreadyExists(
+        "a local cluster is already running from " + opt.dir + " (pid " + std::to_string(running) +
+        "); stop it with `mlcdctl local down --dir " + opt.dir + "`"));
   }
   if (opt.detach) {
     ::unlink((opt.dir + "/cluster.json").c_str());
@@ -443,11 +462,14 @@ int RunUp(Context& ctx, LocalOptions opt) {
       _exit(0);
     }
     // Parent: wait for the supervisor to be ready (cluster.json) or to fail.
-    const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt.ready_timeout * 1000 + 30000));
+    const auto deadline =
+        Clock::now() +
+        std::chrono::milliseconds(static_cast<int64_t>(opt.ready_timeout * 1000 + 30000));
     while (Clock::now() < deadline) {
       int status = 0;
       if (::waitpid(pid, &status, WNOHANG) == pid) {
-        std::fprintf(stderr, "error: the local cluster did not start; %s ends:\n%s\n", log.c_str(), LogTail(log).c_str());
+        std::fprintf(stderr, "error: the local cluster did not start; %s ends:\n%s\n", log.c_str(),
+                     LogTail(log).c_str());
         return WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : kExitFailure;
       }
       auto text = ReadFileToString(opt.dir + "/cluster.json");
@@ -495,7 +517,8 @@ int RunDown(Context& ctx, const std::string& dir_flag, double timeout) {
     return kExitOk;
   }
   ::kill(pid, SIGTERM);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
   while (Clock::now() < deadline) {
     if (!ProcessAlive(pid)) {
       std::printf("local cluster in %s stopped\n", dir.c_str());
@@ -504,8 +527,9 @@ int RunDown(Context& ctx, const std::string& dir_flag, double timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ::kill(pid, SIGKILL);  // its children get SIGTERM through PR_SET_PDEATHSIG
-  return ctx.Fail(Status::DeadlineExceeded("the local cluster (pid " + std::to_string(pid) + ") did not stop within " +
-                                           std::to_string(static_cast<int>(timeout)) + " s; killed it"));
+  return ctx.Fail(Status::DeadlineExceeded(
+      "the local cluster (pid " + std::to_string(pid) + ") did not stop within " +
+      std::to_string(static_cast<int>(timeout)) + " s; killed it"));
 }
 
 int RunStatus(Context& ctx, const std::string& dir_flag) {
@@ -513,8 +537,8 @@ int RunStatus(Context& ctx, const std::string& dir_flag) {
   pid_t pid = ReadPid(dir);
   auto text = ReadFileToString(dir + "/cluster.json");
   if (pid <= 0 || !ProcessAlive(pid) || !text.ok()) {
-    return ctx.Fail(Status::NotFound("no local cluster is running from " + dir + " (start one: mlcdctl local up --dir " +
-                                     dir_flag + ")"));
+    return ctx.Fail(Status::NotFound("no local cluster is running from " + dir +
+                                     " (start one: mlcdctl local up --dir " + dir_flag + ")"));
   }
   auto info = nlohmann::json::parse(*text, nullptr, false);
   if (info.is_discarded()) return ctx.Fail(Status::DataLoss(dir + "/cluster.json does not parse"));
@@ -531,42 +555,54 @@ int RunStatus(Context& ctx, const std::string& dir_flag) {
 }
 
 CommandRegistration reg(90, [](CLI::App& app, Context& ctx) {
-  auto* local = app.add_subcommand(
-      "local",
-      "Run a whole cluster on this machine (loopback): label store, clusterd, coordinator and N worker\n"
-      "agents as child processes, state and logs under one folder.");
+  auto* local = app.add_subcommand("local",
+                                   "Run a whole cluster on this machine (loopback): label store, "
+                                   "clusterd, coordinator and N worker\n"
+                                   "agents as child processes, state and logs under one folder.");
   local->require_subcommand(1);
   {
     auto opt = std::make_shared<LocalOptions>();
     auto* up = local->add_subcommand(
         "up",
-        "Start the local cluster and keep it running in the foreground (Ctrl-C stops it cleanly), or in\n"
-        "the background with --detach. Default ports are the services' defaults (coordinator 7600, label\n"
+        "Start the local cluster and keep it running in the foreground (Ctrl-C stops it cleanly), "
+        "or in\n"
+        "the background with --detach. Default ports are the services' defaults (coordinator 7600, "
+        "label\n"
         "store 7610, clusterd 7620, workers 7630+), so mlcdctl needs no address flags.");
     up->add_option("--workers", opt->workers, "worker agents to start")->capture_default_str();
     up->add_option("--dir", opt->dir, "folder for state and logs")->capture_default_str();
-    up->add_option("--ports", opt->ports, "'default' (the services' default ports) or 'auto' (free ports)")
+    up->add_option("--ports", opt->ports,
+                   "'default' (the services' default ports) or 'auto' (free ports)")
         ->capture_default_str();
-    up->add_option("--bin-dir", opt->bin_dir, "where the mlcd-* executables are (default: next to mlcdctl)");
-    up->add_flag("--detach,-d", opt->detach, "run in the background; return once the cluster is ready");
-    up->add_option("--ready-timeout", opt->ready_timeout, "seconds to wait for every process to be ready")
+    up->add_option("--bin-dir", opt->bin_dir,
+                   "where the mlcd-* executables are (default: next to mlcdctl)");
+    up->add_flag("--detach,-d", opt->detach,
+                 "run in the background; return once the cluster is ready");
+    up->add_option("--ready-timeout", opt->ready_timeout,
+                   "seconds to wait for every process to be ready")
         ->capture_default_str();
-    up->add_option("--max-restarts", opt->max_restarts, "restarts of a process that dies, each")->capture_default_str();
-    up->add_option("--log-level", opt->log_level, "log level of the services")->capture_default_str();
+    up->add_option("--max-restarts", opt->max_restarts, "restarts of a process that dies, each")
+        ->capture_default_str();
+    up->add_option("--log-level", opt->log_level, "log level of the services")
+        ->capture_default_str();
     up->callback([&ctx, opt] { ctx.exit_code = RunUp(ctx, *opt); });
   }
   {
     auto dir = std::make_shared<std::string>(".mlcd/local");
     auto timeout = std::make_shared<double>(60);
-    auto* down = local->add_subcommand("down", "Stop the local cluster running from --dir (SIGTERM to all, wait, "
-                                               "SIGKILL stragglers).");
+    auto* down =
+        local->add_subcommand("down",
+                              "Stop the local cluster running from --dir (SIGTERM to all, wait, "
+                              "SIGKILL stragglers).");
     down->add_option("--dir", *dir, "folder of the cluster")->capture_default_str();
-    down->add_option("--stop-timeout", *timeout, "seconds to wait before killing")->capture_default_str();
+    down->add_option("--stop-timeout", *timeout, "seconds to wait before killing")
+        ->capture_default_str();
     down->callback([&ctx, dir, timeout] { ctx.exit_code = RunDown(ctx, *dir, *timeout); });
   }
   {
     auto dir = std::make_shared<std::string>(".mlcd/local");
-    auto* status = local->add_subcommand("status", "Show the addresses and health of the local cluster in --dir.");
+    auto* status = local->add_subcommand(
+        "status", "Show the addresses and health of the local cluster in --dir.");
     status->add_option("--dir", *dir, "folder of the cluster")->capture_default_str();
     status->callback([&ctx, dir] { ctx.exit_code = RunStatus(ctx, *dir); });
   }

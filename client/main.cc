@@ -18,9 +18,12 @@ int main(int argc, char** argv) {
       "mlcdctl"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");
-  mlcd::AddPeerFlag(app, "coordinator", &ctx.coordinator, "127.0.0.1:" + std::to_string(mlcd::kDefaultCoordinatorPort));
-  mlcd::AddPeerFlag(app, "labelstore", &ctx.labelstore, "127.0.0.1:" + std::to_string(mlcd::kDefaultLabelstorePort));
-  mlcd::AddPeerFlag(app, "clusterd", &ctx.clusterd, "127.0.0.1:" + std::to_string(mlcd::kDefaultClusterdPort));
+  mlcd::AddPeerFlag(app, "coordinator", &ctx.coordinator,
+                    "127.0.0.1:" + std::to_string(mlcd::kDefaultCoordinatorPort));
+  mlcd::AddPeerFlag(app, "labelstore", &ctx.labelstore,
+                    "127.0.0.1:" + std::to_string(mlcd::kDefaultLabelstorePort));
+  mlcd::AddPeerFlag(app, "clusterd", &ctx.clusterd,
+                    "127.0.0.1:" + std::to_string(mlcd::kDefaultClusterdPort));
   app.add_option("--output,-o", ctx.output, "output format: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

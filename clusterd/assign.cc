@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -25,7 +25,9 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int DefaultNlist(int k) { return std::max(1, std::min(k, static_cast<int>(std::lround(std::sqrt(static_cast<double>(k)))))); }
+int DefaultNlist(int k) {
+  return std::max(1, std::min(k, static_cast<int>(std::lround(std::sqrt(static_cast<double>(k))))));
+}
 
 // Runs the sink on its own thread over a bounded queue of batches.
 class SinkPipeline {
@@ -111,9 +113,12 @@ class SinkPipeline {
 
 const char* SearchMethodName(SearchMethod method) {
   switch (method) {
-    case SearchMethod::kExact: return "exact";
-    case SearchMethod::kHnsw: return "hnsw";
-    case SearchMethod::kIvf: return "ivf";
+    case SearchMethod::kExact:
+      return "exact";
+    case SearchMethod::kHnsw:
+      return "hnsw";
+    case SearchMethod::kIvf:
+      return "ivf";
   }
   return "exact";
 }
@@ -126,21 +131,29 @@ StatusOr<SearchMethod> ParseSearchMethod(const std::string& name) {
 }
 
 Status ValidateAssignParams(const AssignParams& params, int k) {
-  if (params.l < 1) return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
-  if (params.l > 1024) return Status::InvalidArgument("l must be <= 1024 (the label store's limit), got " + std::to_string(params.l));
+  if (params.l < 1)
+    return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
+  if (params.l > 1024)
+    return Status::InvalidArgument("l must be <= 1024 (the label store's limit), got " +
+                                   std::to_string(params.l));
   if (params.l > k) {
-    return Status::InvalidArgument("l = " + std::to_string(params.l) + " is larger than the number of centroids k = " +
-                                   std::to_string(k) + "; use l <= k");
+    return Status::InvalidArgument(
+        "l = " + std::to_string(params.l) +
+        " is larger than the number of centroids k = " + std::to_string(k) + "; use l <= k");
   }
-  if (params.search_effort < 0) return Status::InvalidArgument("search_effort must be >= 0 (0 = default)");
-  if (params.method == SearchMethod::kHnsw && params.search_effort > 0 && params.search_effort < params.l) {
-    return Status::InvalidArgument("HNSW efSearch (search_effort) " + std::to_string(params.search_effort) +
+  if (params.search_effort < 0)
+    return Status::InvalidArgument("search_effort must be >= 0 (0 = default)");
+  if (params.method == SearchMethod::kHnsw && params.search_effort > 0 &&
+      params.search_effort < params.l) {
+    return Status::InvalidArgument("HNSW efSearch (search_effort) " +
+                                   std::to_string(params.search_effort) +
                                    " must be at least l = " + std::to_string(params.l));
   }
   if (params.chunk_rows < 1) return Status::InvalidArgument("chunk_rows must be >= 1");
   if (params.threads < 0) return Status::InvalidArgument("threads must be >= 0 (0 = all cores)");
   if (params.recall_sample < 0) return Status::InvalidArgument("recall_sample must be >= 0");
-  if (params.hnsw_m < 2 || params.hnsw_ef_construction < 1) return Status::InvalidArgument("bad HNSW build parameters");
+  if (params.hnsw_m < 2 || params.hnsw_ef_construction < 1)
+    return Status::InvalidArgument("bad HNSW build parameters");
   if (params.ivf_nlist < 0 || params.ivf_nlist > k)
     return Status::InvalidArgument("ivf_nlist must be in [0, k] (0 = about sqrt(k))");
   return Status::Ok();
@@ -148,11 +161,13 @@ Status ValidateAssignParams(const AssignParams& params, int k) {
 
 CentroidIndex::~CentroidIndex() = default;
 
-StatusOr<std::unique_ptr<CentroidIndex>> CentroidIndex::Build(const std::vector<float>& centroids, int k, int d,
+StatusOr<std::unique_ptr<CentroidIndex>> CentroidIndex::Build(const std::vector<float>& centroids,
+                                                              int k, int d,
                                                               const AssignParams& params) {
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params, k));
   if (static_cast<int64_t>(centroids.size()) != static_cast<int64_t>(k) * d)
-    return Status::InvalidArgument("centroid matrix holds " + std::to_string(centroids.size()) + " values, not k x d");
+    return Status::InvalidArgument("centroid matrix holds " + std::to_string(centroids.size()) +
+                                   " values, not k x d");
   std::unique_ptr<CentroidIndex> index(new CentroidIndex());
   index->method_ = params.method;
   index->k_ = k;
@@ -161,10 +176,12 @@ StatusOr<std::unique_ptr<CentroidIndex>> CentroidIndex::Build(const std::vector<
     index->exact_ = std::make_unique<faiss::IndexFlatIP>(d);
     index->exact_->add(k, centroids.data());
     if (params.method == SearchMethod::kHnsw) {
-      auto hnsw = std::make_unique<faiss::IndexHNSWFlat>(d, params.hnsw_m, faiss::METRIC_INNER_PRODUCT);
+      auto hnsw =
+          std::make_unique<faiss::IndexHNSWFlat>(d, params.hnsw_m, faiss::METRIC_INNER_PRODUCT);
       hnsw->hnsw.efConstruction = params.hnsw_ef_construction;
       hnsw->add(k, centroids.data());
-      hnsw->hnsw.efSearch = params.search_effort > 0 ? params.search_effort : std::max(64, 4 * params.l);
+      hnsw->hnsw.efSearch =
+          params.search_effort > 0 ? params.search_effort : std::max(64, 4 * params.l);
       index->approx_ = std::move(hnsw);
     } else if (params.method == SearchMethod::kIvf) {
       int nlist = params.ivf_nlist > 0 ? params.ivf_nlist : DefaultNlist(k);
@@ -185,13 +202,15 @@ StatusOr<std::unique_ptr<CentroidIndex>> CentroidIndex::Build(const std::vector<
   return index;
 }
 
-void CentroidIndex::SearchExact(int64_t n, const float* x, int l, float* scores, int32_t* labels) const {
+void CentroidIndex::SearchExact(int64_t n, const float* x, int l, float* scores,
+                                int32_t* labels) const {
   std::vector<faiss::Index::idx_t> ids(static_cast<size_t>(n) * l);
   exact_->search(n, x, l, scores, ids.data());
   for (size_t i = 0; i < ids.size(); ++i) labels[i] = static_cast<int32_t>(ids[i]);
 }
 
-int64_t CentroidIndex::Search(int64_t n, const float* x, int l, float* scores, int32_t* labels) const {
+int64_t CentroidIndex::Search(int64_t n, const float* x, int l, float* scores,
+                              int32_t* labels) const {
   if (!approx_) {
     SearchExact(n, x, l, scores, labels);
     return 0;
@@ -235,14 +254,15 @@ double MeasureRecall(const CentroidIndex& index, int64_t n, const float* rows, i
   return static_cast<double>(hits) / (static_cast<double>(n) * l);
 }
 
-StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<float>& centroids, int k,
-                                 const AssignParams& params, const AssignCallbacks& callbacks,
-                                 const LabelBatchSink& sink) {
+StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<float>& centroids,
+                                 int k, const AssignParams& params,
+                                 const AssignCallbacks& callbacks, const LabelBatchSink& sink) {
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params, k));
   const int d = shards.d();
   if (static_cast<int64_t>(centroids.size()) != static_cast<int64_t>(k) * d) {
-    return Status::InvalidArgument("centroids have d = " + std::to_string(centroids.size() / std::max(k, 1)) +
-                                   " but the features have d = " + std::to_string(d));
+    return Status::InvalidArgument(
+        "centroids have d = " + std::to_string(centroids.size() / std::max(k, 1)) +
+        " but the features have d = " + std::to_string(d));
   }
   auto note = [&](const std::string& text) {
     if (callbacks.on_note) callbacks.on_note(text);
@@ -257,13 +277,15 @@ StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<
   stats.l = l;
   stats.top1_sizes.assign(static_cast<size_t>(k), 0);
 
-  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<CentroidIndex> index, CentroidIndex::Build(centroids, k, d, params));
+  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<CentroidIndex> index,
+                        CentroidIndex::Build(centroids, k, d, params));
   if (params.method != SearchMethod::kExact && params.recall_sample > 0) {
     std::vector<int64_t> sample = SampleRows(n, params.recall_sample, params.seed);
     std::vector<float> rows(sample.size() * d);
     shards.GatherRows(sample, rows.data());
     try {
-      stats.approx_recall = MeasureRecall(*index, static_cast<int64_t>(sample.size()), rows.data(), l);
+      stats.approx_recall =
+          MeasureRecall(*index, static_cast<int64_t>(sample.size()), rows.data(), l);
     } catch (const faiss::FaissException& e) {
       if (scope.stopped()) return Status::Cancelled("assignment cancelled while measuring recall");
       return Status::Internal(std::string("FAISS search failed: ") + e.what());
@@ -271,7 +293,8 @@ StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<
     stats.recall_rows = static_cast<int64_t>(sample.size());
     char buf[160];
     std::snprintf(buf, sizeof(buf), "%s recall@%d against exact search: %.4f on %lld sampled rows",
-                  SearchMethodName(params.method), l, stats.approx_recall, static_cast<long long>(sample.size()));
+                  SearchMethodName(params.method), l, stats.approx_recall,
+                  static_cast<long long>(sample.size()));
     note(buf);
   }
 
@@ -282,8 +305,8 @@ StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<
   for (int64_t begin = 0; begin < n; begin += chunk) {
     if (scope.ShouldStop()) {
       pipeline.Abort();
-      return Status::Cancelled("assignment cancelled after " + std::to_string(begin) + " of " + std::to_string(n) +
-                               " rows");
+      return Status::Cancelled("assignment cancelled after " + std::to_string(begin) + " of " +
+                               std::to_string(n) + " rows");
     }
     const int64_t end = std::min(n, begin + chunk);
     const int64_t rows = end - begin;
@@ -296,7 +319,8 @@ StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<
     batch.scores.resize(static_cast<size_t>(rows) * l);
     auto ts = std::chrono::steady_clock::now();
     try {
-      stats.exact_fallback_rows += index->Search(rows, x.data(), l, batch.scores.data(), batch.labels.data());
+      stats.exact_fallback_rows +=
+          index->Search(rows, x.data(), l, batch.scores.data(), batch.labels.data());
     } catch (const faiss::FaissException& e) {
       pipeline.Abort();
       if (scope.stopped()) {
@@ -317,15 +341,17 @@ StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<
   }
   MLCD_RETURN_IF_ERROR(pipeline.Close(/*abort=*/false));
   if (stats.exact_fallback_rows > 0) {
-    note(std::to_string(stats.exact_fallback_rows) + " rows got fewer than l approximate results and were searched "
-                                                     "exactly");
+    note(std::to_string(stats.exact_fallback_rows) +
+         " rows got fewer than l approximate results and were searched "
+         "exactly");
   }
   stats.search_seconds = search_seconds;
   stats.seconds = Since(t0);
   return stats;
 }
 
-StatusOr<std::vector<float>> LoadCentroids(const std::string& path, int expected_d, int* k, int* d) {
+StatusOr<std::vector<float>> LoadCentroids(const std::string& path, int expected_d, int* k,
+                                           int* d) {
   std::vector<int64_t> shape;
   MLCD_ASSIGN_OR_RETURN(std::vector<float> c, ReadNpyAsFloat32(path, &shape));
   if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1) {
@@ -343,10 +369,13 @@ StatusOr<std::vector<float>> LoadCentroids(const std::string& path, int expected
     for (int64_t j = 0; j < shape[1]; ++j) {
       float v = c[r * shape[1] + j];
       if (!std::isfinite(v))
-        return Status::InvalidArgument(path + ": centroid row " + std::to_string(r) + " holds NaN or Inf");
+        return Status::InvalidArgument(path + ": centroid row " + std::to_string(r) +
+                                       " holds NaN or Inf");
       s += static_cast<double>(v) * v;
     }
-    if (s == 0) return Status::InvalidArgument(path + ": centroid row " + std::to_string(r) + " is all zeros");
+    if (s == 0)
+      return Status::InvalidArgument(path + ": centroid row " + std::to_string(r) +
+                                     " is all zeros");
   }
   NormalizeRows(c.data(), shape[0], *d);
   return c;

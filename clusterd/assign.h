@@ -97,8 +97,8 @@ struct AssignStats {
 // Searches centroids (k x d, unit rows) for the top-l of query rows.
 class CentroidIndex {
  public:
-  static StatusOr<std::unique_ptr<CentroidIndex>> Build(const std::vector<float>& centroids, int k, int d,
-                                                        const AssignParams& params);
+  static StatusOr<std::unique_ptr<CentroidIndex>> Build(const std::vector<float>& centroids, int k,
+                                                        int d, const AssignParams& params);
   ~CentroidIndex();
   // Top-l of n rows (n x d): scores and labels n x l, best first. Rows an approximate index
   // answers with fewer than l ids are searched exactly; their count is returned.
@@ -124,9 +124,9 @@ class CentroidIndex {
 double MeasureRecall(const CentroidIndex& index, int64_t n, const float* rows, int l);
 
 // The whole pass over `shards`. `sink` may be empty (e.g. only the sizes are wanted).
-StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<float>& centroids, int k,
-                                 const AssignParams& params, const AssignCallbacks& callbacks,
-                                 const LabelBatchSink& sink);
+StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<float>& centroids,
+                                 int k, const AssignParams& params,
+                                 const AssignCallbacks& callbacks, const LabelBatchSink& sink);
 
 // Reads a centroids .npy (float32/float16/float64, k x d), checks d against `expected_d` (0 =
 // any) and every value is finite and no row is zero, and L2-normalises the rows.

@@ -27,7 +27,10 @@ void CallControl::Detach() {
 }
 
 ClusterdClient::ClusterdClient(const std::string& address, ClusterdClientOptions options)
-    : address_(address), options_(options), channel_(MakeChannel(address)), stub_(v1::Clusterd::NewStub(channel_)) {}
+    : address_(address),
+      options_(options),
+      channel_(MakeChannel(address)),
+      stub_(v1::Clusterd::NewStub(channel_)) {}
 
 void ClusterdClient::Prepare(grpc::ClientContext* context) const {
   if (options_.deadline.count() > 0) context->set_deadline(DeadlineIn(options_.deadline));
@@ -37,18 +40,21 @@ void ClusterdClient::Prepare(grpc::ClientContext* context) const {
 Status ClusterdClient::FromRpc(const grpc::Status& status, const char* method) const {
   Status st = FromGrpcStatus(status);
   if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
-    return Status(st.code(), std::string("mlcd-clusterd at ") + address_ + ": " + method + ": " + st.message());
+    return Status(st.code(), std::string("mlcd-clusterd at ") + address_ + ": " + method + ": " +
+                                 st.message());
   }
   return st;
 }
 
-StatusOr<v1::ClusterResult> ClusterdClient::Cluster(const v1::ClusterRequest& request,
-                                                    const std::function<void(const v1::ClusterProgress&)>& on_progress,
-                                                    CallControl* control) const {
+StatusOr<v1::ClusterResult> ClusterdClient::Cluster(
+    const v1::ClusterRequest& request,
+    const std::function<void(const v1::ClusterProgress&)>& on_progress,
+    CallControl* control) const {
   grpc::ClientContext context;
   Prepare(&context);
   if (control) control->Attach(&context);
-  std::unique_ptr<grpc::ClientReader<v1::ClusterProgress>> reader = stub_->Cluster(&context, request);
+  std::unique_ptr<grpc::ClientReader<v1::ClusterProgress>> reader =
+      stub_->Cluster(&context, request);
   v1::ClusterProgress progress;
   v1::ClusterResult result;
   bool got_result = false;
@@ -66,9 +72,9 @@ StatusOr<v1::ClusterResult> ClusterdClient::Cluster(const v1::ClusterRequest& re
   return result;
 }
 
-StatusOr<v1::AssignResult> ClusterdClient::Assign(const v1::AssignRequest& request,
-                                                  const std::function<void(const v1::AssignProgress&)>& on_progress,
-                                                  CallControl* control) const {
+StatusOr<v1::AssignResult> ClusterdClient::Assign(
+    const v1::AssignRequest& request,
+    const std::function<void(const v1::AssignProgress&)>& on_progress, CallControl* control) const {
   grpc::ClientContext context;
   Prepare(&context);
   if (control) control->Attach(&context);

@@ -51,12 +51,14 @@ class ClusterdClient {
   explicit ClusterdClient(const std::string& address, ClusterdClientOptions options = {});
   const std::string& address() const { return address_; }
 
-  StatusOr<v1::ClusterResult> Cluster(const v1::ClusterRequest& request,
-                                      const std::function<void(const v1::ClusterProgress&)>& on_progress = nullptr,
-                                      CallControl* control = nullptr) const;
-  StatusOr<v1::AssignResult> Assign(const v1::AssignRequest& request,
-                                    const std::function<void(const v1::AssignProgress&)>& on_progress = nullptr,
-                                    CallControl* control = nullptr) const;
+  StatusOr<v1::ClusterResult> Cluster(
+      const v1::ClusterRequest& request,
+      const std::function<void(const v1::ClusterProgress&)>& on_progress = nullptr,
+      CallControl* control = nullptr) const;
+  StatusOr<v1::AssignResult> Assign(
+      const v1::AssignRequest& request,
+      const std::function<void(const v1::AssignProgress&)>& on_progress = nullptr,
+      CallControl* control = nullptr) const;
 
  private:
   void Prepare(grpc::ClientContext* context) const;

@@ -26,9 +26,11 @@ class ScopeInterrupt : public faiss::InterruptCallback {
 
 }  // namespace
 
-ComputeScope::ComputeScope(int threads, std::function<bool()> should_stop) : should_stop_(std::move(should_stop)) {
+ComputeScope::ComputeScope(int threads, std::function<bool()> should_stop)
+    : should_stop_(std::move(should_stop)) {
   saved_database_block_ = faiss::distance_compute_blas_database_bs;
-  if (saved_database_block_ < kDatabaseBlock) faiss::distance_compute_blas_database_bs = kDatabaseBlock;
+  if (saved_database_block_ < kDatabaseBlock)
+    faiss::distance_compute_blas_database_bs = kDatabaseBlock;
   if (threads > 0) {
     set_threads_ = true;
     saved_omp_threads_ = omp_get_max_threads();

@@ -21,7 +21,9 @@ class SplitMix {
     return z ^ (z >> 31);
   }
   // Uniform in (0, 1].
-  double Uniform() { return (static_cast<double>(Next() >> 11) + 1.0) * (1.0 / 9007199254740992.0); }
+  double Uniform() {
+    return (static_cast<double>(Next() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+  }
   double Gaussian() {
     if (has_spare_) {
       has_spare_ = false;
@@ -49,7 +51,8 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 constexpr uint64_t kCentresStream = 0x63656e7472657321ULL;     // "centres!"
 constexpr uint64_t kProjectionStream = 0x70726f6a65637421ULL;  // "project!"
 
-Status WriteMatrix(const std::string& path, NpyDtype dtype, int64_t rows, int d, const std::vector<float>& data) {
+Status WriteMatrix(const std::string& path, NpyDtype dtype, int64_t rows, int d,
+                   const std::vector<float>& data) {
   if (dtype == NpyDtype::kFloat32) return WriteNpy(path, dtype, {rows, d}, data.data());
   std::vector<uint16_t> half(data.size());
   for (size_t i = 0; i < data.size(); ++i) half[i] = FloatToHalf(data[i]);
@@ -58,7 +61,8 @@ Status WriteMatrix(const std::string& path, NpyDtype dtype, int64_t rows, int d,
 
 Status CheckDtype(NpyDtype dtype) {
   if (dtype != NpyDtype::kFloat32 && dtype != NpyDtype::kFloat16)
-    return Status::InvalidArgument(std::string("feature dtype must be float32 or float16, not ") + NpyDtypeName(dtype));
+    return Status::InvalidArgument(std::string("feature dtype must be float32 or float16, not ") +
+                                   NpyDtypeName(dtype));
   return Status::Ok();
 }
 
@@ -71,7 +75,8 @@ Status MakeParentDirs(const std::string& path) {
 }  // namespace
 
 StatusOr<FeatureFileInfo> WriteFashionMnistFeatures(const FashionMnistFeatureOptions& options) {
-  if (options.features_out.empty()) return Status::InvalidArgument("features_out (the output .npy path) is required");
+  if (options.features_out.empty())
+    return Status::InvalidArgument("features_out (the output .npy path) is required");
   if (options.kind != "pixels" && options.kind != "random-projection")
     return Status::InvalidArgument("unknown Fashion-MNIST feature kind '" + options.kind +
                                    "'; use pixels or random-projection");
@@ -79,11 +84,13 @@ StatusOr<FeatureFileInfo> WriteFashionMnistFeatures(const FashionMnistFeatureOpt
     return Status::InvalidArgument("unknown split '" + options.split + "'; use train or test");
   if (options.limit < 0) return Status::InvalidArgument("limit must be >= 0 (0 = all images)");
   if (options.kind == "random-projection" && (options.dim < 1 || options.dim > 65536))
-    return Status::InvalidArgument("random-projection dim must be in [1, 65536], got " + std::to_string(options.dim));
+    return Status::InvalidArgument("random-projection dim must be in [1, 65536], got " +
+                                   std::to_string(options.dim));
   MLCD_RETURN_IF_ERROR(CheckDtype(options.dtype));
 
   std::string images_path, labels_path;
-  MLCD_RETURN_IF_ERROR(FindMnistSplit(options.dataset_dir, options.split, &images_path, &labels_path));
+  MLCD_RETURN_IF_ERROR(
+      FindMnistSplit(options.dataset_dir, options.split, &images_path, &labels_path));
   MLCD_ASSIGN_OR_RETURN(IdxImages images, ReadIdxImages(images_path, options.limit));
   const int64_t n = images.count;
   const int in_dim = images.rows * images.cols;
@@ -124,8 +131,8 @@ StatusOr<FeatureFileInfo> WriteFashionMnistFeatures(const FashionMnistFeatureOpt
   if (!options.labels_out.empty()) {
     MLCD_ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(labels_path, options.limit));
     if (static_cast<int64_t>(labels.size()) != n) {
-      return Status::DataLoss(labels_path + ": holds " + std::to_string(labels.size()) + " labels for " +
-                              std::to_string(n) + " images");
+      return Status::DataLoss(labels_path + ": holds " + std::to_string(labels.size()) +
+                              " labels for " + std::to_string(n) + " images");
     }
     std::vector<int64_t> wide(labels.begin(), labels.end());
     MLCD_RETURN_IF_ERROR(MakeParentDirs(options.labels_out));
@@ -147,12 +154,13 @@ void SyntheticMixtureCentres(const SyntheticMixtureOptions& options, std::vector
       s += v[j] * v[j];
     }
     double inv = 1.0 / std::sqrt(s);
-    for (int j = 0; j < d; ++j) (*centres)[static_cast<size_t>(c) * d + j] = static_cast<float>(v[j] * inv);
+    for (int j = 0; j < d; ++j)
+      (*centres)[static_cast<size_t>(c) * d + j] = static_cast<float>(v[j] * inv);
   }
 }
 
-void SyntheticMixtureRows(const SyntheticMixtureOptions& options, int64_t begin, int64_t end, float* rows,
-                          int64_t* components) {
+void SyntheticMixtureRows(const SyntheticMixtureOptions& options, int64_t begin, int64_t end,
+                          float* rows, int64_t* components) {
   std::vector<float> centres;
   SyntheticMixtureCentres(options, &centres);
   const int d = options.dim;
@@ -176,9 +184,11 @@ void SyntheticMixtureRows(const SyntheticMixtureOptions& options, int64_t begin,
 }
 
 StatusOr<FeatureFileInfo> WriteSyntheticMixture(const SyntheticMixtureOptions& options) {
-  if (options.out_dir.empty()) return Status::InvalidArgument("out_dir (directory for the shards) is required");
+  if (options.out_dir.empty())
+    return Status::InvalidArgument("out_dir (directory for the shards) is required");
   if (options.rows < 1) return Status::InvalidArgument("rows must be >= 1");
-  if (options.dim < 1 || options.dim > 65536) return Status::InvalidArgument("dim must be in [1, 65536]");
+  if (options.dim < 1 || options.dim > 65536)
+    return Status::InvalidArgument("dim must be in [1, 65536]");
   if (options.num_centres < 1) return Status::InvalidArgument("num_centres must be >= 1");
   if (options.shards < 1 || options.shards > options.rows)
     return Status::InvalidArgument("shards must be in [1, rows]");
@@ -208,13 +218,14 @@ StatusOr<FeatureFileInfo> WriteSyntheticMixture(const SyntheticMixtureOptions& o
     std::vector<float> centres;
     SyntheticMixtureCentres(options, &centres);
     MLCD_RETURN_IF_ERROR(MakeParentDirs(options.centres_out));
-    MLCD_RETURN_IF_ERROR(WriteNpy(options.centres_out, NpyDtype::kFloat32, {options.num_centres, options.dim},
-                                  centres.data()));
+    MLCD_RETURN_IF_ERROR(WriteNpy(options.centres_out, NpyDtype::kFloat32,
+                                  {options.num_centres, options.dim}, centres.data()));
     info.centres_path = options.centres_out;
   }
   if (!options.labels_out.empty()) {
     MLCD_RETURN_IF_ERROR(MakeParentDirs(options.labels_out));
-    MLCD_RETURN_IF_ERROR(WriteNpy(options.labels_out, NpyDtype::kInt64, {options.rows}, all_components.data()));
+    MLCD_RETURN_IF_ERROR(
+        WriteNpy(options.labels_out, NpyDtype::kInt64, {options.rows}, all_components.data()));
     info.labels_path = options.labels_out;
   }
   return info;

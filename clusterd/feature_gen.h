@@ -87,7 +87,7 @@ StatusOr<FeatureFileInfo> WriteSyntheticMixture(const SyntheticMixtureOptions& o
 // The mixture's centres (num_centres x dim, unit rows) and rows' components, computed in
 // memory exactly as WriteSyntheticMixture() writes them (for tests).
 void SyntheticMixtureCentres(const SyntheticMixtureOptions& options, std::vector<float>* centres);
-void SyntheticMixtureRows(const SyntheticMixtureOptions& options, int64_t begin, int64_t end, float* rows,
-                          int64_t* components);
+void SyntheticMixtureRows(const SyntheticMixtureOptions& options, int64_t begin, int64_t end,
+                          float* rows, int64_t* components);
 
 }  // namespace mlcd::clusterd

@@ -16,7 +16,8 @@ namespace mlcd::clusterd {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 StatusOr<std::vector<std::string>> ListShardDir(const std::string& dir) {
@@ -26,7 +27,8 @@ StatusOr<std::vector<std::string>> ListShardDir(const std::string& dir) {
   while (struct dirent* e = readdir(d)) {
     std::string name = e->d_name;
     if (name.empty() || name[0] == '.') continue;
-    if (!EndsWith(name, ".npy") || EndsWith(name, ".ids.npy") || EndsWith(name, ".labels.npy")) continue;
+    if (!EndsWith(name, ".npy") || EndsWith(name, ".ids.npy") || EndsWith(name, ".labels.npy"))
+      continue;
     names.push_back(name);
   }
   closedir(d);
@@ -73,7 +75,9 @@ void NormalizeRow(float* x, int d) {
 }  // namespace
 
 StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths) {
-  if (paths.empty()) return Status::InvalidArgument("no feature paths given: pass .npy files or directories of them");
+  if (paths.empty())
+    return Status::InvalidArgument(
+        "no feature paths given: pass .npy files or directories of them");
   std::vector<std::string> out;
   for (const auto& p : paths) {
     if (p.empty()) return Status::InvalidArgument("empty feature path");
@@ -81,8 +85,10 @@ StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::strin
     if (IsDirectory(p)) {
       MLCD_ASSIGN_OR_RETURN(std::vector<std::string> files, ListShardDir(p));
       if (files.empty()) {
-        return Status::InvalidArgument(p + ": directory holds no .npy feature shards (files named *.npy, "
-                                           "other than *.ids.npy and *.labels.npy)");
+        return Status::InvalidArgument(
+            p +
+            ": directory holds no .npy feature shards (files named *.npy, "
+            "other than *.ids.npy and *.labels.npy)");
       }
       out.insert(out.end(), files.begin(), files.end());
     } else {
@@ -101,44 +107,52 @@ StatusOr<FeatureShards> FeatureShards::Open(const std::vector<std::string>& path
     MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(file));
     Status st = m.Expect2d({NpyDtype::kFloat32, NpyDtype::kFloat16});
     if (!st.ok()) {
-      return Status::InvalidArgument(st.message() +
-                                     " (feature shards must be 2-d n x d float32 or float16; convert with "
-                                     "arr.astype(numpy.float32))");
+      return Status::InvalidArgument(
+          st.message() +
+          " (feature shards must be 2-d n x d float32 or float16; convert with "
+          "arr.astype(numpy.float32))");
     }
     if (m.cols() <= 0) return Status::InvalidArgument(file + ": feature dimension d is 0");
     if (m.cols() > kMaxFeatureDim) {
       return Status::InvalidArgument(file + ": feature dimension d = " + std::to_string(m.cols()) +
-                                     " is larger than the supported " + std::to_string(kMaxFeatureDim));
+                                     " is larger than the supported " +
+                                     std::to_string(kMaxFeatureDim));
     }
     if (fs.d_ == 0) {
       fs.d_ = static_cast<int>(m.cols());
     } else if (m.cols() != fs.d_) {
-      return Status::InvalidArgument(file + ": has d = " + std::to_string(m.cols()) + " but " +
-                                     fs.shards_.front().path() + " has d = " + std::to_string(fs.d_) +
-                                     "; all shards must have the same dimension");
+      return Status::InvalidArgument(
+          file + ": has d = " + std::to_string(m.cols()) + " but " + fs.shards_.front().path() +
+          " has d = " + std::to_string(fs.d_) + "; all shards must have the same dimension");
     }
     fs.total_rows_ += m.rows();
     fs.starts_.push_back(fs.total_rows_);
     fs.shards_.push_back(std::move(m));
   }
   if (fs.total_rows_ == 0) {
-    return Status::InvalidArgument("empty input: " + std::to_string(files.size()) +
-                                   " feature shard(s) hold 0 rows in total (first: " + files.front() + ")");
+    return Status::InvalidArgument(
+        "empty input: " + std::to_string(files.size()) +
+        " feature shard(s) hold 0 rows in total (first: " + files.front() + ")");
   }
   if (!ids_paths.empty()) {
     if (ids_paths.size() != fs.shards_.size()) {
-      return Status::InvalidArgument("got " + std::to_string(ids_paths.size()) + " ids files for " +
-                                     std::to_string(fs.shards_.size()) +
-                                     " feature shards; give exactly one ids file per shard, in shard order");
+      return Status::InvalidArgument(
+          "got " + std::to_string(ids_paths.size()) + " ids files for " +
+          std::to_string(fs.shards_.size()) +
+          " feature shards; give exactly one ids file per shard, in shard order");
     }
     std::vector<uint64_t> all;
     all.reserve(static_cast<size_t>(fs.total_rows_));
     for (size_t i = 0; i < ids_paths.size(); ++i) {
       MLCD_ASSIGN_OR_RETURN(MappedNpy ids, MappedNpy::Open(ids_paths[i]));
       Status st = ids.Expect2d({NpyDtype::kInt64, NpyDtype::kUint64}, /*allow_1d=*/true);
-      if (!st.ok()) return Status::InvalidArgument(st.message() + " (sample ids must be a 1-d int64/uint64 array)");
-      if (ids.header().num_elements() != fs.shards_[i].rows() || (ids.header().shape.size() == 2 && ids.cols() != 1)) {
-        return Status::InvalidArgument(ids_paths[i] + ": holds " + std::to_string(ids.header().num_elements()) +
+      if (!st.ok())
+        return Status::InvalidArgument(st.message() +
+                                       " (sample ids must be a 1-d int64/uint64 array)");
+      if (ids.header().num_elements() != fs.shards_[i].rows() ||
+          (ids.header().shape.size() == 2 && ids.cols() != 1)) {
+        return Status::InvalidArgument(ids_paths[i] + ": holds " +
+                                       std::to_string(ids.header().num_elements()) +
                                        " ids but its shard " + fs.shards_[i].path() + " has " +
                                        std::to_string(fs.shards_[i].rows()) + " rows");
       }
@@ -156,8 +170,9 @@ StatusOr<FeatureShards> FeatureShards::Open(const std::vector<std::string>& path
     std::sort(all.begin(), all.end());
     auto dup = std::adjacent_find(all.begin(), all.end());
     if (dup != all.end()) {
-      return Status::InvalidArgument("sample id " + std::to_string(*dup) +
-                                     " appears more than once across the ids files; sample ids must be unique");
+      return Status::InvalidArgument(
+          "sample id " + std::to_string(*dup) +
+          " appears more than once across the ids files; sample ids must be unique");
     }
   }
   return fs;
@@ -167,8 +182,8 @@ std::string FeatureShards::Describe() const {
   bool mixed = false;
   for (const auto& s : shards_) mixed |= s.dtype() != shards_.front().dtype();
   std::ostringstream os;
-  os << shards_.size() << (shards_.size() == 1 ? " shard, " : " shards, ") << total_rows_ << " x " << d_ << " "
-     << (mixed ? "float16/float32" : NpyDtypeName(shards_.front().dtype()));
+  os << shards_.size() << (shards_.size() == 1 ? " shard, " : " shards, ") << total_rows_ << " x "
+     << d_ << " " << (mixed ? "float16/float32" : NpyDtypeName(shards_.front().dtype()));
   return os.str();
 }
 
@@ -188,7 +203,8 @@ Status FeatureShards::CheckFinite(const std::function<bool()>& should_stop) cons
     std::vector<int64_t> block_first(static_cast<size_t>(num_blocks) * kShow, -1);
     constexpr int64_t kGroup = 64;  // blocks between cancellation checks
     for (int64_t g0 = 0; g0 < num_blocks; g0 += kGroup) {
-      if (should_stop && should_stop()) return Status::Cancelled("cancelled while scanning features");
+      if (should_stop && should_stop())
+        return Status::Cancelled("cancelled while scanning features");
       int64_t g1 = std::min(num_blocks, g0 + kGroup);
 #pragma omp parallel for schedule(dynamic, 1)
       for (int64_t b = g0; b < g1; ++b) {
@@ -221,7 +237,8 @@ Status FeatureShards::CheckFinite(const std::function<bool()>& should_stop) cons
     }
   }
   if (bad_files > 0) {
-    return Status::InvalidArgument(errors + "; remove or repair those rows (every feature value must be finite)");
+    return Status::InvalidArgument(
+        errors + "; remove or repair those rows (every feature value must be finite)");
   }
   return Status::Ok();
 }
@@ -292,24 +309,27 @@ StatusOr<std::vector<int64_t>> ReadClassLabels(const std::string& path, int64_t 
   std::vector<int64_t> shape;
   MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> labels, ReadNpyAsInt64(path, &shape));
   if (shape.size() == 2 && shape[1] != 1) {
-    return Status::InvalidArgument(path + ": class labels must be 1-d (one integer per row), got shape " +
+    return Status::InvalidArgument(path +
+                                   ": class labels must be 1-d (one integer per row), got shape " +
                                    std::to_string(shape[0]) + " x " + std::to_string(shape[1]));
   }
   if (static_cast<int64_t>(labels.size()) != expected_rows) {
     return Status::InvalidArgument(path + ": holds " + std::to_string(labels.size()) +
-                                   " class labels but the features have " + std::to_string(expected_rows) + " rows");
+                                   " class labels but the features have " +
+                                   std::to_string(expected_rows) + " rows");
   }
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] < 0) {
-      return Status::InvalidArgument(path + ": negative class label " + std::to_string(labels[i]) + " at row " +
-                                     std::to_string(i));
+      return Status::InvalidArgument(path + ": negative class label " + std::to_string(labels[i]) +
+                                     " at row " + std::to_string(i));
     }
     // The quality report keeps counters per class id, so an id like 1e12 would be an
     // allocation of terabytes rather than a report.
     if (labels[i] >= kMaxClassId) {
-      return Status::InvalidArgument(path + ": class label " + std::to_string(labels[i]) + " at row " +
-                                     std::to_string(i) + " is too large; class ids must be in [0, " +
-                                     std::to_string(kMaxClassId) + ") (number the classes densely from 0)");
+      return Status::InvalidArgument(
+          path + ": class label " + std::to_string(labels[i]) + " at row " + std::to_string(i) +
+          " is too large; class ids must be in [0, " + std::to_string(kMaxClassId) +
+          ") (number the classes densely from 0)");
     }
   }
   return labels;

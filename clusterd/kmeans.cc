@@ -19,13 +19,16 @@ double Since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Status ValidateKMeansParams(const SphericalKMeansParams& params, int64_t rows) {
-  if (params.k < 1) return Status::InvalidArgument("k must be >= 1, got " + std::to_string(params.k));
+  if (params.k < 1)
+    return Status::InvalidArgument("k must be >= 1, got " + std::to_string(params.k));
   if (params.k > rows) {
-    return Status::InvalidArgument("k = " + std::to_string(params.k) + " is larger than the number of feature rows (" +
+    return Status::InvalidArgument("k = " + std::to_string(params.k) +
+                                   " is larger than the number of feature rows (" +
                                    std::to_string(rows) + "); use k <= " + std::to_string(rows));
   }
   if (params.niter < 1 || params.niter > 100000)
-    return Status::InvalidArgument("niter must be in [1, 100000], got " + std::to_string(params.niter));
+    return Status::InvalidArgument("niter must be in [1, 100000], got " +
+                                   std::to_string(params.niter));
   if (params.max_points_per_centroid < 1)
     return Status::InvalidArgument("max_points_per_centroid must be >= 1, got " +
                                    std::to_string(params.max_points_per_centroid));
@@ -54,7 +57,8 @@ std::vector<int64_t> SampleRows(int64_t n, int64_t m, uint64_t seed) {
   return out;
 }
 
-StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards, const SphericalKMeansParams& params,
+StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards,
+                                            const SphericalKMeansParams& params,
                                             const KMeansCallbacks& callbacks) {
   MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, shards.rows()));
   auto note = [&](const std::string& text) {
@@ -85,8 +89,9 @@ StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards, const S
     }
   } else {
     nx = cap;
-    note("sampling " + std::to_string(cap) + " of " + std::to_string(n) + " rows for training (k * " +
-         std::to_string(params.max_points_per_centroid) + " max points per centroid)");
+    note("sampling " + std::to_string(cap) + " of " + std::to_string(n) +
+         " rows for training (k * " + std::to_string(params.max_points_per_centroid) +
+         " max points per centroid)");
     std::vector<int64_t> rows = SampleRows(n, cap, params.seed);
     train.resize(static_cast<size_t>(nx) * d);
     constexpr size_t kChunk = 65536;
@@ -116,16 +121,18 @@ StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards, const S
   cp.seed = static_cast<int>(params.seed & 0x7fffffff);
   faiss::Clustering clustering(d, params.k, cp);
   faiss::IndexFlatIP index(d);
-  note("k-means: " + std::to_string(nx) + " training rows, k = " + std::to_string(params.k) + ", d = " +
-       std::to_string(d) + ", " + std::to_string(params.niter) + " iterations");
+  note("k-means: " + std::to_string(nx) + " training rows, k = " + std::to_string(params.k) +
+       ", d = " + std::to_string(d) + ", " + std::to_string(params.niter) + " iterations");
   auto t_train = std::chrono::steady_clock::now();
   const int iterations = nx == params.k ? 1 : params.niter;
   for (int it = 0; it < iterations; ++it) {
-    if (scope.ShouldStop()) return Status::Cancelled("k-means cancelled after " + std::to_string(it) + " iterations");
+    if (scope.ShouldStop())
+      return Status::Cancelled("k-means cancelled after " + std::to_string(it) + " iterations");
     try {
       clustering.train(nx, train.data(), index);
     } catch (const faiss::FaissException& e) {
-      if (scope.stopped()) return Status::Cancelled("k-means cancelled during iteration " + std::to_string(it));
+      if (scope.stopped())
+        return Status::Cancelled("k-means cancelled during iteration " + std::to_string(it));
       return Status::Internal(std::string("FAISS k-means failed: ") + e.what());
     }
     const faiss::ClusteringIterationStats& fs = clustering.iteration_stats.back();

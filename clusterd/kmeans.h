@@ -74,7 +74,8 @@ struct KMeansCallbacks {
 };
 
 // Trains k centroids on `shards`. The shards should have passed CheckFinite().
-StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards, const SphericalKMeansParams& params,
+StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards,
+                                            const SphericalKMeansParams& params,
                                             const KMeansCallbacks& callbacks = {});
 
 // `m` distinct rows of [0, n) drawn uniformly (selection sampling), ascending. m >= n gives

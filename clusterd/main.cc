@@ -3,17 +3,18 @@
 //
 //   mlcd-clusterd --listen 127.0.0.1:7620 --labelstore 127.0.0.1:7610
 //   mlcd-clusterd features --kind pixels --out feats/train.npy --labels-out feats/train.labels.npy
-//   mlcd-clusterd features --kind synthetic --rows 500000 --dim 128 --centres 4096 --shards 4 --out feats/
+//   mlcd-clusterd features --kind synthetic --rows 500000 --dim 128 --centres 4096 --shards 4 --out
+//   feats/
 #include <iostream>
 
 #include "clusterd/feature_gen.h"
 #include "clusterd/service.h"
 #include "common/blas_env.h"
-#include "common/malloc_env.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
+#include "common/malloc_env.h"
 #include "common/metrics.h"
 
 namespace {
@@ -91,11 +92,14 @@ int main(int argc, char** argv) {
       "mlcd-clusterd"};
   mlcd::ServiceFlags flags;
   mlcd::AddServiceFlags(app, &flags, "127.0.0.1:" + std::to_string(mlcd::kDefaultClusterdPort),
-                        "127.0.0.1:" + std::to_string(mlcd::kDefaultClusterdPort + 1), "./.mlcd/clusterd");
+                        "127.0.0.1:" + std::to_string(mlcd::kDefaultClusterdPort + 1),
+                        "./.mlcd/clusterd");
   std::string labelstore;
-  mlcd::AddPeerFlag(app, "labelstore", &labelstore, "127.0.0.1:" + std::to_string(mlcd::kDefaultLabelstorePort));
+  mlcd::AddPeerFlag(app, "labelstore", &labelstore,
+                    "127.0.0.1:" + std::to_string(mlcd::kDefaultLabelstorePort));
   int max_queued = 8;
-  app.add_option("--max-queued", max_queued, "calls that may wait for the running job before RESOURCE_EXHAUSTED")
+  app.add_option("--max-queued", max_queued,
+                 "calls that may wait for the running job before RESOURCE_EXHAUSTED")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
@@ -108,27 +112,38 @@ int main(int argc, char** argv) {
   features->add_option("--kind", ff.kind, "pixels | random-projection | synthetic")
       ->check(CLI::IsMember({"pixels", "random-projection", "synthetic"}))
       ->capture_default_str();
-  features->add_option("--out", ff.out, "output .npy file (Fashion-MNIST) or directory of shards (synthetic)")
+  features
+      ->add_option("--out", ff.out,
+                   "output .npy file (Fashion-MNIST) or directory of shards (synthetic)")
       ->required();
   features->add_option("--labels-out", ff.labels_out,
-                       "also write the class labels (Fashion-MNIST) or mixture components (synthetic) as int64 .npy; "
+                       "also write the class labels (Fashion-MNIST) or mixture components "
+                       "(synthetic) as int64 .npy; "
                        "for quality reports only");
-  features->add_option("--centres-out", ff.centres_out, "synthetic: also write the true centres as .npy");
+  features->add_option("--centres-out", ff.centres_out,
+                       "synthetic: also write the true centres as .npy");
   features->add_option("--split", ff.split, "Fashion-MNIST split: train | test")
       ->check(CLI::IsMember({"train", "test"}))
       ->capture_default_str();
-  features->add_option("--dataset-dir", ff.dataset_dir, "Fashion-MNIST IDX directory")->capture_default_str();
-  features->add_option("--limit", ff.limit, "Fashion-MNIST: only the first N images (0 = all)")->capture_default_str();
-  features->add_option("--dim", ff.dim, "random-projection output dim (default 128) / synthetic dim (default 32)");
+  features->add_option("--dataset-dir", ff.dataset_dir, "Fashion-MNIST IDX directory")
+      ->capture_default_str();
+  features->add_option("--limit", ff.limit, "Fashion-MNIST: only the first N images (0 = all)")
+      ->capture_default_str();
+  features->add_option("--dim", ff.dim,
+                       "random-projection output dim (default 128) / synthetic dim (default 32)");
   features->add_option("--dtype", ff.dtype, "float32 | float16")
       ->check(CLI::IsMember({"float32", "float16"}))
       ->capture_default_str();
   features->add_option("--seed", ff.seed, "projection / mixture seed")->capture_default_str();
   features->add_option("--rows", ff.rows, "synthetic: rows")->capture_default_str();
-  features->add_option("--centres", ff.centres, "synthetic: mixture components")->capture_default_str();
-  features->add_option("--noise", ff.noise, "synthetic: noise scale (cosine to centre ~ 1/sqrt(1+noise^2))")
+  features->add_option("--centres", ff.centres, "synthetic: mixture components")
       ->capture_default_str();
-  features->add_option("--shards", ff.shards, "synthetic: number of shard files")->capture_default_str();
+  features
+      ->add_option("--noise", ff.noise,
+                   "synthetic: noise scale (cosine to centre ~ 1/sqrt(1+noise^2))")
+      ->capture_default_str();
+  features->add_option("--shards", ff.shards, "synthetic: number of shard files")
+      ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   if (features->parsed()) return RunFeatures(ff);
@@ -160,8 +175,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   MLCD_LOG(INFO) << "mlcd-clusterd serving on port " << runner.port()
-                 << (flags.metrics_listen.empty() ? std::string()
-                                                  : ", metrics on port " + std::to_string(metrics.port()))
+                 << (flags.metrics_listen.empty()
+                         ? std::string()
+                         : ", metrics on port " + std::to_string(metrics.port()))
                  << ", label store " << labelstore;
   runner.WaitForShutdown();
   MLCD_LOG(INFO) << "mlcd-clusterd stopped";

@@ -8,8 +8,8 @@
 
 namespace mlcd::clusterd {
 
-LabelQuality ComputeLabelQuality(const std::vector<int64_t>& classes, const std::vector<int32_t>& labels, int k,
-                                 int l) {
+LabelQuality ComputeLabelQuality(const std::vector<int64_t>& classes,
+                                 const std::vector<int32_t>& labels, int k, int l) {
   LabelQuality q;
   const int64_t n = static_cast<int64_t>(classes.size());
   q.rows = n;
@@ -23,17 +23,21 @@ LabelQuality ComputeLabelQuality(const std::vector<int64_t>& classes, const std:
   const bool dense = static_cast<double>(k) * static_cast<double>(num_classes) <= double(1 << 22);
   std::vector<int64_t> table(dense ? static_cast<size_t>(k) * num_classes : 0, 0);
   std::unordered_map<int64_t, int64_t> sparse;
-  std::vector<int64_t> cluster_count(static_cast<size_t>(k), 0), class_count(static_cast<size_t>(num_classes), 0);
+  std::vector<int64_t> cluster_count(static_cast<size_t>(k), 0),
+      class_count(static_cast<size_t>(num_classes), 0);
   for (int64_t i = 0; i < n; ++i) {
     int64_t c = labels[i * l];
     int64_t y = classes[i];
     ++cluster_count[c];
     ++class_count[y];
-    if (dense) ++table[c * num_classes + y];
-    else ++sparse[c * num_classes + y];
+    if (dense)
+      ++table[c * num_classes + y];
+    else
+      ++sparse[c * num_classes + y];
   }
   // Dominant class of each cluster (lowest class id on ties); -1 for unused clusters.
-  std::vector<int64_t> dominant(static_cast<size_t>(k), -1), dominant_count(static_cast<size_t>(k), 0);
+  std::vector<int64_t> dominant(static_cast<size_t>(k), -1),
+      dominant_count(static_cast<size_t>(k), 0);
   auto visit = [&](int64_t c, int64_t y, int64_t count) {
     if (count > dominant_count[c] || (count == dominant_count[c] && count > 0 && y < dominant[c])) {
       dominant[c] = y;
@@ -102,22 +106,23 @@ StatusOr<LabelQuality> LabelQualityAccumulator::Finish() const {
   // ComputeLabelQuality indexes counters by class and cluster id: check both ranges first.
   for (size_t i = 0; i < classes_.size(); ++i) {
     if (classes_[i] < 0 || classes_[i] >= kMaxClassId) {
-      return Status::InvalidArgument("label quality: class id " + std::to_string(classes_[i]) + " of row " +
-                                     std::to_string(i) + " is outside [0, " + std::to_string(kMaxClassId) + ")");
+      return Status::InvalidArgument("label quality: class id " + std::to_string(classes_[i]) +
+                                     " of row " + std::to_string(i) + " is outside [0, " +
+                                     std::to_string(kMaxClassId) + ")");
     }
   }
   for (size_t i = 0; i < labels_.size(); ++i) {
     if (labels_[i] < 0 || labels_[i] >= k_) {
-      return Status::Internal("label quality: cluster id " + std::to_string(labels_[i]) + " of row " +
-                              std::to_string(i / static_cast<size_t>(l_)) + " is outside [0, " + std::to_string(k_) +
-                              ")");
+      return Status::Internal("label quality: cluster id " + std::to_string(labels_[i]) +
+                              " of row " + std::to_string(i / static_cast<size_t>(l_)) +
+                              " is outside [0, " + std::to_string(k_) + ")");
     }
   }
   try {
     return ComputeLabelQuality(classes_, labels_, k_, l_);
   } catch (const std::bad_alloc&) {
-    return Status::ResourceExhausted("label quality: out of memory for the counters of " + std::to_string(k_) +
-                                     " clusters");
+    return Status::ResourceExhausted("label quality: out of memory for the counters of " +
+                                     std::to_string(k_) + " clusters");
   }
 }
 

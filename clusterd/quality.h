@@ -52,7 +52,7 @@ class LabelQualityAccumulator {
 };
 
 // The same from complete in-memory arrays (tests, offline use).
-LabelQuality ComputeLabelQuality(const std::vector<int64_t>& classes, const std::vector<int32_t>& labels, int k,
-                                 int l);
+LabelQuality ComputeLabelQuality(const std::vector<int64_t>& classes,
+                                 const std::vector<int32_t>& labels, int k, int l);
 
 }  // namespace mlcd::clusterd

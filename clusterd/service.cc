@@ -41,7 +41,8 @@ void FillSizes(const ClusterSizeSummary& s, v1::ClusterSizeSummary* out) {
 // ---------------------------------------------------------------------------------------------
 // JobGate
 
-Status JobGate::Acquire(const std::function<bool()>& should_stop, const std::function<void(int)>& on_wait) {
+Status JobGate::Acquire(const std::function<bool()>& should_stop,
+                        const std::function<void(int)>& on_wait) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!busy_ && waiters_.empty()) {
     busy_ = true;
@@ -130,7 +131,8 @@ struct ClusterdService::Metrics {
                               .Add({}, LatencyBuckets())),
         objective(prometheus::BuildGauge()
                       .Name("mlcd_clusterd_kmeans_objective")
-                      .Help("Objective (sum of inner products to the nearest centroid) of the last iteration")
+                      .Help("Objective (sum of inner products to the nearest centroid) of the last "
+                            "iteration")
                       .Register(r)
                       .Add({})),
         mean_similarity(prometheus::BuildGauge()
@@ -170,12 +172,14 @@ struct ClusterdService::Metrics {
                           .Add({})),
         top1_recall(prometheus::BuildGauge()
                         .Name("mlcd_clusterd_label_top1_recall")
-                        .Help("Last assignment with class labels: recall of the true class by the top-1 cluster")
+                        .Help("Last assignment with class labels: recall of the true class by the "
+                              "top-1 cluster")
                         .Register(r)
                         .Add({})),
         topl_recall(prometheus::BuildGauge()
                         .Name("mlcd_clusterd_label_topl_recall")
-                        .Help("Last assignment with class labels: recall of the true class by the top-l clusters")
+                        .Help("Last assignment with class labels: recall of the true class by the "
+                              "top-l clusters")
                         .Register(r)
                         .Add({})),
         nmi(prometheus::BuildGauge()
@@ -224,7 +228,8 @@ class JobSlot {
  public:
   JobSlot(JobGate* gate, prometheus::Gauge* running, prometheus::Gauge* queued)
       : gate_(gate), running_(running), queued_(queued) {}
-  Status Acquire(const std::function<bool()>& should_stop, const std::function<void(int)>& on_wait) {
+  Status Acquire(const std::function<bool()>& should_stop,
+                 const std::function<void(int)>& on_wait) {
     queued_->Increment();
     Status st = gate_->Acquire(should_stop, on_wait);
     queued_->Decrement();
@@ -250,7 +255,8 @@ class JobSlot {
 
 }  // namespace
 
-Status ClusterdService::RunCluster(const v1::ClusterRequest& request, const std::function<bool()>& should_stop,
+Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
+                                   const std::function<bool()>& should_stop,
                                    const std::function<void(const v1::ClusterProgress&)>& emit,
                                    v1::ClusterResult* result) {
   auto t0 = std::chrono::steady_clock::now();
@@ -263,24 +269,29 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request, const std:
   if (request.features().paths_size() == 0)
     return Status::InvalidArgument("features.paths is empty: give .npy shard files or directories");
   if (request.centroids_out().empty())
-    return Status::InvalidArgument("centroids_out is required: the .npy path to write the k x d centroids to");
+    return Status::InvalidArgument(
+        "centroids_out is required: the .npy path to write the k x d centroids to");
   SphericalKMeansParams params;
   params.k = request.k();
   params.niter = request.niter() == 0 ? 20 : request.niter();
   params.seed = request.seed() == 0 ? 1234 : request.seed();
-  params.max_points_per_centroid = request.max_points_per_centroid() == 0 ? 256 : request.max_points_per_centroid();
+  params.max_points_per_centroid =
+      request.max_points_per_centroid() == 0 ? 256 : request.max_points_per_centroid();
   params.threads = request.threads();
-  if (params.k < 1) return Status::InvalidArgument("k must be >= 1, got " + std::to_string(params.k));
+  if (params.k < 1)
+    return Status::InvalidArgument("k must be >= 1, got " + std::to_string(params.k));
   MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, INT64_MAX));
   const std::string out_path = Resolve(request.centroids_out());
-  if (IsDirectory(out_path)) return Status::InvalidArgument(out_path + ": centroids_out is a directory; give a file path");
+  if (IsDirectory(out_path))
+    return Status::InvalidArgument(out_path + ": centroids_out is a directory; give a file path");
 
   JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
   MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
     note("waiting for the running job (queue position " + std::to_string(position) + ")");
   }));
-  MLCD_LOG(INFO) << "Cluster " << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ") << "k="
-                 << params.k << " niter=" << params.niter << " -> " << out_path;
+  MLCD_LOG(INFO) << "Cluster "
+                 << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ")
+                 << "k=" << params.k << " niter=" << params.niter << " -> " << out_path;
 
   std::vector<std::string> paths, ids_paths;
   for (const auto& p : request.features().paths()) paths.push_back(Resolve(p));
@@ -296,7 +307,8 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request, const std:
   callbacks.should_stop = should_stop;
   callbacks.on_note = note;
   double last_seconds = 0;
-  int64_t train_rows = std::min<int64_t>(shards.rows(), static_cast<int64_t>(params.k) * params.max_points_per_centroid);
+  int64_t train_rows = std::min<int64_t>(
+      shards.rows(), static_cast<int64_t>(params.k) * params.max_points_per_centroid);
   callbacks.on_iteration = [&](const KMeansIterationStats& s) {
     metrics_->iterations.Increment();
     metrics_->iteration_seconds.Observe(s.seconds - last_seconds);
@@ -322,7 +334,8 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request, const std:
   if (request.skip_size_pass()) {
     note("size pass skipped (skip_size_pass): the following Assign reports the cluster sizes");
   } else {
-    note("assigning all " + std::to_string(shards.rows()) + " rows to their nearest centroid for the size summary");
+    note("assigning all " + std::to_string(shards.rows()) +
+         " rows to their nearest centroid for the size summary");
     AssignParams ap;
     ap.l = 1;
     ap.threads = params.threads;
@@ -337,10 +350,13 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request, const std:
     metrics_->assign_rows.Increment(static_cast<double>(sizes.rows));
   }
 
-  if (should_stop && should_stop()) return Status::Cancelled("Cluster cancelled before writing the centroids");
+  if (should_stop && should_stop())
+    return Status::Cancelled("Cluster cancelled before writing the centroids");
   size_t slash = out_path.rfind('/');
-  if (slash != std::string::npos && slash > 0) MLCD_RETURN_IF_ERROR(MakeDirs(out_path.substr(0, slash)));
-  MLCD_RETURN_IF_ERROR(WriteNpy(out_path, NpyDtype::kFloat32, {params.k, shards.d()}, km.centroids.data()));
+  if (slash != std::string::npos && slash > 0)
+    MLCD_RETURN_IF_ERROR(MakeDirs(out_path.substr(0, slash)));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(out_path, NpyDtype::kFloat32, {params.k, shards.d()}, km.centroids.data()));
 
   result->set_centroids_path(out_path);
   result->set_k(params.k);
@@ -348,25 +364,27 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request, const std:
   result->set_num_points(static_cast<uint64_t>(shards.rows()));
   result->set_num_train_points(static_cast<uint64_t>(km.num_train_points));
   result->set_final_objective(km.iterations.empty() ? 0 : km.iterations.back().objective);
-  if (!request.skip_size_pass()) FillSizes(SummarizeClusterSizes(sizes.top1_sizes), result->mutable_sizes());
+  if (!request.skip_size_pass())
+    FillSizes(SummarizeClusterSizes(sizes.top1_sizes), result->mutable_sizes());
   result->set_read_seconds(scan_seconds + km.read_seconds);
   result->set_train_seconds(km.train_seconds);
   result->set_sizes_seconds(sizes.seconds);
   result->set_iterations(static_cast<int32_t>(km.iterations.size()));
   result->set_seconds(Since(t0));
-  MLCD_LOG(INFO) << "Cluster done: " << out_path << " k=" << params.k << " d=" << shards.d() << " in "
-                 << Fixed(result->seconds(), 2) << " s"
+  MLCD_LOG(INFO) << "Cluster done: " << out_path << " k=" << params.k << " d=" << shards.d()
+                 << " in " << Fixed(result->seconds(), 2) << " s"
                  << (request.skip_size_pass()
                          ? std::string(" (size pass skipped)")
-                         : " (empty clusters " + std::to_string(result->sizes().empty_clusters()) + ", imbalance " +
-                               Fixed(result->sizes().imbalance_factor(), 3) + ")");
+                         : " (empty clusters " + std::to_string(result->sizes().empty_clusters()) +
+                               ", imbalance " + Fixed(result->sizes().imbalance_factor(), 3) + ")");
   v1::ClusterProgress p;
   *p.mutable_result() = *result;
   emit(p);
   return Status::Ok();
 }
 
-Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::function<bool()>& should_stop,
+Status ClusterdService::RunAssign(const v1::AssignRequest& request,
+                                  const std::function<bool()>& should_stop,
                                   const std::function<void(const v1::AssignProgress&)>& emit,
                                   v1::AssignResult* result) {
   auto t0 = std::chrono::steady_clock::now();
@@ -377,29 +395,40 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   };
   if (request.features().paths_size() == 0)
     return Status::InvalidArgument("features.paths is empty: give .npy shard files or directories");
-  if (request.centroids_path().empty()) return Status::InvalidArgument("centroids_path is required");
-  if (request.label_set().empty()) return Status::InvalidArgument("label_set (the name of the set to create) is required");
+  if (request.centroids_path().empty())
+    return Status::InvalidArgument("centroids_path is required");
+  if (request.label_set().empty())
+    return Status::InvalidArgument("label_set (the name of the set to create) is required");
   MLCD_RETURN_IF_ERROR(labelstore::ValidateLabelSetName(request.label_set()));
   const std::string labelstore_address =
       request.labelstore().empty() ? options_.labelstore_address : request.labelstore();
   if (labelstore_address.empty())
-    return Status::InvalidArgument("no label store address: set labelstore in the request or start mlcd-clusterd "
-                                   "with --labelstore");
+    return Status::InvalidArgument(
+        "no label store address: set labelstore in the request or start mlcd-clusterd "
+        "with --labelstore");
   AssignParams params;
   params.l = request.l();
   switch (request.method()) {
     case v1::SEARCH_METHOD_UNSPECIFIED:
-    case v1::SEARCH_METHOD_EXACT: params.method = SearchMethod::kExact; break;
-    case v1::SEARCH_METHOD_HNSW: params.method = SearchMethod::kHnsw; break;
-    case v1::SEARCH_METHOD_IVF: params.method = SearchMethod::kIvf; break;
-    default: return Status::InvalidArgument("unknown search method " + std::to_string(request.method()));
+    case v1::SEARCH_METHOD_EXACT:
+      params.method = SearchMethod::kExact;
+      break;
+    case v1::SEARCH_METHOD_HNSW:
+      params.method = SearchMethod::kHnsw;
+      break;
+    case v1::SEARCH_METHOD_IVF:
+      params.method = SearchMethod::kIvf;
+      break;
+    default:
+      return Status::InvalidArgument("unknown search method " + std::to_string(request.method()));
   }
   params.threads = request.threads();
   params.search_effort = request.search_effort();
   params.recall_sample = request.recall_sample() == 0 ? 10000 : request.recall_sample();
   params.chunk_rows = request.chunk_rows() == 0 ? 16384 : request.chunk_rows();
   params.seed = request.seed() == 0 ? 1234 : request.seed();
-  if (params.l < 1) return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
+  if (params.l < 1)
+    return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
   if (params.recall_sample < 0) return Status::InvalidArgument("recall_sample must be >= 0");
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params, 1024));
 
@@ -407,9 +436,10 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
     note("waiting for the running job (queue position " + std::to_string(position) + ")");
   }));
-  MLCD_LOG(INFO) << "Assign " << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ") << "l="
-                 << params.l << " method=" << SearchMethodName(params.method) << " -> " << request.label_set()
-                 << " at " << labelstore_address;
+  MLCD_LOG(INFO) << "Assign "
+                 << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ")
+                 << "l=" << params.l << " method=" << SearchMethodName(params.method) << " -> "
+                 << request.label_set() << " at " << labelstore_address;
 
   std::vector<std::string> paths, ids_paths;
   for (const auto& p : request.features().paths()) paths.push_back(Resolve(p));
@@ -420,7 +450,8 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   int k = 0, d = 0;
   const std::string centroids_path = Resolve(request.centroids_path());
-  MLCD_ASSIGN_OR_RETURN(std::vector<float> centroids, LoadCentroids(centroids_path, shards.d(), &k, &d));
+  MLCD_ASSIGN_OR_RETURN(std::vector<float> centroids,
+                        LoadCentroids(centroids_path, shards.d(), &k, &d));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params, k));
   std::unique_ptr<LabelQualityAccumulator> quality;
   if (!request.class_labels_path().empty()) {
@@ -433,10 +464,11 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   labelstore::LabelStoreClient store(labelstore_address);
   MLCD_RETURN_IF_ERROR(store.WaitUntilReachable(options_.labelstore_connect_timeout));
   if (request.replace_existing()) {
-    MLCD_ASSIGN_OR_RETURN(v1::DeleteLabelSetResponse deleted, store.Delete(request.label_set(), /*allow_missing=*/true));
+    MLCD_ASSIGN_OR_RETURN(v1::DeleteLabelSetResponse deleted,
+                          store.Delete(request.label_set(), /*allow_missing=*/true));
     if (deleted.deleted()) {
-      note("deleted the existing label set " + request.label_set() + " (" + std::to_string(deleted.rows_deleted()) +
-           " rows)");
+      note("deleted the existing label set " + request.label_set() + " (" +
+           std::to_string(deleted.rows_deleted()) + " rows)");
     }
   }
   labelstore::LabelSetSpec spec;
@@ -446,14 +478,16 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   spec.with_scores = true;
   for (const auto& [key, value] : request.metadata()) spec.metadata[key] = value;
   spec.metadata["centroids"] = centroids_path;
-  spec.metadata["features"] = paths.front() + (paths.size() > 1 ? " (+" + std::to_string(paths.size() - 1) + ")" : "");
+  spec.metadata["features"] =
+      paths.front() + (paths.size() > 1 ? " (+" + std::to_string(paths.size() - 1) + ")" : "");
   spec.metadata["method"] = SearchMethodName(params.method);
   spec.metadata["producer"] = "mlcd-clusterd";
   StatusOr<v1::LabelSetInfo> created = store.CreateLabelSet(spec);
   if (!created.ok()) {
     if (created.status().code() == StatusCode::kAlreadyExists) {
-      return Status::AlreadyExists("label set " + spec.name +
-                                   " already exists; delete it (mlcdctl labels delete) or set replace_existing");
+      return Status::AlreadyExists(
+          "label set " + spec.name +
+          " already exists; delete it (mlcdctl labels delete) or set replace_existing");
     }
     return created.status().WithContext("creating label set " + spec.name);
   }
@@ -467,7 +501,8 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
       if (*keep) return;
       StatusOr<v1::DeleteLabelSetResponse> del = store->Delete(*name, /*allow_missing=*/true);
       if (!del.ok()) {
-        MLCD_LOG(WARNING) << "could not delete the unfinished label set " << *name << ": " << del.status().ToString();
+        MLCD_LOG(WARNING) << "could not delete the unfinished label set " << *name << ": "
+                          << del.status().ToString();
       }
     }
   } cleanup{&store, &spec.name, &keep};
@@ -475,8 +510,8 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   std::unique_ptr<labelstore::LabelWriter> writer = store.OpenWriter(spec.name);
   LabelBatchSink sink = [&](LabelBatch batch) -> Status {
     if (quality) quality->Add(batch.first_row, batch.rows, batch.labels.data());
-    return writer->WriteRows(batch.sample_ids.data(), static_cast<size_t>(batch.rows), batch.l, batch.labels.data(),
-                             batch.scores.data());
+    return writer->WriteRows(batch.sample_ids.data(), static_cast<size_t>(batch.rows), batch.l,
+                             batch.labels.data(), batch.scores.data());
   };
   AssignCallbacks callbacks;
   callbacks.should_stop = should_stop;
@@ -498,11 +533,14 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
     p.mutable_status()->set_seconds(Since(t0));
     emit(p);
   };
-  note("assigning " + std::to_string(shards.rows()) + " rows to their top-" + std::to_string(params.l) + " of " +
-       std::to_string(k) + " centroids (" + SearchMethodName(params.method) + ")");
-  MLCD_ASSIGN_OR_RETURN(AssignStats stats, AssignTopL(shards, centroids, k, params, callbacks, sink));
+  note("assigning " + std::to_string(shards.rows()) + " rows to their top-" +
+       std::to_string(params.l) + " of " + std::to_string(k) + " centroids (" +
+       SearchMethodName(params.method) + ")");
+  MLCD_ASSIGN_OR_RETURN(AssignStats stats,
+                        AssignTopL(shards, centroids, k, params, callbacks, sink));
   MLCD_ASSIGN_OR_RETURN(v1::WriteLabelsResponse written, writer->Finish());
-  if (should_stop && should_stop()) return Status::Cancelled("Assign cancelled before sealing the label set");
+  if (should_stop && should_stop())
+    return Status::Cancelled("Assign cancelled before sealing the label set");
   // Everything that can still fail runs before the set is sealed and kept: a failed call leaves
   // no label set behind, so a retry does not meet ALREADY_EXISTS.
   std::optional<LabelQuality> label_quality;
@@ -513,7 +551,8 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   }
   MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo sealed, store.Seal(spec.name, /*require_open=*/true));
   if (sealed.num_samples() != static_cast<uint64_t>(shards.rows())) {
-    return Status::DataLoss("label set " + spec.name + " holds " + std::to_string(sealed.num_samples()) +
+    return Status::DataLoss("label set " + spec.name + " holds " +
+                            std::to_string(sealed.num_samples()) +
                             " samples after sealing, expected " + std::to_string(shards.rows()));
   }
   keep = true;
@@ -526,7 +565,8 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
   result->set_recall_rows(static_cast<uint64_t>(stats.recall_rows));
   FillSizes(SummarizeClusterSizes(stats.top1_sizes), result->mutable_sizes());
   result->set_search_seconds(stats.search_seconds);
-  result->set_method(request.method() == v1::SEARCH_METHOD_UNSPECIFIED ? v1::SEARCH_METHOD_EXACT : request.method());
+  result->set_method(request.method() == v1::SEARCH_METHOD_UNSPECIFIED ? v1::SEARCH_METHOD_EXACT
+                                                                       : request.method());
   result->set_label_set_samples(sealed.num_samples());
   if (params.method != SearchMethod::kExact) metrics_->approx_recall.Set(stats.approx_recall);
   if (label_quality) {
@@ -540,20 +580,23 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request, const std::f
     metrics_->top1_recall.Set(q.top1_recall);
     metrics_->topl_recall.Set(q.topl_recall);
     metrics_->nmi.Set(q.nmi);
-    note("label quality (A.8): true class recalled by top-1 " + Fixed(100 * q.top1_recall, 1) + "%, by top-" +
-         std::to_string(params.l) + " " + Fixed(100 * q.topl_recall, 1) + "%; NMI " + Fixed(q.nmi, 4));
+    note("label quality (A.8): true class recalled by top-1 " + Fixed(100 * q.top1_recall, 1) +
+         "%, by top-" + std::to_string(params.l) + " " + Fixed(100 * q.topl_recall, 1) + "%; NMI " +
+         Fixed(q.nmi, 4));
   }
   result->set_seconds(Since(t0));
-  MLCD_LOG(INFO) << "Assign done: " << spec.name << " " << shards.rows() << " rows, k=" << k << " l=" << params.l
-                 << " in " << Fixed(result->seconds(), 2) << " s (search " << Fixed(stats.search_seconds, 2)
-                 << " s, " << written.rows_written() << " rows written)";
+  MLCD_LOG(INFO) << "Assign done: " << spec.name << " " << shards.rows() << " rows, k=" << k
+                 << " l=" << params.l << " in " << Fixed(result->seconds(), 2) << " s (search "
+                 << Fixed(stats.search_seconds, 2) << " s, " << written.rows_written()
+                 << " rows written)";
   v1::AssignProgress p;
   *p.mutable_result() = *result;
   emit(p);
   return Status::Ok();
 }
 
-grpc::Status ClusterdService::Cluster(grpc::ServerContext* context, const v1::ClusterRequest* request,
+grpc::Status ClusterdService::Cluster(grpc::ServerContext* context,
+                                      const v1::ClusterRequest* request,
                                       grpc::ServerWriter<v1::ClusterProgress>* writer) {
   RpcTimer timer(&rpc_metrics_, "Cluster");
   std::atomic<bool> gone{false};

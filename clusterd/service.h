@@ -87,9 +87,11 @@ class ClusterdService final : public v1::Clusterd::Service {
   // The jobs behind the RPCs, transport-free: `emit` receives every progress message (the
   // result last), `should_stop` is polled. Used by the RPCs and by in-process callers.
   Status RunCluster(const v1::ClusterRequest& request, const std::function<bool()>& should_stop,
-                    const std::function<void(const v1::ClusterProgress&)>& emit, v1::ClusterResult* result);
+                    const std::function<void(const v1::ClusterProgress&)>& emit,
+                    v1::ClusterResult* result);
   Status RunAssign(const v1::AssignRequest& request, const std::function<bool()>& should_stop,
-                   const std::function<void(const v1::AssignProgress&)>& emit, v1::AssignResult* result);
+                   const std::function<void(const v1::AssignProgress&)>& emit,
+                   v1::AssignResult* result);
 
  private:
   struct Metrics;

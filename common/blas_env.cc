@@ -57,15 +57,19 @@ void SelectOpenblasCoretype(int argc, char** argv) {
     }
   }
   const char* core = nullptr;
-  if (CpuHasFlag(flags, "avx512f") && CpuHasFlag(flags, "avx512bw") && CpuHasFlag(flags, "avx512vl")) core = "SkylakeX";
-  else if (CpuHasFlag(flags, "avx2") && CpuHasFlag(flags, "fma")) core = "Haswell";
+  if (CpuHasFlag(flags, "avx512f") && CpuHasFlag(flags, "avx512bw") &&
+      CpuHasFlag(flags, "avx512vl"))
+    core = "SkylakeX";
+  else if (CpuHasFlag(flags, "avx2") && CpuHasFlag(flags, "fma"))
+    core = "Haswell";
   if (!core) return;
   setenv("OPENBLAS_CORETYPE", core, 1);
   setenv("MLCD_OPENBLAS_CORETYPE_CHOSEN", core, 1);
   execv("/proc/self/exe", argv);
   // exec failed: go on with the default kernels.
   unsetenv("MLCD_OPENBLAS_CORETYPE_CHOSEN");
-  MLCD_LOG(WARNING) << "could not re-execute with OPENBLAS_CORETYPE=" << core << ": " << std::strerror(errno);
+  MLCD_LOG(WARNING) << "could not re-execute with OPENBLAS_CORETYPE=" << core << ": "
+                    << std::strerror(errno);
 }
 
 }  // namespace mlcd

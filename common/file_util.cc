@@ -40,7 +40,8 @@ Status SyncDir(const std::string& dir) {
 
 Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rng() % 1000000);
+  std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rng() % 1000000);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("create", tmp, errno);
   for (const auto& part : parts) {
@@ -106,9 +107,11 @@ Status MakeDirs(const std::string& path) {
     pos = path.find('/', pos + 1);
     partial = path.substr(0, pos);
     if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", partial, errno);
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      return ErrnoStatus("mkdir", partial, errno);
   }
-  if (!IsDirectory(path)) return Status::FailedPrecondition(path + ": exists and is not a directory");
+  if (!IsDirectory(path))
+    return Status::FailedPrecondition(path + ": exists and is not a directory");
   return Status::Ok();
 }
 

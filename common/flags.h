@@ -30,7 +30,8 @@ constexpr int kDefaultWorkerPort = 7630;
 
 // Adds --listen, --metrics-listen, --data-dir and --log-level with the given defaults.
 void AddServiceFlags(CLI::App& app, ServiceFlags* flags, const std::string& default_listen,
-                     const std::string& default_metrics_listen, const std::string& default_data_dir);
+                     const std::string& default_metrics_listen,
+                     const std::string& default_data_dir);
 
 // Applies --log-level and names the log component. Returns false (after printing why) when
 // the level is unknown.

@@ -47,7 +47,8 @@ int WaitForShutdownSignal() {
 void RequestShutdown() { g_shutdown_requested = true; }
 bool ShutdownRequested() { return g_shutdown_requested.load(); }
 
-GrpcServerRunner::GrpcServerRunner(std::string service_name) : service_name_(std::move(service_name)) {}
+GrpcServerRunner::GrpcServerRunner(std::string service_name)
+    : service_name_(std::move(service_name)) {}
 
 GrpcServerRunner::~GrpcServerRunner() { Shutdown(std::chrono::milliseconds(0)); }
 
@@ -64,13 +65,15 @@ Status GrpcServerRunner::Start(const std::string& listen_address) {
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     server_.reset();
-    return Status::Unavailable("cannot listen on " + listen_address +
-                               " (address in use or invalid; pass another with --listen HOST:PORT)");
+    return Status::Unavailable(
+        "cannot listen on " + listen_address +
+        " (address in use or invalid; pass another with --listen HOST:PORT)");
   }
   if (auto* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
   }
-  MLCD_LOG(INFO) << service_name_ << " listening on " << listen_address << " (port " << port_ << ")";
+  MLCD_LOG(INFO) << service_name_ << " listening on " << listen_address << " (port " << port_
+                 << ")";
   return Status::Ok();
 }
 
@@ -102,7 +105,8 @@ Status WaitForChannel(const std::shared_ptr<grpc::Channel>& channel, const std::
                       const std::string& address, std::chrono::milliseconds timeout) {
   if (channel->WaitForConnected(DeadlineIn(timeout))) return Status::Ok();
   return Status::Unavailable("cannot reach " + what + " at " + address + " within " +
-                             std::to_string(timeout.count()) + " ms; is it running? (set its address with the flag "
+                             std::to_string(timeout.count()) +
+                             " ms; is it running? (set its address with the flag "
                              "or environment variable named in --help)");
 }
 

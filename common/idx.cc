@@ -27,7 +27,8 @@ StatusOr<std::string> ReadMaybeGzipped(const std::string& path) {
 uint32_t BigEndian32(const std::string& s, size_t at) {
   return (static_cast<uint32_t>(static_cast<uint8_t>(s[at])) << 24) |
          (static_cast<uint32_t>(static_cast<uint8_t>(s[at + 1])) << 16) |
-         (static_cast<uint32_t>(static_cast<uint8_t>(s[at + 2])) << 8) | static_cast<uint8_t>(s[at + 3]);
+         (static_cast<uint32_t>(static_cast<uint8_t>(s[at + 2])) << 8) |
+         static_cast<uint8_t>(s[at + 3]);
 }
 
 }  // namespace
@@ -42,7 +43,8 @@ StatusOr<IdxImages> ReadIdxImages(const std::string& path, int64_t limit) {
   images.cols = static_cast<int>(BigEndian32(data, 12));
   size_t per_image = static_cast<size_t>(images.rows) * images.cols;
   if (data.size() < 16 + per_image * images.count)
-    return Status::DataLoss(path + ": truncated: header says " + std::to_string(images.count) + " images");
+    return Status::DataLoss(path + ": truncated: header says " + std::to_string(images.count) +
+                            " images");
   if (limit > 0 && limit < images.count) images.count = limit;
   images.pixels.assign(data.begin() + 16, data.begin() + 16 + per_image * images.count);
   return images;
@@ -62,9 +64,12 @@ StatusOr<std::vector<uint8_t>> ReadIdxLabels(const std::string& path, int64_t li
 Status FindMnistSplit(const std::string& dir, const std::string& split, std::string* images_path,
                       std::string* labels_path) {
   std::string prefix;
-  if (split == "train") prefix = "train";
-  else if (split == "test" || split == "t10k") prefix = "t10k";
-  else return Status::InvalidArgument("unknown split '" + split + "'; expected train or test");
+  if (split == "train")
+    prefix = "train";
+  else if (split == "test" || split == "t10k")
+    prefix = "t10k";
+  else
+    return Status::InvalidArgument("unknown split '" + split + "'; expected train or test");
   for (const char* ext : {".gz", ""}) {
     std::string images = dir + "/" + prefix + "-images-idx3-ubyte" + ext;
     std::string labels = dir + "/" + prefix + "-labels-idx1-ubyte" + ext;
@@ -74,8 +79,9 @@ Status FindMnistSplit(const std::string& dir, const std::string& split, std::str
       return Status::Ok();
     }
   }
-  return Status::NotFound("no " + prefix + "-images-idx3-ubyte(.gz) / " + prefix + "-labels-idx1-ubyte(.gz) in " + dir +
-                          (dir == kFashionMnistDir ? " (install the Debian package dataset-fashion-mnist)" : ""));
+  return Status::NotFound(
+      "no " + prefix + "-images-idx3-ubyte(.gz) / " + prefix + "-labels-idx1-ubyte(.gz) in " + dir +
+      (dir == kFashionMnistDir ? " (install the Debian package dataset-fashion-mnist)" : ""));
 }
 
 }  // namespace mlcd

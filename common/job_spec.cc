@@ -124,7 +124,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (eval->knn_k() == 0) eval->set_knn_k(20);
   if (eval->knn_temperature() == 0) eval->set_knn_temperature(0.07);
   if (eval->features().empty()) eval->set_features("embedding");
-  if (eval->feature_blocks() == 0) eval->set_feature_blocks(std::min(4, model->depth() > 0 ? model->depth() : 4));
+  if (eval->feature_blocks() == 0)
+    eval->set_feature_blocks(std::min(4, model->depth() > 0 ? model->depth() : 4));
   if (!eval->has_dataset()) *eval->mutable_dataset() = *data;
 }
 
@@ -132,7 +133,6 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
 
 // ---------------------------------------------------------------------------------------
 // YAML parsing and validation.
-
 
 namespace mlcd {
 namespace {
@@ -151,11 +151,16 @@ std::string LineOf(const YAML::Node& node) {
 
 std::string NodeKind(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
-    case YAML::NodeType::Null: return "empty";
-    default: return "undefined";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Null:
+      return "empty";
+    default:
+      return "undefined";
   }
 }
 
@@ -249,7 +254,8 @@ class YamlToProto {
     }
     const pb::Descriptor* descriptor = message->GetDescriptor();
     std::vector<std::string> known;
-    for (int i = 0; i < descriptor->field_count(); ++i) known.push_back(descriptor->field(i)->name());
+    for (int i = 0; i < descriptor->field_count(); ++i)
+      known.push_back(descriptor->field(i)->name());
     for (auto it = node.begin(); it != node.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
       const std::string field_path = path + "." + key;
@@ -263,7 +269,9 @@ class YamlToProto {
   }
 
  private:
-  void Problem(const std::string& path, const std::string& message) { problems_->push_back({path, message}); }
+  void Problem(const std::string& path, const std::string& message) {
+    problems_->push_back({path, message});
+  }
 
   void Field(const YAML::Node& node, const std::string& path, pb::Message* message,
              const pb::FieldDescriptor* field) {
@@ -279,7 +287,8 @@ class YamlToProto {
         const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
         pb::Message* item = reflection->AddMessage(message, field);
         if (!it->second.IsScalar() && !it->second.IsNull()) {
-          Problem(path + "." + key + LineOf(it->second), "expected a plain value, got " + NodeKind(it->second));
+          Problem(path + "." + key + LineOf(it->second),
+                  "expected a plain value, got " + NodeKind(it->second));
           continue;
         }
         item->GetReflection()->SetString(item, entry->FindFieldByName("key"), key);
@@ -290,7 +299,8 @@ class YamlToProto {
     }
     if (field->is_repeated()) {
       if (!node.IsSequence()) {
-        Problem(path + LineOf(node), "expected a list, got " + NodeKind(node) + " (write [a, b] or one '- item' per line)");
+        Problem(path + LineOf(node), "expected a list, got " + NodeKind(node) +
+                                         " (write [a, b] or one '- item' per line)");
         return;
       }
       for (size_t i = 0; i < node.size(); ++i) {
@@ -305,7 +315,8 @@ class YamlToProto {
               const pb::FieldDescriptor* field, bool repeated) {
     const pb::Reflection* r = message->GetReflection();
     if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-      pb::Message* sub = repeated ? r->AddMessage(message, field) : r->MutableMessage(message, field);
+      pb::Message* sub =
+          repeated ? r->AddMessage(message, field) : r->MutableMessage(message, field);
       Message(node, path, sub);
       return;
     }
@@ -343,9 +354,11 @@ class YamlToProto {
       case pb::FieldDescriptor::CPPTYPE_UINT32:
       case pb::FieldDescriptor::CPPTYPE_UINT64: {
         uint64_t v;
-        if (!ParseUint64(text, &v)) return Problem(where, "'" + text + "' is not a whole number >= 0");
+        if (!ParseUint64(text, &v))
+          return Problem(where, "'" + text + "' is not a whole number >= 0");
         if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT32) {
-          if (v > std::numeric_limits<uint32_t>::max()) return Problem(where, text + " is out of range");
+          if (v > std::numeric_limits<uint32_t>::max())
+            return Problem(where, text + " is out of range");
           repeated ? r->AddUInt32(message, field, static_cast<uint32_t>(v))
                    : r->SetUInt32(message, field, static_cast<uint32_t>(v));
         } else {
@@ -367,7 +380,9 @@ class YamlToProto {
       }
       case pb::FieldDescriptor::CPPTYPE_ENUM: {
         const pb::EnumValueDescriptor* value = field->enum_type()->FindValueByName(text);
-        if (!value) return Problem(where, "'" + text + "' is not one of the values of " + field->enum_type()->name());
+        if (!value)
+          return Problem(
+              where, "'" + text + "' is not one of the values of " + field->enum_type()->name());
         repeated ? r->AddEnum(message, field, value) : r->SetEnum(message, field, value);
         return;
       }
@@ -382,7 +397,8 @@ class YamlToProto {
 // Problem collector for the value checks.
 class Checker {
  public:
-  Checker(std::vector<SpecProblem>* problems, std::string prefix) : problems_(problems), prefix_(std::move(prefix)) {}
+  Checker(std::vector<SpecProblem>* problems, std::string prefix)
+      : problems_(problems), prefix_(std::move(prefix)) {}
   void Add(const std::string& field, const std::string& message) {
     problems_->push_back({prefix_.empty() ? field : prefix_ + "." + field, message});
   }
@@ -394,7 +410,8 @@ class Checker {
   void Positive(const std::string& field, T value) {
     if (!(value > 0)) Add(field, Num(value) + " must be > 0");
   }
-  void OneOf(const std::string& field, const std::string& value, const std::vector<std::string>& allowed) {
+  void OneOf(const std::string& field, const std::string& value,
+             const std::vector<std::string>& allowed) {
     if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
     std::string list;
     for (size_t i = 0; i < allowed.size(); ++i) list += (i ? ", " : "") + allowed[i];
@@ -412,7 +429,8 @@ class Checker {
   std::string prefix_;
 };
 
-void YamlScalarField(YAML::Emitter& out, const pb::Message& message, const pb::FieldDescriptor* field, int index);
+void YamlScalarField(YAML::Emitter& out, const pb::Message& message,
+                     const pb::FieldDescriptor* field, int index);
 
 void EmitMessage(YAML::Emitter& out, const pb::Message& message) {
   out << YAML::BeginMap;
@@ -426,8 +444,9 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& message) {
       for (int i = 0; i < r->FieldSize(message, field); ++i) {
         const pb::Message& entry = r->GetRepeatedMessage(message, field, i);
         const pb::Descriptor* d = entry.GetDescriptor();
-        out << YAML::Key << entry.GetReflection()->GetString(entry, d->FindFieldByName("key")) << YAML::Value
-            << YAML::DoubleQuoted << entry.GetReflection()->GetString(entry, d->FindFieldByName("value"));
+        out << YAML::Key << entry.GetReflection()->GetString(entry, d->FindFieldByName("key"))
+            << YAML::Value << YAML::DoubleQuoted
+            << entry.GetReflection()->GetString(entry, d->FindFieldByName("value"));
       }
       out << YAML::EndMap;
     } else if (field->is_repeated()) {
@@ -449,12 +468,14 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& message) {
   out << YAML::EndMap;
 }
 
-void YamlScalarField(YAML::Emitter& out, const pb::Message& message, const pb::FieldDescriptor* field, int index) {
+void YamlScalarField(YAML::Emitter& out, const pb::Message& message,
+                     const pb::FieldDescriptor* field, int index) {
   const pb::Reflection* r = message.GetReflection();
   const bool rep = index >= 0;
   switch (field->cpp_type()) {
     case pb::FieldDescriptor::CPPTYPE_STRING:
-      out << YAML::DoubleQuoted << (rep ? r->GetRepeatedString(message, field, index) : r->GetString(message, field));
+      out << YAML::DoubleQuoted
+          << (rep ? r->GetRepeatedString(message, field, index) : r->GetString(message, field));
       break;
     case pb::FieldDescriptor::CPPTYPE_BOOL:
       out << (rep ? r->GetRepeatedBool(message, field, index) : r->GetBool(message, field));
@@ -473,9 +494,10 @@ void YamlScalarField(YAML::Emitter& out, const pb::Message& message, const pb::F
       break;
     case pb::FieldDescriptor::CPPTYPE_DOUBLE:
     case pb::FieldDescriptor::CPPTYPE_FLOAT: {
-      double v = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE
-                     ? (rep ? r->GetRepeatedDouble(message, field, index) : r->GetDouble(message, field))
-                     : (rep ? r->GetRepeatedFloat(message, field, index) : r->GetFloat(message, field));
+      double v =
+          field->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE
+              ? (rep ? r->GetRepeatedDouble(message, field, index) : r->GetDouble(message, field))
+              : (rep ? r->GetRepeatedFloat(message, field, index) : r->GetFloat(message, field));
       std::ostringstream text;
       text.precision(17);
       text << v;
@@ -506,13 +528,14 @@ ParsedJob ParseJobSpecYamlLenient(const std::string& text, std::vector<SpecProbl
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    problems->push_back({"", "not valid YAML: line " + std::to_string(e.mark.line + 1) + ", column " +
-                                 std::to_string(e.mark.column + 1) + ": " + e.msg});
+    problems->push_back({"", "not valid YAML: line " + std::to_string(e.mark.line + 1) +
+                                 ", column " + std::to_string(e.mark.column + 1) + ": " + e.msg});
     return job;
   }
   if (!root.IsMap()) {
-    problems->push_back({"", "a job spec is a YAML mapping with apiVersion, kind, metadata and spec; got " +
-                                 NodeKind(root)});
+    problems->push_back(
+        {"", "a job spec is a YAML mapping with apiVersion, kind, metadata and spec; got " +
+                 NodeKind(root)});
     return job;
   }
   YamlToProto converter(problems);
@@ -544,9 +567,12 @@ ParsedJob ParseJobSpecYamlLenient(const std::string& text, std::vector<SpecProbl
                            UnknownFieldMessage(key, {"apiVersion", "kind", "metadata", "spec"})});
     }
   }
-  if (!saw_api) problems->push_back({"apiVersion", std::string("missing; add 'apiVersion: ") + kApiVersion + "'"});
+  if (!saw_api)
+    problems->push_back(
+        {"apiVersion", std::string("missing; add 'apiVersion: ") + kApiVersion + "'"});
   if (!saw_kind) problems->push_back({"kind", std::string("missing; add 'kind: ") + kKind + "'"});
-  if (!saw_spec) problems->push_back({"spec", "missing; add a 'spec:' section (it may be empty: 'spec: {}')"});
+  if (!saw_spec)
+    problems->push_back({"spec", "missing; add a 'spec:' section (it may be empty: 'spec: {}')"});
   return job;
 }
 
@@ -564,7 +590,8 @@ uint64_t DatasetTrainingImages(const v1::DatasetSpec& dataset) {
   return split ? std::min<uint64_t>(split, dataset.limit()) : dataset.limit();
 }
 
-std::vector<SpecProblem> JobMetadataProblems(const v1::JobMetadata& metadata, const std::string& path_prefix) {
+std::vector<SpecProblem> JobMetadataProblems(const v1::JobMetadata& metadata,
+                                             const std::string& path_prefix) {
   std::vector<SpecProblem> problems;
   Checker c(&problems, path_prefix);
   const std::string& name = metadata.name();
@@ -593,10 +620,13 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
   {
     Checker c(&problems, p + "dataset");
     c.OneOf("format", spec.dataset().format(), {"fashion-mnist"});
-    if (spec.dataset().path().empty()) c.Add("path", "empty; give the directory of the dataset's files");
+    if (spec.dataset().path().empty())
+      c.Add("path", "empty; give the directory of the dataset's files");
     const double crop = spec.dataset().crop_min_scale();
     if (!(crop >= 0 && crop <= 1)) {
-      c.Add("crop_min_scale", Checker::Num(crop) + " is outside [0, 1]; 0 = pad-and-crop, e.g. 0.5 = random resized crops of 50% to 100% of the image area");
+      c.Add("crop_min_scale", Checker::Num(crop) +
+                                  " is outside [0, 1]; 0 = pad-and-crop, e.g. 0.5 = random resized "
+                                  "crops of 50% to 100% of the image area");
     }
   }
   {
@@ -605,7 +635,8 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     const auto& f = cl.features();
     c.OneOf("features.kind", f.kind(), {"pixels", "random-projection", "npy", "model"});
     if (f.kind() == "npy" && f.paths().empty()) {
-      c.Add("features.paths", "empty; kind 'npy' needs at least one .npy file or directory of shards");
+      c.Add("features.paths",
+            "empty; kind 'npy' needs at least one .npy file or directory of shards");
     }
     if (f.kind() != "npy" && !f.paths().empty()) {
       c.Add("features.paths", "only read when features.kind is 'npy' (it is '" + f.kind() + "')");
@@ -616,10 +647,14 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     if (f.kind() == "random-projection") c.AtLeast("features.dim", f.dim(), 1);
     c.AtLeast("k", cl.k(), 1);
     c.AtLeast("l", cl.l(), 1);
-    if (cl.l() > 1024) c.Add("l", Checker::Num(cl.l()) + " > 1024, the most labels per sample the label store keeps");
-    if (cl.k() >= 1 && cl.l() > cl.k()) c.Add("l", Checker::Num(cl.l()) + " > k: " + Checker::Num(cl.k()));
+    if (cl.l() > 1024)
+      c.Add("l",
+            Checker::Num(cl.l()) + " > 1024, the most labels per sample the label store keeps");
+    if (cl.k() >= 1 && cl.l() > cl.k())
+      c.Add("l", Checker::Num(cl.l()) + " > k: " + Checker::Num(cl.k()));
     if (images > 0 && cl.k() > 0 && static_cast<uint64_t>(cl.k()) > images) {
-      c.Add("k", Checker::Num(cl.k()) + " > the " + images_text + "; k-means needs at least k points");
+      c.Add("k",
+            Checker::Num(cl.k()) + " > the " + images_text + "; k-means needs at least k points");
     }
     c.AtLeast("niter", cl.niter(), 1);
     c.AtLeast("max_points_per_centroid", cl.max_points_per_centroid(), 1);
@@ -632,8 +667,10 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     if (!(loss.sample_ratio() > 0 && loss.sample_ratio() <= 1)) {
       c.Add("sample_ratio", Checker::Num(loss.sample_ratio()) + " is not in (0, 1]");
     }
-    if (!(loss.scale() > 0 && loss.scale() <= 128)) c.Add("scale", Checker::Num(loss.scale()) + " is not in (0, 128]");
-    if (!(loss.margin() >= 0 && loss.margin() <= 1)) c.Add("margin", Checker::Num(loss.margin()) + " is not in [0, 1]");
+    if (!(loss.scale() > 0 && loss.scale() <= 128))
+      c.Add("scale", Checker::Num(loss.scale()) + " is not in (0, 128]");
+    if (!(loss.margin() >= 0 && loss.margin() <= 1))
+      c.Add("margin", Checker::Num(loss.margin()) + " is not in [0, 1]");
     c.OneOf("margin_type", loss.margin_type(), {"arc", "cos", "none"});
   }
   {
@@ -645,13 +682,14 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     c.AtLeast("depth", m.depth(), 1);
     c.AtLeast("heads", m.heads(), 1);
     if (m.width() >= 1 && m.heads() >= 1 && m.width() % m.heads() != 0) {
-      c.Add("width", Checker::Num(m.width()) + " is not divisible by heads: " + Checker::Num(m.heads()));
+      c.Add("width",
+            Checker::Num(m.width()) + " is not divisible by heads: " + Checker::Num(m.heads()));
     }
     c.AtLeast("patch_size", m.patch_size(), 1);
     c.AtLeast("image_size", m.image_size(), 1);
     if (m.patch_size() >= 1 && m.image_size() >= 1 && m.image_size() % m.patch_size() != 0) {
-      c.Add("image_size", Checker::Num(m.image_size()) + " is not divisible by patch_size: " +
-                              Checker::Num(m.patch_size()));
+      c.Add("image_size", Checker::Num(m.image_size()) +
+                              " is not divisible by patch_size: " + Checker::Num(m.patch_size()));
     }
     c.AtLeast("channels", m.channels(), 1);
     c.Positive("mlp_ratio", m.mlp_ratio());
@@ -659,11 +697,14 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     c.OneOf("pooling", m.pooling(), {"cls", "mean"});
     c.OneOf("stem", m.stem(), {"patch", "conv"});
     if (m.stem() == "conv" && m.patch_size() >= 1 && m.image_size() >= 1 &&
-        m.image_size() % m.patch_size() == 0 && ConvStemLayers(m.image_size(), m.patch_size()) < 0) {
+        m.image_size() % m.patch_size() == 0 &&
+        ConvStemLayers(m.image_size(), m.patch_size()) < 0) {
       c.Add("stem", "\"conv\" halves the image side with each layer and cannot reach " +
-                        Checker::Num(m.image_size() / m.patch_size()) + " tokens per side from image_size " +
-                        Checker::Num(m.image_size()) + " (patch_size " + Checker::Num(m.patch_size()) +
-                        "); use stem \"patch\" or a patch_size whose ceil(log2) halvings give image_size / patch_size");
+                        Checker::Num(m.image_size() / m.patch_size()) +
+                        " tokens per side from image_size " + Checker::Num(m.image_size()) +
+                        " (patch_size " + Checker::Num(m.patch_size()) +
+                        "); use stem \"patch\" or a patch_size whose ceil(log2) halvings give "
+                        "image_size / patch_size");
     }
   }
   {
@@ -671,9 +712,12 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     Checker c(&problems, p + "optimizer");
     c.OneOf("name", o.name(), {"adamw", "sgd"});
     c.Positive("lr", o.lr());
-    if (o.weight_decay() < 0) c.Add("weight_decay", Checker::Num(o.weight_decay()) + " must be >= 0");
-    if (!(o.beta1() >= 0 && o.beta1() < 1)) c.Add("beta1", Checker::Num(o.beta1()) + " is not in [0, 1)");
-    if (!(o.beta2() >= 0 && o.beta2() < 1)) c.Add("beta2", Checker::Num(o.beta2()) + " is not in [0, 1)");
+    if (o.weight_decay() < 0)
+      c.Add("weight_decay", Checker::Num(o.weight_decay()) + " must be >= 0");
+    if (!(o.beta1() >= 0 && o.beta1() < 1))
+      c.Add("beta1", Checker::Num(o.beta1()) + " is not in [0, 1)");
+    if (!(o.beta2() >= 0 && o.beta2() < 1))
+      c.Add("beta2", Checker::Num(o.beta2()) + " is not in [0, 1)");
     if (!(o.warmup_fraction() >= 0 && o.warmup_fraction() < 1)) {
       c.Add("warmup_fraction", Checker::Num(o.warmup_fraction()) + " is not in [0, 1)");
     }
@@ -688,15 +732,16 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
     c.AtLeast("world_size", t.world_size(), 1);
     if (t.world_size() > 1024) c.Add("world_size", Checker::Num(t.world_size()) + " > 1024");
     if (t.batch_size() >= 1 && t.world_size() >= 1 && t.batch_size() % t.world_size() != 0) {
-      c.Add("batch_size", Checker::Num(t.batch_size()) + " is not divisible by world_size: " +
-                              Checker::Num(t.world_size()));
+      c.Add("batch_size", Checker::Num(t.batch_size()) +
+                              " is not divisible by world_size: " + Checker::Num(t.world_size()));
     }
     if (images > 0 && t.batch_size() > 0 && static_cast<uint64_t>(t.batch_size()) > images) {
       c.Add("batch_size", Checker::Num(t.batch_size()) + " > the " + images_text +
                               "; an epoch drops its last partial batch, so it would have no step");
     }
     if (spec.clustering().k() > 0 && t.world_size() > spec.clustering().k()) {
-      c.Add("world_size", Checker::Num(t.world_size()) + " > clustering.k: " + Checker::Num(spec.clustering().k()) +
+      c.Add("world_size", Checker::Num(t.world_size()) +
+                              " > clustering.k: " + Checker::Num(spec.clustering().k()) +
                               "; every rank holds a shard of the class centres");
     }
     c.AtLeast("checkpoint_every_steps", t.checkpoint_every_steps(), 0);
@@ -720,7 +765,8 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
       c.AtLeast("feature_blocks", e.feature_blocks(), 1);
       if (spec.model().depth() > 0 && e.feature_blocks() > spec.model().depth())
         c.Add("feature_blocks", Checker::Num(e.feature_blocks()) + " > model.depth " +
-                                    Checker::Num(spec.model().depth()) + "; use at most the model's depth");
+                                    Checker::Num(spec.model().depth()) +
+                                    "; use at most the model's depth");
       c.OneOf("dataset.format", e.dataset().format(), {"fashion-mnist"});
     }
   }
@@ -742,7 +788,8 @@ StatusOr<ParsedJob> LoadJobSpecYaml(const std::string& text) {
   ApplyJobSpecDefaults(&job.spec);
   auto add = [&](const std::vector<SpecProblem>& more) {
     for (const auto& p : more) {
-      if (std::find(bad_paths.begin(), bad_paths.end(), p.path) == bad_paths.end()) problems.push_back(p);
+      if (std::find(bad_paths.begin(), bad_paths.end(), p.path) == bad_paths.end())
+        problems.push_back(p);
     }
   };
   add(JobMetadataProblems(job.metadata));

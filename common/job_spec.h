@@ -28,8 +28,8 @@ const std::vector<ModelPreset>& ModelPresets();
 // NOT_FOUND-style INVALID_ARGUMENT listing the known presets when `name` is unknown.
 StatusOr<ModelPreset> FindModelPreset(const std::string& name);
 
-// The spellings of EvaluationSpec.features ("embedding", "pooled", "blocks", "tokens"; worker/vit.h's
-// VitFeatures): one list for the spec validator and the --features flags.
+// The spellings of EvaluationSpec.features ("embedding", "pooled", "blocks", "tokens";
+// worker/vit.h's VitFeatures): one list for the spec validator and the --features flags.
 const std::vector<std::string>& EvaluationFeatureKinds();
 
 // ModelSpec.stem "conv" (worker/vit.h, VitStem::kConv): the number of 3x3 stride-2
@@ -90,7 +90,8 @@ StatusOr<ParsedJob> ParseJobSpecYaml(const std::string& text);
 // relations between fields (l <= k, k and batch_size <= the number of training images,
 // batch_size divisible by world_size, width divisible by heads, ...). Paths start with
 // `path_prefix` ("spec" for submitted specs). Touches no files.
-std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::string& path_prefix = "spec");
+std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec,
+                                         const std::string& path_prefix = "spec");
 std::vector<SpecProblem> JobMetadataProblems(const v1::JobMetadata& metadata,
                                              const std::string& path_prefix = "metadata");
 

@@ -27,15 +27,22 @@ std::string g_component;  // guarded by g_mu
 void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
 
 bool ParseLogLevel(const std::string& text, LogLevel* level) {
-  if (text == "debug") *level = LogLevel::kDEBUG;
-  else if (text == "info") *level = LogLevel::kINFO;
-  else if (text == "warning" || text == "warn") *level = LogLevel::kWARNING;
-  else if (text == "error") *level = LogLevel::kERROR;
-  else return false;
+  if (text == "debug")
+    *level = LogLevel::kDEBUG;
+  else if (text == "info")
+    *level = LogLevel::kINFO;
+  else if (text == "warning" || text == "warn")
+    *level = LogLevel::kWARNING;
+  else if (text == "error")
+    *level = LogLevel::kERROR;
+  else
+    return false;
   return true;
 }
 
-bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed); }
+bool LogEnabled(LogLevel level) {
+  return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed);
+}
 
 void SetLogComponent(const std::string& component) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -58,8 +65,8 @@ LogMessage::~LogMessage() {
   std::string text = stream_.str();
   std::lock_guard<std::mutex> lock(g_mu);
   std::fprintf(stderr, "%s.%03dZ %c %s] %s\n", when, static_cast<int>(tv.tv_usec / 1000),
-               kLetters[static_cast<int>(level_)], g_component.empty() ? "mlcd" : g_component.c_str(),
-               text.c_str());
+               kLetters[static_cast<int>(level_)],
+               g_component.empty() ? "mlcd" : g_component.c_str(), text.c_str());
   std::fflush(stderr);
 }
 

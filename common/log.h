@@ -39,7 +39,8 @@ struct LogVoidify {
 
 }  // namespace mlcd
 
-#define MLCD_LOG(level)                                  \
-  !::mlcd::LogEnabled(::mlcd::LogLevel::k##level)        \
-      ? (void)0                                          \
-      : ::mlcd::LogVoidify() & ::mlcd::LogMessage(::mlcd::LogLevel::k##level, __FILE__, __LINE__).stream()
+#define MLCD_LOG(level)                           \
+  !::mlcd::LogEnabled(::mlcd::LogLevel::k##level) \
+      ? (void)0                                   \
+      : ::mlcd::LogVoidify() &                    \
+            ::mlcd::LogMessage(::mlcd::LogLevel::k##level, __FILE__, __LINE__).stream()

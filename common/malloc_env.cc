@@ -8,7 +8,8 @@
 namespace mlcd {
 
 bool KeepFreedMemoryForReuse() {
-  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MLCD_NO_MALLOC_TUNING"}) {
+  for (const char* name :
+       {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MLCD_NO_MALLOC_TUNING"}) {
     if (std::getenv(name) != nullptr) return false;
   }
   // Both are needed: a fixed trim threshold alone also switches off glibc's adaptive mmap

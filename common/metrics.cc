@@ -2,9 +2,9 @@
 
 #include <fcntl.h>
 #include <netdb.h>
-#include <pthread.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,7 +24,8 @@ namespace mlcd {
 // is the process default. Only used where civetweb's threads cannot start (see metrics.h).
 class PlainMetricsHttpServer {
  public:
-  explicit PlainMetricsHttpServer(std::shared_ptr<prometheus::Registry> registry) : registry_(std::move(registry)) {}
+  explicit PlainMetricsHttpServer(std::shared_ptr<prometheus::Registry> registry)
+      : registry_(std::move(registry)) {}
   ~PlainMetricsHttpServer() {
     stop_ = true;
     if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
@@ -45,7 +46,8 @@ class PlainMetricsHttpServer {
     addrinfo* found = nullptr;
     const std::string service = std::to_string(port);
     int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
-    if (rc != 0) return Status::InvalidArgument("--metrics-listen " + address + ": " + ::gai_strerror(rc));
+    if (rc != 0)
+      return Status::InvalidArgument("--metrics-listen " + address + ": " + ::gai_strerror(rc));
     std::string error = "no address";
     for (addrinfo* a = found; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
       int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -64,10 +66,12 @@ class PlainMetricsHttpServer {
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
     if (::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
-      port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                          : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+      port_ = bound.ss_family == AF_INET6
+                  ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                  : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     }
-    if (::pipe2(wake_, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
+    if (::pipe2(wake_, O_CLOEXEC) != 0)
+      return Status::Internal(std::string("pipe: ") + std::strerror(errno));
     thread_ = std::thread([this] { Loop(); });
     return Status::Ok();
   }
@@ -107,7 +111,8 @@ class PlainMetricsHttpServer {
     if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
       status = "405 Method Not Allowed";
       body = "only GET /metrics\n";
-    } else if (line.find(" /metrics ") == std::string::npos && line.find(" /metrics?") == std::string::npos) {
+    } else if (line.find(" /metrics ") == std::string::npos &&
+               line.find(" /metrics?") == std::string::npos) {
       status = "404 Not Found";
       body = "metrics are at /metrics\n";
     } else {
@@ -115,7 +120,8 @@ class PlainMetricsHttpServer {
     }
     if (status != "200 OK") type = "text/plain; charset=utf-8";
     std::string response = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                           "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+                           "\r\nContent-Length: " + std::to_string(body.size()) +
+                           "\r\nConnection: close\r\n\r\n";
     if (line.rfind("HEAD ", 0) != 0) response += body;
     size_t sent = 0;
     while (sent < response.size()) {
@@ -135,7 +141,8 @@ class PlainMetricsHttpServer {
 
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
-      5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+      5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2,
+      0.1,  0.25, 0.5,    1,    2.5,  5,      10,   30,   60};
   return kBuckets;
 }
 
@@ -154,7 +161,8 @@ bool CivetwebThreadsCanStart() {
   if (pthread_attr_init(&attr) != 0) return false;
   pthread_attr_setstacksize(&attr, kCivetwebThreadStack);
   pthread_t thread;
-  int rc = pthread_create(&thread, &attr, [](void*) -> void* { return nullptr; }, nullptr);
+  int rc = pthread_create(
+      &thread, &attr, [](void*) -> void* { return nullptr; }, nullptr);
   pthread_attr_destroy(&attr);
   if (rc == 0) pthread_join(thread, nullptr);
   return rc == 0;
@@ -173,7 +181,8 @@ Status MetricsServer::Serve(const std::string& address) {
     }
     fallback_ = std::move(fallback);
     MLCD_LOG(INFO) << "serving Prometheus metrics on " << address << " (port " << fallback_->port()
-                   << ") at /metrics (built-in server: civetweb's 100 KiB thread stacks are too small for this "
+                   << ") at /metrics (built-in server: civetweb's 100 KiB thread stacks are too "
+                      "small for this "
                       "process's static TLS)";
     return Status::Ok();
   }
@@ -215,12 +224,15 @@ void RpcMetrics::Record(const std::string& method, StatusCode code, double secon
     auto key = std::make_pair(method, static_cast<int>(code));
     auto it = counters_.find(key);
     if (it == counters_.end()) {
-      it = counters_.emplace(key, &requests_.Add({{"method", method}, {"code", StatusCodeName(code)}})).first;
+      it = counters_
+               .emplace(key, &requests_.Add({{"method", method}, {"code", StatusCodeName(code)}}))
+               .first;
     }
     counter = it->second;
     auto hit = histograms_.find(method);
     if (hit == histograms_.end()) {
-      hit = histograms_.emplace(method, &durations_.Add({{"method", method}}, LatencyBuckets())).first;
+      hit = histograms_.emplace(method, &durations_.Add({{"method", method}}, LatencyBuckets()))
+                .first;
     }
     histogram = hit->second;
   }

@@ -19,15 +19,18 @@ int PickFreePort() {
   int port = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
     socklen_t len = sizeof(addr);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) port = ntohs(addr.sin_port);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+      port = ntohs(addr.sin_port);
   }
   ::close(fd);
   return port;
 }
 
-Status SplitHostPort(const std::string& address, const std::string& flag, std::string* host, int* port) {
+Status SplitHostPort(const std::string& address, const std::string& flag, std::string* host,
+                     int* port) {
   auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument(flag + " '" + address + "': " + why + "; expected HOST:PORT, e.g. 127.0.0.1:7610");
+    return Status::InvalidArgument(flag + " '" + address + "': " + why +
+                                   "; expected HOST:PORT, e.g. 127.0.0.1:7610");
   };
   size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0) return bad("missing host or port");
@@ -36,7 +39,8 @@ Status SplitHostPort(const std::string& address, const std::string& flag, std::s
   std::string p = address.substr(colon + 1);
   char* end = nullptr;
   long v = std::strtol(p.c_str(), &end, 10);
-  if (p.empty() || *end != '\0' || v < 0 || v > 65535) return bad("port is not a number in [0, 65535]");
+  if (p.empty() || *end != '\0' || v < 0 || v > 65535)
+    return bad("port is not a number in [0, 65535]");
   *host = h;
   *port = static_cast<int>(v);
   return Status::Ok();

@@ -12,7 +12,8 @@ namespace mlcd {
 int PickFreePort();
 
 // Splits "host:port" ("[::1]:80" too). INVALID_ARGUMENT naming `flag` when malformed.
-Status SplitHostPort(const std::string& address, const std::string& flag, std::string* host, int* port);
+Status SplitHostPort(const std::string& address, const std::string& flag, std::string* host,
+                     int* port);
 
 std::string JoinHostPort(const std::string& host, int port);
 

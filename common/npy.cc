@@ -81,13 +81,15 @@ Status ParseShape(const std::string& text, const std::string& name, std::vector<
     return Status::InvalidArgument(name + ": malformed .npy shape '" + text + "': " + why +
                                    "; expected a tuple of non-negative integers like (3, 4)");
   };
-  if (text.size() < 2 || text.front() != '(' || text.back() != ')') return bad("not a parenthesised tuple");
+  if (text.size() < 2 || text.front() != '(' || text.back() != ')')
+    return bad("not a parenthesised tuple");
   const std::string inner = text.substr(1, text.size() - 2);
   if (Trim(inner).empty()) return Status::Ok();  // () is a 0-d scalar
   size_t pos = 0;
   while (true) {
     size_t comma = inner.find(',', pos);
-    std::string item = Trim(inner.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    std::string item =
+        Trim(inner.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
     const bool last = comma == std::string::npos;
     if (item.empty()) {
       // Only "(3,)": an empty item after the final comma of a non-empty tuple.
@@ -95,10 +97,12 @@ Status ParseShape(const std::string& text, const std::string& name, std::vector<
       return bad("empty dimension");
     }
     if (item[0] == '-') return bad("negative dimension " + item);
-    if (item.find_first_not_of("0123456789") != std::string::npos) return bad("dimension '" + item + "' is not an integer");
+    if (item.find_first_not_of("0123456789") != std::string::npos)
+      return bad("dimension '" + item + "' is not an integer");
     errno = 0;
     unsigned long long v = std::strtoull(item.c_str(), nullptr, 10);
-    if (errno == ERANGE || v > static_cast<unsigned long long>(INT64_MAX)) return bad("dimension " + item + " is too large");
+    if (errno == ERANGE || v > static_cast<unsigned long long>(INT64_MAX))
+      return bad("dimension " + item + " is too large");
     dims->push_back(static_cast<int64_t>(v));
     if (last) return Status::Ok();
     pos = comma + 1;
@@ -129,7 +133,8 @@ namespace {
 StatusOr<NpyHeader> ParseNpyHeaderOrThrow(const void* bytes, size_t size, const std::string& name) {
   const auto* p = static_cast<const unsigned char*>(bytes);
   if (size < 10 || std::memcmp(p, "\x93NUMPY", 6) != 0) {
-    return Status::InvalidArgument(name + ": not an .npy file (missing the \\x93NUMPY magic); "
+    return Status::InvalidArgument(name +
+                                   ": not an .npy file (missing the \\x93NUMPY magic); "
                                    "write it with numpy.save");
   }
   int major = p[6];
@@ -139,10 +144,12 @@ StatusOr<NpyHeader> ParseNpyHeaderOrThrow(const void* bytes, size_t size, const 
     prefix = 10;
   } else if (major == 2 || major == 3) {
     if (size < 12) return Status::DataLoss(name + ": truncated .npy header");
-    header_len = p[8] | (p[9] << 8) | (static_cast<size_t>(p[10]) << 16) | (static_cast<size_t>(p[11]) << 24);
+    header_len = p[8] | (p[9] << 8) | (static_cast<size_t>(p[10]) << 16) |
+                 (static_cast<size_t>(p[11]) << 24);
     prefix = 12;
   } else {
-    return Status::InvalidArgument(name + ": unsupported .npy format version " + std::to_string(major));
+    return Status::InvalidArgument(name + ": unsupported .npy format version " +
+                                   std::to_string(major));
   }
   if (prefix + header_len > size) return Status::DataLoss(name + ": truncated .npy header");
   std::string dict(reinterpret_cast<const char*>(p + prefix), header_len);
@@ -154,42 +161,52 @@ StatusOr<NpyHeader> ParseNpyHeaderOrThrow(const void* bytes, size_t size, const 
       !DictValue(dict, "shape", &shape)) {
     return Status::InvalidArgument(name + ": malformed .npy header dict: " + Trim(dict));
   }
-  if (descr.size() < 2 || (descr.front() != '\'' && descr.front() != '"') || descr.back() != descr.front()) {
-    return Status::InvalidArgument(name + ": malformed .npy header: 'descr' must be a quoted dtype string like "
-                                          "'<f4', got " + descr);
+  if (descr.size() < 2 || (descr.front() != '\'' && descr.front() != '"') ||
+      descr.back() != descr.front()) {
+    return Status::InvalidArgument(
+        name +
+        ": malformed .npy header: 'descr' must be a quoted dtype string like "
+        "'<f4', got " +
+        descr);
   }
   descr = descr.substr(1, descr.size() - 2);  // strip quotes
   bool found = false;
   for (const auto& info : kDtypes) {
     // Accept '=' and '<' (native little-endian) and '|' for one-byte types.
     std::string alt = info.descr;
-    if (descr == alt || (descr.size() == alt.size() && (descr[0] == '=' || descr[0] == '<' || descr[0] == '|') &&
-                         descr.substr(1) == alt.substr(1))) {
+    if (descr == alt ||
+        (descr.size() == alt.size() && (descr[0] == '=' || descr[0] == '<' || descr[0] == '|') &&
+         descr.substr(1) == alt.substr(1))) {
       header.dtype = info.dtype;
       found = true;
       break;
     }
   }
   if (!found) {
-    std::string hint = descr.size() && descr[0] == '>' ? " (big-endian arrays are not supported; use "
-                                                         "arr.astype(arr.dtype.newbyteorder('<')))"
-                                                       : "";
+    std::string hint = descr.size() && descr[0] == '>'
+                           ? " (big-endian arrays are not supported; use "
+                             "arr.astype(arr.dtype.newbyteorder('<')))"
+                           : "";
     return Status::InvalidArgument(name + ": unsupported dtype '" + descr +
                                    "'; expected one of float16, float32, float64, int8, uint8, "
-                                   "int32, int64, uint32, uint64" + hint);
+                                   "int32, int64, uint32, uint64" +
+                                   hint);
   }
   if (fortran == "True") {
-    return Status::InvalidArgument(name + ": Fortran-ordered array; save a C-ordered copy "
+    return Status::InvalidArgument(name +
+                                   ": Fortran-ordered array; save a C-ordered copy "
                                    "(numpy.ascontiguousarray)");
   }
-  if (fortran != "False") return Status::InvalidArgument(name + ": malformed fortran_order '" + fortran + "'");
+  if (fortran != "False")
+    return Status::InvalidArgument(name + ": malformed fortran_order '" + fortran + "'");
   MLCD_RETURN_IF_ERROR(ParseShape(shape, name, &header.shape));
   // The byte size must be representable, so num_elements(), cols() and data_bytes() cannot
   // overflow. Zero dimensions are skipped: a (0, d) array still needs a sane d.
   int64_t total = static_cast<int64_t>(NpyDtypeSize(header.dtype));
   for (int64_t d : header.shape) {
     if (d != 0 && __builtin_mul_overflow(total, d, &total)) {
-      return Status::InvalidArgument(name + ": shape " + shape + " of " + NpyDtypeName(header.dtype) +
+      return Status::InvalidArgument(name + ": shape " + shape + " of " +
+                                     NpyDtypeName(header.dtype) +
                                      " overflows a 64-bit byte count; the header is corrupt");
     }
   }
@@ -266,8 +283,9 @@ StatusOr<MappedNpy> MappedNpy::Open(const std::string& path) {
   MLCD_ASSIGN_OR_RETURN(out.header_, ParseNpyHeader(map, size, path));
   // data_offset <= size (checked by the parser); compare without adding to avoid overflow.
   if (out.header_.data_bytes() > size - out.header_.data_offset) {
-    return Status::DataLoss(path + ": truncated: the header promises " + std::to_string(out.header_.data_bytes()) +
-                            " bytes of data but the file holds " + std::to_string(size - out.header_.data_offset));
+    return Status::DataLoss(
+        path + ": truncated: the header promises " + std::to_string(out.header_.data_bytes()) +
+        " bytes of data but the file holds " + std::to_string(size - out.header_.data_offset));
   }
   return out;
 }
@@ -281,8 +299,8 @@ Status MappedNpy::Expect2d(std::initializer_list<NpyDtype> dtypes, bool allow_1d
     names += NpyDtypeName(d);
   }
   if (!ok_dtype) {
-    return Status::InvalidArgument(path_ + ": dtype " + NpyDtypeName(header_.dtype) + " is not supported here; expected " +
-                                   names);
+    return Status::InvalidArgument(path_ + ": dtype " + NpyDtypeName(header_.dtype) +
+                                   " is not supported here; expected " + names);
   }
   if (header_.shape.size() != 2 && !(allow_1d && header_.shape.size() == 1)) {
     return Status::InvalidArgument(path_ + ": expected a 2-d array (n x d), got " +
@@ -313,23 +331,36 @@ StatusOr<NpyArray> ReadNpy(const std::string& path) {
   return array;
 }
 
-StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path, std::vector<int64_t>* shape) {
+StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path,
+                                              std::vector<int64_t>* shape) {
   MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path));
-  if (m.header().shape.size() > 2) return Status::InvalidArgument(path + ": expected a 1-d or 2-d array");
+  if (m.header().shape.size() > 2)
+    return Status::InvalidArgument(path + ": expected a 1-d or 2-d array");
   size_t n = static_cast<size_t>(m.header().num_elements());
   std::vector<int64_t> out;
   MLCD_RETURN_IF_ERROR(Allocate(&out, n, path));
   switch (m.dtype()) {
-    case NpyDtype::kInt8: for (size_t i = 0; i < n; ++i) out[i] = m.data_as<int8_t>()[i]; break;
-    case NpyDtype::kUint8: for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint8_t>()[i]; break;
-    case NpyDtype::kInt32: for (size_t i = 0; i < n; ++i) out[i] = m.data_as<int32_t>()[i]; break;
-    case NpyDtype::kUint32: for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint32_t>()[i]; break;
-    case NpyDtype::kInt64: std::memcpy(out.data(), m.data(), n * 8); break;
+    case NpyDtype::kInt8:
+      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<int8_t>()[i];
+      break;
+    case NpyDtype::kUint8:
+      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint8_t>()[i];
+      break;
+    case NpyDtype::kInt32:
+      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<int32_t>()[i];
+      break;
+    case NpyDtype::kUint32:
+      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint32_t>()[i];
+      break;
+    case NpyDtype::kInt64:
+      std::memcpy(out.data(), m.data(), n * 8);
+      break;
     case NpyDtype::kUint64:
       for (size_t i = 0; i < n; ++i) {
         uint64_t v = m.data_as<uint64_t>()[i];
         if (v > static_cast<uint64_t>(INT64_MAX))
-          return Status::InvalidArgument(path + ": value at index " + std::to_string(i) + " exceeds int64");
+          return Status::InvalidArgument(path + ": value at index " + std::to_string(i) +
+                                         " exceeds int64");
         out[i] = static_cast<int64_t>(v);
       }
       break;
@@ -341,15 +372,22 @@ StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path, std::vect
   return out;
 }
 
-StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path, std::vector<int64_t>* shape) {
+StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path,
+                                              std::vector<int64_t>* shape) {
   MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path));
   size_t n = static_cast<size_t>(m.header().num_elements());
   std::vector<float> out;
   MLCD_RETURN_IF_ERROR(Allocate(&out, n, path));
   switch (m.dtype()) {
-    case NpyDtype::kFloat32: std::memcpy(out.data(), m.data(), n * 4); break;
-    case NpyDtype::kFloat16: HalfToFloatN(m.data_as<uint16_t>(), out.data(), n); break;
-    case NpyDtype::kFloat64: for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(m.data_as<double>()[i]); break;
+    case NpyDtype::kFloat32:
+      std::memcpy(out.data(), m.data(), n * 4);
+      break;
+    case NpyDtype::kFloat16:
+      HalfToFloatN(m.data_as<uint16_t>(), out.data(), n);
+      break;
+    case NpyDtype::kFloat64:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(m.data_as<double>()[i]);
+      break;
     default:
       return Status::InvalidArgument(path + ": dtype " + std::string(NpyDtypeName(m.dtype())) +
                                      " is not a float type (expected float16, float32 or float64)");
@@ -366,8 +404,8 @@ std::string EncodeNpyHeader(NpyDtype dtype, const std::vector<int64_t>& shape) {
     if (i + 1 < shape.size()) shape_text += " ";
   }
   shape_text += ")";
-  std::string dict = std::string("{'descr': '") + NpyDescr(dtype) + "', 'fortran_order': False, 'shape': " +
-                     shape_text + ", }";
+  std::string dict = std::string("{'descr': '") + NpyDescr(dtype) +
+                     "', 'fortran_order': False, 'shape': " + shape_text + ", }";
   // Like numpy.save: room for the first axis to grow to 21 digits without rewriting the data.
   if (!shape.empty()) dict.append(21 - std::to_string(shape[0]).size(), ' ');
   size_t prefix = 10;
@@ -394,7 +432,8 @@ std::string EncodeNpyHeader(NpyDtype dtype, const std::vector<int64_t>& shape) {
   return out + dict;
 }
 
-Status WriteNpy(const std::string& path, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data) {
+Status WriteNpy(const std::string& path, NpyDtype dtype, const std::vector<int64_t>& shape,
+                const void* data) {
   std::string header = EncodeNpyHeader(dtype, shape);
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -434,7 +473,8 @@ uint16_t FloatToHalf(float f) {
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000;
   uint32_t abs = x & 0x7fffffff;
-  if (abs >= 0x7f800000) return static_cast<uint16_t>(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
+  if (abs >= 0x7f800000)
+    return static_cast<uint16_t>(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
   if (abs >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
   if (abs < 0x38800000) {                                              // subnormal or zero
     if (abs < 0x33000000) return static_cast<uint16_t>(sign);

@@ -76,7 +76,9 @@ class MappedNpy {
   int64_t cols() const { return header_.cols(); }
   const void* data() const { return static_cast<const char*>(map_) + header_.data_offset; }
   template <typename T>
-  const T* data_as() const { return static_cast<const T*>(data()); }
+  const T* data_as() const {
+    return static_cast<const T*>(data());
+  }
 
   // Checks the array is 2-d (or 1-d when allow_1d) with one of the given dtypes.
   Status Expect2d(std::initializer_list<NpyDtype> dtypes, bool allow_1d = false) const;
@@ -99,18 +101,24 @@ struct NpyArray {
   std::vector<uint8_t> bytes;  // data only, header.num_elements() * dtype size
 
   template <typename T>
-  const T* data_as() const { return reinterpret_cast<const T*>(bytes.data()); }
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(bytes.data());
+  }
   template <typename T>
-  T* mutable_data_as() { return reinterpret_cast<T*>(bytes.data()); }
+  T* mutable_data_as() {
+    return reinterpret_cast<T*>(bytes.data());
+  }
 };
 
 // The readers below return RESOURCE_EXHAUSTED when the copy cannot be allocated.
 StatusOr<NpyArray> ReadNpy(const std::string& path);
 
 // Reads a 1-d or 2-d integer array (any int/uint dtype) as int64, e.g. ids or labels.
-StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path, std::vector<int64_t>* shape = nullptr);
+StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path,
+                                              std::vector<int64_t>* shape = nullptr);
 // Reads a float16/32/64 array as float32.
-StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path, std::vector<int64_t>* shape = nullptr);
+StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path,
+                                              std::vector<int64_t>* shape = nullptr);
 
 // Serialises a header (format 1.0, or 2.0 when the dict needs it), padded to 64 bytes.
 std::string EncodeNpyHeader(NpyDtype dtype, const std::vector<int64_t>& shape);

@@ -54,7 +54,8 @@ class PrefetchQueue {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !items_.empty(); });
     if (waited_seconds)
-      *waited_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      *waited_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     T item = std::move(items_.front());
     items_.pop_front();
     lock.unlock();

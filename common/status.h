@@ -45,12 +45,20 @@ class [[nodiscard]] Status {
   static Status Ok() { return Status(); }
   static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
   static Status Unknown(std::string m) { return {StatusCode::kUnknown, std::move(m)}; }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-  static Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
+  static Status DeadlineExceeded(std::string m) {
+    return {StatusCode::kDeadlineExceeded, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-  static Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
-  static Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+  static Status ResourceExhausted(std::string m) {
+    return {StatusCode::kResourceExhausted, std::move(m)};
+  }
+  static Status FailedPrecondition(std::string m) {
+    return {StatusCode::kFailedPrecondition, std::move(m)};
+  }
   static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
   static Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
   static Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
@@ -88,9 +96,18 @@ class [[nodiscard]] StatusOr {
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { CheckOk(); return *value_; }
-  const T& value() const& { CheckOk(); return *value_; }
-  T&& value() && { CheckOk(); return std::move(*value_); }
+  T& value() & {
+    CheckOk();
+    return *value_;
+  }
+  const T& value() const& {
+    CheckOk();
+    return *value_;
+  }
+  T&& value() && {
+    CheckOk();
+    return std::move(*value_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -112,17 +129,17 @@ void StatusOr<T>::CheckOk() const {
 }  // namespace mlcd
 
 // Returns from the enclosing function when `expr` (a Status) is not OK.
-#define MLCD_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::mlcd::Status mlcd_status_ = (expr);       \
+#define MLCD_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::mlcd::Status mlcd_status_ = (expr);        \
     if (!mlcd_status_.ok()) return mlcd_status_; \
   } while (0)
 
 #define MLCD_CONCAT_INNER_(a, b) a##b
 #define MLCD_CONCAT_(a, b) MLCD_CONCAT_INNER_(a, b)
 // MLCD_ASSIGN_OR_RETURN(auto x, Foo()); declares x from a StatusOr or returns its error.
-#define MLCD_ASSIGN_OR_RETURN(lhs, expr)                                  \
-  auto MLCD_CONCAT_(mlcd_statusor_, __LINE__) = (expr);                   \
-  if (!MLCD_CONCAT_(mlcd_statusor_, __LINE__).ok())                       \
-    return MLCD_CONCAT_(mlcd_statusor_, __LINE__).status();               \
+#define MLCD_ASSIGN_OR_RETURN(lhs, expr)                    \
+  auto MLCD_CONCAT_(mlcd_statusor_, __LINE__) = (expr);     \
+  if (!MLCD_CONCAT_(mlcd_statusor_, __LINE__).ok())         \
+    return MLCD_CONCAT_(mlcd_statusor_, __LINE__).status(); \
   lhs = std::move(MLCD_CONCAT_(mlcd_statusor_, __LINE__)).value()

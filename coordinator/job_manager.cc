@@ -28,7 +28,8 @@ StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<s
   std::vector<int64_t> all;
   for (const std::string& shard : shards) {
     const std::string suffix = ".npy";
-    if (shard.size() <= suffix.size() || shard.compare(shard.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    if (shard.size() <= suffix.size() ||
+        shard.compare(shard.size() - suffix.size(), suffix.size(), suffix) != 0) {
       return false;  // a directory of shards: their labels are not gathered
     }
     const std::string labels = shard.substr(0, shard.size() - suffix.size()) + ".labels.npy";
@@ -37,17 +38,20 @@ StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<s
     all.insert(all.end(), part.begin(), part.end());
   }
   if (all.empty()) return false;
-  MLCD_RETURN_IF_ERROR(WriteNpy(out, NpyDtype::kInt64, {static_cast<int64_t>(all.size())}, all.data()));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(out, NpyDtype::kInt64, {static_cast<int64_t>(all.size())}, all.data()));
   return true;
 }
 
 int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
 bool IsTerminal(v1::JobState state) {
-  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED || state == v1::JOB_STATE_CANCELLED;
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
 }
 
 // "TRAINING" for JOB_STATE_TRAINING.
@@ -59,20 +63,29 @@ std::string StateName(v1::JobState state) {
 
 std::string KindName(v1::AssignmentKind kind) {
   switch (kind) {
-    case v1::ASSIGNMENT_KIND_TRAIN: return "train";
-    case v1::ASSIGNMENT_KIND_EXTRACT: return "extract (mlcd-worker embed)";
-    case v1::ASSIGNMENT_KIND_EVALUATE: return "evaluate (mlcd-worker eval)";
-    default: return "none";
+    case v1::ASSIGNMENT_KIND_TRAIN:
+      return "train";
+    case v1::ASSIGNMENT_KIND_EXTRACT:
+      return "extract (mlcd-worker embed)";
+    case v1::ASSIGNMENT_KIND_EVALUATE:
+      return "evaluate (mlcd-worker eval)";
+    default:
+      return "none";
   }
 }
 
 std::string WorkerStateName(v1::WorkerState state) {
   switch (state) {
-    case v1::WORKER_STATE_IDLE: return "idle";
-    case v1::WORKER_STATE_BUSY: return "busy";
-    case v1::WORKER_STATE_DRAINING: return "draining";
-    case v1::WORKER_STATE_LOST: return "lost";
-    default: return "unknown";
+    case v1::WORKER_STATE_IDLE:
+      return "idle";
+    case v1::WORKER_STATE_BUSY:
+      return "busy";
+    case v1::WORKER_STATE_DRAINING:
+      return "draining";
+    case v1::WORKER_STATE_LOST:
+      return "lost";
+    default:
+      return "unknown";
   }
 }
 
@@ -93,7 +106,8 @@ bool IsTransient(const Status& status) {
 bool ValidName(const std::string& name, size_t max_size) {
   if (name.empty() || name.size() > max_size) return false;
   for (char c : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return false;
   }
   return true;
 }
@@ -115,12 +129,14 @@ std::string Fixed(double v, int digits = 2) {
 }
 
 // People count rounds and epochs from 1 ("round 2/3"); names and the API count from 0.
-std::string RoundText(int r, int rounds) { return "round " + std::to_string(r + 1) + "/" + std::to_string(rounds); }
+std::string RoundText(int r, int rounds) {
+  return "round " + std::to_string(r + 1) + "/" + std::to_string(rounds);
+}
 
 // Why a job FAILED when its gang failed more often than spec.training.max_restarts allows.
 std::string RestartsExhausted(int restarts, int max_restarts, const std::string& last_failure) {
-  return "gang failed " + std::to_string(restarts) + " times (max_restarts " + std::to_string(max_restarts) +
-         "); last failure: " + last_failure;
+  return "gang failed " + std::to_string(restarts) + " times (max_restarts " +
+         std::to_string(max_restarts) + "); last failure: " + last_failure;
 }
 
 uint64_t Fnv1a(const std::string& text) {
@@ -193,10 +209,12 @@ struct JobManager::JobEntry {
 JobManager::JobManager(JobManagerOptions options, CoordinatorMetrics* metrics)
     : options_(std::move(options)), metrics_(metrics) {}
 
-StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options, CoordinatorMetrics* metrics) {
+StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options,
+                                                       CoordinatorMetrics* metrics) {
   if (options.data_dir.empty()) return Status::InvalidArgument("--data-dir is required");
   std::unique_ptr<JobManager> manager(new JobManager(std::move(options), metrics));
-  MLCD_ASSIGN_OR_RETURN(manager->store_, CoordinatorStore::Open(manager->options_.data_dir + "/db"));
+  MLCD_ASSIGN_OR_RETURN(manager->store_,
+                        CoordinatorStore::Open(manager->options_.data_dir + "/db"));
   MLCD_RETURN_IF_ERROR(manager->Load());
   return manager;
 }
@@ -271,14 +289,16 @@ Status JobManager::Load() {
   }
   if (!jobs.empty() || !workers.empty()) {
     metrics_->Restarted(recovered);
-    MLCD_LOG(INFO) << "reloaded " << jobs_.size() << " jobs (" << recovered << " unfinished) and " << workers_.size()
-                   << " workers from " << store_->dir();
+    MLCD_LOG(INFO) << "reloaded " << jobs_.size() << " jobs (" << recovered << " unfinished) and "
+                   << workers_.size() << " workers from " << store_->dir();
   }
   UpdateGauges();
   return Status::Ok();
 }
 
-void JobManager::Start() { scheduler_ = std::thread([this] { SchedulerLoop(); }); }
+void JobManager::Start() {
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+}
 
 void JobManager::Shutdown() {
   {
@@ -306,7 +326,8 @@ void JobManager::Shutdown() {
 // ---------------------------------------------------------------------------------------
 // Persistence helpers.
 
-v1::JobHistoryEntry JobManager::NewHistory(JobEntry* job, const std::string& kind, const std::string& message) {
+v1::JobHistoryEntry JobManager::NewHistory(JobEntry* job, const std::string& kind,
+                                           const std::string& message) {
   v1::JobHistoryEntry entry;
   int64_t seq = job->rec.next_history_seq();
   if (seq == 0) seq = 1;
@@ -331,7 +352,8 @@ void JobManager::Persist(JobEntry* job, std::vector<v1::JobHistoryEntry> history
   Status s = store_->Commit(&batch);
   if (!s.ok()) {
     // What the coordinator does next would no longer match what a restart would read.
-    MLCD_LOG(ERROR) << "cannot persist job " << job->job().id() << ": " << s.ToString() << "; stopping";
+    MLCD_LOG(ERROR) << "cannot persist job " << job->job().id() << ": " << s.ToString()
+                    << "; stopping";
     std::abort();
   }
 }
@@ -379,11 +401,14 @@ void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string
 void JobManager::EndJob(JobEntry* job, v1::JobState state, const std::string& message) {
   if (IsTerminal(job->state())) return;
   std::vector<v1::JobHistoryEntry> before;
-  if (job->rec.has_attempt()) before.push_back(DetachGang(job, message, /*counts_as_restart=*/false));
+  if (job->rec.has_attempt())
+    before.push_back(DetachGang(job, message, /*counts_as_restart=*/false));
   Transition(job, state, message, std::move(before));
 }
 
-void JobManager::FailJob(JobEntry* job, const std::string& message) { EndJob(job, v1::JOB_STATE_FAILED, message); }
+void JobManager::FailJob(JobEntry* job, const std::string& message) {
+  EndJob(job, v1::JOB_STATE_FAILED, message);
+}
 
 // ---------------------------------------------------------------------------------------
 // Lookups.
@@ -405,14 +430,20 @@ bool JobManager::WorkerAlive(const WorkerEntry& worker, Clock::time_point now) c
 
 v1::AssignmentKind JobManager::KindFor(const JobEntry& job) const {
   switch (job.state()) {
-    case v1::JOB_STATE_TRAINING: return v1::ASSIGNMENT_KIND_TRAIN;
-    case v1::JOB_STATE_EXTRACTING: return v1::ASSIGNMENT_KIND_EXTRACT;
-    case v1::JOB_STATE_EVALUATING: return v1::ASSIGNMENT_KIND_EVALUATE;
-    default: return v1::ASSIGNMENT_KIND_NONE;
+    case v1::JOB_STATE_TRAINING:
+      return v1::ASSIGNMENT_KIND_TRAIN;
+    case v1::JOB_STATE_EXTRACTING:
+      return v1::ASSIGNMENT_KIND_EXTRACT;
+    case v1::JOB_STATE_EVALUATING:
+      return v1::ASSIGNMENT_KIND_EVALUATE;
+    default:
+      return v1::ASSIGNMENT_KIND_NONE;
   }
 }
 
-std::string JobManager::JobDir(const std::string& job_id) const { return options_.data_dir + "/jobs/" + job_id; }
+std::string JobManager::JobDir(const std::string& job_id) const {
+  return options_.data_dir + "/jobs/" + job_id;
+}
 
 v1::Job JobManager::PublicJob(const JobEntry& job) const {
   v1::Job out = job.job();
@@ -449,7 +480,8 @@ void JobManager::ReleaseWorker(WorkerEntry* worker) {
 
 Status JobManager::CheckWorkerSupport(const v1::JobSpec& spec) const {
   const auto now = Clock::now();
-  auto check = [&](v1::AssignmentKind kind, const std::string& field, const std::string& hint) -> Status {
+  auto check = [&](v1::AssignmentKind kind, const std::string& field,
+                   const std::string& hint) -> Status {
     int alive = 0, capable = 0;
     for (const auto& [id, worker] : workers_) {
       if (!WorkerAlive(*worker, now)) continue;
@@ -457,24 +489,27 @@ Status JobManager::CheckWorkerSupport(const v1::JobSpec& spec) const {
       if (worker->Supports(kind)) ++capable;
     }
     if (alive > 0 && capable == 0) {
-      return Status::FailedPrecondition(field + " needs workers that can " + KindName(kind) + ", and none of the " +
-                                        std::to_string(alive) + " registered workers can; " + hint);
+      return Status::FailedPrecondition(field + " needs workers that can " + KindName(kind) +
+                                        ", and none of the " + std::to_string(alive) +
+                                        " registered workers can; " + hint);
     }
     return Status::Ok();
   };
   if (spec.training().rounds() > 1) {
-    MLCD_RETURN_IF_ERROR(check(v1::ASSIGNMENT_KIND_EXTRACT,
-                               "spec.training.rounds: " + std::to_string(spec.training().rounds()),
-                               "set rounds: 1 or start workers whose mlcd-worker has the embed command"));
+    MLCD_RETURN_IF_ERROR(
+        check(v1::ASSIGNMENT_KIND_EXTRACT,
+              "spec.training.rounds: " + std::to_string(spec.training().rounds()),
+              "set rounds: 1 or start workers whose mlcd-worker has the embed command"));
   }
   if (spec.clustering().features().kind() == "model") {
     MLCD_RETURN_IF_ERROR(check(v1::ASSIGNMENT_KIND_EXTRACT, "spec.clustering.features.kind: model",
                                "use features kind pixels, random-projection or npy"));
   }
   if (spec.evaluation().enabled()) {
-    MLCD_RETURN_IF_ERROR(check(v1::ASSIGNMENT_KIND_EVALUATE, "spec.evaluation.enabled: true",
-                               "set evaluation.enabled: false or start workers whose mlcd-worker has the eval "
-                               "command"));
+    MLCD_RETURN_IF_ERROR(
+        check(v1::ASSIGNMENT_KIND_EVALUATE, "spec.evaluation.enabled: true",
+              "set evaluation.enabled: false or start workers whose mlcd-worker has the eval "
+              "command"));
   }
   return Status::Ok();
 }
@@ -499,8 +534,9 @@ std::vector<SpecProblem> InputProblems(const v1::JobSpec& spec) {
   if (features.kind() == "npy") {
     for (int i = 0; i < features.paths_size(); ++i) {
       if (!PathExists(features.paths(i))) {
-        problems.push_back({"spec.clustering.features.paths[" + std::to_string(i) + "]",
-                            "'" + features.paths(i) + "' does not exist (paths are read on the cluster's hosts)"});
+        problems.push_back(
+            {"spec.clustering.features.paths[" + std::to_string(i) + "]",
+             "'" + features.paths(i) + "' does not exist (paths are read on the cluster's hosts)"});
       }
     }
   }
@@ -526,7 +562,8 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
   if (!request.spec_yaml().empty()) {
     if (request.has_spec() || request.has_metadata()) {
       return Status::InvalidArgument(
-          "spec_yaml and spec/metadata are both set; send the job either as YAML text or as messages");
+          "spec_yaml and spec/metadata are both set; send the job either as YAML text or as "
+          "messages");
     }
     MLCD_ASSIGN_OR_RETURN(parsed, LoadJobSpecYaml(request.spec_yaml()));
   } else {
@@ -552,11 +589,14 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
     auto existing = store_->FindRequest(request.request_id());
     if (existing.ok()) {
       JobEntry* job = FindJob(*existing);
-      if (!job) return Status::Internal("request id '" + request.request_id() + "' maps to a missing job");
+      if (!job)
+        return Status::Internal("request id '" + request.request_id() + "' maps to a missing job");
       if (!google::protobuf::util::MessageDifferencer::Equals(job->spec(), parsed.spec) ||
-          !google::protobuf::util::MessageDifferencer::Equals(job->job().metadata(), parsed.metadata)) {
-        return Status::AlreadyExists("request id '" + request.request_id() + "' was already used for job " +
-                                     job->job().id() + " with a different spec; use a new request id");
+          !google::protobuf::util::MessageDifferencer::Equals(job->job().metadata(),
+                                                              parsed.metadata)) {
+        return Status::AlreadyExists("request id '" + request.request_id() +
+                                     "' was already used for job " + job->job().id() +
+                                     " with a different spec; use a new request id");
       }
       if (!request.dry_run()) return PublicJob(*job);
       existing_job = job->job().id();
@@ -585,16 +625,18 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
   job->state_entered = Clock::now();
   if (request.dry_run()) {
     j.set_message("dry run: the spec is valid; nothing was created" +
-                  (existing_job.empty() ? std::string()
-                                        : " (request id '" + request.request_id() + "' already names job " +
-                                              existing_job + ": submitting returns that job)"));
+                  (existing_job.empty()
+                       ? std::string()
+                       : " (request id '" + request.request_id() + "' already names job " +
+                             existing_job + ": submitting returns that job)"));
     return j;
   }
 
   StoreBatch batch;
-  auto history = NewHistory(job, "submitted", "submitted" + (request.request_id().empty()
-                                                                  ? std::string()
-                                                                  : " with request id " + request.request_id()));
+  auto history = NewHistory(
+      job, "submitted",
+      "submitted" + (request.request_id().empty() ? std::string()
+                                                  : " with request id " + request.request_id()));
   batch.AppendHistory(j.id(), history);
   batch.PutJob(job->rec);
   if (!request.request_id().empty()) batch.PutRequest(request.request_id(), j.id());
@@ -602,8 +644,9 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
   MLCD_RETURN_IF_ERROR(store_->Commit(&batch));
   next_job_seq_ = seq + 1;
   v1::Job out = PublicJob(*job);
-  MLCD_LOG(INFO) << "job " << j.id() << " submitted (world size " << parsed.spec.training().world_size()
-                 << ", k " << parsed.spec.clustering().k() << ", l " << parsed.spec.clustering().l() << ")";
+  MLCD_LOG(INFO) << "job " << j.id() << " submitted (world size "
+                 << parsed.spec.training().world_size() << ", k " << parsed.spec.clustering().k()
+                 << ", l " << parsed.spec.clustering().l() << ")";
   jobs_[j.id()] = std::move(entry);
   UpdateGauges();
   tick_cv_.notify_all();
@@ -611,7 +654,8 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
 }
 
 StatusOr<v1::Job> JobManager::GetJob(const v1::GetJobRequest& request) {
-  if (request.id().empty()) return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
+  if (request.id().empty())
+    return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
   v1::Job out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -628,7 +672,9 @@ StatusOr<v1::Job> JobManager::GetJob(const v1::GetJobRequest& request) {
 }
 
 StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& request) {
-  if (request.page_size() < 0) return Status::InvalidArgument("page_size: " + std::to_string(request.page_size()) + " must be >= 0");
+  if (request.page_size() < 0)
+    return Status::InvalidArgument("page_size: " + std::to_string(request.page_size()) +
+                                   " must be >= 0");
   const int page_size = request.page_size() == 0 ? 100 : std::min(request.page_size(), 1000);
   std::set<int> states;
   for (int s : request.states()) {
@@ -642,8 +688,9 @@ StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& r
     char* end = nullptr;
     long long v = std::strtoll(request.page_token().c_str(), &end, 10);
     if (*end != '\0' || v <= 0) {
-      return Status::InvalidArgument("page_token: '" + request.page_token() +
-                                     "' is not a token this server returned (pass next_page_token unchanged)");
+      return Status::InvalidArgument(
+          "page_token: '" + request.page_token() +
+          "' is not a token this server returned (pass next_page_token unchanged)");
     }
     before = v;
   }
@@ -655,7 +702,8 @@ StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& r
     matching.push_back(job.get());
   }
   // Newest first.
-  std::sort(matching.begin(), matching.end(), [](JobEntry* a, JobEntry* b) { return a->rec.seq() > b->rec.seq(); });
+  std::sort(matching.begin(), matching.end(),
+            [](JobEntry* a, JobEntry* b) { return a->rec.seq() > b->rec.seq(); });
   v1::ListJobsResponse response;
   for (size_t i = 0; i < matching.size() && static_cast<int>(i) < page_size; ++i) {
     *response.add_jobs() = PublicJob(*matching[i]);
@@ -667,16 +715,19 @@ StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& r
 }
 
 StatusOr<v1::Job> JobManager::CancelJob(const v1::CancelJobRequest& request) {
-  if (request.id().empty()) return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
+  if (request.id().empty())
+    return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
   std::lock_guard<std::mutex> lock(mu_);
   JobEntry* job = FindJob(request.id());
   if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");
   if (job->state() == v1::JOB_STATE_CANCELLED) return PublicJob(*job);
   if (IsTerminal(job->state())) {
-    return Status::FailedPrecondition("job " + request.id() + " already ended " + StateName(job->state()) +
+    return Status::FailedPrecondition("job " + request.id() + " already ended " +
+                                      StateName(job->state()) +
                                       "; only unfinished jobs can be cancelled");
   }
-  const std::string reason = "cancelled" + (request.reason().empty() ? std::string() : ": " + request.reason());
+  const std::string reason =
+      "cancelled" + (request.reason().empty() ? std::string() : ": " + request.reason());
   EndJob(job, v1::JOB_STATE_CANCELLED, reason);
   return PublicJob(*job);
 }
@@ -684,7 +735,8 @@ StatusOr<v1::Job> JobManager::CancelJob(const v1::CancelJobRequest& request) {
 Status JobManager::WatchJob(const v1::WatchJobRequest& request,
                             const std::function<bool(const v1::JobEvent&)>& send,
                             const std::function<bool()>& is_cancelled) {
-  if (request.id().empty()) return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
+  if (request.id().empty())
+    return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
   std::unique_lock<std::mutex> lock(mu_);
   JobEntry* job = FindJob(request.id());
   if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");
@@ -701,7 +753,8 @@ Status JobManager::WatchJob(const v1::WatchJobRequest& request,
       if (terminal) return Status::Ok();
       lock.lock();
     }
-    if (shutting_down_) return Status::Unavailable("the coordinator is shutting down; watch again once it is back");
+    if (shutting_down_)
+      return Status::Unavailable("the coordinator is shutting down; watch again once it is back");
     if (is_cancelled()) return Status::Cancelled("watch cancelled by the client");
     watch_cv_.wait_for(lock, std::chrono::milliseconds(500));
   }
@@ -710,19 +763,23 @@ Status JobManager::WatchJob(const v1::WatchJobRequest& request,
 // ---------------------------------------------------------------------------------------
 // Worker API.
 
-StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(const v1::RegisterWorkerRequest& request) {
+StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
   if (!ValidName(request.name(), 100)) {
-    return Status::InvalidArgument("name: '" + request.name() +
-                                   "' must be 1 to 100 letters, digits, '-', '_' or '.' (stable per worker slot)");
+    return Status::InvalidArgument(
+        "name: '" + request.name() +
+        "' must be 1 to 100 letters, digits, '-', '_' or '.' (stable per worker slot)");
   }
-  if (request.host().empty()) return Status::InvalidArgument("host: empty; give the host other workers reach this one at");
+  if (request.host().empty())
+    return Status::InvalidArgument("host: empty; give the host other workers reach this one at");
   if (request.rendezvous_port() < 0 || request.rendezvous_port() > 65535) {
     return Status::InvalidArgument("rendezvous_port: " + std::to_string(request.rendezvous_port()) +
                                    " is not in [0, 65535]");
   }
   for (int kind : request.kinds()) {
     if (!v1::AssignmentKind_IsValid(kind) || kind == v1::ASSIGNMENT_KIND_NONE) {
-      return Status::InvalidArgument("kinds: " + std::to_string(kind) + " is not an assignment kind");
+      return Status::InvalidArgument("kinds: " + std::to_string(kind) +
+                                     " is not an assignment kind");
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -735,7 +792,8 @@ StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(const v1::Regist
       if (JobEntry* job = FindJob(it->second)) {
         // An assignment its old process never received was not a failure of the gang: abort
         // it (the new process may have another address) without counting a restart.
-        AbortGang(job, "worker " + request.name() + " registered again (its previous process is gone)",
+        AbortGang(job,
+                  "worker " + request.name() + " registered again (its previous process is gone)",
                   /*counts_as_restart=*/worker->delivered);
       }
     }
@@ -770,31 +828,36 @@ StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(const v1::Regist
 StatusOr<v1::Assignment> JobManager::GetAssignment(const v1::GetAssignmentRequest& request,
                                                    const std::function<bool()>& is_cancelled) {
   if (request.wait_seconds() < 0 || request.wait_seconds() > options_.max_poll_seconds) {
-    return Status::InvalidArgument("wait_seconds: " + std::to_string(request.wait_seconds()) + " is not in [0, " +
-                                   std::to_string(options_.max_poll_seconds) + "]");
+    return Status::InvalidArgument("wait_seconds: " + std::to_string(request.wait_seconds()) +
+                                   " is not in [0, " + std::to_string(options_.max_poll_seconds) +
+                                   "]");
   }
   if (request.rendezvous_port() < 0 || request.rendezvous_port() > 65535) {
     return Status::InvalidArgument("rendezvous_port: " + std::to_string(request.rendezvous_port()) +
                                    " is not in [0, 65535]");
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (shutting_down_) return Status::Unavailable("the coordinator is shutting down; poll again once it is back");
+  if (shutting_down_)
+    return Status::Unavailable("the coordinator is shutting down; poll again once it is back");
   WorkerEntry* worker = FindWorker(request.worker_id());
   if (!worker) {
-    return Status::NotFound("unknown worker '" + request.worker_id() + "'; register first (RegisterWorker)");
+    return Status::NotFound("unknown worker '" + request.worker_id() +
+                            "'; register first (RegisterWorker)");
   }
   auto now = Clock::now();
   worker->last_seen = now;
   worker->last_seen_unix_ms = NowUnixMs();
   if (request.rendezvous_port() > 0) worker->offered_port = request.rendezvous_port();
   if (worker->state == v1::WORKER_STATE_LOST) worker->state = v1::WORKER_STATE_IDLE;
-  if (worker->state == v1::WORKER_STATE_DRAINING) ReleaseWorker(worker);  // polling: its child is gone
+  if (worker->state == v1::WORKER_STATE_DRAINING)
+    ReleaseWorker(worker);  // polling: its child is gone
   if (worker->state == v1::WORKER_STATE_BUSY && worker->delivered) {
     auto it = assignment_jobs_.find(worker->assignment_id);
     JobEntry* job = it == assignment_jobs_.end() ? nullptr : FindJob(it->second);
     if (job) {
-      AbortGang(job, "worker " + worker->record.worker_id() + " asked for new work while assigned " +
-                         worker->assignment_id + " (its agent restarted or dropped the assignment)",
+      AbortGang(job,
+                "worker " + worker->record.worker_id() + " asked for new work while assigned " +
+                    worker->assignment_id + " (its agent restarted or dropped the assignment)",
                 true);
     }
     ReleaseWorker(worker);
@@ -815,18 +878,20 @@ StatusOr<v1::Assignment> JobManager::GetAssignment(const v1::GetAssignmentReques
   if (worker->pending && is_cancelled()) {
     // The client gave up (deadline passed, it went away): the answer would be lost, so the
     // assignment stays pending for the worker's next poll.
-    MLCD_LOG(INFO) << "poll of worker " << worker->record.worker_id() << " was cancelled; " << worker->assignment_id
-                   << " stays pending for its next poll";
-    return Status::Cancelled("the poll was cancelled by the client before an assignment could be handed out");
+    MLCD_LOG(INFO) << "poll of worker " << worker->record.worker_id() << " was cancelled; "
+                   << worker->assignment_id << " stays pending for its next poll";
+    return Status::Cancelled(
+        "the poll was cancelled by the client before an assignment could be handed out");
   }
   if (worker->pending) {
     assignment = std::move(*worker->pending);
     worker->pending.reset();
     worker->delivered = true;
-    if (JobEntry* job = FindJob(worker->job_id)) job->member_last_heard[worker->assignment_id] = Clock::now();
-    MLCD_LOG(INFO) << "worker " << worker->record.worker_id() << " took " << assignment.id() << " (rank "
-                   << assignment.rank() << "/" << assignment.world_size() << ", rendezvous "
-                   << assignment.rendezvous_address() << ")";
+    if (JobEntry* job = FindJob(worker->job_id))
+      job->member_last_heard[worker->assignment_id] = Clock::now();
+    MLCD_LOG(INFO) << "worker " << worker->record.worker_id() << " took " << assignment.id()
+                   << " (rank " << assignment.rank() << "/" << assignment.world_size()
+                   << ", rendezvous " << assignment.rendezvous_address() << ")";
   } else {
     assignment.set_kind(v1::ASSIGNMENT_KIND_NONE);
   }
@@ -866,8 +931,9 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
     UpdateGauges();
     response.set_action(v1::WORKER_ACTION_ABORT);
     auto why = abort_reasons_.find(aid);
-    response.set_reason("assignment " + aid + " is no longer active: " +
-                        (why != abort_reasons_.end() ? why->second : "its gang was aborted or its job ended"));
+    response.set_reason(
+        "assignment " + aid + " is no longer active: " +
+        (why != abort_reasons_.end() ? why->second : "its gang was aborted or its job ended"));
     return response;
   }
   job->member_last_heard[aid] = now;
@@ -880,7 +946,8 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
   return response;
 }
 
-StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(const v1::ReportAssignmentRequest& request) {
+StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(
+    const v1::ReportAssignmentRequest& request) {
   if (request.assignment_id().empty()) return Status::InvalidArgument("assignment_id: empty");
   std::lock_guard<std::mutex> lock(mu_);
   v1::ReportAssignmentResponse response;
@@ -889,13 +956,15 @@ StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(const v1::Re
   if (worker) {
     worker->last_seen = Clock::now();
     worker->last_seen_unix_ms = NowUnixMs();
-    if (worker->assignment_id == aid || worker->state == v1::WORKER_STATE_LOST) ReleaseWorker(worker);
+    if (worker->assignment_id == aid || worker->state == v1::WORKER_STATE_LOST)
+      ReleaseWorker(worker);
   }
   auto it = assignment_jobs_.find(aid);
   JobEntry* job = it == assignment_jobs_.end() ? nullptr : FindJob(it->second);
   if (!job || !job->rec.has_attempt()) {
-    MLCD_LOG(INFO) << "report of inactive assignment " << aid << " from " << request.worker_id() << " ("
-                   << (request.succeeded() ? "succeeded" : "failed: " + request.message()) << ")";
+    MLCD_LOG(INFO) << "report of inactive assignment " << aid << " from " << request.worker_id()
+                   << " (" << (request.succeeded() ? "succeeded" : "failed: " + request.message())
+                   << ")";
     UpdateGauges();
     tick_cv_.notify_all();
     return response;
@@ -920,14 +989,18 @@ StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(const v1::Re
   MLCD_LOG(INFO) << "worker " << worker_id << " (rank " << rank << ") reported " << aid << ": "
                  << (request.succeeded() ? "succeeded" : "failed: " + request.message());
   if (!request.succeeded()) {
-    AbortGang(job, "worker " + worker_id + " (rank " + std::to_string(rank) + ") failed: " + request.message(), true);
+    AbortGang(
+        job,
+        "worker " + worker_id + " (rank " + std::to_string(rank) + ") failed: " + request.message(),
+        true);
   } else {
     bool all = true;
     for (const auto& m : job->rec.attempt().members()) all = all && m.reported() && m.succeeded();
     if (all) {
       FinishGang(job);
     } else {
-      Persist(job, {NewHistory(job, "member_finished", "rank " + std::to_string(rank) + " finished")});
+      Persist(job,
+              {NewHistory(job, "member_finished", "rank " + std::to_string(rank) + " finished")});
     }
   }
   UpdateGauges();
@@ -956,7 +1029,8 @@ StatusOr<v1::ListWorkersResponse> JobManager::ListWorkers(const v1::ListWorkersR
 // ---------------------------------------------------------------------------------------
 // Progress and commits.
 
-void JobManager::UpdateProgress(JobEntry* job, const v1::WorkerProgress& progress, Clock::time_point now) {
+void JobManager::UpdateProgress(JobEntry* job, const v1::WorkerProgress& progress,
+                                Clock::time_point now) {
   if (!job->rec.has_attempt()) return;
   auto* p = job->job().mutable_progress();
   const auto kind = job->rec.attempt().kind();
@@ -984,22 +1058,26 @@ void JobManager::UpdateProgress(JobEntry* job, const v1::WorkerProgress& progres
       const double dt = std::chrono::duration<double>(now - job->rate_time).count();
       if (dt > 0.2) {
         const double rate = (step - job->rate_step) / dt;
-        job->steps_per_second = job->steps_per_second > 0 ? 0.7 * job->steps_per_second + 0.3 * rate : rate;
+        job->steps_per_second =
+            job->steps_per_second > 0 ? 0.7 * job->steps_per_second + 0.3 * rate : rate;
         job->rate_step = step;
         job->rate_time = now;
       }
     }
     if (job->steps_per_second > 0 && p->job_total_steps() > 0) {
-      p->set_eta_seconds(std::max<int64_t>(0, p->job_total_steps() - p->total_steps()) / job->steps_per_second);
+      p->set_eta_seconds(std::max<int64_t>(0, p->job_total_steps() - p->total_steps()) /
+                         job->steps_per_second);
     }
     p->set_detail("training round " + std::to_string(progress.round() + 1) + "/" +
-                  std::to_string(job->spec().training().rounds()) + ", epoch " + std::to_string(progress.epoch() + 1) +
-                  "/" + std::to_string(job->spec().training().epochs_per_round()) + " on " +
+                  std::to_string(job->spec().training().rounds()) + ", epoch " +
+                  std::to_string(progress.epoch() + 1) + "/" +
+                  std::to_string(job->spec().training().epochs_per_round()) + " on " +
                   std::to_string(job->rec.attempt().world_size()) + " workers");
   } else if (progress.steps_per_epoch() > 0) {
-    p->set_detail(std::string(kind == v1::ASSIGNMENT_KIND_EXTRACT ? "extracting features" : "evaluating") +
-                  (progress.activity().empty() ? "" : " (" + progress.activity() + ")") + ": " +
-                  std::to_string(progress.step()) + "/" + std::to_string(progress.steps_per_epoch()));
+    p->set_detail(
+        std::string(kind == v1::ASSIGNMENT_KIND_EXTRACT ? "extracting features" : "evaluating") +
+        (progress.activity().empty() ? "" : " (" + progress.activity() + ")") + ": " +
+        std::to_string(progress.step()) + "/" + std::to_string(progress.steps_per_epoch()));
   }
   Touch(job);
 }
@@ -1013,8 +1091,9 @@ void JobManager::MaybeCommitCheckpoint(JobEntry* job, const v1::WorkerProgress& 
   v1::RoundStatus* round = job->job().mutable_rounds(r);
   const int64_t step = progress.checkpoint_global_step();
   const bool complete = progress.checkpoint_epoch_complete();
-  const bool newer = round->checkpoint().empty() || step > round->checkpoint_global_step() ||
-                     (step == round->checkpoint_global_step() && complete && !round->checkpoint_epoch_complete());
+  const bool newer =
+      round->checkpoint().empty() || step > round->checkpoint_global_step() ||
+      (step == round->checkpoint_global_step() && complete && !round->checkpoint_epoch_complete());
   if (!newer || progress.checkpoint_epoch() < attempt.first_epoch()) return;
   if (complete && progress.checkpoint_epoch() < round->epochs_committed()) {
     MLCD_LOG(ERROR) << "job " << job->job().id() << ": gang " << attempt.id() << " reported epoch "
@@ -1037,11 +1116,12 @@ void JobManager::MaybeCommitCheckpoint(JobEntry* job, const v1::WorkerProgress& 
     const std::string round_text = RoundText(r, job->spec().training().rounds());
     for (int e = round->epochs_committed(); e <= progress.checkpoint_epoch(); ++e) {
       const bool implied = e < progress.checkpoint_epoch();
-      auto entry = NewHistory(job, "epoch_committed",
-                              "epoch " + std::to_string(e + 1) + " of " + round_text + " committed" +
-                                  (implied ? " (completed by the checkpoint of epoch " +
-                                                 std::to_string(progress.checkpoint_epoch() + 1) + ")"
-                                           : " at global step " + std::to_string(step)));
+      auto entry =
+          NewHistory(job, "epoch_committed",
+                     "epoch " + std::to_string(e + 1) + " of " + round_text + " committed" +
+                         (implied ? " (completed by the checkpoint of epoch " +
+                                        std::to_string(progress.checkpoint_epoch() + 1) + ")"
+                                  : " at global step " + std::to_string(step)));
       entry.set_round(r);
       entry.set_epoch(e);
       entry.set_global_step(implied ? 0 : step);
@@ -1051,8 +1131,9 @@ void JobManager::MaybeCommitCheckpoint(JobEntry* job, const v1::WorkerProgress& 
     }
     round->set_epochs_committed(progress.checkpoint_epoch() + 1);
   } else {
-    auto entry = NewHistory(job, "checkpoint_committed",
-                            "mid-epoch checkpoint at global step " + std::to_string(step) + " committed");
+    auto entry =
+        NewHistory(job, "checkpoint_committed",
+                   "mid-epoch checkpoint at global step " + std::to_string(step) + " committed");
     entry.set_round(r);
     entry.set_epoch(progress.checkpoint_epoch());
     entry.set_global_step(step);
@@ -1066,7 +1147,8 @@ void JobManager::MaybeCommitCheckpoint(JobEntry* job, const v1::WorkerProgress& 
 // ---------------------------------------------------------------------------------------
 // Gangs.
 
-void JobManager::StartGang(JobEntry* job, v1::AssignmentKind kind, std::vector<WorkerEntry*> workers) {
+void JobManager::StartGang(JobEntry* job, v1::AssignmentKind kind,
+                           std::vector<WorkerEntry*> workers) {
   const auto& spec = job->spec();
   const int n = job->job().attempts() + 1;
   job->job().set_attempts(n);
@@ -1091,13 +1173,15 @@ void JobManager::StartGang(JobEntry* job, v1::AssignmentKind kind, std::vector<W
     }
   } else if (kind == v1::ASSIGNMENT_KIND_EXTRACT) {
     if (previous) attempt.set_resume_checkpoint(previous->checkpoint());
-    attempt.set_output_dir(JobDir(job->job().id()) + "/r" + std::to_string(r) + "/features-a" + std::to_string(n));
+    attempt.set_output_dir(JobDir(job->job().id()) + "/r" + std::to_string(r) + "/features-a" +
+                           std::to_string(n));
   } else {
     attempt.set_resume_checkpoint(round->checkpoint());
     attempt.set_output_dir(JobDir(job->job().id()) + "/eval-a" + std::to_string(n));
   }
   WorkerEntry* rank0 = workers[0];
-  const int port = rank0->offered_port > 0 ? rank0->offered_port : rank0->record.registration().rendezvous_port();
+  const int port = rank0->offered_port > 0 ? rank0->offered_port
+                                           : rank0->record.registration().rendezvous_port();
   attempt.set_rendezvous_address(JoinHostPort(rank0->record.registration().host(), port));
   for (size_t i = 0; i < workers.size(); ++i) {
     auto* m = attempt.add_members();
@@ -1112,13 +1196,15 @@ void JobManager::StartGang(JobEntry* job, v1::AssignmentKind kind, std::vector<W
   p->set_gang_size(attempt.world_size());
   p->set_round(r);
   if (kind == v1::ASSIGNMENT_KIND_TRAIN) p->set_epoch(attempt.first_epoch());
-  p->set_detail("starting " + KindName(kind) + " on " + std::to_string(workers.size()) + " workers");
+  p->set_detail("starting " + KindName(kind) + " on " + std::to_string(workers.size()) +
+                " workers");
   job->rate_step = -1;
   job->steps_per_second = 0;
-  auto entry = NewHistory(job, "gang_started",
-                          KindName(kind) + " gang " + attempt.id() + " of " + std::to_string(workers.size()) +
-                              " workers, rendezvous " + attempt.rendezvous_address() +
-                              (attempt.resume_checkpoint().empty() ? "" : ", resuming " + attempt.resume_checkpoint()));
+  auto entry = NewHistory(
+      job, "gang_started",
+      KindName(kind) + " gang " + attempt.id() + " of " + std::to_string(workers.size()) +
+          " workers, rendezvous " + attempt.rendezvous_address() +
+          (attempt.resume_checkpoint().empty() ? "" : ", resuming " + attempt.resume_checkpoint()));
   entry.set_assignment_kind(kind);
   entry.set_first_epoch(attempt.first_epoch());
   entry.set_end_epoch(attempt.end_epoch());
@@ -1165,14 +1251,16 @@ void JobManager::StartGang(JobEntry* job, v1::AssignmentKind kind, std::vector<W
     assignment_jobs_[m.assignment_id()] = job->job().id();
   }
   metrics_->GangStarted();
-  MLCD_LOG(INFO) << "job " << job->job().id() << ": started " << KindName(kind) << " gang " << attempt.id() << " ("
-                 << workers.size() << " workers, rendezvous " << attempt.rendezvous_address() << ")";
+  MLCD_LOG(INFO) << "job " << job->job().id() << ": started " << KindName(kind) << " gang "
+                 << attempt.id() << " (" << workers.size() << " workers, rendezvous "
+                 << attempt.rendezvous_address() << ")";
   UpdateGauges();
   Touch(job);
   work_cv_.notify_all();
 }
 
-v1::JobHistoryEntry JobManager::DetachGang(JobEntry* job, const std::string& reason, bool counts_as_restart) {
+v1::JobHistoryEntry JobManager::DetachGang(JobEntry* job, const std::string& reason,
+                                           bool counts_as_restart) {
   const v1::GangAttempt attempt = job->rec.attempt();
   for (const auto& m : attempt.members()) {
     assignment_jobs_.erase(m.assignment_id());
@@ -1203,7 +1291,8 @@ v1::JobHistoryEntry JobManager::DetachGang(JobEntry* job, const std::string& rea
     metrics_->GangRestarted();
   }
   job->job().set_message("gang " + attempt.id() + " aborted: " + reason);
-  MLCD_LOG(WARNING) << "job " << job->job().id() << ": gang " << attempt.id() << " aborted: " << reason;
+  MLCD_LOG(WARNING) << "job " << job->job().id() << ": gang " << attempt.id()
+                    << " aborted: " << reason;
   work_cv_.notify_all();
   return entry;
 }
@@ -1215,12 +1304,13 @@ void JobManager::AbortGang(JobEntry* job, const std::string& reason, bool counts
   if (counts_as_restart && job->job().restarts() > max_restarts) {
     // One write for the abort and the FAILED: a crash between them must not give the job
     // one more attempt than max_restarts.
-    Transition(job, v1::JOB_STATE_FAILED, RestartsExhausted(job->job().restarts(), max_restarts, reason),
-               {std::move(entry)});
+    Transition(job, v1::JOB_STATE_FAILED,
+               RestartsExhausted(job->job().restarts(), max_restarts, reason), {std::move(entry)});
     return;
   }
   if (counts_as_restart) {
-    job->job().mutable_progress()->set_detail("restarting from the last checkpoint after: " + reason);
+    job->job().mutable_progress()->set_detail("restarting from the last checkpoint after: " +
+                                              reason);
   }
   Persist(job, {std::move(entry)});
   UpdateGauges();
@@ -1234,8 +1324,8 @@ void JobManager::FinishGang(JobEntry* job) {
     if (round->epochs_committed() < attempt.end_epoch()) {
       AbortGang(job,
                 "the gang finished but rank 0 never reported the checkpoint of epoch " +
-                    std::to_string(attempt.end_epoch() - 1) + " (epochs committed: " +
-                    std::to_string(round->epochs_committed()) + ")",
+                    std::to_string(attempt.end_epoch() - 1) +
+                    " (epochs committed: " + std::to_string(round->epochs_committed()) + ")",
                 true);
       return;
     }
@@ -1244,7 +1334,8 @@ void JobManager::FinishGang(JobEntry* job) {
     job->job().mutable_progress()->set_gang_size(0);
     round->set_trained(true);
     auto entry = NewHistory(job, "round_trained",
-                            RoundText(attempt.round(), job->spec().training().rounds()) + " trained to global step " +
+                            RoundText(attempt.round(), job->spec().training().rounds()) +
+                                " trained to global step " +
                                 std::to_string(round->checkpoint_global_step()));
     entry.set_attempt_id(attempt.id());
     entry.set_global_step(round->checkpoint_global_step());
@@ -1282,8 +1373,8 @@ void JobManager::FinishGang(JobEntry* job) {
   job->rec.clear_attempt();
   const auto& e = job->job().evaluation();
   Transition(job, v1::JOB_STATE_SUCCEEDED,
-             "linear probe accuracy " + Fixed(100 * e.linear_probe_accuracy()) + "%, kNN accuracy " +
-                 Fixed(100 * e.knn_accuracy()) + "%");
+             "linear probe accuracy " + Fixed(100 * e.linear_probe_accuracy()) +
+                 "%, kNN accuracy " + Fixed(100 * e.knn_accuracy()) + "%");
 }
 
 void JobManager::AfterRoundTrained(JobEntry* job) {
@@ -1296,14 +1387,16 @@ void JobManager::AfterRoundTrained(JobEntry* job) {
     job->job().mutable_progress()->set_round(r + 1);
     job->job().mutable_progress()->set_epoch(0);
     Transition(job, v1::JOB_STATE_EXTRACTING,
-               RoundText(r, spec.training().rounds()) + " trained; extracting the model's features for " +
+               RoundText(r, spec.training().rounds()) +
+                   " trained; extracting the model's features for " +
                    RoundText(r + 1, spec.training().rounds()));
   } else if (spec.evaluation().enabled()) {
     Transition(job, v1::JOB_STATE_EVALUATING,
                "training finished at global step " + std::to_string(steps) + "; evaluating");
   } else {
     Transition(job, v1::JOB_STATE_SUCCEEDED,
-               "trained " + std::to_string(steps) + " optimizer steps; checkpoint " + job->job().checkpoint());
+               "trained " + std::to_string(steps) + " optimizer steps; checkpoint " +
+                   job->job().checkpoint());
   }
 }
 
@@ -1350,7 +1443,8 @@ void JobManager::CheckWorkers(Clock::time_point now) {
     if ((w->state == v1::WORKER_STATE_IDLE || w->state == v1::WORKER_STATE_DRAINING) &&
         silent > options_.idle_worker_timeout) {
       MLCD_LOG(WARNING) << "worker " << it->first << " silent for "
-                        << std::chrono::duration_cast<std::chrono::seconds>(silent).count() << " s: lost";
+                        << std::chrono::duration_cast<std::chrono::seconds>(silent).count()
+                        << " s: lost";
       ReleaseWorker(w);
       w->state = v1::WORKER_STATE_LOST;
       changed = true;
@@ -1383,7 +1477,8 @@ void JobManager::CheckGangs(Clock::time_point now) {
         continue;
       }
       if (now - heard->second <= timeout) continue;
-      const auto silent = std::chrono::duration_cast<std::chrono::seconds>(now - heard->second).count();
+      const auto silent =
+          std::chrono::duration_cast<std::chrono::seconds>(now - heard->second).count();
       if (WorkerEntry* w = FindWorker(m.worker_id())) {
         if (w->assignment_id == m.assignment_id()) {
           ReleaseWorker(w);
@@ -1391,8 +1486,9 @@ void JobManager::CheckGangs(Clock::time_point now) {
         }
       }
       AbortGang(job.get(),
-                "worker " + m.worker_id() + " (rank " + std::to_string(m.rank()) + ") sent no heartbeat for " +
-                    std::to_string(silent) + " s (heartbeat_timeout_seconds " +
+                "worker " + m.worker_id() + " (rank " + std::to_string(m.rank()) +
+                    ") sent no heartbeat for " + std::to_string(silent) +
+                    " s (heartbeat_timeout_seconds " +
                     std::to_string(job->spec().training().heartbeat_timeout_seconds()) + ")",
                 true);
       break;
@@ -1410,7 +1506,8 @@ void JobManager::AdvanceJobs(Clock::time_point now) {
         job->job().mutable_progress()->set_round(0);
         if (job->spec().clustering().features().kind() == "model") {
           Transition(job, v1::JOB_STATE_EXTRACTING,
-                     RoundText(0, job->spec().training().rounds()) + ": extracting features of the initial model");
+                     RoundText(0, job->spec().training().rounds()) +
+                         ": extracting features of the initial model");
         } else {
           Transition(job, v1::JOB_STATE_CLUSTERING,
                      RoundText(0, job->spec().training().rounds()) + ": clustering " +
@@ -1424,7 +1521,8 @@ void JobManager::AdvanceJobs(Clock::time_point now) {
         break;
       case v1::JOB_STATE_TRAINING:
         // Crash between "round trained" and the next transition (not expected: one write).
-        if (!job->rec.has_attempt() && job->round() && job->round()->trained()) AfterRoundTrained(job);
+        if (!job->rec.has_attempt() && job->round() && job->round()->trained())
+          AfterRoundTrained(job);
         break;
       default:
         break;
@@ -1461,16 +1559,19 @@ void JobManager::ScheduleGangs(Clock::time_point now) {
       waiting.push_back(job.get());
     }
   }
-  std::sort(waiting.begin(), waiting.end(), [](JobEntry* a, JobEntry* b) { return a->rec.seq() < b->rec.seq(); });
+  std::sort(waiting.begin(), waiting.end(),
+            [](JobEntry* a, JobEntry* b) { return a->rec.seq() < b->rec.seq(); });
   std::vector<WorkerEntry*> idle;
   for (auto& [id, w] : workers_) {
     // A worker is ready once it polls with a rendezvous port (it may become rank 0).
     const bool has_port = w->offered_port > 0 || w->record.registration().rendezvous_port() > 0;
-    if (w->state == v1::WORKER_STATE_IDLE && !w->pending && has_port && WorkerAlive(*w, now)) idle.push_back(w.get());
+    if (w->state == v1::WORKER_STATE_IDLE && !w->pending && has_port && WorkerAlive(*w, now))
+      idle.push_back(w.get());
   }
   // Workers waiting in a poll first: they get the assignment at once.
-  std::stable_sort(idle.begin(), idle.end(),
-                   [](WorkerEntry* a, WorkerEntry* b) { return a->polls_waiting > b->polls_waiting; });
+  std::stable_sort(idle.begin(), idle.end(), [](WorkerEntry* a, WorkerEntry* b) {
+    return a->polls_waiting > b->polls_waiting;
+  });
   int still_waiting = 0;
   // The first job that could run but waits for idle workers: the jobs behind it wait too
   // (FIFO, so a big gang is never starved by smaller ones).
@@ -1495,13 +1596,15 @@ void JobManager::ScheduleGangs(Clock::time_point now) {
     const int want = WantedGangSize(job, static_cast<int>(capable.size()), now);
     if (want > alive_capable) {
       // Cannot start until more workers register: it must not hold back jobs that can run.
-      SetDetail(job, "needs " + std::to_string(want) + " workers that can " + KindName(kind) + ", " +
-                         std::to_string(alive_capable) + " registered (later jobs that fit run meanwhile)");
+      SetDetail(job, "needs " + std::to_string(want) + " workers that can " + KindName(kind) +
+                         ", " + std::to_string(alive_capable) +
+                         " registered (later jobs that fit run meanwhile)");
       ++still_waiting;
       continue;
     }
     if (first_in_line) {
-      SetDetail(job, "queued behind job " + first_in_line->job().id() + ", which waits for idle workers first");
+      SetDetail(job, "queued behind job " + first_in_line->job().id() +
+                         ", which waits for idle workers first");
       ++still_waiting;
       continue;
     }
@@ -1511,8 +1614,9 @@ void JobManager::ScheduleGangs(Clock::time_point now) {
       StartGang(job, kind, gang);
       continue;
     }
-    SetDetail(job, "waiting for " + std::to_string(want) + " idle workers that can " + KindName(kind) + " (" +
-                       std::to_string(capable.size()) + " idle, " + std::to_string(alive) + " registered)");
+    SetDetail(job, "waiting for " + std::to_string(want) + " idle workers that can " +
+                       KindName(kind) + " (" + std::to_string(capable.size()) + " idle, " +
+                       std::to_string(alive) + " registered)");
     ++still_waiting;
     first_in_line = job;
   }
@@ -1539,19 +1643,21 @@ void JobManager::LaunchPhase(JobEntry* job) {
   const bool clustering = job->state() == v1::JOB_STATE_CLUSTERING;
   PhaseThread t;
   t.done = done;
-  t.thread = std::thread([this, id, generation, snapshot = std::move(snapshot), control, done, clustering]() mutable {
-    if (clustering) {
-      RunClusteringPhase(id, generation, std::move(snapshot), control);
-    } else {
-      RunAssigningPhase(id, generation, std::move(snapshot), control);
-    }
-    done->store(true);
-    tick_cv_.notify_all();
-  });
+  t.thread = std::thread(
+      [this, id, generation, snapshot = std::move(snapshot), control, done, clustering]() mutable {
+        if (clustering) {
+          RunClusteringPhase(id, generation, std::move(snapshot), control);
+        } else {
+          RunAssigningPhase(id, generation, std::move(snapshot), control);
+        }
+        done->store(true);
+        tick_cv_.notify_all();
+      });
   phase_threads_.push_back(std::move(t));
 }
 
-JobManager::JobEntry* JobManager::PhaseStillCurrent(const std::string& job_id, uint64_t phase_generation) {
+JobManager::JobEntry* JobManager::PhaseStillCurrent(const std::string& job_id,
+                                                    uint64_t phase_generation) {
   if (shutting_down_) return nullptr;
   JobEntry* job = FindJob(job_id);
   if (!job || job->phase_generation != phase_generation || IsTerminal(job->state())) return nullptr;
@@ -1565,8 +1671,8 @@ void JobManager::PhaseError(JobEntry* job, const std::string& what, const Status
     job->transient_failures = std::min(job->transient_failures + 1, 6);
     const int delay = 1 << (job->transient_failures - 1);  // 1, 2, 4 ... 32 s
     job->retry_after = Clock::now() + std::chrono::seconds(delay);
-    job->job().mutable_progress()->set_detail(what + " failed, retrying in " + std::to_string(delay) +
-                                              " s: " + status.ToString());
+    job->job().mutable_progress()->set_detail(what + " failed, retrying in " +
+                                              std::to_string(delay) + " s: " + status.ToString());
     job->job().set_message(job->job().progress().detail());
     MLCD_LOG(WARNING) << "job " << job->job().id() << ": " << job->job().progress().detail();
     Touch(job);
@@ -1602,8 +1708,9 @@ void JobManager::RunClusteringPhase(std::string job_id, uint64_t generation, v1:
       opt.seed = features.seed();
       opt.dataset_dir = spec.dataset().path();
       char name[160];
-      std::snprintf(name, sizeof(name), "%s-%s-d%d-s%llu-n%llu-%016llx", spec.dataset().format().c_str(),
-                    features.kind().c_str(), features.kind() == "pixels" ? 784 : features.dim(),
+      std::snprintf(name, sizeof(name), "%s-%s-d%d-s%llu-n%llu-%016llx",
+                    spec.dataset().format().c_str(), features.kind().c_str(),
+                    features.kind() == "pixels" ? 784 : features.dim(),
                     static_cast<unsigned long long>(features.seed()),
                     static_cast<unsigned long long>(spec.dataset().limit()),
                     static_cast<unsigned long long>(Fnv1a(spec.dataset().path())));
@@ -1612,7 +1719,8 @@ void JobManager::RunClusteringPhase(std::string job_id, uint64_t generation, v1:
       opt.labels_out = dir + "/classes.labels.npy";
       // The labels file is written last: when it exists, both are complete.
       if (!PathExists(opt.labels_out) || !PathExists(opt.features_out)) {
-        set_detail("writing round-0 " + features.kind() + " features of " + spec.dataset().format());
+        set_detail("writing round-0 " + features.kind() + " features of " +
+                   spec.dataset().format());
         auto info = clusterd::WriteFashionMnistFeatures(opt);
         if (!info.ok()) status = info.status().WithContext("writing round-0 features");
       }
@@ -1658,8 +1766,9 @@ void JobManager::RunClusteringPhase(std::string job_id, uint64_t generation, v1:
           request,
           [&](const v1::ClusterProgress& p) {
             if (p.has_iteration()) {
-              set_detail("k-means iteration " + std::to_string(p.iteration().iteration() + 1) + "/" +
-                         std::to_string(niter) + ", objective " + Fixed(p.iteration().objective(), 1));
+              set_detail("k-means iteration " + std::to_string(p.iteration().iteration() + 1) +
+                         "/" + std::to_string(niter) + ", objective " +
+                         Fixed(p.iteration().objective(), 1));
             } else if (!p.note().empty()) {
               set_detail(p.note().rfind("k-means", 0) == 0 ? p.note() : "k-means: " + p.note());
             }
@@ -1681,8 +1790,8 @@ void JobManager::RunClusteringPhase(std::string job_id, uint64_t generation, v1:
   *live->mutable_cluster() = result;
   live->set_clustered(true);
   Transition(job, v1::JOB_STATE_ASSIGNING,
-             RoundText(r, spec.training().rounds()) + ": clustered " + std::to_string(result.num_points()) +
-                 " points into " +
+             RoundText(r, spec.training().rounds()) + ": clustered " +
+                 std::to_string(result.num_points()) + " points into " +
                  std::to_string(result.k()) + " centres in " + Fixed(result.seconds(), 1) + " s");
 }
 
@@ -1712,7 +1821,8 @@ void JobManager::RunAssigningPhase(std::string job_id, uint64_t generation, v1::
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (JobEntry* job = PhaseStillCurrent(job_id, generation)) {
-      job->job().mutable_progress()->set_detail("assigning the top-" + std::to_string(spec.clustering().l()) +
+      job->job().mutable_progress()->set_detail("assigning the top-" +
+                                                std::to_string(spec.clustering().l()) +
                                                 " centres of every sample into " + label_set);
       Touch(job);
     }
@@ -1724,8 +1834,9 @@ void JobManager::RunAssigningPhase(std::string job_id, uint64_t generation, v1::
         if (!p.has_status()) return;
         std::lock_guard<std::mutex> lock(mu_);
         if (JobEntry* job = PhaseStillCurrent(job_id, generation)) {
-          job->job().mutable_progress()->set_detail("assigning labels: " + std::to_string(p.status().rows_done()) +
-                                                    "/" + std::to_string(p.status().rows_total()) + " samples");
+          job->job().mutable_progress()->set_detail(
+              "assigning labels: " + std::to_string(p.status().rows_done()) + "/" +
+              std::to_string(p.status().rows_total()) + " samples");
           Touch(job);
         }
       },
@@ -1734,24 +1845,26 @@ void JobManager::RunAssigningPhase(std::string job_id, uint64_t generation, v1::
   JobEntry* job = PhaseStillCurrent(job_id, generation);
   if (!job) return;
   if (!result.ok()) {
-    return PhaseError(job, "assigning labels of " + RoundText(r, spec.training().rounds()), result.status());
+    return PhaseError(job, "assigning labels of " + RoundText(r, spec.training().rounds()),
+                      result.status());
   }
   v1::RoundStatus* live = job->job().mutable_rounds(r);
   *live->mutable_assign() = *result;
   // The cluster record's size summary comes from this pass (CLUSTERING skipped its own).
-  if (!live->cluster().has_sizes() && result->has_sizes()) *live->mutable_cluster()->mutable_sizes() = result->sizes();
+  if (!live->cluster().has_sizes() && result->has_sizes())
+    *live->mutable_cluster()->mutable_sizes() = result->sizes();
   live->set_label_set(result->label_set().empty() ? label_set : result->label_set());
   live->set_assigned(true);
   job->job().set_label_set(live->label_set());
   std::string quality;
   if (result->has_quality()) {
-    quality = "; true class among top-1 / top-l clusters: " + Fixed(100 * result->quality().top1_recall(), 1) +
-              "% / " + Fixed(100 * result->quality().topl_recall(), 1) + "%";
+    quality = "; true class among top-1 / top-l clusters: " +
+              Fixed(100 * result->quality().top1_recall(), 1) + "% / " +
+              Fixed(100 * result->quality().topl_recall(), 1) + "%";
   }
   Transition(job, v1::JOB_STATE_TRAINING,
              RoundText(r, spec.training().rounds()) + ": " + std::to_string(result->num_samples()) +
-                 " samples labelled in " +
-                 live->label_set() + quality);
+                 " samples labelled in " + live->label_set() + quality);
 }
 
 }  // namespace mlcd::coordinator

@@ -77,7 +77,8 @@ struct JobManagerOptions {
 class JobManager {
  public:
   // Opens the store under options.data_dir/db and reloads jobs and workers.
-  static StatusOr<std::unique_ptr<JobManager>> Open(JobManagerOptions options, CoordinatorMetrics* metrics);
+  static StatusOr<std::unique_ptr<JobManager>> Open(JobManagerOptions options,
+                                                    CoordinatorMetrics* metrics);
   ~JobManager();
 
   // Starts the scheduler thread.
@@ -93,7 +94,8 @@ class JobManager {
   StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request);
   // Sends the job now, then on every change until it ends (OK), `is_cancelled()` turns true
   // (CANCELLED) or the manager shuts down (UNAVAILABLE). `send` returning false ends it.
-  Status WatchJob(const v1::WatchJobRequest& request, const std::function<bool(const v1::JobEvent&)>& send,
+  Status WatchJob(const v1::WatchJobRequest& request,
+                  const std::function<bool(const v1::JobEvent&)>& send,
                   const std::function<bool()>& is_cancelled);
 
   // --- workers ---
@@ -101,7 +103,8 @@ class JobManager {
   StatusOr<v1::Assignment> GetAssignment(const v1::GetAssignmentRequest& request,
                                          const std::function<bool()>& is_cancelled);
   StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
-  StatusOr<v1::ReportAssignmentResponse> ReportAssignment(const v1::ReportAssignmentRequest& request);
+  StatusOr<v1::ReportAssignmentResponse> ReportAssignment(
+      const v1::ReportAssignmentRequest& request);
   StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request);
 
  private:
@@ -127,7 +130,8 @@ class JobManager {
   void Transition(JobEntry* job, v1::JobState state, const std::string& message,
                   std::vector<v1::JobHistoryEntry> before = {});
   void Persist(JobEntry* job, std::vector<v1::JobHistoryEntry> history = {});
-  v1::JobHistoryEntry NewHistory(JobEntry* job, const std::string& kind, const std::string& message = "");
+  v1::JobHistoryEntry NewHistory(JobEntry* job, const std::string& kind,
+                                 const std::string& message = "");
   void Touch(JobEntry* job);
   void StartGang(JobEntry* job, v1::AssignmentKind kind, std::vector<WorkerEntry*> workers);
   // Aborts the running gang and persists it (with the FAILED that follows when it uses up
@@ -173,9 +177,9 @@ class JobManager {
   std::unique_ptr<CoordinatorStore> store_;
 
   std::mutex mu_;
-  std::condition_variable work_cv_;     // assignments for long polls, shutdown
-  std::condition_variable watch_cv_;    // job changes for WatchJob
-  std::condition_variable tick_cv_;     // wakes the scheduler early
+  std::condition_variable work_cv_;   // assignments for long polls, shutdown
+  std::condition_variable watch_cv_;  // job changes for WatchJob
+  std::condition_variable tick_cv_;   // wakes the scheduler early
   bool shutting_down_ = false;
   int64_t next_job_seq_ = 1;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;

@@ -13,10 +13,13 @@
 int main(int argc, char** argv) {
   mlcd::InstallShutdownSignalHandling();
   CLI::App app{
-      "mlcd-coordinator: turns MLCD job specs into clustering rounds and training epochs on gangs of\n"
+      "mlcd-coordinator: turns MLCD job specs into clustering rounds and training epochs on gangs "
+      "of\n"
       "mlcd-worker agents. Jobs, rounds, epoch commits and worker registrations live in a RocksDB\n"
-      "under --data-dir; after a crash the coordinator reloads them, reattaches to running gangs or\n"
-      "restarts them from the last committed checkpoint. API: mlcd.v1.Coordinator (gRPC, health and\n"
+      "under --data-dir; after a crash the coordinator reloads them, reattaches to running gangs "
+      "or\n"
+      "restarts them from the last committed checkpoint. API: mlcd.v1.Coordinator (gRPC, health "
+      "and\n"
       "reflection on); metrics: mlcd_coordinator_* on --metrics-listen.",
       "mlcd-coordinator"};
   mlcd::ServiceFlags flags;
@@ -25,7 +28,8 @@ int main(int argc, char** argv) {
   mlcd::AddPeerFlag(app, "labelstore", &options.labelstore_address, "127.0.0.1:7610");
   mlcd::AddPeerFlag(app, "clusterd", &options.clusterd_address, "127.0.0.1:7620");
   int heartbeat_ms = 1000;
-  app.add_option("--heartbeat-interval-ms", heartbeat_ms, "how often workers heartbeat while running an assignment")
+  app.add_option("--heartbeat-interval-ms", heartbeat_ms,
+                 "how often workers heartbeat while running an assignment")
       ->check(CLI::Range(50, 60000))
       ->capture_default_str();
   int idle_timeout_s = 30;
@@ -60,9 +64,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*manager)->Start();
-  MLCD_LOG(INFO) << "mlcd-coordinator serving on " << flags.listen << " (port " << runner.port() << "), metrics on "
-                 << (flags.metrics_listen.empty() ? "(off)" : flags.metrics_listen) << ", data in " << flags.data_dir
-                 << ", labelstore " << options.labelstore_address << ", clusterd " << options.clusterd_address;
+  MLCD_LOG(INFO) << "mlcd-coordinator serving on " << flags.listen << " (port " << runner.port()
+                 << "), metrics on "
+                 << (flags.metrics_listen.empty() ? "(off)" : flags.metrics_listen) << ", data in "
+                 << flags.data_dir << ", labelstore " << options.labelstore_address << ", clusterd "
+                 << options.clusterd_address;
   int sig = mlcd::WaitForShutdownSignal();
   MLCD_LOG(INFO) << "shutting down (signal " << sig << ")";
   // Wake long polls and watches first so the server's graceful shutdown does not wait on them.

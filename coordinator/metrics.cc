@@ -4,8 +4,8 @@ namespace mlcd::coordinator {
 namespace {
 
 const prometheus::Histogram::BucketBoundaries& PhaseBuckets() {
-  static const prometheus::Histogram::BucketBoundaries kBuckets = {0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60,
-                                                                   120, 300, 600, 1800, 3600, 7200, 21600};
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600};
   return kBuckets;
 }
 
@@ -13,7 +13,10 @@ const prometheus::Histogram::BucketBoundaries& PhaseBuckets() {
 
 CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
     : rpc_(registry, "coordinator"),
-      jobs_(prometheus::BuildGauge().Name("mlcd_coordinator_jobs").Help("Jobs by state.").Register(registry)),
+      jobs_(prometheus::BuildGauge()
+                .Name("mlcd_coordinator_jobs")
+                .Help("Jobs by state.")
+                .Register(registry)),
       workers_(prometheus::BuildGauge()
                    .Name("mlcd_coordinator_workers")
                    .Help("Registered workers by state (idle, busy, draining, lost).")
@@ -23,22 +26,24 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                      .Help("Workers in the gangs running now.")
                      .Register(registry)
                      .Add({})),
-      jobs_waiting_for_workers_(prometheus::BuildGauge()
-                                    .Name("mlcd_coordinator_jobs_waiting_for_workers")
-                                    .Help("Jobs in TRAINING, EXTRACTING or EVALUATING that have no gang and wait "
-                                          "for workers to form one.")
-                                    .Register(registry)
-                                    .Add({})),
+      jobs_waiting_for_workers_(
+          prometheus::BuildGauge()
+              .Name("mlcd_coordinator_jobs_waiting_for_workers")
+              .Help("Jobs in TRAINING, EXTRACTING or EVALUATING that have no gang and wait "
+                    "for workers to form one.")
+              .Register(registry)
+              .Add({})),
       gang_starts_(prometheus::BuildCounter()
                        .Name("mlcd_coordinator_gang_starts_total")
                        .Help("Gangs started (first starts and restarts).")
                        .Register(registry)
                        .Add({})),
-      gang_restarts_(prometheus::BuildCounter()
-                         .Name("mlcd_coordinator_gang_restarts_total")
-                         .Help("Gangs aborted by a failed or silent worker and restarted from a checkpoint.")
-                         .Register(registry)
-                         .Add({})),
+      gang_restarts_(
+          prometheus::BuildCounter()
+              .Name("mlcd_coordinator_gang_restarts_total")
+              .Help("Gangs aborted by a failed or silent worker and restarted from a checkpoint.")
+              .Register(registry)
+              .Add({})),
       epochs_committed_(prometheus::BuildCounter()
                             .Name("mlcd_coordinator_epochs_committed_total")
                             .Help("Epoch-end checkpoints committed.")
@@ -67,8 +72,8 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
 }
 
 void CoordinatorMetrics::SetJobs(const std::map<std::string, int>& by_state) {
-  for (const char* state : {"PENDING", "CLUSTERING", "ASSIGNING", "TRAINING", "EXTRACTING", "EVALUATING",
-                            "SUCCEEDED", "FAILED", "CANCELLED"}) {
+  for (const char* state : {"PENDING", "CLUSTERING", "ASSIGNING", "TRAINING", "EXTRACTING",
+                            "EVALUATING", "SUCCEEDED", "FAILED", "CANCELLED"}) {
     auto it = by_state.find(state);
     jobs_.Add({{"state", state}}).Set(it == by_state.end() ? 0 : it->second);
   }

@@ -11,13 +11,14 @@ grpc::Status Reply(RpcTimer& timer, StatusOr<T> result, T* response) {
 
 }  // namespace
 
-grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
-                                           v1::Job* response) {
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*,
+                                           const v1::SubmitJobRequest* request, v1::Job* response) {
   RpcTimer timer(&metrics_->rpc(), "SubmitJob");
   return Reply(timer, manager_->SubmitJob(*request), response);
 }
 
-grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::Job* response) {
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                                        v1::Job* response) {
   RpcTimer timer(&metrics_->rpc(), "GetJob");
   return Reply(timer, manager_->GetJob(*request), response);
 }
@@ -28,13 +29,14 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJo
   return Reply(timer, manager_->ListJobs(*request), response);
 }
 
-grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
-                                           v1::Job* response) {
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*,
+                                           const v1::CancelJobRequest* request, v1::Job* response) {
   RpcTimer timer(&metrics_->rpc(), "CancelJob");
   return Reply(timer, manager_->CancelJob(*request), response);
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
+                                          const v1::WatchJobRequest* request,
                                           grpc::ServerWriter<v1::JobEvent>* writer) {
   RpcTimer timer(&metrics_->rpc(), "WatchJob");
   Status s = manager_->WatchJob(
@@ -43,31 +45,38 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1
   return ToGrpcStatus(timer.Done(s));
 }
 
-grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
+                                                const v1::RegisterWorkerRequest* request,
                                                 v1::RegisterWorkerResponse* response) {
   RpcTimer timer(&metrics_->rpc(), "RegisterWorker");
   return Reply(timer, manager_->RegisterWorker(*request), response);
 }
 
-grpc::Status CoordinatorService::GetAssignment(grpc::ServerContext* context, const v1::GetAssignmentRequest* request,
+grpc::Status CoordinatorService::GetAssignment(grpc::ServerContext* context,
+                                               const v1::GetAssignmentRequest* request,
                                                v1::Assignment* response) {
   RpcTimer timer(&metrics_->rpc(), "GetAssignment");
-  return Reply(timer, manager_->GetAssignment(*request, [context] { return context->IsCancelled(); }), response);
+  return Reply(timer,
+               manager_->GetAssignment(*request, [context] { return context->IsCancelled(); }),
+               response);
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
+                                           const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
   RpcTimer timer(&metrics_->rpc(), "Heartbeat");
   return Reply(timer, manager_->Heartbeat(*request), response);
 }
 
-grpc::Status CoordinatorService::ReportAssignment(grpc::ServerContext*, const v1::ReportAssignmentRequest* request,
+grpc::Status CoordinatorService::ReportAssignment(grpc::ServerContext*,
+                                                  const v1::ReportAssignmentRequest* request,
                                                   v1::ReportAssignmentResponse* response) {
   RpcTimer timer(&metrics_->rpc(), "ReportAssignment");
   return Reply(timer, manager_->ReportAssignment(*request), response);
 }
 
-grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* request,
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*,
+                                             const v1::ListWorkersRequest* request,
                                              v1::ListWorkersResponse* response) {
   RpcTimer timer(&metrics_->rpc(), "ListWorkers");
   return Reply(timer, manager_->ListWorkers(*request), response);

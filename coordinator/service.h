@@ -13,22 +13,28 @@ namespace mlcd::coordinator {
 
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  CoordinatorService(JobManager* manager, CoordinatorMetrics* metrics) : manager_(manager), metrics_(metrics) {}
+  CoordinatorService(JobManager* manager, CoordinatorMetrics* metrics)
+      : manager_(manager), metrics_(metrics) {}
 
-  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request, v1::Job* response) override;
-  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+                         v1::Job* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                      v1::Job* response) override;
   grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest* request,
                         v1::ListJobsResponse* response) override;
-  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request, v1::Job* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
+                         v1::Job* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
-  grpc::Status RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const v1::RegisterWorkerRequest* request,
                               v1::RegisterWorkerResponse* response) override;
   grpc::Status GetAssignment(grpc::ServerContext* context, const v1::GetAssignmentRequest* request,
                              v1::Assignment* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override;
-  grpc::Status ReportAssignment(grpc::ServerContext* context, const v1::ReportAssignmentRequest* request,
+  grpc::Status ReportAssignment(grpc::ServerContext* context,
+                                const v1::ReportAssignmentRequest* request,
                                 v1::ReportAssignmentResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;

@@ -26,7 +26,8 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
   if (s.IsCorruption()) return Status::DataLoss(what + ": " + s.ToString());
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-    return Status::Unavailable(what + ": " + s.ToString() + " (is another mlcd-coordinator using this --data-dir?)");
+    return Status::Unavailable(what + ": " + s.ToString() +
+                               " (is another mlcd-coordinator using this --data-dir?)");
   }
   return Status::Internal(what + ": " + s.ToString());
 }
@@ -49,7 +50,9 @@ void StoreBatch::PutWorker(const v1::WorkerRecord& record) {
   batch_.Put(kWorkerPrefix + record.worker_id(), record.SerializeAsString());
 }
 
-void StoreBatch::DeleteWorker(const std::string& worker_id) { batch_.Delete(kWorkerPrefix + worker_id); }
+void StoreBatch::DeleteWorker(const std::string& worker_id) {
+  batch_.Delete(kWorkerPrefix + worker_id);
+}
 
 void StoreBatch::PutNextJobSeq(int64_t seq) { batch_.Put(kNextJobSeqKey, std::to_string(seq)); }
 
@@ -128,17 +131,17 @@ StatusOr<int64_t> CoordinatorStore::NextJobSeq() const {
   return static_cast<int64_t>(std::stoll(value));
 }
 
-Status CoordinatorStore::ReadHistory(const std::string& job_id, std::vector<v1::JobHistoryEntry>* entries) const {
-  return ScanPrefix(std::string(kHistoryPrefix) + job_id + "/",
-                    [&](const rocksdb::Slice& key, const rocksdb::Slice& value) {
-                      v1::JobHistoryEntry entry;
-                      if (!entry.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-                        return Status::DataLoss("coordinator database: record " + key.ToString() +
-                                                " does not parse");
-                      }
-                      entries->push_back(std::move(entry));
-                      return Status::Ok();
-                    });
+Status CoordinatorStore::ReadHistory(const std::string& job_id,
+                                     std::vector<v1::JobHistoryEntry>* entries) const {
+  return ScanPrefix(std::string(kHistoryPrefix) + job_id + "/", [&](const rocksdb::Slice& key,
+                                                                    const rocksdb::Slice& value) {
+    v1::JobHistoryEntry entry;
+    if (!entry.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      return Status::DataLoss("coordinator database: record " + key.ToString() + " does not parse");
+    }
+    entries->push_back(std::move(entry));
+    return Status::Ok();
+  });
 }
 
 }  // namespace mlcd::coordinator

@@ -66,7 +66,8 @@ class CoordinatorStore {
  private:
   CoordinatorStore(std::string dir, rocksdb::DB* db) : dir_(std::move(dir)), db_(db) {}
   Status ScanPrefix(const std::string& prefix,
-                    const std::function<Status(const rocksdb::Slice& key, const rocksdb::Slice& value)>& fn) const;
+                    const std::function<Status(const rocksdb::Slice& key,
+                                               const rocksdb::Slice& value)>& fn) const;
 
   std::string dir_;
   std::unique_ptr<rocksdb::DB> db_;

@@ -19,8 +19,11 @@ void LabelBatch::Clear() {
 
 LabelWriter::LabelWriter(v1::LabelStore::Stub* stub, std::string name, std::string address,
                          const LabelStoreClientOptions& options)
-    : name_(std::move(name)), address_(std::move(address)), context_(std::make_unique<grpc::ClientContext>()) {
-  if (options.stream_timeout.count() > 0) context_->set_deadline(DeadlineIn(options.stream_timeout));
+    : name_(std::move(name)),
+      address_(std::move(address)),
+      context_(std::make_unique<grpc::ClientContext>()) {
+  if (options.stream_timeout.count() > 0)
+    context_->set_deadline(DeadlineIn(options.stream_timeout));
   context_->set_wait_for_ready(options.wait_for_ready);
   stream_ = stub->WriteLabels(context_.get(), &response_);
 }
@@ -41,13 +44,15 @@ Status LabelWriter::StreamBroken() {
 Status LabelWriter::Write(const uint64_t* ids, size_t n, const int32_t* labels, size_t num_labels,
                           const float* scores, size_t num_scores) {
   if (finished_) {
-    return final_status_.ok() ? Status::FailedPrecondition("LabelWriter::Write after Finish()") : final_status_;
+    return final_status_.ok() ? Status::FailedPrecondition("LabelWriter::Write after Finish()")
+                              : final_status_;
   }
   request_.Clear();
   if (messages_sent_ == 0) request_.set_name(name_);
   request_.mutable_sample_ids()->Add(ids, ids + n);
   request_.mutable_labels()->Add(labels, labels + num_labels);
-  if (scores != nullptr && num_scores > 0) request_.mutable_scores()->Add(scores, scores + num_scores);
+  if (scores != nullptr && num_scores > 0)
+    request_.mutable_scores()->Add(scores, scores + num_scores);
   if (!stream_->Write(request_)) return StreamBroken();
   ++messages_sent_;
   rows_sent_ += n;
@@ -56,12 +61,12 @@ Status LabelWriter::Write(const uint64_t* ids, size_t n, const int32_t* labels, 
 
 Status LabelWriter::Write(const std::vector<uint64_t>& ids, const std::vector<int32_t>& labels,
                           const std::vector<float>& scores) {
-  return Write(ids.data(), ids.size(), labels.data(), labels.size(), scores.empty() ? nullptr : scores.data(),
-               scores.size());
+  return Write(ids.data(), ids.size(), labels.data(), labels.size(),
+               scores.empty() ? nullptr : scores.data(), scores.size());
 }
 
-Status LabelWriter::WriteRows(const uint64_t* ids, size_t n, int32_t labels_per_sample, const int32_t* labels,
-                              const float* scores, size_t rows_per_message) {
+Status LabelWriter::WriteRows(const uint64_t* ids, size_t n, int32_t labels_per_sample,
+                              const int32_t* labels, const float* scores, size_t rows_per_message) {
   if (labels_per_sample < 1) {
     return Status::InvalidArgument("WriteRows needs labels_per_sample >= 1, got " +
                                    std::to_string(labels_per_sample));
@@ -85,7 +90,8 @@ StatusOr<v1::WriteLabelsResponse> LabelWriter::Finish() {
     grpc::Status status = stream_->Finish();
     final_status_ = FromGrpcStatus(status);
     if (!final_status_.ok()) {
-      if (final_status_.code() == StatusCode::kUnavailable || final_status_.code() == StatusCode::kDeadlineExceeded) {
+      if (final_status_.code() == StatusCode::kUnavailable ||
+          final_status_.code() == StatusCode::kDeadlineExceeded) {
         final_status_ = final_status_.WithContext("WriteLabels to the label store at " + address_);
       }
     }
@@ -117,9 +123,11 @@ std::shared_ptr<grpc::Channel> MakeLabelStoreChannel(const std::string& address)
 LabelStoreClient::LabelStoreClient(const std::string& address, LabelStoreClientOptions options)
     : LabelStoreClient(MakeLabelStoreChannel(address), address, options) {}
 
-LabelStoreClient::LabelStoreClient(std::shared_ptr<grpc::Channel> channel, const std::string& address,
-                                   LabelStoreClientOptions options)
-    : address_(address), options_(options), channel_(std::move(channel)),
+LabelStoreClient::LabelStoreClient(std::shared_ptr<grpc::Channel> channel,
+                                   const std::string& address, LabelStoreClientOptions options)
+    : address_(address),
+      options_(options),
+      channel_(std::move(channel)),
       stub_(v1::LabelStore::NewStub(channel_)) {}
 
 Status LabelStoreClient::WaitUntilReachable(std::chrono::milliseconds timeout) const {
@@ -134,8 +142,9 @@ void LabelStoreClient::Prepare(grpc::ClientContext* context) const {
 Status LabelStoreClient::FromRpc(const grpc::Status& status, const char* method) const {
   Status s = FromGrpcStatus(status);
   if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) {
-    return s.WithContext(std::string(method) + " to the label store at " + address_ +
-                         " (is mlcd-labelstore running? set the address with --labelstore or MLCD_LABELSTORE)");
+    return s.WithContext(
+        std::string(method) + " to the label store at " + address_ +
+        " (is mlcd-labelstore running? set the address with --labelstore or MLCD_LABELSTORE)");
   }
   return s;
 }
@@ -159,17 +168,17 @@ std::unique_ptr<LabelWriter> LabelStoreClient::OpenWriter(const std::string& nam
   return std::unique_ptr<LabelWriter>(new LabelWriter(stub_.get(), name, address_, options_));
 }
 
-StatusOr<v1::WriteLabelsResponse> LabelStoreClient::WriteLabels(const std::string& name, const uint64_t* ids,
-                                                                size_t n, int32_t labels_per_sample,
-                                                                const int32_t* labels, const float* scores,
-                                                                size_t rows_per_message) const {
+StatusOr<v1::WriteLabelsResponse> LabelStoreClient::WriteLabels(
+    const std::string& name, const uint64_t* ids, size_t n, int32_t labels_per_sample,
+    const int32_t* labels, const float* scores, size_t rows_per_message) const {
   auto writer = OpenWriter(name);
   Status status = writer->WriteRows(ids, n, labels_per_sample, labels, scores, rows_per_message);
   if (!status.ok()) return status;
   return writer->Finish();
 }
 
-StatusOr<v1::LabelSetInfo> LabelStoreClient::Seal(const std::string& name, bool require_open) const {
+StatusOr<v1::LabelSetInfo> LabelStoreClient::Seal(const std::string& name,
+                                                  bool require_open) const {
   v1::SealLabelSetRequest request;
   request.set_name(name);
   request.set_require_open(require_open);
@@ -192,7 +201,8 @@ StatusOr<v1::LabelSetInfo> LabelStoreClient::Describe(const std::string& name) c
   return info;
 }
 
-StatusOr<std::vector<v1::LabelSetInfo>> LabelStoreClient::List(const std::string& name_prefix) const {
+StatusOr<std::vector<v1::LabelSetInfo>> LabelStoreClient::List(
+    const std::string& name_prefix) const {
   std::vector<v1::LabelSetInfo> sets;
   v1::ListLabelSetsRequest request;
   request.set_name_prefix(name_prefix);
@@ -210,7 +220,8 @@ StatusOr<std::vector<v1::LabelSetInfo>> LabelStoreClient::List(const std::string
   return sets;
 }
 
-StatusOr<v1::DeleteLabelSetResponse> LabelStoreClient::Delete(const std::string& name, bool allow_missing) const {
+StatusOr<v1::DeleteLabelSetResponse> LabelStoreClient::Delete(const std::string& name,
+                                                              bool allow_missing) const {
   v1::DeleteLabelSetRequest request;
   request.set_name(name);
   request.set_allow_missing(allow_missing);
@@ -222,8 +233,8 @@ StatusOr<v1::DeleteLabelSetResponse> LabelStoreClient::Delete(const std::string&
   return response;
 }
 
-Status LabelStoreClient::GetChunk(const std::string& name, const uint64_t* ids, size_t n, bool with_scores,
-                                  size_t offset, LabelBatch* out) const {
+Status LabelStoreClient::GetChunk(const std::string& name, const uint64_t* ids, size_t n,
+                                  bool with_scores, size_t offset, LabelBatch* out) const {
   v1::GetLabelsRequest request;
   request.set_name(name);
   request.set_with_scores(with_scores);
@@ -238,8 +249,8 @@ Status LabelStoreClient::GetChunk(const std::string& name, const uint64_t* ids, 
       (with_scores && response.scores_size() != response.labels_size()) ||
       response.missing_indices_size() != response.missing_ids_size()) {
     return Status::Internal("malformed GetLabels response from " + address_ + ": " +
-                            std::to_string(response.labels_size()) + " labels for " + std::to_string(n) +
-                            " ids with l = " + std::to_string(l));
+                            std::to_string(response.labels_size()) + " labels for " +
+                            std::to_string(n) + " ids with l = " + std::to_string(l));
   }
   if (offset == 0) {
     out->labels_per_sample = l;
@@ -250,7 +261,8 @@ Status LabelStoreClient::GetChunk(const std::string& name, const uint64_t* ids, 
       return Status::Internal("label set '" + name + "' changed shape between GetLabels chunks");
     }
     out->labels.insert(out->labels.end(), response.labels().begin(), response.labels().end());
-    if (with_scores) out->scores.insert(out->scores.end(), response.scores().begin(), response.scores().end());
+    if (with_scores)
+      out->scores.insert(out->scores.end(), response.scores().begin(), response.scores().end());
   }
   for (int i = 0; i < response.missing_indices_size(); ++i) {
     out->missing_indices.push_back(static_cast<uint32_t>(offset + response.missing_indices(i)));
@@ -259,10 +271,11 @@ Status LabelStoreClient::GetChunk(const std::string& name, const uint64_t* ids, 
   return Status::Ok();
 }
 
-Status LabelStoreClient::GetLabels(const std::string& name, const uint64_t* ids, size_t n, bool with_scores,
-                                   LabelBatch* out) const {
+Status LabelStoreClient::GetLabels(const std::string& name, const uint64_t* ids, size_t n,
+                                   bool with_scores, LabelBatch* out) const {
   out->Clear();
-  if (n == 0) return GetChunk(name, ids, 0, with_scores, 0, out);  // the server names the empty batch
+  if (n == 0)
+    return GetChunk(name, ids, 0, with_scores, 0, out);  // the server names the empty batch
   // The chunk size must also respect n * l <= kMaxValuesPerMessage; l is unknown until the
   // first answer, so the first chunk is sized for the largest l and later ones for the real l.
   size_t chunk = std::min(kMaxIdsPerRead, kMaxValuesPerMessage / kMaxLabelsPerSample);
@@ -270,24 +283,27 @@ Status LabelStoreClient::GetLabels(const std::string& name, const uint64_t* ids,
     size_t count = std::min(chunk, n - begin);
     MLCD_RETURN_IF_ERROR(GetChunk(name, ids + begin, count, with_scores, begin, out));
     begin += count;
-    chunk = std::min(kMaxIdsPerRead, kMaxValuesPerMessage / static_cast<size_t>(out->labels_per_sample));
+    chunk = std::min(kMaxIdsPerRead,
+                     kMaxValuesPerMessage / static_cast<size_t>(out->labels_per_sample));
   }
   return Status::Ok();
 }
 
-Status LabelStoreClient::GetLabels(const std::string& name, const int64_t* ids, size_t n, bool with_scores,
-                                   LabelBatch* out) const {
+Status LabelStoreClient::GetLabels(const std::string& name, const int64_t* ids, size_t n,
+                                   bool with_scores, LabelBatch* out) const {
   for (size_t i = 0; i < n; ++i) {
     if (ids[i] < 0) {
       out->Clear();
-      return Status::InvalidArgument("sample id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+      return Status::InvalidArgument("sample id " + std::to_string(ids[i]) + " at position " +
+                                     std::to_string(i) +
                                      " is negative; sample ids are row indices >= 0");
     }
   }
   return GetLabels(name, reinterpret_cast<const uint64_t*>(ids), n, with_scores, out);
 }
 
-StatusOr<LabelBatch> LabelStoreClient::GetLabels(const std::string& name, const std::vector<uint64_t>& ids,
+StatusOr<LabelBatch> LabelStoreClient::GetLabels(const std::string& name,
+                                                 const std::vector<uint64_t>& ids,
                                                  bool with_scores) const {
   LabelBatch batch;
   MLCD_RETURN_IF_ERROR(GetLabels(name, ids.data(), ids.size(), with_scores, &batch));

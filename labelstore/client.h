@@ -1,14 +1,13 @@
 // C++ client of mlcd-labelstore (library mlcd_labelstore_client: gRPC + protobuf, no RocksDB).
 //
 //   mlcd::labelstore::LabelStoreClient client("127.0.0.1:7610");
-//   LabelSetSpec spec;  spec.name = "job/abc/r0";  spec.num_classes = 1000;  spec.labels_per_sample = 8;
-//   MLCD_ASSIGN_OR_RETURN(auto info, client.CreateLabelSet(spec));
-//   auto writer = client.OpenWriter(spec.name);
-//   MLCD_RETURN_IF_ERROR(writer->Write(ids, n, labels));      // one stream message per call
-//   MLCD_ASSIGN_OR_RETURN(auto written, writer->Finish());     // durable once this is OK
-//   MLCD_RETURN_IF_ERROR(client.Seal(spec.name).status());
-//   LabelBatch batch;                                          // reuse across steps
-//   MLCD_RETURN_IF_ERROR(client.GetLabels(spec.name, ids, n, /*with_scores=*/false, &batch));
+//   LabelSetSpec spec;  spec.name = "job/abc/r0";  spec.num_classes = 1000;  spec.labels_per_sample
+//   = 8; MLCD_ASSIGN_OR_RETURN(auto info, client.CreateLabelSet(spec)); auto writer =
+//   client.OpenWriter(spec.name); MLCD_RETURN_IF_ERROR(writer->Write(ids, n, labels));      // one
+//   stream message per call MLCD_ASSIGN_OR_RETURN(auto written, writer->Finish());     // durable
+//   once this is OK MLCD_RETURN_IF_ERROR(client.Seal(spec.name).status()); LabelBatch batch; //
+//   reuse across steps MLCD_RETURN_IF_ERROR(client.GetLabels(spec.name, ids, n,
+//   /*with_scores=*/false, &batch));
 //
 // Every call returns the server's status code and message unchanged (NOT_FOUND for an
 // unknown set, FAILED_PRECONDITION for writes to a sealed set, INVALID_ARGUMENT for bad
@@ -44,10 +43,10 @@ struct LabelStoreClientOptions {
 
 // What CreateLabelSet needs (fields as in v1::CreateLabelSetRequest).
 struct LabelSetSpec {
-  std::string name;                          // [A-Za-z0-9._/-]{1,200}, e.g. "job/abc/r0"
-  int32_t num_classes = 0;                   // k: labels are in [0, k)
-  int32_t labels_per_sample = 0;             // l: 1 <= l <= min(k, 1024)
-  bool with_scores = false;                  // rows carry one float score per label
+  std::string name;               // [A-Za-z0-9._/-]{1,200}, e.g. "job/abc/r0"
+  int32_t num_classes = 0;        // k: labels are in [0, k)
+  int32_t labels_per_sample = 0;  // l: 1 <= l <= min(k, 1024)
+  bool with_scores = false;       // rows carry one float score per label
   std::map<std::string, std::string> metadata;
 };
 
@@ -135,9 +134,11 @@ class LabelStoreClient {
   std::unique_ptr<LabelWriter> OpenWriter(const std::string& name) const;
 
   // Convenience: one stream carrying all n rows (split into messages as needed), finished.
-  StatusOr<v1::WriteLabelsResponse> WriteLabels(const std::string& name, const uint64_t* ids, size_t n,
-                                                int32_t labels_per_sample, const int32_t* labels,
-                                                const float* scores = nullptr, size_t rows_per_message = 0) const;
+  StatusOr<v1::WriteLabelsResponse> WriteLabels(const std::string& name, const uint64_t* ids,
+                                                size_t n, int32_t labels_per_sample,
+                                                const int32_t* labels,
+                                                const float* scores = nullptr,
+                                                size_t rows_per_message = 0) const;
 
   // Makes the set immutable. Idempotent unless require_open (then FAILED_PRECONDITION when
   // already sealed).
@@ -146,7 +147,8 @@ class LabelStoreClient {
   // Every set whose name starts with `name_prefix` (pages followed internally), by name.
   StatusOr<std::vector<v1::LabelSetInfo>> List(const std::string& name_prefix = "") const;
   // Deletes the set and its rows; with allow_missing an unknown set is not an error.
-  StatusOr<v1::DeleteLabelSetResponse> Delete(const std::string& name, bool allow_missing = false) const;
+  StatusOr<v1::DeleteLabelSetResponse> Delete(const std::string& name,
+                                              bool allow_missing = false) const;
 
   // Reads the rows of ids[0..n) into *out (cleared first). Any n >= 1: reads over
   // kMaxIdsPerRead ids are split into several requests. with_scores on a set without scores
@@ -162,8 +164,8 @@ class LabelStoreClient {
  private:
   void Prepare(grpc::ClientContext* context) const;
   Status FromRpc(const grpc::Status& status, const char* method) const;
-  Status GetChunk(const std::string& name, const uint64_t* ids, size_t n, bool with_scores, size_t offset,
-                  LabelBatch* out) const;
+  Status GetChunk(const std::string& name, const uint64_t* ids, size_t n, bool with_scores,
+                  size_t offset, LabelBatch* out) const;
 
   std::string address_;
   LabelStoreClientOptions options_;

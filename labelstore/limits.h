@@ -59,7 +59,8 @@ Status ValidateLabelRows(const uint64_t* ids, size_t n, const int32_t* labels, c
 
 // INVALID_ARGUMENT when a sample id occurs twice among `ids`; `where` names them in the
 // message ("one message", a file name). `scratch` is reused between calls.
-Status CheckUniqueIds(const uint64_t* ids, size_t n, const std::string& where, std::vector<uint64_t>* scratch);
+Status CheckUniqueIds(const uint64_t* ids, size_t n, const std::string& where,
+                      std::vector<uint64_t>* scratch);
 
 // Checks a GetLabels request's size (1..kMaxIdsPerRead ids, n * l <= kMaxValuesPerMessage).
 Status ValidateReadSize(size_t num_ids, int32_t labels_per_sample);

@@ -17,16 +17,19 @@
 
 int main(int argc, char** argv) {
   mlcd::InstallShutdownSignalHandling();
-  CLI::App app{"mlcd-labelstore: stores label sets (per-sample top-l cluster ids) in RocksDB and serves\n"
-               "batched reads to training workers over gRPC (mlcd.v1.LabelStore).",
-               "mlcd-labelstore"};
+  CLI::App app{
+      "mlcd-labelstore: stores label sets (per-sample top-l cluster ids) in RocksDB and serves\n"
+      "batched reads to training workers over gRPC (mlcd.v1.LabelStore).",
+      "mlcd-labelstore"};
   mlcd::ServiceFlags flags;
   mlcd::AddServiceFlags(app, &flags, "127.0.0.1:" + std::to_string(mlcd::kDefaultLabelstorePort),
-                        "127.0.0.1:" + std::to_string(mlcd::kDefaultLabelstorePort + 1), "./.mlcd/labelstore");
+                        "127.0.0.1:" + std::to_string(mlcd::kDefaultLabelstorePort + 1),
+                        "./.mlcd/labelstore");
   size_t block_cache_mb = 512;
-  app.add_option("--block-cache-mb", block_cache_mb,
-                 "RocksDB block cache in MiB; size it to hold the sets being trained on (about 4*n*l bytes "
-                 "per set, twice that with scores)")
+  app.add_option(
+         "--block-cache-mb", block_cache_mb,
+         "RocksDB block cache in MiB; size it to hold the sets being trained on (about 4*n*l bytes "
+         "per set, twice that with scores)")
       ->check(CLI::Range(size_t{8}, size_t{1} << 20))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -24,7 +24,8 @@ LabelStoreService::LabelStoreService(LabelStorage* storage, prometheus::Registry
                          .Name("mlcd_labelstore_get_batch_ids")
                          .Help("Ids per GetLabels request")
                          .Register(registry)
-                         .Add({}, prometheus::Histogram::BucketBoundaries{1, 8, 64, 256, 1024, 4096, 16384, 65536})),
+                         .Add({}, prometheus::Histogram::BucketBoundaries{1, 8, 64, 256, 1024, 4096,
+                                                                          16384, 65536})),
       label_sets_(prometheus::BuildGauge()
                       .Name("mlcd_labelstore_label_sets")
                       .Help("Label sets stored")
@@ -33,9 +34,12 @@ LabelStoreService::LabelStoreService(LabelStorage* storage, prometheus::Registry
   UpdateSetGauge();
 }
 
-void LabelStoreService::UpdateSetGauge() { label_sets_.Set(static_cast<double>(storage_->num_sets())); }
+void LabelStoreService::UpdateSetGauge() {
+  label_sets_.Set(static_cast<double>(storage_->num_sets()));
+}
 
-grpc::Status LabelStoreService::CreateLabelSet(grpc::ServerContext*, const v1::CreateLabelSetRequest* request,
+grpc::Status LabelStoreService::CreateLabelSet(grpc::ServerContext*,
+                                               const v1::CreateLabelSetRequest* request,
                                                v1::LabelSetInfo* response) {
   RpcTimer timer(&rpc_metrics_, "CreateLabelSet");
   auto result = storage_->Create(*request);
@@ -58,18 +62,21 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
     const std::string where = "WriteLabels message " + std::to_string(messages);
     if (messages == 0) {
       if (message.name().empty()) {
-        status = Status::InvalidArgument(where + ": the first message of a WriteLabels stream must name the label set");
+        status = Status::InvalidArgument(
+            where + ": the first message of a WriteLabels stream must name the label set");
         break;
       }
       name = message.name();
     } else if (!message.name().empty() && message.name() != name) {
-      status = Status::InvalidArgument(where + " names label set '" + message.name() + "' but the stream writes '" +
-                                       name + "'; use one stream per set");
+      status =
+          Status::InvalidArgument(where + " names label set '" + message.name() +
+                                  "' but the stream writes '" + name + "'; use one stream per set");
       break;
     }
     auto result = storage_->Write(name, message);
     if (!result.ok()) {
-      status = result.status().WithContext(where + (messages > 0 ? " (earlier messages are committed)" : ""));
+      status = result.status().WithContext(
+          where + (messages > 0 ? " (earlier messages are committed)" : ""));
       break;
     }
     ++messages;
@@ -78,10 +85,12 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
     rows_written_.Increment(static_cast<double>(result->rows_written));
   }
   if (status.ok() && context->IsCancelled()) {
-    status = Status::Cancelled("WriteLabels cancelled by the client after " + std::to_string(messages) + " messages");
+    status = Status::Cancelled("WriteLabels cancelled by the client after " +
+                               std::to_string(messages) + " messages");
   }
   if (status.ok() && messages == 0) {
-    status = Status::InvalidArgument("WriteLabels stream carried no messages; send at least one message naming the set");
+    status = Status::InvalidArgument(
+        "WriteLabels stream carried no messages; send at least one message naming the set");
   }
   if (messages > 0) {
     // Durable before anything is acknowledged (and committed messages stay durable when a
@@ -98,7 +107,8 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
   return ToGrpcStatus(timer.Done(status));
 }
 
-grpc::Status LabelStoreService::SealLabelSet(grpc::ServerContext*, const v1::SealLabelSetRequest* request,
+grpc::Status LabelStoreService::SealLabelSet(grpc::ServerContext*,
+                                             const v1::SealLabelSetRequest* request,
                                              v1::LabelSetInfo* response) {
   RpcTimer timer(&rpc_metrics_, "SealLabelSet");
   auto result = storage_->Seal(request->name(), request->require_open());
@@ -106,7 +116,8 @@ grpc::Status LabelStoreService::SealLabelSet(grpc::ServerContext*, const v1::Sea
   return ToGrpcStatus(timer.Done(result.status()));
 }
 
-grpc::Status LabelStoreService::ListLabelSets(grpc::ServerContext*, const v1::ListLabelSetsRequest* request,
+grpc::Status LabelStoreService::ListLabelSets(grpc::ServerContext*,
+                                              const v1::ListLabelSetsRequest* request,
                                               v1::ListLabelSetsResponse* response) {
   RpcTimer timer(&rpc_metrics_, "ListLabelSets");
   auto result = storage_->List(*request);
@@ -114,7 +125,8 @@ grpc::Status LabelStoreService::ListLabelSets(grpc::ServerContext*, const v1::Li
   return ToGrpcStatus(timer.Done(result.status()));
 }
 
-grpc::Status LabelStoreService::DescribeLabelSet(grpc::ServerContext*, const v1::DescribeLabelSetRequest* request,
+grpc::Status LabelStoreService::DescribeLabelSet(grpc::ServerContext*,
+                                                 const v1::DescribeLabelSetRequest* request,
                                                  v1::LabelSetInfo* response) {
   RpcTimer timer(&rpc_metrics_, "DescribeLabelSet");
   auto result = storage_->Describe(request->name());
@@ -122,7 +134,8 @@ grpc::Status LabelStoreService::DescribeLabelSet(grpc::ServerContext*, const v1:
   return ToGrpcStatus(timer.Done(result.status()));
 }
 
-grpc::Status LabelStoreService::DeleteLabelSet(grpc::ServerContext*, const v1::DeleteLabelSetRequest* request,
+grpc::Status LabelStoreService::DeleteLabelSet(grpc::ServerContext*,
+                                               const v1::DeleteLabelSetRequest* request,
                                                v1::DeleteLabelSetResponse* response) {
   RpcTimer timer(&rpc_metrics_, "DeleteLabelSet");
   auto result = storage_->Delete(request->name(), request->allow_missing());
@@ -138,11 +151,12 @@ grpc::ServerUnaryReactor* LabelStoreService::GetLabels(grpc::CallbackServerConte
                                                        v1::GetLabelsResponse* response) {
   RpcTimer timer(&rpc_metrics_, "GetLabels");
   const size_t n = static_cast<size_t>(request->sample_ids_size());
-  Status status = storage_->GetLabels(request->name(), request->sample_ids().data(), n, request->with_scores(),
-                                      response);
+  Status status = storage_->GetLabels(request->name(), request->sample_ids().data(), n,
+                                      request->with_scores(), response);
   if (status.ok()) {
     ids_read_.Increment(static_cast<double>(n));
-    if (response->missing_indices_size() > 0) ids_missing_.Increment(response->missing_indices_size());
+    if (response->missing_indices_size() > 0)
+      ids_missing_.Increment(response->missing_indices_size());
     get_batch_ids_.Observe(static_cast<double>(n));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -18,27 +18,33 @@ namespace mlcd::labelstore {
 // GetLabels, the hot path, uses gRPC's callback API: it runs on the thread that read the
 // request, without the sync server's hand-off to a worker thread (fewer wake-ups per call).
 // The other methods are ordinary sync handlers.
-class LabelStoreService final : public v1::LabelStore::WithCallbackMethod_GetLabels<v1::LabelStore::Service> {
+class LabelStoreService final
+    : public v1::LabelStore::WithCallbackMethod_GetLabels<v1::LabelStore::Service> {
  public:
   // `storage` must outlive the service; metrics are registered in `registry`.
   LabelStoreService(LabelStorage* storage, prometheus::Registry& registry);
 
-  grpc::Status CreateLabelSet(grpc::ServerContext* context, const v1::CreateLabelSetRequest* request,
+  grpc::Status CreateLabelSet(grpc::ServerContext* context,
+                              const v1::CreateLabelSetRequest* request,
                               v1::LabelSetInfo* response) override;
   // Each message is validated and committed atomically in order; a bad message ends the
   // call with its index in the message ("WriteLabels message 3: ..."), earlier messages stay
   // committed. The WAL is synced before the response, so an OK response means durable.
-  grpc::Status WriteLabels(grpc::ServerContext* context, grpc::ServerReader<v1::WriteLabelsRequest>* reader,
+  grpc::Status WriteLabels(grpc::ServerContext* context,
+                           grpc::ServerReader<v1::WriteLabelsRequest>* reader,
                            v1::WriteLabelsResponse* response) override;
   grpc::Status SealLabelSet(grpc::ServerContext* context, const v1::SealLabelSetRequest* request,
                             v1::LabelSetInfo* response) override;
   grpc::Status ListLabelSets(grpc::ServerContext* context, const v1::ListLabelSetsRequest* request,
                              v1::ListLabelSetsResponse* response) override;
-  grpc::Status DescribeLabelSet(grpc::ServerContext* context, const v1::DescribeLabelSetRequest* request,
+  grpc::Status DescribeLabelSet(grpc::ServerContext* context,
+                                const v1::DescribeLabelSetRequest* request,
                                 v1::LabelSetInfo* response) override;
-  grpc::Status DeleteLabelSet(grpc::ServerContext* context, const v1::DeleteLabelSetRequest* request,
+  grpc::Status DeleteLabelSet(grpc::ServerContext* context,
+                              const v1::DeleteLabelSetRequest* request,
                               v1::DeleteLabelSetResponse* response) override;
-  grpc::ServerUnaryReactor* GetLabels(grpc::CallbackServerContext* context, const v1::GetLabelsRequest* request,
+  grpc::ServerUnaryReactor* GetLabels(grpc::CallbackServerContext* context,
+                                      const v1::GetLabelsRequest* request,
                                       v1::GetLabelsResponse* response) override;
 
  private:

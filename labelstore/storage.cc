@@ -28,7 +28,8 @@ constexpr int32_t kMinBlockRows = 64;
 constexpr int32_t kMaxBlockRows = 16384;
 
 int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -74,8 +75,9 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.IsNotFound()) return Status::NotFound(what + ": " + s.ToString());
   if (s.IsCorruption()) return Status::DataLoss(what + ": " + s.ToString());
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-    return Status::Unavailable(what + ": " + s.ToString() +
-                               " (another mlcd-labelstore is using this --data-dir; stop it or pick another dir)");
+    return Status::Unavailable(
+        what + ": " + s.ToString() +
+        " (another mlcd-labelstore is using this --data-dir; stop it or pick another dir)");
   }
   if (s.IsIOError() || s.IsNoSpace()) return Status::Unavailable(what + ": " + s.ToString());
   return Status::Internal(what + ": " + s.ToString());
@@ -197,7 +199,8 @@ void EncodeDense(const DenseBlock& dense, const BlockLayout& layout, std::string
 int32_t ChooseBlockRows(size_t target_block_bytes, int32_t l, bool scores) {
   const size_t row_bytes = static_cast<size_t>(l) * 4 * (scores ? 2 : 1);
   int32_t rows = kMinBlockRows;
-  while (rows < kMaxBlockRows && static_cast<size_t>(rows) * 2 * row_bytes <= target_block_bytes) rows *= 2;
+  while (rows < kMaxBlockRows && static_cast<size_t>(rows) * 2 * row_bytes <= target_block_bytes)
+    rows *= 2;
   return rows;
 }
 
@@ -211,28 +214,35 @@ inline void Prefetch(const char* p, size_t bytes) {
 // memcpy with the common row sizes as compile-time constants (inlined moves).
 inline void CopyRow(void* dst, const char* src, size_t bytes) {
   switch (bytes) {
-    case 16: std::memcpy(dst, src, 16); break;
-    case 32: std::memcpy(dst, src, 32); break;
-    case 64: std::memcpy(dst, src, 64); break;
-    default: std::memcpy(dst, src, bytes);
+    case 16:
+      std::memcpy(dst, src, 16);
+      break;
+    case 32:
+      std::memcpy(dst, src, 32);
+      break;
+    case 64:
+      std::memcpy(dst, src, 64);
+      break;
+    default:
+      std::memcpy(dst, src, bytes);
   }
 }
 
 // A located row waiting to be copied into the response.
 struct RowCopy {
-  uint32_t pos;          // request position
-  const char* labels;    // in the pinned block
-  const char* scores;    // nullptr unless scores were asked for
+  uint32_t pos;        // request position
+  const char* labels;  // in the pinned block
+  const char* scores;  // nullptr unless scores were asked for
 };
 
 // Per-thread buffers of the read path, kept between calls so a steady read allocates nothing.
 struct ReadScratch {
-  std::vector<uint64_t> packed;                   // (block << kIndexBits) | request index
+  std::vector<uint64_t> packed;                      // (block << kIndexBits) | request index
   std::vector<std::pair<uint64_t, uint32_t>> pairs;  // fallback when blocks are huge
-  std::vector<uint32_t> cursor;                   // counting sort: per-block write offsets
-  std::vector<uint32_t> order;                    // request positions grouped by block
-  std::vector<uint64_t> blocks;                   // unique block numbers, ascending
-  std::vector<uint32_t> group_begin;              // first entry of each unique block
+  std::vector<uint32_t> cursor;                      // counting sort: per-block write offsets
+  std::vector<uint32_t> order;                       // request positions grouped by block
+  std::vector<uint64_t> blocks;                      // unique block numbers, ascending
+  std::vector<uint32_t> group_begin;                 // first entry of each unique block
   std::string key_bytes;
   std::vector<rocksdb::Slice> keys;
   std::vector<rocksdb::PinnableSlice> values;
@@ -241,7 +251,8 @@ struct ReadScratch {
   std::vector<RowCopy> copies;
 };
 constexpr int kIndexBits = 20;  // > log2(kMaxIdsPerRead)
-static_assert((size_t{1} << kIndexBits) > kMaxIdsPerRead, "request index must fit the packed sort key");
+static_assert((size_t{1} << kIndexBits) > kMaxIdsPerRead,
+              "request index must fit the packed sort key");
 
 }  // namespace
 
@@ -272,7 +283,8 @@ struct LabelStorage::SetState {
 LabelStorage::LabelStorage(const LabelStorageOptions& options) : options_(options) {}
 
 StatusOr<std::unique_ptr<LabelStorage>> LabelStorage::Open(const LabelStorageOptions& options) {
-  if (options.data_dir.empty()) return Status::InvalidArgument("label store data dir is empty; pass --data-dir DIR");
+  if (options.data_dir.empty())
+    return Status::InvalidArgument("label store data dir is empty; pass --data-dir DIR");
   std::unique_ptr<LabelStorage> storage(new LabelStorage(options));
   MLCD_RETURN_IF_ERROR(MakeDirs(options.data_dir));
   MLCD_RETURN_IF_ERROR(storage->OpenDb());
@@ -293,7 +305,8 @@ Status LabelStorage::OpenDb() {
   db_options.bytes_per_sync = 1 << 20;
 
   const auto supported = rocksdb::GetSupportedCompressions();
-  const bool have_lz4 = std::find(supported.begin(), supported.end(), rocksdb::kLZ4Compression) != supported.end();
+  const bool have_lz4 =
+      std::find(supported.begin(), supported.end(), rocksdb::kLZ4Compression) != supported.end();
 
   // Blocks: large values read by point lookups. Bloom filters skip files that lack a block;
   // index and filter blocks live in table-reader memory (never evicted); the hash index inside
@@ -341,7 +354,8 @@ Status LabelStorage::LoadSets() {
   if (s.ok() && counter.size() == 8) {
     next_set_id_ = GetBigEndian64(counter.data());
   } else if (!s.IsNotFound()) {
-    return s.ok() ? Status::DataLoss("label store counter 'next_set_id' is malformed in " + options_.data_dir)
+    return s.ok() ? Status::DataLoss("label store counter 'next_set_id' is malformed in " +
+                                     options_.data_dir)
                   : FromRocks(s, "reading the set counter");
   }
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), sets_cf_));
@@ -351,7 +365,8 @@ Status LabelStorage::LoadSets() {
     set->name = it->key().ToString();
     if (value.size() < 16 || std::memcmp(value.data(), kRecordMagic, 4) != 0 ||
         !set->info.ParseFromArray(value.data() + 16, static_cast<int>(value.size() - 16))) {
-      return Status::DataLoss("label set record '" + set->name + "' in " + options_.data_dir + " is corrupt");
+      return Status::DataLoss("label set record '" + set->name + "' in " + options_.data_dir +
+                              " is corrupt");
     }
     set->set_id = GetBigEndian64(value.data() + 4);
     set->block_rows = static_cast<int32_t>(Load32(value.data() + 12));
@@ -368,7 +383,8 @@ Status LabelStorage::LoadSets() {
     sets_.emplace(set->name, std::move(set));
   }
   if (!it->status().ok()) return FromRocks(it->status(), "reading label set records");
-  MLCD_LOG(INFO) << "label store opened in " << options_.data_dir << " with " << sets_.size() << " label sets";
+  MLCD_LOG(INFO) << "label store opened in " << options_.data_dir << " with " << sets_.size()
+                 << " label sets";
   return Status::Ok();
 }
 
@@ -420,7 +436,8 @@ v1::LabelSetInfo LabelStorage::InfoWithSize(const SetState& set) const {
   size_options.include_memtables = true;
   size_options.include_files = true;
   uint64_t bytes = 0;
-  if (db_->GetApproximateSizes(size_options, blocks_cf_, &range, 1, &bytes).ok()) info.set_size_bytes(bytes);
+  if (db_->GetApproximateSizes(size_options, blocks_cf_, &range, 1, &bytes).ok())
+    info.set_size_bytes(bytes);
   return info;
 }
 
@@ -460,18 +477,21 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
   batch.Put(sets_cf_, set->name, EncodeRecord(*set, info));
   rocksdb::WriteOptions write_options;
   write_options.sync = true;
-  MLCD_RETURN_IF_ERROR(FromRocks(db_->Write(write_options, &batch), "creating label set '" + set->name + "'"));
+  MLCD_RETURN_IF_ERROR(
+      FromRocks(db_->Write(write_options, &batch), "creating label set '" + set->name + "'"));
   {
     std::unique_lock<std::shared_mutex> lock(sets_mu_);
     next_set_id_ = set_id + 1;
     sets_.emplace(set->name, set);
   }
-  MLCD_LOG(INFO) << "created label set '" << set->name << "' (k=" << set->num_classes << ", l=" << set->l
-                 << (set->with_scores ? ", with scores" : "") << ", " << set->block_rows << " rows per block)";
+  MLCD_LOG(INFO) << "created label set '" << set->name << "' (k=" << set->num_classes
+                 << ", l=" << set->l << (set->with_scores ? ", with scores" : "") << ", "
+                 << set->block_rows << " rows per block)";
   return InfoWithSize(*set);
 }
 
-StatusOr<WriteResult> LabelStorage::Write(const std::string& name, const v1::WriteLabelsRequest& message) {
+StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
+                                          const v1::WriteLabelsRequest& message) {
   auto set = Find(name);
   if (!set) return NotFound(name);
   std::lock_guard<std::mutex> write_lock(set->write_mu);
@@ -481,8 +501,8 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name, const v1::Wri
                                       "' is sealed and immutable; write to a new set instead");
   }
   std::vector<uint64_t> sorted_ids;
-  MLCD_RETURN_IF_ERROR(
-      ValidateWriteMessage(message, LabelSetShape{set->num_classes, set->l, set->with_scores}, &sorted_ids));
+  MLCD_RETURN_IF_ERROR(ValidateWriteMessage(
+      message, LabelSetShape{set->num_classes, set->l, set->with_scores}, &sorted_ids));
 
   const size_t n = static_cast<size_t>(message.sample_ids_size());
   const size_t l = static_cast<size_t>(set->l);
@@ -513,7 +533,8 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name, const v1::Wri
   }
   std::vector<rocksdb::PinnableSlice> values(blocks.size());
   std::vector<rocksdb::Status> statuses(blocks.size());
-  db_->MultiGet(rocksdb::ReadOptions(), blocks_cf_, blocks.size(), keys.data(), values.data(), statuses.data(),
+  db_->MultiGet(rocksdb::ReadOptions(), blocks_cf_, blocks.size(), keys.data(), values.data(),
+                statuses.data(),
                 /*sorted_input=*/true);
 
   const int32_t* labels = message.labels().data();
@@ -525,12 +546,14 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name, const v1::Wri
   for (size_t b = 0; b < blocks.size(); ++b) {
     if (statuses[b].ok()) {
       if (!DecodeDense(values[b], layout, &dense)) {
-        return Status::DataLoss("block " + std::to_string(blocks[b]) + " of label set '" + name + "' is corrupt");
+        return Status::DataLoss("block " + std::to_string(blocks[b]) + " of label set '" + name +
+                                "' is corrupt");
       }
     } else if (statuses[b].IsNotFound()) {
       dense.Reset(layout);
     } else {
-      return FromRocks(statuses[b], "reading block " + std::to_string(blocks[b]) + " of label set '" + name + "'");
+      return FromRocks(statuses[b], "reading block " + std::to_string(blocks[b]) +
+                                        " of label set '" + name + "'");
     }
     for (size_t i = group_begin[b]; i < group_begin[b + 1]; ++i) {
       const size_t offset = order[i].first & static_cast<uint64_t>(set->block_rows - 1);
@@ -559,8 +582,8 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name, const v1::Wri
     info.set_sample_id_end(max_id);
   }
   batch.Put(sets_cf_, name, EncodeRecord(*set, info));
-  MLCD_RETURN_IF_ERROR(
-      FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "writing rows of label set '" + name + "'"));
+  MLCD_RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
+                                 "writing rows of label set '" + name + "'"));
   {
     std::lock_guard<std::mutex> lock(set->info_mu);
     set->info = info;
@@ -604,19 +627,23 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Describe(const std::string& name) const
   return InfoWithSize(*set);
 }
 
-StatusOr<v1::ListLabelSetsResponse> LabelStorage::List(const v1::ListLabelSetsRequest& request) const {
+StatusOr<v1::ListLabelSetsResponse> LabelStorage::List(
+    const v1::ListLabelSetsRequest& request) const {
   if (request.page_size() < 0 || request.page_size() > 1000) {
     return Status::InvalidArgument("page_size " + std::to_string(request.page_size()) +
                                    " is outside [0, 1000] (0 = the default of 100)");
   }
-  const size_t page_size = request.page_size() == 0 ? 100 : static_cast<size_t>(request.page_size());
+  const size_t page_size =
+      request.page_size() == 0 ? 100 : static_cast<size_t>(request.page_size());
   const std::string& prefix = request.name_prefix();
   std::vector<std::shared_ptr<SetState>> page;
   bool more = false;
   {
     std::shared_lock<std::shared_mutex> lock(sets_mu_);
-    auto it = request.page_token().empty() ? sets_.lower_bound(prefix) : sets_.upper_bound(request.page_token());
-    if (!request.page_token().empty() && request.page_token() < prefix) it = sets_.lower_bound(prefix);
+    auto it = request.page_token().empty() ? sets_.lower_bound(prefix)
+                                           : sets_.upper_bound(request.page_token());
+    if (!request.page_token().empty() && request.page_token() < prefix)
+      it = sets_.lower_bound(prefix);
     for (; it != sets_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
       if (page.size() == page_size) {
         more = true;
@@ -631,7 +658,8 @@ StatusOr<v1::ListLabelSetsResponse> LabelStorage::List(const v1::ListLabelSetsRe
   return response;
 }
 
-StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& name, bool allow_missing) {
+StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& name,
+                                                          bool allow_missing) {
   v1::DeleteLabelSetResponse response;
   auto set = Find(name);
   if (!set) {
@@ -653,7 +681,8 @@ StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& nam
     batch.Delete(sets_cf_, name);
     rocksdb::WriteOptions write_options;
     write_options.sync = true;
-    MLCD_RETURN_IF_ERROR(FromRocks(db_->Write(write_options, &batch), "deleting label set '" + name + "'"));
+    MLCD_RETURN_IF_ERROR(
+        FromRocks(db_->Write(write_options, &batch), "deleting label set '" + name + "'"));
     set->deleted = true;
     response.set_deleted(true);
     response.set_rows_deleted(set->Info().num_samples());
@@ -668,8 +697,8 @@ StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& nam
   return response;
 }
 
-Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, size_t n, bool with_scores,
-                               v1::GetLabelsResponse* response) const {
+Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, size_t n,
+                               bool with_scores, v1::GetLabelsResponse* response) const {
   auto set = Find(name);
   if (!set) return NotFound(name);
   MLCD_RETURN_IF_ERROR(ValidateReadSize(n, set->l));
@@ -688,7 +717,8 @@ Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, siz
   int32_t* out_labels = response->mutable_labels()->mutable_data();
   float* out_scores = nullptr;
   if (with_scores) {
-    response->mutable_scores()->Resize(static_cast<int>(n * l), std::numeric_limits<float>::quiet_NaN());
+    response->mutable_scores()->Resize(static_cast<int>(n * l),
+                                       std::numeric_limits<float>::quiet_NaN());
     out_scores = response->mutable_scores()->mutable_data();
   }
 
@@ -719,7 +749,8 @@ Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, siz
         offset += count;
       }
     }
-    for (size_t i = 0; i < n; ++i) s.order[s.cursor[(ids[i] >> shift) - min_block]++] = static_cast<uint32_t>(i);
+    for (size_t i = 0; i < n; ++i)
+      s.order[s.cursor[(ids[i] >> shift) - min_block]++] = static_cast<uint32_t>(i);
   } else if (max_block < (uint64_t{1} << (64 - kIndexBits))) {
     s.packed.resize(n);
     for (size_t i = 0; i < n; ++i) s.packed[i] = ((ids[i] >> shift) << kIndexBits) | i;
@@ -757,7 +788,8 @@ Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, siz
     s.keys[b] = rocksdb::Slice(key, kBlockKeyBytes);
   }
   static const rocksdb::ReadOptions kReadOptions;
-  db_->MultiGet(kReadOptions, blocks_cf_, num_blocks, s.keys.data(), s.values.data(), s.statuses.data(),
+  db_->MultiGet(kReadOptions, blocks_cf_, num_blocks, s.keys.data(), s.values.data(),
+                s.statuses.data(),
                 /*sorted_input=*/true);
 
   s.missing.clear();
@@ -776,7 +808,8 @@ Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, siz
     }
     BlockView view;
     if (!ParseBlock(s.values[b], layout, &view)) {
-      status = Status::DataLoss("block " + std::to_string(s.blocks[b]) + " of label set '" + name + "' is corrupt");
+      status = Status::DataLoss("block " + std::to_string(s.blocks[b]) + " of label set '" + name +
+                                "' is corrupt");
       break;
     }
     // First locate every row and prefetch it (random rows of a large set miss the CPU caches;
@@ -840,10 +873,12 @@ void LabelStorage::BackgroundLoop() {
     rocksdb::Slice begin_slice(begin), end_slice(end);
     rocksdb::CompactRangeOptions compact_options;
     compact_options.exclusive_manual_compaction = false;
-    compact_options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
+    compact_options.bottommost_level_compaction =
+        rocksdb::BottommostLevelCompaction::kForceOptimized;
     rocksdb::Status s = db_->CompactRange(compact_options, blocks_cf_, &begin_slice, &end_slice);
     if (!s.ok() && !s.IsIncomplete()) {
-      MLCD_LOG(WARNING) << "background compaction of set id " << set_id << " failed: " << s.ToString();
+      MLCD_LOG(WARNING) << "background compaction of set id " << set_id
+                        << " failed: " << s.ToString();
     }
     lock.lock();
     bg_busy_ = false;
@@ -857,10 +892,12 @@ void LabelStorage::WaitForBackgroundWork() {
 }
 
 Status LabelStorage::CompactAll() {
-  MLCD_RETURN_IF_ERROR(FromRocks(db_->Flush(rocksdb::FlushOptions(), blocks_cf_), "flushing the label store"));
+  MLCD_RETURN_IF_ERROR(
+      FromRocks(db_->Flush(rocksdb::FlushOptions(), blocks_cf_), "flushing the label store"));
   rocksdb::CompactRangeOptions compact_options;
   compact_options.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
-  return FromRocks(db_->CompactRange(compact_options, blocks_cf_, nullptr, nullptr), "compacting the label store");
+  return FromRocks(db_->CompactRange(compact_options, blocks_cf_, nullptr, nullptr),
+                   "compacting the label store");
 }
 
 StatusOr<int32_t> LabelStorage::BlockRows(const std::string& name) const {

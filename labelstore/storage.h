@@ -63,8 +63,8 @@ struct LabelStorageOptions {
 // What one WriteLabels message did.
 struct WriteResult {
   uint64_t rows_written = 0;
-  uint64_t new_samples = 0;    // ids that had no row before
-  uint64_t num_samples = 0;    // distinct ids in the set afterwards
+  uint64_t new_samples = 0;  // ids that had no row before
+  uint64_t num_samples = 0;  // distinct ids in the set afterwards
 };
 
 class LabelStorage {

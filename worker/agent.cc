@@ -28,16 +28,22 @@ using Clock = std::chrono::steady_clock;
 
 std::string CommandFor(v1::AssignmentKind kind) {
   switch (kind) {
-    case v1::ASSIGNMENT_KIND_TRAIN: return "train";
-    case v1::ASSIGNMENT_KIND_EXTRACT: return "embed";
-    case v1::ASSIGNMENT_KIND_EVALUATE: return "eval";
-    default: return "";
+    case v1::ASSIGNMENT_KIND_TRAIN:
+      return "train";
+    case v1::ASSIGNMENT_KIND_EXTRACT:
+      return "embed";
+    case v1::ASSIGNMENT_KIND_EVALUATE:
+      return "eval";
+    default:
+      return "";
   }
 }
 
 std::string SafeFileName(const std::string& id) {
   std::string out;
-  for (char c : id) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  for (char c : id)
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   return out.empty() ? "assignment" : out;
 }
 
@@ -79,8 +85,8 @@ T Get(const nlohmann::json& j, const char* key, T fallback) {
 // another cluster's env file) would override the coordinator's values: a child dialling a
 // label store that is gone, or joining the wrong rendezvous. The agent's children run without
 // them.
-const char* const kAssignmentCarriedVariables[] = {"MLCD_RANK", "MLCD_WORLD_SIZE", "MLCD_RENDEZVOUS",
-                                                   "MLCD_LABELSTORE"};
+const char* const kAssignmentCarriedVariables[] = {"MLCD_RANK", "MLCD_WORLD_SIZE",
+                                                   "MLCD_RENDEZVOUS", "MLCD_LABELSTORE"};
 
 std::vector<std::string> ChildEnvironment() {
   std::vector<std::string> env;
@@ -96,7 +102,8 @@ std::vector<std::string> ChildEnvironment() {
 
 }  // namespace
 
-bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOutcome* outcome, bool* urgent) {
+bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOutcome* outcome,
+                        bool* urgent) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -117,7 +124,8 @@ bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOut
     p->set_phase("running");
     p->set_round(Get<int32_t>(j, "round", p->round()));
     p->set_epoch(Get<int32_t>(j, "epoch", p->epoch()));
-    if (j.contains("phase") && j["phase"].is_string()) p->set_activity(j["phase"].get<std::string>());
+    if (j.contains("phase") && j["phase"].is_string())
+      p->set_activity(j["phase"].get<std::string>());
     if (j.contains("rows_done")) {
       // embed / eval progress
       p->set_step(Get<int64_t>(j, "rows_done", p->step()));
@@ -153,7 +161,9 @@ bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOut
     if (j.contains("evaluation") && j["evaluation"].is_object()) {
       google::protobuf::util::JsonParseOptions options;
       options.ignore_unknown_fields = true;
-      if (google::protobuf::util::JsonStringToMessage(j["evaluation"].dump(), &outcome->evaluation, options).ok()) {
+      if (google::protobuf::util::JsonStringToMessage(j["evaluation"].dump(), &outcome->evaluation,
+                                                      options)
+              .ok()) {
         outcome->has_evaluation = true;
       }
     }
@@ -206,12 +216,13 @@ Status Agent::Register() {
   request.set_name(options_.name);
   request.set_host(options_.host);
   request.set_rendezvous_port(0);
-  request.mutable_capacity()->set_cpu_threads(options_.cpu_threads > 0
-                                                  ? options_.cpu_threads
-                                                  : static_cast<int>(std::thread::hardware_concurrency()));
+  request.mutable_capacity()->set_cpu_threads(
+      options_.cpu_threads > 0 ? options_.cpu_threads
+                               : static_cast<int>(std::thread::hardware_concurrency()));
   request.mutable_capacity()->set_gpus(options_.gpus);
   long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page_size > 0) request.mutable_capacity()->set_memory_bytes(static_cast<int64_t>(pages) * page_size);
+  if (pages > 0 && page_size > 0)
+    request.mutable_capacity()->set_memory_bytes(static_cast<int64_t>(pages) * page_size);
   for (auto kind : options_.kinds) request.add_kinds(kind);
   request.set_status_address(options_.listen);
   request.set_metrics_address(options_.child_metrics_listen);
@@ -225,16 +236,19 @@ Status Agent::Register() {
     Status s = FromGrpcStatus(stub_->RegisterWorker(&context, request, &response));
     if (s.ok()) {
       worker_id_ = response.worker_id();
-      heartbeat_interval_ms_ = response.heartbeat_interval_ms() > 0 ? response.heartbeat_interval_ms()
-                                                                    : 1000 * std::max(1, response.heartbeat_interval_seconds());
+      heartbeat_interval_ms_ = response.heartbeat_interval_ms() > 0
+                                   ? response.heartbeat_interval_ms()
+                                   : 1000 * std::max(1, response.heartbeat_interval_seconds());
       std::lock_guard<std::mutex> lock(mu_);
       status_.set_worker_id(worker_id_);
       MLCD_LOG(INFO) << "registered with " << options_.coordinator << " as " << worker_id_;
       return Status::Ok();
     }
-    if (s.code() == StatusCode::kInvalidArgument) return s.WithContext("registering with " + options_.coordinator);
+    if (s.code() == StatusCode::kInvalidArgument)
+      return s.WithContext("registering with " + options_.coordinator);
     if (!logged) {
-      MLCD_LOG(WARNING) << "cannot register with " << options_.coordinator << " yet (" << s.ToString() << "); retrying";
+      MLCD_LOG(WARNING) << "cannot register with " << options_.coordinator << " yet ("
+                        << s.ToString() << "); retrying";
       logged = true;
     }
     SleepUnlessStopped(std::chrono::milliseconds(backoff_ms));
@@ -270,11 +284,13 @@ Status Agent::Run() {
     if (stop_) break;
     if (!s.ok()) {
       if (s.code() == StatusCode::kNotFound) {
-        MLCD_LOG(WARNING) << "the coordinator does not know this worker (" << s.message() << "); registering again";
+        MLCD_LOG(WARNING) << "the coordinator does not know this worker (" << s.message()
+                          << "); registering again";
         MLCD_RETURN_IF_ERROR(Register());
         continue;
       }
-      MLCD_LOG(WARNING) << "polling " << options_.coordinator << ": " << s.ToString() << "; retrying";
+      MLCD_LOG(WARNING) << "polling " << options_.coordinator << ": " << s.ToString()
+                        << "; retrying";
       SleepUnlessStopped(std::chrono::milliseconds(backoff_ms));
       backoff_ms = std::min(backoff_ms * 2, 5000);
       continue;
@@ -286,7 +302,8 @@ Status Agent::Run() {
   return Status::Ok();
 }
 
-Status Agent::StartChild(const std::vector<std::string>& argv, const std::string& log_path, pid_t* pid_out) {
+Status Agent::StartChild(const std::vector<std::string>& argv, const std::string& log_path,
+                         pid_t* pid_out) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -336,7 +353,8 @@ void Agent::StopChild(pid_t pid) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  MLCD_LOG(WARNING) << "child " << pid << " ignored SIGTERM for " << options_.stop_grace.count() << " ms; SIGKILL";
+  MLCD_LOG(WARNING) << "child " << pid << " ignored SIGTERM for " << options_.stop_grace.count()
+                    << " ms; SIGKILL";
   ::kill(-pid, SIGKILL);
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
@@ -365,16 +383,19 @@ void Agent::Report(const v1::ReportAssignmentRequest& request) {
     if (s.ok() || s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ||
         s.code() == StatusCode::kFailedPrecondition) {
       if (!s.ok()) {
-        MLCD_LOG(WARNING) << "report of " << request.assignment_id() << " rejected: " << s.ToString();
+        MLCD_LOG(WARNING) << "report of " << request.assignment_id()
+                          << " rejected: " << s.ToString();
       }
       return;
     }
     if (stop_ && attempt >= 1) {
-      MLCD_LOG(WARNING) << "stopping; report of " << request.assignment_id() << " not delivered: " << s.ToString();
+      MLCD_LOG(WARNING) << "stopping; report of " << request.assignment_id()
+                        << " not delivered: " << s.ToString();
       return;
     }
     if (!logged) {
-      MLCD_LOG(WARNING) << "cannot report " << request.assignment_id() << " yet (" << s.ToString() << "); retrying";
+      MLCD_LOG(WARNING) << "cannot report " << request.assignment_id() << " yet (" << s.ToString()
+                        << "); retrying";
       logged = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
@@ -387,9 +408,10 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   const std::string json_path = dir + "/assignment.json";
   const std::string progress_path = dir + "/progress.jsonl";
   const std::string log_path = dir + "/worker.log";
-  MLCD_LOG(INFO) << "assignment " << assignment.id() << ": " << CommandFor(assignment.kind()) << " rank "
-                 << assignment.rank() << "/" << assignment.world_size() << " of job " << assignment.job_id()
-                 << " (rendezvous " << assignment.rendezvous_address() << ")";
+  MLCD_LOG(INFO) << "assignment " << assignment.id() << ": " << CommandFor(assignment.kind())
+                 << " rank " << assignment.rank() << "/" << assignment.world_size() << " of job "
+                 << assignment.job_id() << " (rendezvous " << assignment.rendezvous_address()
+                 << ")";
 
   v1::ReportAssignmentRequest report;
   report.set_worker_id(worker_id_);
@@ -414,24 +436,29 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   };
 
   const std::string command = CommandFor(assignment.kind());
-  const bool supported = std::find(options_.kinds.begin(), options_.kinds.end(), assignment.kind()) != options_.kinds.end();
-  Status s = supported ? MakeDirs(dir)
-                       : Status::Unimplemented("this mlcd-worker has no '" + command + "' command for " +
-                                               v1::AssignmentKind_Name(assignment.kind()) + " assignments");
+  const bool supported = std::find(options_.kinds.begin(), options_.kinds.end(),
+                                   assignment.kind()) != options_.kinds.end();
+  Status s =
+      supported
+          ? MakeDirs(dir)
+          : Status::Unimplemented("this mlcd-worker has no '" + command + "' command for " +
+                                  v1::AssignmentKind_Name(assignment.kind()) + " assignments");
   if (s.ok()) {
     std::string json;
     google::protobuf::util::JsonPrintOptions options;
     options.preserve_proto_field_names = true;
     options.add_whitespace = true;
     auto js = google::protobuf::util::MessageToJsonString(assignment, &json, options);
-    s = js.ok() ? WriteFileAtomically(json_path, json) : Status::Internal("assignment to JSON: " + js.ToString());
+    s = js.ok() ? WriteFileAtomically(json_path, json)
+                : Status::Internal("assignment to JSON: " + js.ToString());
   }
   // A fresh progress file (the id is unique per gang attempt; this only matters on reuse).
   if (s.ok()) s = WriteFileAtomically(progress_path, "");
   pid_t pid = -1;
   if (s.ok()) {
-    std::vector<std::string> argv = {options_.worker_binary, command,          "--assignment",
-                                     json_path,              "--progress-jsonl", progress_path};
+    std::vector<std::string> argv = {options_.worker_binary, command,
+                                     "--assignment",         json_path,
+                                     "--progress-jsonl",     progress_path};
     if (assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN && !options_.child_metrics_listen.empty()) {
       argv.push_back("--metrics-listen");
       argv.push_back(options_.child_metrics_listen);
@@ -463,7 +490,8 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
     in.clear();
     std::string chunk;
     char buf[8192];
-    while (in.read(buf, sizeof(buf)) || in.gcount() > 0) chunk.append(buf, static_cast<size_t>(in.gcount()));
+    while (in.read(buf, sizeof(buf)) || in.gcount() > 0)
+      chunk.append(buf, static_cast<size_t>(in.gcount()));
     in.clear();
     partial += chunk;
     size_t start = 0, nl;
@@ -473,8 +501,8 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
       if (line.empty()) continue;
       bool urgent = false;
       if (!ApplyProgressEvent(line, &progress, &outcome, &urgent)) {
-        MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": ignoring progress line '" << line.substr(0, 200)
-                          << "'";
+        MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": ignoring progress line '"
+                          << line.substr(0, 200) << "'";
         continue;
       }
       urgent_any = urgent_any || urgent;
@@ -483,8 +511,9 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
     return urgent_any;
   };
 
-  const int interval_ms = assignment.heartbeat_interval_ms() > 0 ? assignment.heartbeat_interval_ms()
-                                                                   : heartbeat_interval_ms_;
+  const int interval_ms = assignment.heartbeat_interval_ms() > 0
+                              ? assignment.heartbeat_interval_ms()
+                              : heartbeat_interval_ms_;
   auto last_heartbeat = Clock::now() - std::chrono::hours(1);
   bool coordinator_reachable = true;
   int wait_status = 0;
@@ -528,7 +557,8 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
         }
       } else if (coordinator_reachable) {
         // Keep training: the coordinator reattaches when it is back.
-        MLCD_LOG(WARNING) << "heartbeat to " << options_.coordinator << " failed; the child keeps running";
+        MLCD_LOG(WARNING) << "heartbeat to " << options_.coordinator
+                          << " failed; the child keeps running";
         coordinator_reachable = false;
       }
     }
@@ -536,7 +566,8 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   }
 
   if (!exited) {
-    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": stopping child " << pid << ": " << abort_reason;
+    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": stopping child " << pid << ": "
+                      << abort_reason;
     set_status("stopping", pid);
     StopChild(pid);
     report.set_succeeded(false);
@@ -545,9 +576,10 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
     const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
     report.set_succeeded(ok);
     if (!ok) {
-      std::string how = WIFEXITED(wait_status) ? "exit code " + std::to_string(WEXITSTATUS(wait_status))
-                        : WIFSIGNALED(wait_status) ? "killed by signal " + std::to_string(WTERMSIG(wait_status))
-                                                   : "ended";
+      std::string how =
+          WIFEXITED(wait_status)     ? "exit code " + std::to_string(WEXITSTATUS(wait_status))
+          : WIFSIGNALED(wait_status) ? "killed by signal " + std::to_string(WTERMSIG(wait_status))
+                                     : "ended";
       // One line: the child's own error event, else the last line of its log.
       std::string why = outcome.error_message;
       if (why.empty()) why = LastLines(log_path, 1);
@@ -563,8 +595,8 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   for (const auto& o : outcome.outputs) report.add_output_paths(o);
   if (outcome.has_evaluation) *report.mutable_evaluation() = outcome.evaluation;
   *report.mutable_progress() = progress;
-  MLCD_LOG(INFO) << "assignment " << assignment.id() << " " << (report.succeeded() ? "succeeded" : "failed") << ": "
-                 << report.message();
+  MLCD_LOG(INFO) << "assignment " << assignment.id() << " "
+                 << (report.succeeded() ? "succeeded" : "failed") << ": " << report.message();
   set_status("reporting", 0);
   Report(report);
   std::lock_guard<std::mutex> lock(mu_);

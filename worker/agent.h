@@ -73,7 +73,8 @@ struct ChildOutcome {
   v1::EvaluationResult evaluation;
   bool finished = false;
 };
-bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* progress, ChildOutcome* outcome, bool* urgent);
+bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* progress,
+                        ChildOutcome* outcome, bool* urgent);
 
 class Agent {
  public:

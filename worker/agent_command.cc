@@ -59,8 +59,9 @@ int RunAgent(AgentOptions options, const std::string& log_level) {
   }
   std::string kinds;
   for (auto k : options.kinds) kinds += (kinds.empty() ? "" : ", ") + v1::AssignmentKind_Name(k);
-  MLCD_LOG(INFO) << "worker agent " << options.name << " for coordinator " << options.coordinator << " (runs "
-                 << kinds << "; status on " << (options.listen.empty() ? "(off)" : options.listen) << ", data in "
+  MLCD_LOG(INFO) << "worker agent " << options.name << " for coordinator " << options.coordinator
+                 << " (runs " << kinds << "; status on "
+                 << (options.listen.empty() ? "(off)" : options.listen) << ", data in "
                  << options.data_dir << ")";
   std::thread signals([&agent] {
     WaitForShutdownSignal();
@@ -81,34 +82,41 @@ int RunAgent(AgentOptions options, const std::string& log_level) {
 CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
       "agent",
-      "Run as a worker slot of the cluster: register with the coordinator, take assignments (train,\n"
-      "embed, eval) and run each as a child `mlcd-worker <command> --assignment FILE`, relaying its\n"
+      "Run as a worker slot of the cluster: register with the coordinator, take assignments "
+      "(train,\n"
+      "embed, eval) and run each as a child `mlcd-worker <command> --assignment FILE`, relaying "
+      "its\n"
       "progress as heartbeats; a child is stopped when the coordinator aborts its gang.");
   auto options = std::make_shared<AgentOptions>();
   auto log_level = std::make_shared<std::string>("info");
   AddPeerFlag(*cmd, "coordinator", &options->coordinator, "127.0.0.1:7600");
-  cmd->add_option("--name", options->name,
-                  "stable name of this worker slot (default: the host name); re-registering under the same\n"
-                  "name replaces the old entry");
+  cmd->add_option(
+      "--name", options->name,
+      "stable name of this worker slot (default: the host name); re-registering under the same\n"
+      "name replaces the old entry");
   cmd->add_option("--host", options->host, "host the other workers of a gang reach this one at")
       ->capture_default_str();
   cmd->add_option("--listen", options->listen,
                   "where to serve mlcd.v1.Worker status (HOST:PORT, port 0 = any; empty = off)")
       ->capture_default_str();
-  cmd->add_option("--data-dir", options->data_dir,
-                  "where assignment files go: assignments/<id>/{assignment.json,progress.jsonl,worker.log}")
+  cmd->add_option(
+         "--data-dir", options->data_dir,
+         "where assignment files go: assignments/<id>/{assignment.json,progress.jsonl,worker.log}")
       ->capture_default_str();
   cmd->add_option("--worker-binary", options->worker_binary,
                   "executable run for assignments (default: this mlcd-worker)");
-  cmd->add_option("--child-metrics-listen", options->child_metrics_listen,
-                  "--metrics-listen given to each train child (a fixed address Prometheus scrapes)");
-  cmd->add_option("--threads", options->cpu_threads, "CPU threads reported as capacity (0 = all cores)")
+  cmd->add_option(
+      "--child-metrics-listen", options->child_metrics_listen,
+      "--metrics-listen given to each train child (a fixed address Prometheus scrapes)");
+  cmd->add_option("--threads", options->cpu_threads,
+                  "CPU threads reported as capacity (0 = all cores)")
       ->capture_default_str();
   cmd->add_option("--gpus", options->gpus, "GPUs reported as capacity")->capture_default_str();
   cmd->add_option("--poll-seconds", options->poll_seconds, "length of an assignment long poll")
       ->check(CLI::Range(1, 60))
       ->capture_default_str();
-  cmd->add_option("--log-level", *log_level, "debug | info | warning | error")->capture_default_str();
+  cmd->add_option("--log-level", *log_level, "debug | info | warning | error")
+      ->capture_default_str();
   CLI::App* root = &app;
   cmd->callback([options, log_level, exit_code, root] {
     if (options->name.empty()) options->name = HostName();
@@ -124,7 +132,9 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
     if (has("embed")) options->kinds.push_back(v1::ASSIGNMENT_KIND_EXTRACT);
     if (has("eval")) options->kinds.push_back(v1::ASSIGNMENT_KIND_EVALUATE);
     if (options->kinds.empty()) {
-      std::fprintf(stderr, "error: this mlcd-worker has none of the train, embed, eval commands an agent runs\n");
+      std::fprintf(
+          stderr,
+          "error: this mlcd-worker has none of the train, embed, eval commands an agent runs\n");
       *exit_code = 1;
       return;
     }

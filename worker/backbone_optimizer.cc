@@ -69,7 +69,8 @@ BackboneStepStats BackboneAdamW::Step(double lr, double grad_scale) {
   for (int g = 0; g < params_->num_groups(); ++g) {
     const int64_t begin = params_->group_begin(g), end = params_->group_end(g);
     if (begin == end) continue;
-    const double wd = static_cast<size_t>(g) < options_.weight_decay.size() ? options_.weight_decay[g] : 0.0;
+    const double wd =
+        static_cast<size_t>(g) < options_.weight_decay.size() ? options_.weight_decay[g] : 0.0;
     if (cpu) {
       kernels::AdamWHyper h;
       h.lr = static_cast<float>(lr);
@@ -79,8 +80,9 @@ BackboneStepStats BackboneAdamW::Step(double lr, double grad_scale) {
       h.weight_decay = static_cast<float>(wd);
       h.grad_scale = static_cast<float>(grad_scale * stats.clip_coef);
       h.step = step_;
-      kernels::AdamWUpdate(params_->values().data_ptr<float>() + begin, grads.data_ptr<float>() + begin,
-                           exp_avg_.data_ptr<float>() + begin, exp_avg_sq_.data_ptr<float>() + begin, end - begin, h);
+      kernels::AdamWUpdate(params_->values().data_ptr<float>() + begin,
+                           grads.data_ptr<float>() + begin, exp_avg_.data_ptr<float>() + begin,
+                           exp_avg_sq_.data_ptr<float>() + begin, end - begin, h);
     } else {
       auto p = params_->values().slice(0, begin, end);
       auto gr = grads.slice(0, begin, end) * (grad_scale * stats.clip_coef);
@@ -98,10 +100,12 @@ BackboneStepStats BackboneAdamW::Step(double lr, double grad_scale) {
   return stats;
 }
 
-Status BackboneAdamW::LoadState(int64_t step, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
+Status BackboneAdamW::LoadState(int64_t step, const torch::Tensor& exp_avg,
+                                const torch::Tensor& exp_avg_sq) {
   if (exp_avg.numel() != exp_avg_.numel() || exp_avg_sq.numel() != exp_avg_sq_.numel()) {
-    return Status::InvalidArgument("backbone optimizer state has " + std::to_string(exp_avg.numel()) +
-                                   " values but the model has " + std::to_string(exp_avg_.numel()) +
+    return Status::InvalidArgument("backbone optimizer state has " +
+                                   std::to_string(exp_avg.numel()) + " values but the model has " +
+                                   std::to_string(exp_avg_.numel()) +
                                    " parameters (checkpoint of a different model?)");
   }
   if (step < 0) return Status::InvalidArgument("backbone optimizer step must be >= 0");

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -77,7 +77,8 @@ std::vector<ParamEntry> ModelEntries(VisionTransformer& model, FlatParameters* f
   return out;
 }
 
-StatusOr<std::map<std::string, ParamEntry>> ReadBackboneEntries(const std::string& dir, int64_t* optimizer_step) {
+StatusOr<std::map<std::string, ParamEntry>> ReadBackboneEntries(const std::string& dir,
+                                                                int64_t* optimizer_step) {
   MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kBackboneJson));
   std::map<std::string, ParamEntry> entries;
   try {
@@ -105,8 +106,10 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 
 // Copies, for every parameter of `model`, its saved slice of `file` into `dest` at the
 // parameter's offset in `mine`.
-Status CopyByName(const std::string& dir, const std::string& file, const std::map<std::string, ParamEntry>& saved,
-                  const std::vector<ParamEntry>& mine, const std::function<float*(const ParamEntry&)>& dest) {
+Status CopyByName(const std::string& dir, const std::string& file,
+                  const std::map<std::string, ParamEntry>& saved,
+                  const std::vector<ParamEntry>& mine,
+                  const std::function<float*(const ParamEntry&)>& dest) {
   MLCD_ASSIGN_OR_RETURN(MappedNpy npy, MappedNpy::Open(dir + "/" + file));
   if (npy.dtype() != NpyDtype::kFloat32 || npy.header().shape.size() != 1) {
     return Status::DataLoss(npy.path() + ": expected a 1-d float32 array");
@@ -120,9 +123,10 @@ Status CopyByName(const std::string& dir, const std::string& file, const std::ma
                                      "': it was written by a different model (see its spec.json)");
     }
     if (it->second.shape != e.shape) {
-      return Status::InvalidArgument("backbone parameter '" + e.name + "' has shape " + ShapeText(it->second.shape) +
-                                     " in checkpoint " + dir + " but " + ShapeText(e.shape) +
-                                     " in this model: the spec's model sizes differ from the checkpoint's");
+      return Status::InvalidArgument(
+          "backbone parameter '" + e.name + "' has shape " + ShapeText(it->second.shape) +
+          " in checkpoint " + dir + " but " + ShapeText(e.shape) +
+          " in this model: the spec's model sizes differ from the checkpoint's");
     }
     if (it->second.offset < 0 || it->second.offset + e.numel > total) {
       return Status::DataLoss(npy.path() + ": parameter '" + e.name + "' lies outside the array");
@@ -131,10 +135,12 @@ Status CopyByName(const std::string& dir, const std::string& file, const std::ma
   }
   if (saved.size() != mine.size()) {
     for (const auto& [name, entry] : saved) {
-      bool found = std::any_of(mine.begin(), mine.end(), [&](const ParamEntry& e) { return e.name == name; });
+      bool found = std::any_of(mine.begin(), mine.end(),
+                               [&](const ParamEntry& e) { return e.name == name; });
       if (!found) {
-        return Status::InvalidArgument("checkpoint " + dir + " has backbone parameter '" + name +
-                                       "' that this model lacks: it was written by a different model");
+        return Status::InvalidArgument(
+            "checkpoint " + dir + " has backbone parameter '" + name +
+            "' that this model lacks: it was written by a different model");
       }
     }
   }
@@ -159,10 +165,12 @@ Status AgreeOnSuccess(Collectives* comm, const Status& local, const std::string&
 }
 
 Status WriteBackbone(const std::string& dir, const CheckpointState& state) {
-  std::vector<ParamEntry> entries = ModelEntries(const_cast<VisionTransformer&>(state.model), state.flat);
+  std::vector<ParamEntry> entries =
+      ModelEntries(const_cast<VisionTransformer&>(state.model), state.flat);
   json params = json::array();
   for (const auto& e : entries) {
-    params.push_back({{"name", e.name}, {"shape", e.shape}, {"offset", e.offset}, {"numel", e.numel}});
+    params.push_back(
+        {{"name", e.name}, {"shape", e.shape}, {"offset", e.offset}, {"numel", e.numel}});
   }
   const int64_t n = state.flat->numel();
   auto write = [&](const char* file, const torch::Tensor& t) {
@@ -185,7 +193,8 @@ Status WriteBackbone(const std::string& dir, const CheckpointState& state) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     rng = gen.get_state();
   }
-  MLCD_RETURN_IF_ERROR(WriteNpy(dir + "/" + kRng, NpyDtype::kUint8, {rng.numel()}, rng.data_ptr<uint8_t>()));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(dir + "/" + kRng, NpyDtype::kUint8, {rng.numel()}, rng.data_ptr<uint8_t>()));
   std::string spec_json;
   google::protobuf::util::JsonPrintOptions opts;
   opts.add_whitespace = true;
@@ -208,8 +217,8 @@ std::string CheckpointName(const CheckpointMeta& meta) {
          std::to_string(meta.step_in_epoch);
 }
 
-StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointState& state, Collectives* comm,
-                                      int keep_last) {
+StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointState& state,
+                                      Collectives* comm, int keep_last) {
   const std::string name = CheckpointName(state.meta);
   const std::string tmp = root + "/.tmp-" + name;
   const std::string final_dir = root + "/" + name;
@@ -242,11 +251,13 @@ StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointS
       // The same position written again (a re-run after a restart): move the old one aside.
       trash = root + "/.old-" + name + "-" + std::to_string(meta.created_unix_ms);
       if (std::rename(final_dir.c_str(), trash.c_str()) != 0) {
-        local = Status::Internal("cannot move the old " + final_dir + " aside: " + std::strerror(errno));
+        local = Status::Internal("cannot move the old " + final_dir +
+                                 " aside: " + std::strerror(errno));
       }
     }
     if (local.ok() && std::rename(tmp.c_str(), final_dir.c_str()) != 0) {
-      local = Status::Internal("cannot rename " + tmp + " to " + final_dir + ": " + std::strerror(errno));
+      local = Status::Internal("cannot rename " + tmp + " to " + final_dir + ": " +
+                               std::strerror(errno));
     }
     if (local.ok()) local = SyncDir(root);
     if (local.ok()) local = WriteFileAtomically(root + "/" + kLatest, name + "\n");
@@ -264,18 +275,21 @@ StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointS
 
 StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
   if (path.empty()) return Status::InvalidArgument("empty checkpoint path");
-  if (!IsDirectory(path)) return Status::NotFound("checkpoint " + path + " does not exist or is not a directory");
+  if (!IsDirectory(path))
+    return Status::NotFound("checkpoint " + path + " does not exist or is not a directory");
   if (PathExists(path + "/" + kMeta)) return path;
   if (PathExists(path + "/" + kLatest)) {
     MLCD_ASSIGN_OR_RETURN(std::string latest, ReadFileToString(path + "/" + kLatest));
     while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
     const std::string dir = path + "/" + latest;
     if (latest.empty() || !PathExists(dir + "/" + kMeta)) {
-      return Status::FailedPrecondition(path + "/LATEST names '" + latest + "', which is not a complete checkpoint");
+      return Status::FailedPrecondition(path + "/LATEST names '" + latest +
+                                        "', which is not a complete checkpoint");
     }
     return dir;
   }
-  return Status::FailedPrecondition(path + " is neither a checkpoint (no meta.json) nor a checkpoint root (no LATEST)");
+  return Status::FailedPrecondition(
+      path + " is neither a checkpoint (no meta.json) nor a checkpoint root (no LATEST)");
 }
 
 StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
@@ -285,8 +299,9 @@ StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
     json j = json::parse(text);
     m.format_version = j.at("format_version").get<int>();
     if (m.format_version != kCheckpointFormatVersion) {
-      return Status::FailedPrecondition(dir + " has checkpoint format " + std::to_string(m.format_version) +
-                                        "; this worker reads format " + std::to_string(kCheckpointFormatVersion));
+      return Status::FailedPrecondition(
+          dir + " has checkpoint format " + std::to_string(m.format_version) +
+          "; this worker reads format " + std::to_string(kCheckpointFormatVersion));
     }
     m.round = j.at("round").get<int>();
     m.epoch = j.at("epoch").get<int>();
@@ -324,8 +339,9 @@ Status LoadBackboneWeights(const std::string& dir, VisionTransformer& model) {
   // Stage through a CPU buffer so the model may live on any device.
   std::map<std::string, torch::Tensor> staged;
   for (const auto& e : mine) staged[e.name] = torch::empty(e.shape, torch::kFloat);
-  MLCD_RETURN_IF_ERROR(
-      CopyByName(dir, kWeights, saved, mine, [&](const ParamEntry& e) { return staged[e.name].data_ptr<float>(); }));
+  MLCD_RETURN_IF_ERROR(CopyByName(dir, kWeights, saved, mine, [&](const ParamEntry& e) {
+    return staged[e.name].data_ptr<float>();
+  }));
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : staged) params[name].copy_(t);
   return Status::Ok();
@@ -338,10 +354,12 @@ Status LoadBackboneOptimizer(const std::string& dir, VisionTransformer& model, F
   std::vector<ParamEntry> mine = ModelEntries(model, flat);
   torch::Tensor m = torch::zeros({flat->numel()}, torch::kFloat);
   torch::Tensor v = torch::zeros({flat->numel()}, torch::kFloat);
-  MLCD_RETURN_IF_ERROR(
-      CopyByName(dir, kExpAvg, saved, mine, [&](const ParamEntry& e) { return m.data_ptr<float>() + e.offset; }));
-  MLCD_RETURN_IF_ERROR(
-      CopyByName(dir, kExpAvgSq, saved, mine, [&](const ParamEntry& e) { return v.data_ptr<float>() + e.offset; }));
+  MLCD_RETURN_IF_ERROR(CopyByName(dir, kExpAvg, saved, mine, [&](const ParamEntry& e) {
+    return m.data_ptr<float>() + e.offset;
+  }));
+  MLCD_RETURN_IF_ERROR(CopyByName(dir, kExpAvgSq, saved, mine, [&](const ParamEntry& e) {
+    return v.data_ptr<float>() + e.offset;
+  }));
   return optimizer->LoadState(step, m, v);
 }
 
@@ -369,7 +387,8 @@ std::vector<std::string> ListCheckpoints(const std::string& root) {
     const std::string name = entry.path().filename().string();
     int r = 0, e = 0;
     long long s = 0;
-    if (entry.is_directory() && ParseName(name, &r, &e, &s) && PathExists(entry.path().string() + "/" + kMeta)) {
+    if (entry.is_directory() && ParseName(name, &r, &e, &s) &&
+        PathExists(entry.path().string() + "/" + kMeta)) {
       found.emplace_back(r, e, s, entry.path().string());
     }
   }

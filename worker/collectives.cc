@@ -28,9 +28,12 @@ namespace {
 
 ::c10d::ReduceOp ToC10d(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ::c10d::ReduceOp(::c10d::ReduceOp::SUM);
-    case ReduceOp::kMax: return ::c10d::ReduceOp(::c10d::ReduceOp::MAX);
-    case ReduceOp::kMin: return ::c10d::ReduceOp(::c10d::ReduceOp::MIN);
+    case ReduceOp::kSum:
+      return ::c10d::ReduceOp(::c10d::ReduceOp::SUM);
+    case ReduceOp::kMax:
+      return ::c10d::ReduceOp(::c10d::ReduceOp::MAX);
+    case ReduceOp::kMin:
+      return ::c10d::ReduceOp(::c10d::ReduceOp::MIN);
   }
   return ::c10d::ReduceOp(::c10d::ReduceOp::SUM);
 }
@@ -49,7 +52,9 @@ bool LooksLikeTimeout(const std::string& message) {
 Status ClassifyError(const std::string& what, const std::string& message) {
   std::string text = what + " failed: " + message;
   if (LooksLikeTimeout(message)) {
-    return Status::DeadlineExceeded(text + " (a peer did not answer within the collective timeout; is every rank alive and running the same step?)");
+    return Status::DeadlineExceeded(text +
+                                    " (a peer did not answer within the collective timeout; is "
+                                    "every rank alive and running the same step?)");
   }
   return Status::Unavailable(text + " (a peer process died or the connection broke)");
 }
@@ -79,14 +84,18 @@ StatusOr<CollectiveBackend> ParseCollectiveBackend(const std::string& name) {
   if (name == "auto") return CollectiveBackend::kAuto;
   if (name == "gloo") return CollectiveBackend::kGloo;
   if (name == "nccl") return CollectiveBackend::kNccl;
-  return Status::InvalidArgument("unknown collective backend '" + name + "'; expected auto, gloo or nccl");
+  return Status::InvalidArgument("unknown collective backend '" + name +
+                                 "'; expected auto, gloo or nccl");
 }
 
 const char* CollectiveBackendName(CollectiveBackend backend) {
   switch (backend) {
-    case CollectiveBackend::kAuto: return "auto";
-    case CollectiveBackend::kGloo: return "gloo";
-    case CollectiveBackend::kNccl: return "nccl";
+    case CollectiveBackend::kAuto:
+      return "auto";
+    case CollectiveBackend::kGloo:
+      return "gloo";
+    case CollectiveBackend::kNccl:
+      return "nccl";
   }
   return "?";
 }
@@ -102,19 +111,23 @@ std::unique_ptr<Collectives> Collectives::Local() {
 
 StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOptions& options) {
   if (options.world_size < 1) {
-    return Status::InvalidArgument("world size must be >= 1, got " + std::to_string(options.world_size));
+    return Status::InvalidArgument("world size must be >= 1, got " +
+                                   std::to_string(options.world_size));
   }
   if (options.rank < 0 || options.rank >= options.world_size) {
-    return Status::InvalidArgument("rank " + std::to_string(options.rank) + " is outside [0, world size " +
+    return Status::InvalidArgument("rank " + std::to_string(options.rank) +
+                                   " is outside [0, world size " +
                                    std::to_string(options.world_size) + ")");
   }
-  if (options.timeout.count() <= 0) return Status::InvalidArgument("collective timeout must be positive");
+  if (options.timeout.count() <= 0)
+    return Status::InvalidArgument("collective timeout must be positive");
   bool use_nccl = options.backend == CollectiveBackend::kNccl ||
                   (options.backend == CollectiveBackend::kAuto && options.cuda);
 #ifndef MLCD_WITH_NCCL
   if (use_nccl) {
     return Status::InvalidArgument(
-        "the NCCL backend was requested (CUDA tensors or --backend nccl) but this mlcd-worker was built without "
+        "the NCCL backend was requested (CUDA tensors or --backend nccl) but this mlcd-worker was "
+        "built without "
         "it; rebuild with -DMLCD_WITH_CUDA=ON against a CUDA libtorch, or use the gloo backend");
   }
 #endif
@@ -126,7 +139,9 @@ StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOpti
   std::string host;
   int port = 0;
   MLCD_RETURN_IF_ERROR(SplitHostPort(options.rendezvous, "rendezvous", &host, &port));
-  if (port == 0) return Status::InvalidArgument("rendezvous '" + options.rendezvous + "': port 0 is not a rendezvous port");
+  if (port == 0)
+    return Status::InvalidArgument("rendezvous '" + options.rendezvous +
+                                   "': port 0 is not a rendezvous port");
 
   std::unique_ptr<Collectives> c(new Collectives());
   c->rank_ = options.rank;
@@ -153,10 +168,12 @@ StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOpti
       },
       &message);
   if (!ok) {
-    std::string role = options.rank == 0 ? "serving the rendezvous store on port " + std::to_string(port)
-                                         : "connecting to the rendezvous store at " + options.rendezvous;
+    std::string role = options.rank == 0
+                           ? "serving the rendezvous store on port " + std::to_string(port)
+                           : "connecting to the rendezvous store at " + options.rendezvous;
     Status s = ClassifyError("rank " + std::to_string(options.rank) + " " + role, message);
-    return Status(s.code(), s.message() + "; check that rank 0 runs and that the port is free and reachable");
+    return Status(s.code(),
+                  s.message() + "; check that rank 0 runs and that the port is free and reachable");
   }
 
   ok = CatchAll(
@@ -168,7 +185,8 @@ StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOpti
           ::setenv("NCCL_ASYNC_ERROR_HANDLING", "1", 0);
           auto nccl_options = ::c10d::ProcessGroupNCCL::Options::create();
           nccl_options->timeout = options.timeout;
-          g.pg = c10::make_intrusive<::c10d::ProcessGroupNCCL>(g.store, options.rank, options.world_size, nccl_options);
+          g.pg = c10::make_intrusive<::c10d::ProcessGroupNCCL>(g.store, options.rank,
+                                                               options.world_size, nccl_options);
           g.nccl = true;
           return;
         }
@@ -176,21 +194,25 @@ StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOpti
         auto gloo_options = ::c10d::ProcessGroupGloo::Options::create(options.timeout);
         const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
         if (!options.gloo_hostname.empty()) {
-          gloo_options->devices.push_back(::c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_hostname));
+          gloo_options->devices.push_back(
+              ::c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_hostname));
         } else if (ifname != nullptr && *ifname != '\0') {
-          gloo_options->devices.push_back(::c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+          gloo_options->devices.push_back(
+              ::c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
         } else if (IsLoopbackHost(host)) {
-          gloo_options->devices.push_back(::c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+          gloo_options->devices.push_back(
+              ::c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
         } else {
           gloo_options->devices.push_back(::c10d::ProcessGroupGloo::createDefaultDevice());
         }
-        g.pg = c10::make_intrusive<::c10d::ProcessGroupGloo>(g.store, options.rank, options.world_size, gloo_options);
+        g.pg = c10::make_intrusive<::c10d::ProcessGroupGloo>(g.store, options.rank,
+                                                             options.world_size, gloo_options);
       },
       &message);
   if (!ok) {
-    return ClassifyError("rank " + std::to_string(options.rank) + " joining the " + (use_nccl ? "NCCL" : "Gloo") +
-                             " process group of " + std::to_string(options.world_size) + " ranks at " +
-                             options.rendezvous,
+    return ClassifyError("rank " + std::to_string(options.rank) + " joining the " +
+                             (use_nccl ? "NCCL" : "Gloo") + " process group of " +
+                             std::to_string(options.world_size) + " ranks at " + options.rendezvous,
                          message);
   }
   // The process group's constructor returns once this rank's own connections are up, which
@@ -199,16 +221,16 @@ StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOpti
   // barrier makes Create() return only when every rank has joined, as the header promises.
   // (NCCL connects lazily at the first collective, on the device the caller chose; no barrier.)
   ok = g.nccl || CatchAll(
-      [&] {
-        ::c10d::BarrierOptions barrier_options;
-        barrier_options.timeout = options.timeout;
-        g.pg->barrier(barrier_options)->wait();
-      },
-      &message);
+                     [&] {
+                       ::c10d::BarrierOptions barrier_options;
+                       barrier_options.timeout = options.timeout;
+                       g.pg->barrier(barrier_options)->wait();
+                     },
+                     &message);
   if (!ok) {
     return ClassifyError("rank " + std::to_string(options.rank) + " waiting for the other " +
-                             std::to_string(options.world_size - 1) + " ranks of the process group at " +
-                             options.rendezvous,
+                             std::to_string(options.world_size - 1) +
+                             " ranks of the process group at " + options.rendezvous,
                          message);
   }
   MLCD_LOG(DEBUG) << "rank " << options.rank << "/" << options.world_size << " joined the "
@@ -223,8 +245,8 @@ const char* Collectives::backend_name() const {
 
 Status Collectives::Run(const char* what, const std::function<void()>& body) {
   if (!failed_.ok()) {
-    return Status::FailedPrecondition(std::string(what) + " on a process group that already failed: " +
-                                      failed_.message());
+    return Status::FailedPrecondition(
+        std::string(what) + " on a process group that already failed: " + failed_.message());
   }
   std::string message;
   if (CatchAll(body, &message)) return Status::Ok();
@@ -283,11 +305,13 @@ Status Collectives::AllReduce(std::vector<at::Tensor>& tensors, ReduceOp op, int
   };
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
-    if (!t.defined()) return Status::InvalidArgument("allreduce: tensor " + std::to_string(i) + " is undefined");
+    if (!t.defined())
+      return Status::InvalidArgument("allreduce: tensor " + std::to_string(i) + " is undefined");
     if (t.numel() == 0) continue;
     int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
     at::ScalarType type = t.scalar_type();
-    if (open_bytes[type] > 0 && open_bytes[type] + bytes > bucket_bytes) MLCD_RETURN_IF_ERROR(flush(type));
+    if (open_bytes[type] > 0 && open_bytes[type] + bytes > bucket_bytes)
+      MLCD_RETURN_IF_ERROR(flush(type));
     open[type].push_back(i);
     open_bytes[type] += bytes;
   }
@@ -326,7 +350,8 @@ Status Collectives::ReduceScatter(const at::Tensor& input, at::Tensor* output) {
   }
   if (input.size(0) % world_size_ != 0) {
     return Status::InvalidArgument("reduce-scatter: leading dimension of " + DescribeTensor(input) +
-                                   " is not a multiple of the world size " + std::to_string(world_size_));
+                                   " is not a multiple of the world size " +
+                                   std::to_string(world_size_));
   }
   at::Tensor in = input.contiguous();
   if (world_size_ == 1) {
@@ -384,7 +409,8 @@ Status Collectives::Broadcast(std::vector<at::Tensor>& tensors, int root) {
   if (world_size_ == 1) return Status::Ok();
   std::map<at::ScalarType, std::vector<size_t>> by_type;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i].defined()) return Status::InvalidArgument("broadcast: tensor " + std::to_string(i) + " is undefined");
+    if (!tensors[i].defined())
+      return Status::InvalidArgument("broadcast: tensor " + std::to_string(i) + " is undefined");
     if (tensors[i].numel() > 0) by_type[tensors[i].scalar_type()].push_back(i);
   }
   for (auto& entry : by_type) {

@@ -20,7 +20,8 @@ CommandRegistration::CommandRegistration(int order, CommandRegistrar registrar) 
 
 void AddRegisteredCommands(CLI::App& app, int* exit_code) {
   auto& registry = Registry();
-  std::stable_sort(registry.begin(), registry.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(registry.begin(), registry.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& entry : registry) entry.second(app, exit_code);
 }
 

@@ -27,7 +27,9 @@ class JsonLines {
       return Status::Ok();
     }
     file_.open(path, std::ios::app);
-    if (!file_) return Status::InvalidArgument("cannot open --progress-jsonl file " + path + " for appending");
+    if (!file_)
+      return Status::InvalidArgument("cannot open --progress-jsonl file " + path +
+                                     " for appending");
     out_ = &file_;
     return Status::Ok();
   }
@@ -65,7 +67,8 @@ inline StatusOr<v1::Assignment> ReadAssignment(const std::string& path) {
   options.ignore_unknown_fields = true;
   auto st = google::protobuf::util::JsonStringToMessage(text, &a, options);
   if (!st.ok())
-    return Status::InvalidArgument(path + ": not protobuf JSON of mlcd.v1.Assignment: " + st.ToString());
+    return Status::InvalidArgument(path +
+                                   ": not protobuf JSON of mlcd.v1.Assignment: " + st.ToString());
   return a;
 }
 

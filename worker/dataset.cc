@@ -29,8 +29,9 @@ void LimitThisThreadToOneIntraOpThread() {
 
 }  // namespace
 
-InMemoryImageDataset::InMemoryImageDataset(std::string name, int64_t count, int channels, int height, int width,
-                                           std::vector<uint8_t> pixels, std::vector<int32_t> class_labels,
+InMemoryImageDataset::InMemoryImageDataset(std::string name, int64_t count, int channels,
+                                           int height, int width, std::vector<uint8_t> pixels,
+                                           std::vector<int32_t> class_labels,
                                            std::vector<float> mean, std::vector<float> stddev)
     : name_(std::move(name)),
       count_(count),
@@ -44,7 +45,8 @@ InMemoryImageDataset::InMemoryImageDataset(std::string name, int64_t count, int 
 
 std::string InMemoryImageDataset::Describe() const {
   std::ostringstream s;
-  s << name_ << " (" << count_ << " images, " << height_ << "x" << width_ << "x" << channels_ << ")";
+  s << name_ << " (" << count_ << " images, " << height_ << "x" << width_ << "x" << channels_
+    << ")";
   return s.str();
 }
 
@@ -53,23 +55,27 @@ Status InMemoryImageDataset::Gather(const int64_t* ids, int64_t n, uint8_t* out)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = ids[i];
     if (id < 0 || id >= count_) {
-      return Status::InvalidArgument("sample id " + std::to_string(id) + " is outside " + Describe() +
-                                     " (ids are 0.." + std::to_string(count_ - 1) + ")");
+      return Status::InvalidArgument("sample id " + std::to_string(id) + " is outside " +
+                                     Describe() + " (ids are 0.." + std::to_string(count_ - 1) +
+                                     ")");
     }
-    std::memcpy(out + static_cast<size_t>(i) * image_bytes, pixels_.data() + static_cast<size_t>(id) * image_bytes,
-                image_bytes);
+    std::memcpy(out + static_cast<size_t>(i) * image_bytes,
+                pixels_.data() + static_cast<size_t>(id) * image_bytes, image_bytes);
   }
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<ImageDataset>> OpenImageDataset(const v1::DatasetSpec& dataset, const std::string& split,
+StatusOr<std::unique_ptr<ImageDataset>> OpenImageDataset(const v1::DatasetSpec& dataset,
+                                                         const std::string& split,
                                                          int64_t test_limit) {
   const std::string format = dataset.format().empty() ? "fashion-mnist" : dataset.format();
   if (format != "fashion-mnist") {
-    return Status::InvalidArgument("dataset.format \"" + format + "\" is not supported; known formats: fashion-mnist");
+    return Status::InvalidArgument("dataset.format \"" + format +
+                                   "\" is not supported; known formats: fashion-mnist");
   }
   if (split != "train" && split != "test") {
-    return Status::InvalidArgument("dataset split must be \"train\" or \"test\", got \"" + split + "\"");
+    return Status::InvalidArgument("dataset split must be \"train\" or \"test\", got \"" + split +
+                                   "\"");
   }
   const std::string dir = dataset.path().empty() ? kFashionMnistDir : dataset.path();
   std::string images_path, labels_path;
@@ -78,8 +84,8 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenImageDataset(const v1::DatasetSpec& 
   MLCD_ASSIGN_OR_RETURN(IdxImages images, ReadIdxImages(images_path, limit));
   MLCD_ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(labels_path, limit));
   if (static_cast<int64_t>(labels.size()) != images.count) {
-    return Status::DataLoss(labels_path + " has " + std::to_string(labels.size()) + " labels but " + images_path +
-                            " has " + std::to_string(images.count) + " images");
+    return Status::DataLoss(labels_path + " has " + std::to_string(labels.size()) + " labels but " +
+                            images_path + " has " + std::to_string(images.count) + " images");
   }
   std::vector<int32_t> classes(labels.begin(), labels.end());
   return std::unique_ptr<ImageDataset>(new InMemoryImageDataset(
@@ -92,12 +98,14 @@ int EffectivePadding(const AugmentOptions& options, int image_height) {
   return std::clamp(static_cast<int>(std::lround(image_height / 10.0)), 2, 4);
 }
 
-AugmentDraw DrawAugmentation(const AugmentOptions& options, int padding, int round, int epoch, int64_t id) {
+AugmentDraw DrawAugmentation(const AugmentOptions& options, int padding, int round, int epoch,
+                             int64_t id) {
   AugmentDraw d;
   d.offset_y = d.offset_x = padding;
   if (!options.enabled) return d;
-  const uint64_t h = HashValues({options.seed, 0x41554721ull /* "AUG!" */, static_cast<uint64_t>(round),
-                                 static_cast<uint64_t>(epoch), static_cast<uint64_t>(id)});
+  const uint64_t h =
+      HashValues({options.seed, 0x41554721ull /* "AUG!" */, static_cast<uint64_t>(round),
+                  static_cast<uint64_t>(epoch), static_cast<uint64_t>(id)});
   const uint64_t span = static_cast<uint64_t>(2 * padding + 1);
   d.offset_y = static_cast<int>((h & 0xFFFF) % span);
   d.offset_x = static_cast<int>(((h >> 16) & 0xFFFF) % span);
@@ -105,18 +113,20 @@ AugmentDraw DrawAugmentation(const AugmentOptions& options, int padding, int rou
   return d;
 }
 
-ResizedCropDraw DrawResizedCrop(const AugmentOptions& options, int image_height, int image_width, int round, int epoch,
-                                int64_t id) {
+ResizedCropDraw DrawResizedCrop(const AugmentOptions& options, int image_height, int image_width,
+                                int round, int epoch, int64_t id) {
   ResizedCropDraw d;
   d.height = image_height;
   d.width = image_width;
   if (!options.enabled) return d;
-  const uint64_t h = HashValues({options.seed, 0x52524321ull /* "RRC!" */, static_cast<uint64_t>(round),
-                                 static_cast<uint64_t>(epoch), static_cast<uint64_t>(id)});
+  const uint64_t h =
+      HashValues({options.seed, 0x52524321ull /* "RRC!" */, static_cast<uint64_t>(round),
+                  static_cast<uint64_t>(epoch), static_cast<uint64_t>(id)});
   // Four uniforms in [0, 1) from 15 bits each of the hash (bits 0..59), the flip from bit 63.
   auto uniform = [h](int k) { return static_cast<double>((h >> (15 * k)) & 0x7FFF) / 32768.0; };
   const double scale = options.crop_min_scale + (1.0 - options.crop_min_scale) * uniform(0);
-  const double log_ratio = std::log(3.0 / 4.0) + (std::log(4.0 / 3.0) - std::log(3.0 / 4.0)) * uniform(1);
+  const double log_ratio =
+      std::log(3.0 / 4.0) + (std::log(4.0 / 3.0) - std::log(3.0 / 4.0)) * uniform(1);
   const double area = scale * image_height * image_width;
   const double ratio = std::exp(log_ratio);  // width / height
   d.width = std::min<double>(image_width, std::sqrt(area * ratio));
@@ -132,16 +142,16 @@ namespace {
 // Random resized crops of float images [n, c, h, w] to [n, c, size, size]: one batched
 // affine_grid + grid_sample (bilinear; a sample point within half a pixel of the window's
 // edge repeats the border pixel).
-torch::Tensor ResizedCrops(const torch::Tensor& images, const std::vector<int64_t>& ids, const AugmentOptions& augment,
-                           int round, int epoch, int size) {
+torch::Tensor ResizedCrops(const torch::Tensor& images, const std::vector<int64_t>& ids,
+                           const AugmentOptions& augment, int round, int epoch, int size) {
   namespace F = torch::nn::functional;
   const int64_t n = images.size(0), c = images.size(1), h = images.size(2), w = images.size(3);
   // theta maps output coordinates in [-1, 1] to input coordinates in [-1, 1] (align_corners
   // false: -1 and 1 are the outer edges of the border pixels).
   std::vector<float> theta(static_cast<size_t>(n) * 6, 0.0f);
   for (int64_t i = 0; i < n; ++i) {
-    ResizedCropDraw d = DrawResizedCrop(augment, static_cast<int>(h), static_cast<int>(w), round, epoch,
-                                        ids[static_cast<size_t>(i)]);
+    ResizedCropDraw d = DrawResizedCrop(augment, static_cast<int>(h), static_cast<int>(w), round,
+                                        epoch, ids[static_cast<size_t>(i)]);
     float* t = &theta[static_cast<size_t>(i) * 6];
     const double sx = d.width / w, sy = d.height / h;
     t[0] = static_cast<float>(d.flip ? -sx : sx);
@@ -152,13 +162,17 @@ torch::Tensor ResizedCrops(const torch::Tensor& images, const std::vector<int64_
   torch::Tensor thetas = torch::from_blob(theta.data(), {n, 2, 3}, torch::kFloat).clone();
   torch::Tensor grid = F::affine_grid(thetas, {n, c, size, size}, /*align_corners=*/false);
   return F::grid_sample(images, grid,
-                        F::GridSampleFuncOptions().mode(torch::kBilinear).padding_mode(torch::kBorder).align_corners(false));
+                        F::GridSampleFuncOptions()
+                            .mode(torch::kBilinear)
+                            .padding_mode(torch::kBorder)
+                            .align_corners(false));
 }
 
 }  // namespace
 
-torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64_t>& ids, const AugmentOptions& augment,
-                            int round, int epoch, const std::vector<float>& mean, const std::vector<float>& stddev,
+torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64_t>& ids,
+                            const AugmentOptions& augment, int round, int epoch,
+                            const std::vector<float>& mean, const std::vector<float>& stddev,
                             int image_size) {
   torch::NoGradGuard no_grad;
   const int64_t n = pixels.size(0), c = pixels.size(1), h = pixels.size(2), w = pixels.size(3);
@@ -183,7 +197,8 @@ torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64
     torch::Tensor ys = torch::arange(h, i64).view({1, h, 1});
     torch::Tensor xs = torch::arange(w, i64).view({1, 1, w});
     torch::Tensor xsel = torch::where(flips, (w - 1) - xs, xs);  // [n, 1, w]
-    torch::Tensor index = ((ys + off_y) * pw + xsel + off_x).view({n, 1, h * w}).expand({n, c, h * w});
+    torch::Tensor index =
+        ((ys + off_y) * pw + xsel + off_x).view({n, 1, h * w}).expand({n, c, h * w});
     x = padded.reshape({n, c, -1}).gather(2, index).view({n, c, h, w});
   }
   torch::Tensor out = x.to(torch::kFloat).mul_(1.0f / 255.0f);
@@ -203,7 +218,8 @@ torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64
   return out.contiguous();
 }
 
-BatchLoader::BatchLoader(const BatchLoaderOptions& options) : options_(options), queue_(options.queue_depth) {
+BatchLoader::BatchLoader(const BatchLoaderOptions& options)
+    : options_(options), queue_(options.queue_depth) {
   num_batches_ = BatchSchedule(options_.schedule).num_batches();
   thread_ = std::thread([this] { Run(); });
 }
@@ -226,11 +242,13 @@ void BatchLoader::Run() {
     const int64_t n = static_cast<int64_t>(batch.ids.size());
     torch::Tensor pixels = torch::empty({n, ds.channels(), ds.height(), ds.width()}, torch::kUInt8);
     Status st = ds.Gather(batch.ids.data(), n, pixels.data_ptr<uint8_t>());
-    StatusOr<LoadedBatch> item = st.ok() ? StatusOr<LoadedBatch>(std::move(batch)) : StatusOr<LoadedBatch>(st);
+    StatusOr<LoadedBatch> item =
+        st.ok() ? StatusOr<LoadedBatch>(std::move(batch)) : StatusOr<LoadedBatch>(st);
     if (st.ok()) {
       try {
-        item->images = PrepareImages(pixels, item->ids, options_.augment, item->position.round, item->position.epoch,
-                                     ds.mean(), ds.stddev(), options_.image_size);
+        item->images =
+            PrepareImages(pixels, item->ids, options_.augment, item->position.round,
+                          item->position.epoch, ds.mean(), ds.stddev(), options_.image_size);
       } catch (const std::exception& e) {
         item = Status::Internal(std::string("preparing batch images failed: ") + e.what());
       }

@@ -47,15 +47,16 @@ class ImageDataset {
 // IDX files under dataset.path (gzipped or not), keeping the first dataset.limit images when
 // limit > 0 (the train split only; `test_limit` for the test split). NOT_FOUND with an
 // install hint when the files are missing; INVALID_ARGUMENT for an unknown format.
-StatusOr<std::unique_ptr<ImageDataset>> OpenImageDataset(const v1::DatasetSpec& dataset, const std::string& split,
+StatusOr<std::unique_ptr<ImageDataset>> OpenImageDataset(const v1::DatasetSpec& dataset,
+                                                         const std::string& split,
                                                          int64_t test_limit = 0);
 
 // An in-memory uint8 dataset (Fashion-MNIST uses it; tests can build one).
 class InMemoryImageDataset : public ImageDataset {
  public:
   InMemoryImageDataset(std::string name, int64_t count, int channels, int height, int width,
-                       std::vector<uint8_t> pixels, std::vector<int32_t> class_labels, std::vector<float> mean,
-                       std::vector<float> stddev);
+                       std::vector<uint8_t> pixels, std::vector<int32_t> class_labels,
+                       std::vector<float> mean, std::vector<float> stddev);
   std::string Describe() const override;
   int64_t size() const override { return count_; }
   int channels() const override { return channels_; }
@@ -96,8 +97,9 @@ int EffectivePadding(const AugmentOptions& options, int image_height);
 // (one batched gather for crop + flip; the draws of sample `id` come from (seed, round,
 // epoch, id), so they do not depend on the batch, the rank or the world size), scaling to
 // [0, 1], per-channel normalisation, and a bilinear resize when S != H or W.
-torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64_t>& ids, const AugmentOptions& augment,
-                            int round, int epoch, const std::vector<float>& mean, const std::vector<float>& stddev,
+torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64_t>& ids,
+                            const AugmentOptions& augment, int round, int epoch,
+                            const std::vector<float>& mean, const std::vector<float>& stddev,
                             int image_size);
 
 // The crop offsets and flip drawn for one sample (exposed for tests).
@@ -106,7 +108,8 @@ struct AugmentDraw {
   int offset_x = 0;
   bool flip = false;
 };
-AugmentDraw DrawAugmentation(const AugmentOptions& options, int padding, int round, int epoch, int64_t id);
+AugmentDraw DrawAugmentation(const AugmentOptions& options, int padding, int round, int epoch,
+                             int64_t id);
 
 // The window of a random resized crop drawn for one sample, in pixels of the source image
 // (exposed for tests): [y0, y0 + height) x [x0, x0 + width), real-valued.
@@ -114,8 +117,8 @@ struct ResizedCropDraw {
   double y0 = 0, x0 = 0, height = 0, width = 0;
   bool flip = false;
 };
-ResizedCropDraw DrawResizedCrop(const AugmentOptions& options, int image_height, int image_width, int round, int epoch,
-                                int64_t id);
+ResizedCropDraw DrawResizedCrop(const AugmentOptions& options, int image_height, int image_width,
+                                int round, int epoch, int64_t id);
 
 // One prepared batch of this rank.
 struct LoadedBatch {

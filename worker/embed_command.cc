@@ -18,12 +18,12 @@
 #include <cstdlib>
 #include <memory>
 
-#include "common/job_spec.h"
 #include "common/blas_env.h"
+#include "common/job_spec.h"
 #include "common/log.h"
 #include "worker/command.h"
-#include "worker/dataset.h"
 #include "worker/command_io.h"
+#include "worker/dataset.h"
 #include "worker/eval_embed.h"
 #include "worker/trainer.h"
 
@@ -70,7 +70,8 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
     if (checkpoint.empty()) checkpoint = a->resume_checkpoint();
     if (out.empty()) out = a->output_dir();
     if (cmd.get_option("--rank")->count() == 0) rank = a->rank();
-    if (cmd.get_option("--world-size")->count() == 0) world_size = a->world_size() > 0 ? a->world_size() : 1;
+    if (cmd.get_option("--world-size")->count() == 0)
+      world_size = a->world_size() > 0 ? a->world_size() : 1;
   }
   if (!flags.spec.empty()) {
     auto s = LoadJobSpecFile(flags.spec);
@@ -80,10 +81,12 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
   }
   if (out.empty()) return fail(Status::InvalidArgument("no output directory: pass --out DIR"));
   if (checkpoint.empty() && !have_spec)
-    return fail(Status::InvalidArgument(
-        "no model: pass --checkpoint DIR (a trained model) or --spec FILE (a random initialisation of its model)"));
+    return fail(
+        Status::InvalidArgument("no model: pass --checkpoint DIR (a trained model) or --spec FILE "
+                                "(a random initialisation of its model)"));
   if (flags.split != "train" && flags.split != "test")
-    return fail(Status::InvalidArgument("--split must be train or test, got \"" + flags.split + "\""));
+    return fail(
+        Status::InvalidArgument("--split must be train or test, got \"" + flags.split + "\""));
   SetLogComponent("embed r" + std::to_string(rank));
 
   auto model = LoadEmbeddingModel(checkpoint, have_spec ? &spec : nullptr);
@@ -111,11 +114,11 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
   eo.batch_size = flags.batch_size;
   int64_t b, e;
   if (world_size < 1 || rank < 0 || rank >= world_size)
-    return fail(Status::InvalidArgument("--rank " + std::to_string(rank) + " is outside --world-size " +
-                                        std::to_string(world_size)));
+    return fail(Status::InvalidArgument("--rank " + std::to_string(rank) +
+                                        " is outside --world-size " + std::to_string(world_size)));
   ContiguousPart((*data)->size(), rank, world_size, &b, &e);
-  MLCD_LOG(INFO) << "embedding rows [" << b << ", " << e << ") of " << (*data)->Describe() << " with "
-                 << model->description << " into " << out;
+  MLCD_LOG(INFO) << "embedding rows [" << b << ", " << e << ") of " << (*data)->Describe()
+                 << " with " << model->description << " into " << out;
   progress.Write({{"event", "started"},
                   {"rank", rank},
                   {"world_size", world_size},
@@ -128,18 +131,23 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
     auto now = std::chrono::steady_clock::now();
     if (done == total || now - last >= std::chrono::seconds(1)) {
       last = now;
-      progress.Write({{"event", "progress"}, {"phase", phase}, {"rows_done", done}, {"rows_total", total}});
+      progress.Write(
+          {{"event", "progress"}, {"phase", phase}, {"rows_done", done}, {"rows_total", total}});
     }
   };
   auto part = EmbedDataset(*model, **data, eo);
   if (!part.ok()) return fail(part.status());
-  const std::vector<int64_t>* labels = part->features.labels.empty() ? nullptr : &part->features.labels;
-  st = WriteEmbeddingShard(out, rank, world_size, part->features.features, part->features.ids, labels);
+  const std::vector<int64_t>* labels =
+      part->features.labels.empty() ? nullptr : &part->features.labels;
+  st = WriteEmbeddingShard(out, rank, world_size, part->features.features, part->features.ids,
+                           labels);
   if (!st.ok()) return fail(st);
   EmbeddingShardFiles files = EmbeddingShardNames(out, rank, world_size);
-  MLCD_LOG(INFO) << "wrote " << part->features.features.rows << " x " << part->features.features.cols
-                 << " embeddings to " << files.features << " (" << part->seconds << " s, "
-                 << (part->seconds > 0 ? part->features.features.rows / part->seconds : 0) << " images/s)";
+  MLCD_LOG(INFO) << "wrote " << part->features.features.rows << " x "
+                 << part->features.features.cols << " embeddings to " << files.features << " ("
+                 << part->seconds << " s, "
+                 << (part->seconds > 0 ? part->features.features.rows / part->seconds : 0)
+                 << " images/s)";
   progress.Write({{"event", "finished"},
                   {"outputs", {files.features}},
                   {"rows", part->features.features.rows},
@@ -151,31 +159,43 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
 
 CommandRegistration embed_registration(30, [](CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<EmbedFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "embed",
-      "Write L2-normalised embeddings of a dataset split as .npy shards (+ .ids.npy, .labels.npy):\n"
-      "rank R of W embeds rows [N*R/W, N*(R+1)/W) into DIR/embeddings-<R>-of-<W>.npy. Sample ids are the\n"
-      "split's row indices, so the output feeds mlcd-clusterd directly (the next clustering round).");
-  cmd->add_option("--assignment", flags->assignment,
-                  "protobuf JSON of an mlcd.v1.Assignment (EXTRACT): spec, rank, world size, resume_checkpoint "
-                  "(the model; empty = random init) and output_dir; explicit flags override it");
+  CLI::App* cmd = app.add_subcommand("embed",
+                                     "Write L2-normalised embeddings of a dataset split as .npy "
+                                     "shards (+ .ids.npy, .labels.npy):\n"
+                                     "rank R of W embeds rows [N*R/W, N*(R+1)/W) into "
+                                     "DIR/embeddings-<R>-of-<W>.npy. Sample ids are the\n"
+                                     "split's row indices, so the output feeds mlcd-clusterd "
+                                     "directly (the next clustering round).");
+  cmd->add_option(
+      "--assignment", flags->assignment,
+      "protobuf JSON of an mlcd.v1.Assignment (EXTRACT): spec, rank, world size, resume_checkpoint "
+      "(the model; empty = random init) and output_dir; explicit flags override it");
   cmd->add_option("--spec", flags->spec,
-                  "job spec (YAML, or .json protobuf JSON): the dataset, and the model for a random initialisation");
-  cmd->add_option("--checkpoint", flags->checkpoint,
-                  "checkpoint directory, or a checkpoint root with LATEST (default: random init from --spec)");
+                  "job spec (YAML, or .json protobuf JSON): the dataset, and the model for a "
+                  "random initialisation");
+  cmd->add_option(
+      "--checkpoint", flags->checkpoint,
+      "checkpoint directory, or a checkpoint root with LATEST (default: random init from --spec)");
   cmd->add_option("--split", flags->split, "train | test")->capture_default_str();
   cmd->add_option("--limit", flags->limit,
-                  "only the first N images of the split (default: the spec's dataset.limit for train, all for test)");
+                  "only the first N images of the split (default: the spec's dataset.limit for "
+                  "train, all for test)");
   cmd->add_option("--out", flags->out, "output directory (created if missing)");
-  cmd->add_option("--rank", flags->rank, "this process's rank")->envname("MLCD_RANK")->capture_default_str();
+  cmd->add_option("--rank", flags->rank, "this process's rank")
+      ->envname("MLCD_RANK")
+      ->capture_default_str();
   cmd->add_option("--world-size", flags->world_size, "processes sharing the split")
       ->envname("MLCD_WORLD_SIZE")
       ->capture_default_str();
-  cmd->add_option("--batch-size", flags->batch_size, "images per forward pass")->capture_default_str();
-  cmd->add_option("--threads", flags->threads, "intra-op threads (default: training.threads_per_worker, else all)");
-  cmd->add_option("--progress-jsonl", flags->progress_jsonl,
-                  "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
-  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")->capture_default_str();
+  cmd->add_option("--batch-size", flags->batch_size, "images per forward pass")
+      ->capture_default_str();
+  cmd->add_option("--threads", flags->threads,
+                  "intra-op threads (default: training.threads_per_worker, else all)");
+  cmd->add_option(
+      "--progress-jsonl", flags->progress_jsonl,
+      "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
+  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")
+      ->capture_default_str();
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunEmbed(*flags, *cmd); });
 });
 

@@ -5,12 +5,14 @@
 //
 //   mlcd-worker eval --checkpoint ckpt/                                # a trained model
 //   mlcd-worker eval --spec job.yaml --random-init                     # the random-ViT baseline
-//   mlcd-worker eval --train-features tr.npy --test-features te.npy    # any features (+ .labels.npy)
-//   mlcd-worker eval --assignment a.json --progress-jsonl p.jsonl      # EVALUATE assignment
+//   mlcd-worker eval --train-features tr.npy --test-features te.npy    # any features (+
+//   .labels.npy) mlcd-worker eval --assignment a.json --progress-jsonl p.jsonl      # EVALUATE
+//   assignment
 //
 // Progress events (one JSON object per line):
 //   {"event":"started","rank":0,"world_size":1,"model":"..."}
-//   {"event":"progress","phase":"embed train"|"embed test"|"linear probe"|"knn","rows_done":..,"rows_total":..}
+//   {"event":"progress","phase":"embed train"|"embed test"|"linear
+//   probe"|"knn","rows_done":..,"rows_total":..}
 //   {"event":"finished","evaluation":{<mlcd.v1.EvaluationResult>},"outputs":["<out>/evaluation.json",...]}
 //   {"event":"error","message":"..."}  (then exit status 1)
 #include <ATen/Parallel.h>
@@ -19,8 +21,8 @@
 #include <memory>
 #include <thread>
 
-#include "common/job_spec.h"
 #include "common/blas_env.h"
+#include "common/job_spec.h"
 #include "common/log.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
@@ -97,10 +99,12 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
     if (o.label_set.empty()) o.label_set = a->label_set();
     if (o.labelstore_address.empty()) o.labelstore_address = a->labelstore_address();
     if (cmd.get_option("--rank")->count() == 0) o.rank = a->rank();
-    if (cmd.get_option("--world-size")->count() == 0) o.world_size = a->world_size() > 0 ? a->world_size() : 1;
+    if (cmd.get_option("--world-size")->count() == 0)
+      o.world_size = a->world_size() > 0 ? a->world_size() : 1;
     if (o.rendezvous.empty()) o.rendezvous = a->rendezvous_address();
     if (o.checkpoint.empty() && o.has_spec)
-      return fail(Status::InvalidArgument("the EVALUATE assignment names no checkpoint (resume_checkpoint)"));
+      return fail(Status::InvalidArgument(
+          "the EVALUATE assignment names no checkpoint (resume_checkpoint)"));
   }
   if (!flags.spec.empty()) {
     auto s = LoadJobSpecFile(flags.spec);
@@ -115,11 +119,13 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
   const bool features = !o.train_features.empty() || !o.test_features.empty();
   if (!features && o.checkpoint.empty()) {
     if (!o.has_spec)
-      return fail(Status::InvalidArgument("nothing to evaluate: pass --checkpoint DIR, --train-features and "
-                                          "--test-features, or --spec FILE --random-init"));
+      return fail(Status::InvalidArgument(
+          "nothing to evaluate: pass --checkpoint DIR, --train-features and "
+          "--test-features, or --spec FILE --random-init"));
     if (!flags.random_init)
-      return fail(Status::InvalidArgument("no checkpoint given: pass --checkpoint DIR, or --random-init to evaluate "
-                                          "a randomly initialised model of the spec"));
+      return fail(Status::InvalidArgument(
+          "no checkpoint given: pass --checkpoint DIR, or --random-init to evaluate "
+          "a randomly initialised model of the spec"));
   }
   if (flags.random_init && !o.checkpoint.empty())
     return fail(Status::InvalidArgument("--random-init and a checkpoint exclude each other"));
@@ -153,7 +159,8 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
   progress.Write({{"event", "started"},
                   {"rank", o.rank},
                   {"world_size", o.world_size},
-                  {"model", features ? "precomputed features" : (o.checkpoint.empty() ? "random init" : o.checkpoint)}});
+                  {"model", features ? "precomputed features"
+                                     : (o.checkpoint.empty() ? "random init" : o.checkpoint)}});
 
   auto report = RunEvaluation(o);
   if (!report.ok()) return fail(report.status());
@@ -178,18 +185,21 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
                     static_cast<unsigned long long>(r.test_samples()), d.value("embedding_dim", 0));
         if (d.contains("linear_probe")) {
           const auto& p = d["linear_probe"];
-          std::printf("linear probe  %.2f%% test accuracy (lambda %g chosen on %lld validation images, %zu fits, "
-                      "%.1f s)\n",
-                      100 * r.linear_probe_accuracy(), r.linear_probe_lambda(),
-                      static_cast<long long>(p.value("validation_samples", 0)), p["trials"].size(),
-                      p.value("seconds", 0.0));
+          std::printf(
+              "linear probe  %.2f%% test accuracy (lambda %g chosen on %lld validation images, %zu "
+              "fits, "
+              "%.1f s)\n",
+              100 * r.linear_probe_accuracy(), r.linear_probe_lambda(),
+              static_cast<long long>(p.value("validation_samples", 0)), p["trials"].size(),
+              p.value("seconds", 0.0));
         }
         if (d.contains("knn"))
-          std::printf("kNN           %.2f%% (k %d, T %g, %.1f s)\n", 100 * r.knn_accuracy(), d["knn"].value("k", 0),
-                      d["knn"].value("temperature", 0.0), d["knn"].value("seconds", 0.0));
+          std::printf("kNN           %.2f%% (k %d, T %g, %.1f s)\n", 100 * r.knn_accuracy(),
+                      d["knn"].value("k", 0), d["knn"].value("temperature", 0.0),
+                      d["knn"].value("seconds", 0.0));
         if (d.contains("fig3"))
-          std::printf("cosines       mean positive %.4f, mean negative %.4f (paper Fig. 3)\n", r.mean_positive_cosine(),
-                      r.mean_negative_cosine());
+          std::printf("cosines       mean positive %.4f, mean negative %.4f (paper Fig. 3)\n",
+                      r.mean_positive_cosine(), r.mean_negative_cosine());
         if (!report->outputs.empty()) std::printf("written       %s\n", report->outputs[0].c_str());
         std::printf("time          %.1f s\n", r.seconds());
       }
@@ -203,27 +213,38 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<EvalFlags>();
   CLI::App* cmd = app.add_subcommand(
       "eval",
-      "Evaluate a model: embed the labelled train and test splits, fit a linear probe (CLIP protocol:\n"
-      "L-BFGS logistic regression, lambda searched on a validation split of train, refit on train+val,\n"
+      "Evaluate a model: embed the labelled train and test splits, fit a linear probe (CLIP "
+      "protocol:\n"
+      "L-BFGS logistic regression, lambda searched on a validation split of train, refit on "
+      "train+val,\n"
       "scored on test) and run kNN (cosine, k 20, weights exp(s/0.07)); also the mean positive /\n"
-      "negative cosine of the final model (paper Fig. 3). Prints the result and writes evaluation.json.");
-  cmd->add_option("--assignment", flags->assignment,
-                  "protobuf JSON of an mlcd.v1.Assignment (EVALUATE): spec, resume_checkpoint, output_dir, "
-                  "label set and label store; explicit flags override it");
-  cmd->add_option("--spec", flags->spec,
-                  "job spec (YAML, or .json protobuf JSON): evaluation dataset and settings, and the model for "
-                  "--random-init (default: the checkpoint's spec)");
-  cmd->add_option("--checkpoint", flags->checkpoint, "checkpoint directory, or a checkpoint root with LATEST");
-  cmd->add_flag("--random-init", flags->random_init,
-                "evaluate the spec's model as initialised before training (the random-ViT baseline)");
-  cmd->add_option("--train-features", flags->train_features,
-                  "evaluate precomputed train features instead of a model (.npy files or shard directories)")
+      "negative cosine of the final model (paper Fig. 3). Prints the result and writes "
+      "evaluation.json.");
+  cmd->add_option(
+      "--assignment", flags->assignment,
+      "protobuf JSON of an mlcd.v1.Assignment (EVALUATE): spec, resume_checkpoint, output_dir, "
+      "label set and label store; explicit flags override it");
+  cmd->add_option(
+      "--spec", flags->spec,
+      "job spec (YAML, or .json protobuf JSON): evaluation dataset and settings, and the model for "
+      "--random-init (default: the checkpoint's spec)");
+  cmd->add_option("--checkpoint", flags->checkpoint,
+                  "checkpoint directory, or a checkpoint root with LATEST");
+  cmd->add_flag(
+      "--random-init", flags->random_init,
+      "evaluate the spec's model as initialised before training (the random-ViT baseline)");
+  cmd->add_option(
+         "--train-features", flags->train_features,
+         "evaluate precomputed train features instead of a model (.npy files or shard directories)")
       ->expected(1, 1 << 20);
-  cmd->add_option("--test-features", flags->test_features, "precomputed test features")->expected(1, 1 << 20);
-  cmd->add_option("--train-labels", flags->train_labels,
-                  "class labels of the train features (default: <shard>.labels.npy beside each shard)")
+  cmd->add_option("--test-features", flags->test_features, "precomputed test features")
       ->expected(1, 1 << 20);
-  cmd->add_option("--test-labels", flags->test_labels, "class labels of the test features")->expected(1, 1 << 20);
+  cmd->add_option(
+         "--train-labels", flags->train_labels,
+         "class labels of the train features (default: <shard>.labels.npy beside each shard)")
+      ->expected(1, 1 << 20);
+  cmd->add_option("--test-labels", flags->test_labels, "class labels of the test features")
+      ->expected(1, 1 << 20);
   cmd->add_option("--train-limit", flags->train_limit,
                   "only the first N train images (default: evaluation.train_limit; 0 = all)");
   cmd->add_option("--test-limit", flags->test_limit,
@@ -232,17 +253,21 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-knn", flags->no_knn, "skip kNN");
   cmd->add_option("--knn-k", flags->knn_k, "neighbours (default: evaluation.knn_k, 20)");
   cmd->add_option("--knn-temperature", flags->knn_temperature, "vote temperature (default: 0.07)");
-  cmd->add_option("--features", flags->features,
-                  "what the probe and kNN see: embedding (the projected embedding the loss trains), pooled (the "
-                  "pooled token before the projection), blocks (pooled tokens of the last --feature-blocks "
-                  "blocks + mean patch token; DINO's protocol) or tokens (every token of the last block, "
-                  "concatenated) (default: evaluation.features, embedding)")
+  cmd->add_option(
+         "--features", flags->features,
+         "what the probe and kNN see: embedding (the projected embedding the loss trains), pooled "
+         "(the "
+         "pooled token before the projection), blocks (pooled tokens of the last --feature-blocks "
+         "blocks + mean patch token; DINO's protocol) or tokens (every token of the last block, "
+         "concatenated) (default: evaluation.features, embedding)")
       ->check(CLI::IsMember(EvaluationFeatureKinds()));
   cmd->add_option("--feature-blocks", flags->feature_blocks,
                   "blocks for --features blocks (default: evaluation.feature_blocks, 4)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--lambda", flags->lambda, "use this L2 strength instead of the search (sklearn's 1/C)");
-  cmd->add_option("--max-iterations", flags->max_iterations, "L-BFGS iteration cap per fit")->capture_default_str();
+  cmd->add_option("--lambda", flags->lambda,
+                  "use this L2 strength instead of the search (sklearn's 1/C)");
+  cmd->add_option("--max-iterations", flags->max_iterations, "L-BFGS iteration cap per fit")
+      ->capture_default_str();
   cmd->add_option("--validation-fraction", flags->validation_fraction,
                   "share of the train split held out for the lambda search")
       ->capture_default_str();
@@ -251,20 +276,27 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--labelstore", flags->labelstore,
                   "mlcd-labelstore address for the Fig. 3 cosines (not given: they are skipped)");
   cmd->add_option("--out", flags->out, "write evaluation.json and evaluation-details.json here");
-  cmd->add_flag("--keep-embeddings", flags->keep_embeddings, "also write the embedded splits under --out");
-  cmd->add_option("--result", flags->result, "also write the details (trials, timings) as JSON to this file");
+  cmd->add_flag("--keep-embeddings", flags->keep_embeddings,
+                "also write the embedded splits under --out");
+  cmd->add_option("--result", flags->result,
+                  "also write the details (trials, timings) as JSON to this file");
   cmd->add_option("--rank", flags->rank, "rank in an evaluation gang")->envname("MLCD_RANK");
-  cmd->add_option("--world-size", flags->world_size, "gang size (ranks embed parts, rank 0 evaluates)")
+  cmd->add_option("--world-size", flags->world_size,
+                  "gang size (ranks embed parts, rank 0 evaluates)")
       ->envname("MLCD_WORLD_SIZE");
   cmd->add_option("--rendezvous", flags->rendezvous, "HOST:PORT of rank 0's c10d TCPStore")
       ->envname("MLCD_RENDEZVOUS");
-  cmd->add_option("--batch-size", flags->batch_size, "images per forward pass")->capture_default_str();
+  cmd->add_option("--batch-size", flags->batch_size, "images per forward pass")
+      ->capture_default_str();
   cmd->add_option("--threads", flags->threads,
                   "intra-op threads (default: all cores; in a gang, training.threads_per_worker)");
-  cmd->add_option("--progress-jsonl", flags->progress_jsonl,
-                  "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
-  cmd->add_option("--output", flags->output, "result on stdout: text | json")->capture_default_str();
-  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")->capture_default_str();
+  cmd->add_option(
+      "--progress-jsonl", flags->progress_jsonl,
+      "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
+  cmd->add_option("--output", flags->output, "result on stdout: text | json")
+      ->capture_default_str();
+  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")
+      ->capture_default_str();
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunEval(*flags, *cmd); });
 });
 

@@ -13,7 +13,8 @@ namespace mlcd::worker {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // "<x>.npy" -> "<x><suffix>" (e.g. ".labels.npy").
@@ -35,7 +36,9 @@ void L2NormalizeRows(float* values, int64_t rows, int64_t cols) {
   }
 }
 
-void L2NormalizeRows(FeatureMatrix* matrix) { L2NormalizeRows(matrix->values.data(), matrix->rows, matrix->cols); }
+void L2NormalizeRows(FeatureMatrix* matrix) {
+  L2NormalizeRows(matrix->values.data(), matrix->rows, matrix->cols);
+}
 
 void ContiguousPart(int64_t total, int rank, int world_size, int64_t* begin, int64_t* end) {
   *begin = total * rank / world_size;
@@ -49,26 +52,30 @@ EmbeddingShardFiles EmbeddingShardNames(const std::string& dir, int rank, int wo
   return {base + ".npy", base + ".ids.npy", base + ".labels.npy"};
 }
 
-Status WriteEmbeddingShard(const std::string& dir, int rank, int world_size, const FeatureMatrix& features,
-                           const std::vector<int64_t>& ids, const std::vector<int64_t>* labels) {
+Status WriteEmbeddingShard(const std::string& dir, int rank, int world_size,
+                           const FeatureMatrix& features, const std::vector<int64_t>& ids,
+                           const std::vector<int64_t>* labels) {
   if (world_size < 1 || rank < 0 || rank >= world_size)
-    return Status::InvalidArgument("embedding shard: rank " + std::to_string(rank) + " is outside world size " +
-                                   std::to_string(world_size));
+    return Status::InvalidArgument("embedding shard: rank " + std::to_string(rank) +
+                                   " is outside world size " + std::to_string(world_size));
   if (static_cast<int64_t>(features.values.size()) != features.rows * features.cols)
-    return Status::InvalidArgument("embedding shard: matrix holds " + std::to_string(features.values.size()) +
+    return Status::InvalidArgument("embedding shard: matrix holds " +
+                                   std::to_string(features.values.size()) +
                                    " values, not rows x cols");
   if (static_cast<int64_t>(ids.size()) != features.rows)
     return Status::InvalidArgument("embedding shard: " + std::to_string(ids.size()) + " ids for " +
                                    std::to_string(features.rows) + " rows");
   if (labels && static_cast<int64_t>(labels->size()) != features.rows)
-    return Status::InvalidArgument("embedding shard: " + std::to_string(labels->size()) + " labels for " +
-                                   std::to_string(features.rows) + " rows");
+    return Status::InvalidArgument("embedding shard: " + std::to_string(labels->size()) +
+                                   " labels for " + std::to_string(features.rows) + " rows");
   MLCD_RETURN_IF_ERROR(MakeDirs(dir));
   EmbeddingShardFiles files = EmbeddingShardNames(dir, rank, world_size);
   // Ids and labels first: a reader that sees the feature shard also sees its companions.
   MLCD_RETURN_IF_ERROR(WriteNpy(files.ids, NpyDtype::kInt64, {features.rows}, ids.data()));
-  if (labels) MLCD_RETURN_IF_ERROR(WriteNpy(files.labels, NpyDtype::kInt64, {features.rows}, labels->data()));
-  return WriteNpy(files.features, NpyDtype::kFloat32, {features.rows, features.cols}, features.values.data());
+  if (labels)
+    MLCD_RETURN_IF_ERROR(WriteNpy(files.labels, NpyDtype::kInt64, {features.rows}, labels->data()));
+  return WriteNpy(files.features, NpyDtype::kFloat32, {features.rows, features.cols},
+                  features.values.data());
 }
 
 StatusOr<std::vector<std::string>> ExpandFeatureShards(const std::vector<std::string>& paths) {
@@ -89,7 +96,8 @@ StatusOr<std::vector<std::string>> ExpandFeatureShards(const std::vector<std::st
     }
     closedir(d);
     std::sort(names.begin(), names.end());
-    if (names.empty()) return Status::InvalidArgument(path + ": directory holds no feature shards (*.npy)");
+    if (names.empty())
+      return Status::InvalidArgument(path + ": directory holds no feature shards (*.npy)");
     for (const std::string& n : names) out.push_back(path + "/" + n);
   }
   if (out.empty()) return Status::InvalidArgument("no feature files given");
@@ -114,11 +122,13 @@ StatusOr<LabelledFeatures> LoadLabelledFeatures(const std::vector<std::string>& 
                                      std::to_string(shape.size()) + "-d");
     if (s == 0) out.features.cols = shape[1];
     if (shape[1] != out.features.cols)
-      return Status::InvalidArgument(shard + ": dimension " + std::to_string(shape[1]) + " differs from " +
-                                     std::to_string(out.features.cols) + " of " + shards[0]);
+      return Status::InvalidArgument(shard + ": dimension " + std::to_string(shape[1]) +
+                                     " differs from " + std::to_string(out.features.cols) + " of " +
+                                     shards[0]);
     for (size_t i = 0; i < values.size(); ++i) {
       if (!std::isfinite(values[i]))
-        return Status::InvalidArgument(shard + ": row " + std::to_string(static_cast<int64_t>(i) / shape[1]) +
+        return Status::InvalidArgument(shard + ": row " +
+                                       std::to_string(static_cast<int64_t>(i) / shape[1]) +
                                        " holds NaN or Inf");
     }
     out.features.values.insert(out.features.values.end(), values.begin(), values.end());
@@ -126,12 +136,14 @@ StatusOr<LabelledFeatures> LoadLabelledFeatures(const std::vector<std::string>& 
     if (labels_paths.size() != 1) {
       std::string lp = labels_paths.empty() ? Sibling(shard, ".labels.npy") : labels_paths[s];
       if (!PathExists(lp))
-        return Status::NotFound(lp + ": class labels of " + shard +
-                                " not found (give them with --*-labels, one .npy of integers per shard)");
+        return Status::NotFound(
+            lp + ": class labels of " + shard +
+            " not found (give them with --*-labels, one .npy of integers per shard)");
       MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> labels, ReadNpyAsInt64(lp));
       if (static_cast<int64_t>(labels.size()) != shape[0])
-        return Status::InvalidArgument(lp + ": " + std::to_string(labels.size()) + " labels for the " +
-                                       std::to_string(shape[0]) + " rows of " + shard);
+        return Status::InvalidArgument(lp + ": " + std::to_string(labels.size()) +
+                                       " labels for the " + std::to_string(shape[0]) + " rows of " +
+                                       shard);
       out.labels.insert(out.labels.end(), labels.begin(), labels.end());
     }
     std::string idp = Sibling(shard, ".ids.npy");
@@ -150,7 +162,8 @@ StatusOr<LabelledFeatures> LoadLabelledFeatures(const std::vector<std::string>& 
     MLCD_ASSIGN_OR_RETURN(out.labels, ReadNpyAsInt64(labels_paths[0]));
     if (static_cast<int64_t>(out.labels.size()) != out.features.rows)
       return Status::InvalidArgument(labels_paths[0] + ": " + std::to_string(out.labels.size()) +
-                                     " labels for " + std::to_string(out.features.rows) + " feature rows");
+                                     " labels for " + std::to_string(out.features.rows) +
+                                     " feature rows");
   }
   for (size_t i = 0; i < out.labels.size(); ++i) {
     if (out.labels[i] < 0)

@@ -61,8 +61,9 @@ EmbeddingShardFiles EmbeddingShardNames(const std::string& dir, int rank, int wo
 
 // Writes one rank's shard atomically (features, ids, and labels when `labels` is not null).
 // The directory is created when missing. INVALID_ARGUMENT when sizes do not match.
-Status WriteEmbeddingShard(const std::string& dir, int rank, int world_size, const FeatureMatrix& features,
-                           const std::vector<int64_t>& ids, const std::vector<int64_t>* labels);
+Status WriteEmbeddingShard(const std::string& dir, int rank, int world_size,
+                           const FeatureMatrix& features, const std::vector<int64_t>& ids,
+                           const std::vector<int64_t>* labels);
 
 // Expands files or directories into feature shard files: a directory contributes its *.npy
 // files sorted by name, except *.ids.npy and *.labels.npy. INVALID_ARGUMENT when none.

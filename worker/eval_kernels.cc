@@ -1,15 +1,16 @@
 #include "worker/eval_kernels.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 // Clone the loops for AVX-512 / AVX2 / baseline x86-64 (GCC ifunc dispatch at load time).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MLCD_EVAL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define MLCD_EVAL_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MLCD_EVAL_CLONES
 #endif
@@ -37,8 +38,8 @@ inline __attribute__((always_inline)) float Sum(V16 v) {
 
 // z[r][c] = <w_c, x_r> + b[c] for R rows at once (each w_c chunk is loaded once for the R rows).
 template <int R>
-inline __attribute__((always_inline)) void BlockLogits(const float* x, int64_t dim, const float* w, const float* b,
-                                                       int classes, float* z) {
+inline __attribute__((always_inline)) void BlockLogits(const float* x, int64_t dim, const float* w,
+                                                       const float* b, int classes, float* z) {
   const int64_t dv = dim / 16 * 16;
   for (int c = 0; c < classes; ++c) {
     const float* wc = w + c * dim;
@@ -59,8 +60,8 @@ inline __attribute__((always_inline)) void BlockLogits(const float* x, int64_t d
 
 // acc_w[c] += Σ_r g[r][c] x_r for R rows (each accumulator chunk is loaded and stored once).
 template <int R>
-inline __attribute__((always_inline)) void BlockOuter(const float* x, int64_t dim, const float* g, int classes,
-                                                      float* acc_w) {
+inline __attribute__((always_inline)) void BlockOuter(const float* x, int64_t dim, const float* g,
+                                                      int classes, float* acc_w) {
   const int64_t dv = dim / 16 * 16;
   for (int c = 0; c < classes; ++c) {
     float* ac = acc_w + c * dim;
@@ -79,7 +80,8 @@ inline __attribute__((always_inline)) void BlockOuter(const float* x, int64_t di
 
 // Loss (and g = softmax − onehot, in place of z) of R rows.
 template <int R>
-inline __attribute__((always_inline)) double BlockSoftmax(float* z, const int64_t* y, int classes, bool want_g) {
+inline __attribute__((always_inline)) double BlockSoftmax(float* z, const int64_t* y, int classes,
+                                                          bool want_g) {
   double loss = 0;
   for (int r = 0; r < R; ++r) {
     float* zr = z + r * classes;
@@ -123,9 +125,9 @@ void ParallelFor(int64_t n, int threads, const std::function<void(int64_t)>& fn)
 }
 
 MLCD_EVAL_CLONES
-double LogisticLossGradRows(const float* x, int64_t dim, const int64_t* y, int64_t begin, int64_t end,
-                            const float* w, const float* b, int classes, double scale, double* grad_w,
-                            double* grad_b) {
+double LogisticLossGradRows(const float* x, int64_t dim, const int64_t* y, int64_t begin,
+                            int64_t end, const float* w, const float* b, int classes, double scale,
+                            double* grad_w, double* grad_b) {
   std::vector<float> z(static_cast<size_t>(kBlock * classes));
   std::vector<float> acc_w, acc_b;
   const bool want_g = grad_w != nullptr;
@@ -172,8 +174,8 @@ double LogisticLossGradRows(const float* x, int64_t dim, const int64_t* y, int64
 }
 
 MLCD_EVAL_CLONES
-void LogitsRows(const float* x, int64_t dim, int64_t begin, int64_t end, const float* w, const float* b, int classes,
-                float* z) {
+void LogitsRows(const float* x, int64_t dim, int64_t begin, int64_t end, const float* w,
+                const float* b, int classes, float* z) {
   int64_t i = begin;
   for (; i + kBlock <= end; i += kBlock)
     BlockLogits<kBlock>(x + i * dim, dim, w, b, classes, z + (i - begin) * classes);

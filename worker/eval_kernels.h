@@ -22,12 +22,12 @@ void ParallelFor(int64_t n, int threads, const std::function<void(int64_t)>& fn)
 // scale·(p − onehot(y_i)) ⊗ x_i to grad_w (classes x dim, double) and scale·(p − onehot) to
 // grad_b (classes, double); rows are accumulated in float over blocks of 64 and then added
 // in double.
-double LogisticLossGradRows(const float* x, int64_t dim, const int64_t* y, int64_t begin, int64_t end,
-                            const float* w, const float* b, int classes, double scale, double* grad_w,
-                            double* grad_b);
+double LogisticLossGradRows(const float* x, int64_t dim, const int64_t* y, int64_t begin,
+                            int64_t end, const float* w, const float* b, int classes, double scale,
+                            double* grad_w, double* grad_b);
 
 // Logits of rows [begin, end) into z ((end − begin) x classes, row-major).
-void LogitsRows(const float* x, int64_t dim, int64_t begin, int64_t end, const float* w, const float* b, int classes,
-                float* z);
+void LogitsRows(const float* x, int64_t dim, int64_t begin, int64_t end, const float* w,
+                const float* b, int classes, float* z);
 
 }  // namespace mlcd::worker::kernels

@@ -9,22 +9,28 @@
 
 namespace mlcd::worker {
 
-StatusOr<KnnResult> KnnClassify(const FeatureMatrix& train, const std::vector<int64_t>& train_labels,
-                                const FeatureMatrix& queries, const std::vector<int64_t>& query_labels,
+StatusOr<KnnResult> KnnClassify(const FeatureMatrix& train,
+                                const std::vector<int64_t>& train_labels,
+                                const FeatureMatrix& queries,
+                                const std::vector<int64_t>& query_labels,
                                 const KnnOptions& options) {
   auto start = std::chrono::steady_clock::now();
-  if (train.rows <= 0 || train.cols <= 0 || static_cast<int64_t>(train.values.size()) != train.rows * train.cols)
+  if (train.rows <= 0 || train.cols <= 0 ||
+      static_cast<int64_t>(train.values.size()) != train.rows * train.cols)
     return Status::InvalidArgument("kNN: the training feature matrix is empty or malformed");
-  if (queries.cols != train.cols || static_cast<int64_t>(queries.values.size()) != queries.rows * queries.cols)
-    return Status::InvalidArgument("kNN: query features have dimension " + std::to_string(queries.cols) +
-                                   ", training features " + std::to_string(train.cols));
+  if (queries.cols != train.cols ||
+      static_cast<int64_t>(queries.values.size()) != queries.rows * queries.cols)
+    return Status::InvalidArgument("kNN: query features have dimension " +
+                                   std::to_string(queries.cols) + ", training features " +
+                                   std::to_string(train.cols));
   if (static_cast<int64_t>(train_labels.size()) != train.rows)
-    return Status::InvalidArgument("kNN: " + std::to_string(train_labels.size()) + " training labels for " +
-                                   std::to_string(train.rows) + " rows");
+    return Status::InvalidArgument("kNN: " + std::to_string(train_labels.size()) +
+                                   " training labels for " + std::to_string(train.rows) + " rows");
   if (!query_labels.empty() && static_cast<int64_t>(query_labels.size()) != queries.rows)
-    return Status::InvalidArgument("kNN: " + std::to_string(query_labels.size()) + " query labels for " +
-                                   std::to_string(queries.rows) + " rows");
-  if (options.k < 1) return Status::InvalidArgument("kNN: k must be >= 1, got " + std::to_string(options.k));
+    return Status::InvalidArgument("kNN: " + std::to_string(query_labels.size()) +
+                                   " query labels for " + std::to_string(queries.rows) + " rows");
+  if (options.k < 1)
+    return Status::InvalidArgument("kNN: k must be >= 1, got " + std::to_string(options.k));
   if (!(options.temperature > 0) || !std::isfinite(options.temperature))
     return Status::InvalidArgument("kNN: temperature must be > 0");
   if (options.query_block_rows < 1 || options.train_block_rows < 1)
@@ -33,12 +39,13 @@ StatusOr<KnnResult> KnnClassify(const FeatureMatrix& train, const std::vector<in
     if (v < 0) return Status::InvalidArgument("kNN: negative training label " + std::to_string(v));
   for (int64_t v : query_labels)
     if (v < 0) return Status::InvalidArgument("kNN: negative query label " + std::to_string(v));
-  int num_classes = options.num_classes > 0 ? options.num_classes
-                                            : std::max(NumClassesOf(train_labels), NumClassesOf(query_labels));
+  int num_classes = options.num_classes > 0
+                        ? options.num_classes
+                        : std::max(NumClassesOf(train_labels), NumClassesOf(query_labels));
   for (int64_t v : train_labels)
     if (v >= num_classes)
-      return Status::InvalidArgument("kNN: training label " + std::to_string(v) + " >= num_classes " +
-                                     std::to_string(num_classes));
+      return Status::InvalidArgument("kNN: training label " + std::to_string(v) +
+                                     " >= num_classes " + std::to_string(num_classes));
 
   KnnResult result;
   result.k = static_cast<int>(std::min<int64_t>(options.k, train.rows));
@@ -86,7 +93,8 @@ StatusOr<KnnResult> KnnClassify(const FeatureMatrix& train, const std::vector<in
     for (int64_t r = 0; r < q1 - q0; ++r) {
       std::fill(votes.begin(), votes.end(), 0.0);
       for (int64_t j = 0; j < kept; ++j)
-        votes[train_labels[ip[r * kept + j]]] += std::exp(static_cast<double>(sp[r * kept + j]) * inv_t);
+        votes[train_labels[ip[r * kept + j]]] +=
+            std::exp(static_cast<double>(sp[r * kept + j]) * inv_t);
       int best = 0;
       for (int c = 1; c < num_classes; ++c)
         if (votes[c] > votes[best]) best = c;

@@ -43,8 +43,10 @@ struct KnnResult {
 
 // Classifies every query row. `query_labels` may be empty (no accuracy). INVALID_ARGUMENT when
 // dimensions or label counts do not match, labels are negative, k < 1 or T <= 0.
-StatusOr<KnnResult> KnnClassify(const FeatureMatrix& train, const std::vector<int64_t>& train_labels,
-                                const FeatureMatrix& queries, const std::vector<int64_t>& query_labels,
+StatusOr<KnnResult> KnnClassify(const FeatureMatrix& train,
+                                const std::vector<int64_t>& train_labels,
+                                const FeatureMatrix& queries,
+                                const std::vector<int64_t>& query_labels,
                                 const KnnOptions& options);
 
 }  // namespace mlcd::worker

@@ -36,7 +36,8 @@ double MaxAbs(const std::vector<double>& a) {
 }
 
 // W and b of theta = [W, b] as float.
-void SplitTheta(const double* theta, int num_classes, int64_t dim, std::vector<float>* w, std::vector<float>* b) {
+void SplitTheta(const double* theta, int num_classes, int64_t dim, std::vector<float>* w,
+                std::vector<float>* b) {
   w->resize(static_cast<size_t>(num_classes * dim));
   b->resize(static_cast<size_t>(num_classes));
   for (int64_t i = 0; i < num_classes * dim; ++i) (*w)[i] = static_cast<float>(theta[i]);
@@ -94,20 +95,22 @@ struct Problem {
         gw = grads[ch].data();
         gb = gw + K * d;
       }
-      losses[ch] = kernels::LogisticLossGradRows(x->values.data(), d, labels->data(), begin, end, w.data(), b.data(),
-                                                 K, inv_n, gw, gb);
+      losses[ch] = kernels::LogisticLossGradRows(x->values.data(), d, labels->data(), begin, end,
+                                                 w.data(), b.data(), K, inv_n, gw, gb);
     });
     double ce_sum = 0;
     for (double l : losses) ce_sum += l;
     const bool weighted = !penalty_weight.empty();
     double w2 = 0;
-    for (int64_t i = 0; i < K * d; ++i) w2 += theta[i] * theta[i] * (weighted ? penalty_weight[i % d] : 1.0);
+    for (int64_t i = 0; i < K * d; ++i)
+      w2 += theta[i] * theta[i] * (weighted ? penalty_weight[i % d] : 1.0);
     const double reg = lambda * inv_n;
     if (grad) {
       grad->assign(size(), 0.0);
       for (const auto& g : grads)
         for (size_t i = 0; i < g.size(); ++i) (*grad)[i] += g[i];
-      for (int64_t i = 0; i < K * d; ++i) (*grad)[i] += reg * theta[i] * (weighted ? penalty_weight[i % d] : 1.0);
+      for (int64_t i = 0; i < K * d; ++i)
+        (*grad)[i] += reg * theta[i] * (weighted ? penalty_weight[i % d] : 1.0);
     }
     return ce_sum * inv_n + 0.5 * reg * w2;
   }
@@ -124,9 +127,15 @@ struct LinePoint {
 
 class LineSearch {
  public:
-  LineSearch(const Problem& problem, const LogisticRegressionOptions& options, const std::vector<double>& theta,
-             const std::vector<double>& direction, double f0, double slope0, int* evaluations)
-      : problem_(problem), options_(options), theta_(theta), direction_(direction), f0_(f0), slope0_(slope0),
+  LineSearch(const Problem& problem, const LogisticRegressionOptions& options,
+             const std::vector<double>& theta, const std::vector<double>& direction, double f0,
+             double slope0, int* evaluations)
+      : problem_(problem),
+        options_(options),
+        theta_(theta),
+        direction_(direction),
+        f0_(f0),
+        slope0_(slope0),
         evaluations_(evaluations) {}
 
   // Strong Wolfe line search (Nocedal & Wright, algorithms 3.5 and 3.6). Returns false when
@@ -141,7 +150,8 @@ class LineSearch {
     double alpha = alpha_init;
     for (int i = 0; i < options_.max_line_search_steps; ++i) {
       LinePoint cur = Evaluate(alpha);
-      if (!(cur.f <= f0_ + kC1 * alpha * slope0_) || (i > 0 && cur.f >= prev.f)) return Zoom(prev, cur, out);
+      if (!(cur.f <= f0_ + kC1 * alpha * slope0_) || (i > 0 && cur.f >= prev.f))
+        return Zoom(prev, cur, out);
       if (std::abs(cur.slope) <= -kC2 * slope0_) {
         *out = std::move(cur);
         return true;
@@ -166,7 +176,8 @@ class LineSearch {
     p.slope = Dot(p.grad, direction_);
     ++*evaluations_;
     ++steps_;
-    if (std::isfinite(p.f) && p.f < f0_ && (!best_ || p.f < best_->f)) best_ = std::make_unique<LinePoint>(p);
+    if (std::isfinite(p.f) && p.f < f0_ && (!best_ || p.f < best_->f))
+      best_ = std::make_unique<LinePoint>(p);
     return p;
   }
 
@@ -223,24 +234,27 @@ class LineSearch {
   std::unique_ptr<LinePoint> best_;
 };
 
-Status CheckLabels(const std::vector<int64_t>& labels, int64_t rows, int num_classes, const char* what) {
+Status CheckLabels(const std::vector<int64_t>& labels, int64_t rows, int num_classes,
+                   const char* what) {
   if (static_cast<int64_t>(labels.size()) != rows)
-    return Status::InvalidArgument(std::string(what) + ": " + std::to_string(labels.size()) + " labels for " +
-                                   std::to_string(rows) + " feature rows");
+    return Status::InvalidArgument(std::string(what) + ": " + std::to_string(labels.size()) +
+                                   " labels for " + std::to_string(rows) + " feature rows");
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] < 0 || labels[i] >= num_classes)
-      return Status::InvalidArgument(std::string(what) + ": label " + std::to_string(labels[i]) + " of row " +
-                                     std::to_string(i) + " is outside [0, " + std::to_string(num_classes) + ")");
+      return Status::InvalidArgument(std::string(what) + ": label " + std::to_string(labels[i]) +
+                                     " of row " + std::to_string(i) + " is outside [0, " +
+                                     std::to_string(num_classes) + ")");
   }
   return Status::Ok();
 }
 
 Status CheckMatrix(const FeatureMatrix& m, const char* what) {
   if (m.rows <= 0 || m.cols <= 0)
-    return Status::InvalidArgument(std::string(what) + ": empty feature matrix (" + std::to_string(m.rows) + " x " +
-                                   std::to_string(m.cols) + ")");
+    return Status::InvalidArgument(std::string(what) + ": empty feature matrix (" +
+                                   std::to_string(m.rows) + " x " + std::to_string(m.cols) + ")");
   if (static_cast<int64_t>(m.values.size()) != m.rows * m.cols)
-    return Status::InvalidArgument(std::string(what) + ": matrix holds " + std::to_string(m.values.size()) +
+    return Status::InvalidArgument(std::string(what) + ": matrix holds " +
+                                   std::to_string(m.values.size()) +
                                    " values, not rows x cols = " + std::to_string(m.rows * m.cols));
   return Status::Ok();
 }
@@ -254,8 +268,9 @@ FeatureMatrix SelectRows(const FeatureMatrix& m, const std::vector<int64_t>& row
 
 }  // namespace
 
-double LogisticObjective(const FeatureMatrix& x, const std::vector<int64_t>& labels, int num_classes, double lambda,
-                         const std::vector<double>& theta, std::vector<double>* gradient) {
+double LogisticObjective(const FeatureMatrix& x, const std::vector<int64_t>& labels,
+                         int num_classes, double lambda, const std::vector<double>& theta,
+                         std::vector<double>* gradient) {
   Problem p;
   p.x = &x;
   p.labels = &labels;
@@ -266,12 +281,15 @@ double LogisticObjective(const FeatureMatrix& x, const std::vector<int64_t>& lab
   return p.Evaluate(theta, gradient);
 }
 
-StatusOr<LogisticRegressionModel> FitLogisticRegression(const FeatureMatrix& x, const std::vector<int64_t>& labels,
-                                                        int num_classes, const LogisticRegressionOptions& options,
+StatusOr<LogisticRegressionModel> FitLogisticRegression(const FeatureMatrix& x,
+                                                        const std::vector<int64_t>& labels,
+                                                        int num_classes,
+                                                        const LogisticRegressionOptions& options,
                                                         const LogisticRegressionModel* warm_start) {
   auto start = Clock::now();
   MLCD_RETURN_IF_ERROR(CheckMatrix(x, "logistic regression"));
-  if (num_classes < 1) return Status::InvalidArgument("logistic regression: num_classes must be >= 1");
+  if (num_classes < 1)
+    return Status::InvalidArgument("logistic regression: num_classes must be >= 1");
   MLCD_RETURN_IF_ERROR(CheckLabels(labels, x.rows, num_classes, "logistic regression"));
   if (!(options.lambda >= 0) || !std::isfinite(options.lambda))
     return Status::InvalidArgument("logistic regression: lambda must be a finite value >= 0, got " +
@@ -284,8 +302,9 @@ StatusOr<LogisticRegressionModel> FitLogisticRegression(const FeatureMatrix& x, 
   if (warm_start && (warm_start->num_classes != num_classes || warm_start->dim != d ||
                      static_cast<int64_t>(warm_start->weights.size()) != K * d ||
                      static_cast<int64_t>(warm_start->bias.size()) != K))
-    return Status::InvalidArgument("logistic regression: warm start has " + std::to_string(warm_start->num_classes) +
-                                   " classes x " + std::to_string(warm_start->dim) + " dims, the problem " +
+    return Status::InvalidArgument("logistic regression: warm start has " +
+                                   std::to_string(warm_start->num_classes) + " classes x " +
+                                   std::to_string(warm_start->dim) + " dims, the problem " +
                                    std::to_string(num_classes) + " x " + std::to_string(d));
 
   // Standardised coordinates (see LogisticRegressionOptions::standardize): x' = (x − μ)/σ,
@@ -304,9 +323,11 @@ StatusOr<LogisticRegressionModel> FitLogisticRegression(const FeatureMatrix& x, 
         sq[j] += c * c;
       }
     double max_sigma = 0;
-    for (int64_t j = 0; j < d; ++j) max_sigma = std::max(max_sigma, sigma[j] = std::sqrt(sq[j] / x.rows));
     for (int64_t j = 0; j < d; ++j)
-      if (!(sigma[j] > 1e-6 * max_sigma)) sigma[j] = max_sigma > 0 ? max_sigma : 1.0;  // (nearly) constant column
+      max_sigma = std::max(max_sigma, sigma[j] = std::sqrt(sq[j] / x.rows));
+    for (int64_t j = 0; j < d; ++j)
+      if (!(sigma[j] > 1e-6 * max_sigma))
+        sigma[j] = max_sigma > 0 ? max_sigma : 1.0;  // (nearly) constant column
     standardized = FeatureMatrix(x.rows, d);
     for (int64_t i = 0; i < x.rows; ++i)
       for (int64_t j = 0; j < d; ++j)
@@ -378,7 +399,8 @@ StatusOr<LogisticRegressionModel> FitLogisticRegression(const FeatureMatrix& x, 
       for (size_t i = 0; i < dir.size(); ++i) dir[i] += (alpha_buf[j] - beta) * history[j].s[i];
     }
     double slope = Dot(grad, dir);
-    if (!(slope < 0)) {  // not a descent direction (numerical trouble): restart from steepest descent
+    if (!(slope <
+          0)) {  // not a descent direction (numerical trouble): restart from steepest descent
       history.clear();
       for (size_t i = 0; i < dir.size(); ++i) dir[i] = -grad[i];
       slope = -Dot(grad, grad);
@@ -388,7 +410,8 @@ StatusOr<LogisticRegressionModel> FitLogisticRegression(const FeatureMatrix& x, 
     LinePoint next;
     LineSearch search(problem, options, theta, dir, f, slope, &model.evaluations);
     if (!search.Run(alpha_init, &next)) {
-      if (!history.empty() && !retried) {  // forget the curvature pairs and try steepest descent once
+      if (!history.empty() &&
+          !retried) {  // forget the curvature pairs and try steepest descent once
         history.clear();
         retried = true;
         continue;
@@ -470,7 +493,8 @@ double MeanCrossEntropy(const LogisticRegressionModel& model, const FeatureMatri
 double Accuracy(const std::vector<int64_t>& predictions, const std::vector<int64_t>& labels) {
   if (labels.empty()) return 0;
   int64_t correct = 0;
-  for (size_t i = 0; i < labels.size() && i < predictions.size(); ++i) correct += predictions[i] == labels[i];
+  for (size_t i = 0; i < labels.size() && i < predictions.size(); ++i)
+    correct += predictions[i] == labels[i];
   return static_cast<double>(correct) / static_cast<double>(labels.size());
 }
 
@@ -478,33 +502,41 @@ std::vector<double> LambdaGrid(const LinearProbeOptions& options) {
   double lo = std::log10(options.lambda_min), hi = std::log10(options.lambda_max);
   int steps = static_cast<int>(std::lround((hi - lo) * options.steps_per_decade));
   std::vector<double> grid;
-  for (int i = 0; i <= steps; ++i) grid.push_back(std::pow(10.0, lo + static_cast<double>(i) / options.steps_per_decade));
+  for (int i = 0; i <= steps; ++i)
+    grid.push_back(std::pow(10.0, lo + static_cast<double>(i) / options.steps_per_decade));
   return grid;
 }
 
-StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train, const std::vector<int64_t>& train_labels,
-                                           const FeatureMatrix& test, const std::vector<int64_t>& test_labels,
+StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train,
+                                           const std::vector<int64_t>& train_labels,
+                                           const FeatureMatrix& test,
+                                           const std::vector<int64_t>& test_labels,
                                            const LinearProbeOptions& options) {
   auto start = Clock::now();
   MLCD_RETURN_IF_ERROR(CheckMatrix(train, "linear probe train split"));
   MLCD_RETURN_IF_ERROR(CheckMatrix(test, "linear probe test split"));
   if (train.cols != test.cols)
-    return Status::InvalidArgument("linear probe: train features have dimension " + std::to_string(train.cols) +
-                                   ", test features " + std::to_string(test.cols));
+    return Status::InvalidArgument("linear probe: train features have dimension " +
+                                   std::to_string(train.cols) + ", test features " +
+                                   std::to_string(test.cols));
   int num_classes = options.num_classes;
-  if (num_classes <= 0) num_classes = std::max(NumClassesOf(train_labels), NumClassesOf(test_labels));
+  if (num_classes <= 0)
+    num_classes = std::max(NumClassesOf(train_labels), NumClassesOf(test_labels));
   if (num_classes < 1) return Status::InvalidArgument("linear probe: no class labels");
-  MLCD_RETURN_IF_ERROR(CheckLabels(train_labels, train.rows, num_classes, "linear probe train split"));
+  MLCD_RETURN_IF_ERROR(
+      CheckLabels(train_labels, train.rows, num_classes, "linear probe train split"));
   MLCD_RETURN_IF_ERROR(CheckLabels(test_labels, test.rows, num_classes, "linear probe test split"));
   bool search = options.fixed_lambda <= 0;
   if (search) {
     if (!(options.validation_fraction > 0 && options.validation_fraction < 1))
       return Status::InvalidArgument("linear probe: validation_fraction must be in (0, 1), got " +
                                      std::to_string(options.validation_fraction));
-    if (!(options.lambda_min > 0 && options.lambda_max >= options.lambda_min && std::isfinite(options.lambda_max)))
+    if (!(options.lambda_min > 0 && options.lambda_max >= options.lambda_min &&
+          std::isfinite(options.lambda_max)))
       return Status::InvalidArgument("linear probe: need 0 < lambda_min <= lambda_max");
     if (options.steps_per_decade < 1 || options.initial_stride < 1)
-      return Status::InvalidArgument("linear probe: steps_per_decade and initial_stride must be >= 1");
+      return Status::InvalidArgument(
+          "linear probe: steps_per_decade and initial_stride must be >= 1");
   }
 
   FeatureMatrix train_all = train, test_all = test;
@@ -525,14 +557,19 @@ StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train, const std
   } else {
     // Validation split: a seeded random subset of the training rows.
     int64_t n = train.rows;
-    int64_t n_val = static_cast<int64_t>(std::llround(options.validation_fraction * static_cast<double>(n)));
+    int64_t n_val =
+        static_cast<int64_t>(std::llround(options.validation_fraction * static_cast<double>(n)));
     n_val = std::max<int64_t>(1, std::min<int64_t>(n_val, n - 1));
-    if (n < 2) return Status::InvalidArgument("linear probe: need at least 2 training rows for a validation split");
+    if (n < 2)
+      return Status::InvalidArgument(
+          "linear probe: need at least 2 training rows for a validation split");
     std::vector<int64_t> perm(static_cast<size_t>(n));
     std::iota(perm.begin(), perm.end(), 0);
     std::mt19937_64 rng(options.seed);
-    for (int64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[rng() % static_cast<uint64_t>(i + 1)]);
-    std::vector<int64_t> val_rows(perm.begin(), perm.begin() + n_val), fit_rows(perm.begin() + n_val, perm.end());
+    for (int64_t i = n - 1; i > 0; --i)
+      std::swap(perm[i], perm[rng() % static_cast<uint64_t>(i + 1)]);
+    std::vector<int64_t> val_rows(perm.begin(), perm.begin() + n_val),
+        fit_rows(perm.begin() + n_val, perm.end());
     std::sort(val_rows.begin(), val_rows.end());
     std::sort(fit_rows.begin(), fit_rows.end());
     FeatureMatrix fit_x = SelectRows(train_all, fit_rows), val_x = SelectRows(train_all, val_rows);
@@ -549,7 +586,8 @@ StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train, const std
     auto try_index = [&](int i, const LogisticRegressionModel* from) -> Status {
       LogisticRegressionOptions o = solver;
       o.lambda = grid[i];
-      MLCD_ASSIGN_OR_RETURN(LogisticRegressionModel m, FitLogisticRegression(fit_x, fit_y, num_classes, o, from));
+      MLCD_ASSIGN_OR_RETURN(LogisticRegressionModel m,
+                            FitLogisticRegression(fit_x, fit_y, num_classes, o, from));
       LambdaTrial t;
       t.lambda = grid[i];
       t.validation_accuracy = Accuracy(PredictClasses(m, val_x), val_y);
@@ -573,7 +611,8 @@ StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train, const std
         const LambdaTrial& b = done[best].first;
         // Ties (e.g. a warm start that was already converged) go to the larger λ.
         if (a.validation_accuracy > b.validation_accuracy ||
-            (a.validation_accuracy == b.validation_accuracy && a.validation_loss <= b.validation_loss))
+            (a.validation_accuracy == b.validation_accuracy &&
+             a.validation_loss <= b.validation_loss))
           best = i;
       }
       return best;
@@ -607,7 +646,8 @@ StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train, const std
   // Refit on train + validation with the chosen lambda; score on test.
   auto final_start = Clock::now();
   solver.lambda = result.lambda;
-  MLCD_ASSIGN_OR_RETURN(result.model, FitLogisticRegression(train_all, train_labels, num_classes, solver, warm));
+  MLCD_ASSIGN_OR_RETURN(result.model,
+                        FitLogisticRegression(train_all, train_labels, num_classes, solver, warm));
   result.final_fit_seconds = SecondsSince(final_start);
   result.train_accuracy = Accuracy(PredictClasses(result.model, train_all), train_labels);
   result.test_accuracy = Accuracy(PredictClasses(result.model, test_all), test_labels);

@@ -16,7 +16,8 @@
 //
 //   LinearProbeOptions options;            // CLIP defaults
 //   MLCD_ASSIGN_OR_RETURN(LinearProbeResult r,
-//                         RunLinearProbe(train.features, train.labels, test.features, test.labels, options));
+//                         RunLinearProbe(train.features, train.labels, test.features, test.labels,
+//                         options));
 //   std::printf("%.2f%% at lambda %g\n", 100 * r.test_accuracy, r.lambda);
 //
 // Cost: one objective/gradient evaluation is one pass over the features (worker/eval_kernels.h:
@@ -68,25 +69,26 @@ struct LogisticRegressionModel {
 
   // Fit statistics.
   int iterations = 0;
-  int evaluations = 0;        // objective/gradient evaluations, line search included
-  bool converged = false;     // a tolerance was met (not the iteration cap)
-  std::string stop_reason;    // "gradient tolerance", "function tolerance", "iteration limit", ...
-  double objective = 0;       // F = f / n at the solution
-  double gradient_max = 0;    // max |∂F/∂θ| at the solution
+  int evaluations = 0;      // objective/gradient evaluations, line search included
+  bool converged = false;   // a tolerance was met (not the iteration cap)
+  std::string stop_reason;  // "gradient tolerance", "function tolerance", "iteration limit", ...
+  double objective = 0;     // F = f / n at the solution
+  double gradient_max = 0;  // max |∂F/∂θ| at the solution
   double seconds = 0;
 };
 
 // F = f/n and, when `gradient` is not null, its gradient with respect to
 // theta = [W (row-major), b] (num_classes·(dim+1) values). Exposed for tests (finite
 // differences) and for checking convergence from outside.
-double LogisticObjective(const FeatureMatrix& x, const std::vector<int64_t>& labels, int num_classes, double lambda,
-                         const std::vector<double>& theta, std::vector<double>* gradient);
+double LogisticObjective(const FeatureMatrix& x, const std::vector<int64_t>& labels,
+                         int num_classes, double lambda, const std::vector<double>& theta,
+                         std::vector<double>* gradient);
 
 // Fits the model with L-BFGS, starting from `warm_start` (same classes and dim) or from 0.
 // INVALID_ARGUMENT on empty input, label out of [0, num_classes), or a mismatched warm start.
-StatusOr<LogisticRegressionModel> FitLogisticRegression(const FeatureMatrix& x, const std::vector<int64_t>& labels,
-                                                        int num_classes, const LogisticRegressionOptions& options,
-                                                        const LogisticRegressionModel* warm_start = nullptr);
+StatusOr<LogisticRegressionModel> FitLogisticRegression(
+    const FeatureMatrix& x, const std::vector<int64_t>& labels, int num_classes,
+    const LogisticRegressionOptions& options, const LogisticRegressionModel* warm_start = nullptr);
 
 // Arg-max class of every row (ties: the lowest class index); empty when x's dimension is not
 // the model's.
@@ -134,9 +136,9 @@ struct LambdaTrial {
 
 struct LinearProbeResult {
   double test_accuracy = 0;
-  double lambda = 0;           // the chosen λ
-  double train_accuracy = 0;   // of the final model on train + validation
-  double validation_accuracy = 0;  // of the chosen λ in the search
+  double lambda = 0;                // the chosen λ
+  double train_accuracy = 0;        // of the final model on train + validation
+  double validation_accuracy = 0;   // of the chosen λ in the search
   std::vector<LambdaTrial> trials;  // in the order tried (empty with fixed_lambda)
   LogisticRegressionModel model;    // the final model (fitted on train + validation)
   int64_t train_samples = 0;        // rows the search trained on
@@ -150,8 +152,10 @@ struct LinearProbeResult {
 
 // The whole protocol. INVALID_ARGUMENT when the inputs do not fit together (dimensions,
 // label counts, negative labels, too few rows for a validation split, bad options).
-StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train, const std::vector<int64_t>& train_labels,
-                                           const FeatureMatrix& test, const std::vector<int64_t>& test_labels,
+StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train,
+                                           const std::vector<int64_t>& train_labels,
+                                           const FeatureMatrix& test,
+                                           const std::vector<int64_t>& test_labels,
                                            const LinearProbeOptions& options);
 
 // The λ grid RunLinearProbe searches (exposed for tests).

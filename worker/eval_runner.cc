@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "common/file_util.h"
@@ -62,9 +62,11 @@ Status GatherParts(Collectives* comm, int64_t total, LabelledFeatures* part) {
   at::Tensor feats = at::zeros({max_rows, d}, at::kFloat);
   at::Tensor labels = at::full({max_rows}, -1, at::kLong);
   if (part->features.rows > 0) {
-    std::memcpy(feats.data_ptr<float>(), part->features.values.data(), sizeof(float) * part->features.values.size());
+    std::memcpy(feats.data_ptr<float>(), part->features.values.data(),
+                sizeof(float) * part->features.values.size());
     if (!part->labels.empty())
-      std::memcpy(labels.data_ptr<int64_t>(), part->labels.data(), sizeof(int64_t) * part->labels.size());
+      std::memcpy(labels.data_ptr<int64_t>(), part->labels.data(),
+                  sizeof(int64_t) * part->labels.size());
   }
   at::Tensor all_feats, all_labels;
   MLCD_RETURN_IF_ERROR(comm->AllGather(feats, &all_feats));
@@ -120,8 +122,9 @@ std::string ToJson(const google::protobuf::Message& m) {
 
 }  // namespace
 
-void MeanPositiveNegativeCosine(const FeatureMatrix& embeddings, const std::vector<int32_t>& labels, int l,
-                                const FeatureMatrix& centres, double* mean_positive, double* mean_negative) {
+void MeanPositiveNegativeCosine(const FeatureMatrix& embeddings, const std::vector<int32_t>& labels,
+                                int l, const FeatureMatrix& centres, double* mean_positive,
+                                double* mean_negative) {
   *mean_positive = 0;
   *mean_negative = 0;
   const int64_t k = centres.rows, d = centres.cols;
@@ -139,7 +142,8 @@ void MeanPositiveNegativeCosine(const FeatureMatrix& embeddings, const std::vect
     distinct.clear();
     for (int j = 0; j < l; ++j) {
       int32_t c = labels[static_cast<size_t>(i * l + j)];
-      if (c >= 0 && c < k && std::find(distinct.begin(), distinct.end(), c) == distinct.end()) distinct.push_back(c);
+      if (c >= 0 && c < k && std::find(distinct.begin(), distinct.end(), c) == distinct.end())
+        distinct.push_back(c);
     }
     double all = 0;
     for (int64_t j = 0; j < d; ++j) all += e[j] * sum[j];
@@ -167,20 +171,25 @@ StatusOr<FeatureMatrix> ReadCheckpointClassCentres(const std::string& checkpoint
     if (ParseRange(e->d_name, &b, &en)) ranges[b] = {en, checkpoint_dir + "/" + e->d_name};
   }
   closedir(dir);
-  if (ranges.empty()) return Status::NotFound(checkpoint_dir + " holds no class_centres.*.weight.npy files");
+  if (ranges.empty())
+    return Status::NotFound(checkpoint_dir + " holds no class_centres.*.weight.npy files");
   FeatureMatrix out;
   int64_t next = 0;
   for (const auto& [begin, entry] : ranges) {
     if (begin != next)
-      return Status::InvalidArgument(checkpoint_dir + ": class-centre ranges do not tile [0, k): expected a range "
-                                     "starting at " + std::to_string(next) + ", found " + std::to_string(begin));
+      return Status::InvalidArgument(checkpoint_dir +
+                                     ": class-centre ranges do not tile [0, k): expected a range "
+                                     "starting at " +
+                                     std::to_string(next) + ", found " + std::to_string(begin));
     std::vector<int64_t> shape;
     MLCD_ASSIGN_OR_RETURN(std::vector<float> values, ReadNpyAsFloat32(entry.second, &shape));
     if (shape.size() != 2 || shape[0] != entry.first - begin)
-      return Status::InvalidArgument(entry.second + ": expected " + std::to_string(entry.first - begin) +
+      return Status::InvalidArgument(entry.second + ": expected " +
+                                     std::to_string(entry.first - begin) +
                                      " rows of class centres");
     if (out.cols == 0) out.cols = shape[1];
-    if (shape[1] != out.cols) return Status::InvalidArgument(entry.second + ": centre dimension differs");
+    if (shape[1] != out.cols)
+      return Status::InvalidArgument(entry.second + ": centre dimension differs");
     out.values.insert(out.values.end(), values.begin(), values.end());
     out.rows += shape[0];
     next = entry.first;
@@ -197,14 +206,16 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   };
   const bool from_features = !options.train_features.empty() || !options.test_features.empty();
   if (from_features && (options.train_features.empty() || options.test_features.empty()))
-    return Status::InvalidArgument("precomputed features need both splits: give train and test features");
+    return Status::InvalidArgument(
+        "precomputed features need both splits: give train and test features");
   if (from_features && !options.checkpoint.empty())
     return Status::InvalidArgument("give either a checkpoint or precomputed features, not both");
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
-    return Status::InvalidArgument("rank " + std::to_string(options.rank) + " is outside world size " +
-                                   std::to_string(options.world_size));
+    return Status::InvalidArgument("rank " + std::to_string(options.rank) +
+                                   " is outside world size " + std::to_string(options.world_size));
   if (from_features && options.world_size > 1)
-    return Status::InvalidArgument("precomputed features are evaluated by one process: use world size 1");
+    return Status::InvalidArgument(
+        "precomputed features are evaluated by one process: use world size 1");
 
   v1::JobSpec spec;
   if (options.has_spec) {
@@ -213,22 +224,26 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
     MLCD_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpoint(options.checkpoint));
     MLCD_ASSIGN_OR_RETURN(spec, ReadCheckpointSpec(dir));
   } else if (!from_features) {
-    return Status::InvalidArgument("nothing to evaluate: give a checkpoint, a job spec (random initialisation) or "
-                                   "precomputed train and test features");
+    return Status::InvalidArgument(
+        "nothing to evaluate: give a checkpoint, a job spec (random initialisation) or "
+        "precomputed train and test features");
   }
   ApplyJobSpecDefaults(&spec);
   const v1::EvaluationSpec& eval = spec.evaluation();
   const bool run_probe = options.run_probe < 0 ? eval.linear_probe() : options.run_probe > 0;
   const bool run_knn = options.run_knn < 0 ? eval.knn() : options.run_knn > 0;
-  const uint64_t train_limit = options.train_limit >= 0 ? static_cast<uint64_t>(options.train_limit) : eval.train_limit();
-  const uint64_t test_limit = options.test_limit >= 0 ? static_cast<uint64_t>(options.test_limit) : eval.test_limit();
+  const uint64_t train_limit =
+      options.train_limit >= 0 ? static_cast<uint64_t>(options.train_limit) : eval.train_limit();
+  const uint64_t test_limit =
+      options.test_limit >= 0 ? static_cast<uint64_t>(options.test_limit) : eval.test_limit();
   KnnOptions knn = options.knn;
   knn.k = options.knn_k > 0 ? options.knn_k : eval.knn_k();
   knn.temperature = options.knn_temperature > 0 ? options.knn_temperature : eval.knn_temperature();
 
   const std::string features_name = options.features.empty() ? eval.features() : options.features;
   MLCD_ASSIGN_OR_RETURN(const VitFeatures features, ParseVitFeatures(features_name));
-  const int feature_blocks = options.feature_blocks > 0 ? options.feature_blocks : eval.feature_blocks();
+  const int feature_blocks =
+      options.feature_blocks > 0 ? options.feature_blocks : eval.feature_blocks();
 
   LabelledFeatures train, test;
   // The training images' embeddings for the Fig. 3 cosines when the probe sees other features.
@@ -237,7 +252,8 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   std::string model_description;
   double embed_seconds = 0;
   if (from_features) {
-    MLCD_ASSIGN_OR_RETURN(train, LoadLabelledFeatures(options.train_features, options.train_labels));
+    MLCD_ASSIGN_OR_RETURN(train,
+                          LoadLabelledFeatures(options.train_features, options.train_labels));
     MLCD_ASSIGN_OR_RETURN(test, LoadLabelledFeatures(options.test_features, options.test_labels));
     Truncate(&train, static_cast<int64_t>(train_limit));
     Truncate(&test, static_cast<int64_t>(test_limit));
@@ -250,9 +266,11 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
     v1::DatasetSpec train_ds = eval.dataset();
     train_ds.set_limit(MinLimit(train_ds.limit(), train_limit));
     MLCD_ASSIGN_OR_RETURN(auto train_data, OpenImageDataset(train_ds, "train"));
-    MLCD_ASSIGN_OR_RETURN(auto test_data, OpenImageDataset(eval.dataset(), "test", static_cast<int64_t>(test_limit)));
+    MLCD_ASSIGN_OR_RETURN(
+        auto test_data, OpenImageDataset(eval.dataset(), "test", static_cast<int64_t>(test_limit)));
     if (train_data->class_labels().empty() || test_data->class_labels().empty())
-      return Status::FailedPrecondition("the evaluation dataset has no class labels: " + train_data->Describe());
+      return Status::FailedPrecondition("the evaluation dataset has no class labels: " +
+                                        train_data->Describe());
     std::unique_ptr<Collectives> comm;
     if (options.world_size > 1) {
       if (options.rendezvous.empty())
@@ -279,13 +297,18 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
       eo.on_progress = [&](int64_t done, int64_t total) {
         if (done == total || SecondsSince(last) >= 1.0) {
           last = Clock::now();
-          emit({{"event", "progress"}, {"phase", phase}, {"rows_done", done}, {"rows_total", total}});
+          emit({{"event", "progress"},
+                {"phase", phase},
+                {"rows_done", done},
+                {"rows_total", total}});
         }
       };
       MLCD_ASSIGN_OR_RETURN(EmbeddedPart part, EmbedDataset(model, data, eo));
       embed_seconds += part.seconds;
       *out = std::move(part.features);
-      if (comm) MLCD_RETURN_IF_ERROR(GatherParts(comm.get(), data.size(), out).WithContext("gathering embeddings"));
+      if (comm)
+        MLCD_RETURN_IF_ERROR(
+            GatherParts(comm.get(), data.size(), out).WithContext("gathering embeddings"));
       return Status::Ok();
     };
     const bool split_embedding = features != VitFeatures::kEmbedding;
@@ -293,12 +316,14 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
     MLCD_RETURN_IF_ERROR(embed(*test_data, "embed test", &test, false));
     if (split_embedding && options.rank == 0) {
       // Rows are [features | embedding]: keep the embedding apart for the Fig. 3 cosines.
-      const int64_t fdim = model.model->FeatureDim(features, feature_blocks), edim = train.features.cols - fdim;
+      const int64_t fdim = model.model->FeatureDim(features, feature_blocks),
+                    edim = train.features.cols - fdim;
       FeatureMatrix kept(train.features.rows, fdim);
       train_embedding = FeatureMatrix(train.features.rows, edim);
       for (int64_t i = 0; i < train.features.rows; ++i) {
         std::copy(train.features.row(i), train.features.row(i) + fdim, kept.row(i));
-        std::copy(train.features.row(i) + fdim, train.features.row(i) + fdim + edim, train_embedding.row(i));
+        std::copy(train.features.row(i) + fdim, train.features.row(i) + fdim + edim,
+                  train_embedding.row(i));
       }
       train.features = std::move(kept);
     }
@@ -307,7 +332,8 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
       return report;  // rank 0 evaluates
     }
   }
-  if (train.labels.empty() || test.labels.empty()) return Status::FailedPrecondition("the splits have no class labels");
+  if (train.labels.empty() || test.labels.empty())
+    return Status::FailedPrecondition("the splits have no class labels");
   const int num_classes = std::max(NumClassesOf(train.labels), NumClassesOf(test.labels));
 
   v1::EvaluationResult& result = report.result;
@@ -318,7 +344,8 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   details["checkpoint"] = checkpoint_dir;
   details["embedding_dim"] = train.features.cols;
   details["features"] = from_features ? "precomputed" : VitFeaturesName(features);
-  if (!from_features && features == VitFeatures::kBlocks) details["feature_blocks"] = feature_blocks;
+  if (!from_features && features == VitFeatures::kBlocks)
+    details["feature_blocks"] = feature_blocks;
   details["num_classes"] = num_classes;
   details["train_samples"] = train.features.rows;
   details["test_samples"] = test.features.rows;
@@ -331,20 +358,27 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
     po.on_trial = [&](const LambdaTrial& t) {
       ++trial;
       MLCD_LOG(INFO) << "linear probe: lambda " << t.lambda << " -> validation accuracy "
-                     << 100 * t.validation_accuracy << "% (" << t.iterations << " L-BFGS iterations, " << t.seconds
-                     << " s)";
-      emit({{"event", "progress"}, {"phase", "linear probe"}, {"rows_done", trial}, {"rows_total", 15},
-            {"lambda", t.lambda}, {"validation_accuracy", t.validation_accuracy}});
+                     << 100 * t.validation_accuracy << "% (" << t.iterations
+                     << " L-BFGS iterations, " << t.seconds << " s)";
+      emit({{"event", "progress"},
+            {"phase", "linear probe"},
+            {"rows_done", trial},
+            {"rows_total", 15},
+            {"lambda", t.lambda},
+            {"validation_accuracy", t.validation_accuracy}});
     };
-    MLCD_ASSIGN_OR_RETURN(LinearProbeResult probe, RunLinearProbe(train.features, train.labels, test.features,
-                                                                  test.labels, po));
+    MLCD_ASSIGN_OR_RETURN(LinearProbeResult probe, RunLinearProbe(train.features, train.labels,
+                                                                  test.features, test.labels, po));
     result.set_linear_probe_accuracy(probe.test_accuracy);
     result.set_linear_probe_lambda(probe.lambda);
     nlohmann::json trials = nlohmann::json::array();
     for (const LambdaTrial& t : probe.trials)
-      trials.push_back({{"lambda", t.lambda}, {"validation_accuracy", t.validation_accuracy},
-                        {"validation_loss", t.validation_loss}, {"iterations", t.iterations},
-                        {"converged", t.converged}, {"seconds", t.seconds}});
+      trials.push_back({{"lambda", t.lambda},
+                        {"validation_accuracy", t.validation_accuracy},
+                        {"validation_loss", t.validation_loss},
+                        {"iterations", t.iterations},
+                        {"converged", t.converged},
+                        {"seconds", t.seconds}});
     details["linear_probe"] = {{"test_accuracy", probe.test_accuracy},
                                {"lambda", probe.lambda},
                                {"validation_accuracy", probe.validation_accuracy},
@@ -359,18 +393,25 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
                                {"search_seconds", probe.search_seconds},
                                {"final_fit_seconds", probe.final_fit_seconds},
                                {"seconds", probe.seconds}};
-    MLCD_LOG(INFO) << "linear probe: " << 100 * probe.test_accuracy << "% test accuracy at lambda " << probe.lambda
-                   << " (" << probe.seconds << " s)";
+    MLCD_LOG(INFO) << "linear probe: " << 100 * probe.test_accuracy << "% test accuracy at lambda "
+                   << probe.lambda << " (" << probe.seconds << " s)";
   }
   if (run_knn) {
-    emit({{"event", "progress"}, {"phase", "knn"}, {"rows_done", 0}, {"rows_total", test.features.rows}});
+    emit({{"event", "progress"},
+          {"phase", "knn"},
+          {"rows_done", 0},
+          {"rows_total", test.features.rows}});
     KnnOptions ko = knn;
     ko.num_classes = num_classes;
-    MLCD_ASSIGN_OR_RETURN(KnnResult k, KnnClassify(train.features, train.labels, test.features, test.labels, ko));
+    MLCD_ASSIGN_OR_RETURN(
+        KnnResult k, KnnClassify(train.features, train.labels, test.features, test.labels, ko));
     result.set_knn_accuracy(k.accuracy);
-    details["knn"] = {{"accuracy", k.accuracy}, {"k", k.k}, {"temperature", ko.temperature}, {"seconds", k.seconds}};
-    MLCD_LOG(INFO) << "kNN (k=" << k.k << ", T=" << ko.temperature << "): " << 100 * k.accuracy << "% (" << k.seconds
-                   << " s)";
+    details["knn"] = {{"accuracy", k.accuracy},
+                      {"k", k.k},
+                      {"temperature", ko.temperature},
+                      {"seconds", k.seconds}};
+    MLCD_LOG(INFO) << "kNN (k=" << k.k << ", T=" << ko.temperature << "): " << 100 * k.accuracy
+                   << "% (" << k.seconds << " s)";
   }
 
   // Fig. 3 quantities of the final model on its training images.
@@ -395,21 +436,27 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
         lo.timeout = std::chrono::seconds(10);
         labelstore::LabelStoreClient client(options.labelstore_address, lo);
         MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo info, client.Describe(label_set));
-        int64_t n = std::min<int64_t>(train.features.rows, static_cast<int64_t>(info.num_samples()));
+        int64_t n =
+            std::min<int64_t>(train.features.rows, static_cast<int64_t>(info.num_samples()));
         std::vector<int64_t> ids(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = train.ids.empty() ? i : train.ids[i];
+        for (int64_t i = 0; i < n; ++i)
+          ids[static_cast<size_t>(i)] = train.ids.empty() ? i : train.ids[i];
         labelstore::LabelBatch batch;
         MLCD_RETURN_IF_ERROR(client.GetLabels(label_set, ids.data(), ids.size(), false, &batch));
         MLCD_ASSIGN_OR_RETURN(FeatureMatrix centres, ReadCheckpointClassCentres(checkpoint_dir));
         const FeatureMatrix& source = train_embedding.rows > 0 ? train_embedding : train.features;
         FeatureMatrix emb(n, source.cols);
-        std::copy(source.values.begin(), source.values.begin() + n * source.cols, emb.values.begin());
+        std::copy(source.values.begin(), source.values.begin() + n * source.cols,
+                  emb.values.begin());
         double pos = 0, neg = 0;
         MeanPositiveNegativeCosine(emb, batch.labels, batch.labels_per_sample, centres, &pos, &neg);
         result.set_mean_positive_cosine(pos);
         result.set_mean_negative_cosine(neg);
-        details["fig3"] = {{"label_set", label_set}, {"samples", n}, {"classes", centres.rows},
-                           {"mean_positive_cosine", pos}, {"mean_negative_cosine", neg}};
+        details["fig3"] = {{"label_set", label_set},
+                           {"samples", n},
+                           {"classes", centres.rows},
+                           {"mean_positive_cosine", pos},
+                           {"mean_negative_cosine", neg}};
         return Status::Ok();
       }();
       if (!s.ok()) note = s.ToString();
@@ -437,10 +484,10 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
           std::iota(split->ids.begin(), split->ids.end(), 0);
         }
       }
-      MLCD_RETURN_IF_ERROR(
-          WriteEmbeddingShard(options.output_dir + "/train", 0, 1, train.features, train.ids, &train.labels));
-      MLCD_RETURN_IF_ERROR(
-          WriteEmbeddingShard(options.output_dir + "/test", 0, 1, test.features, test.ids, &test.labels));
+      MLCD_RETURN_IF_ERROR(WriteEmbeddingShard(options.output_dir + "/train", 0, 1, train.features,
+                                               train.ids, &train.labels));
+      MLCD_RETURN_IF_ERROR(WriteEmbeddingShard(options.output_dir + "/test", 0, 1, test.features,
+                                               test.ids, &test.labels));
       report.outputs.push_back(options.output_dir + "/train");
       report.outputs.push_back(options.output_dir + "/test");
     }

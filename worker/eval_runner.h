@@ -105,8 +105,9 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options);
 // The Fig. 3 quantities for embeddings (rows L2-normalised) and their positive labels
 // (n x l, < 0 = padding) against class centres (k x d, any norm): the mean cosine over all
 // (sample, positive) pairs and over all (sample, other centre) pairs. Exposed for tests.
-void MeanPositiveNegativeCosine(const FeatureMatrix& embeddings, const std::vector<int32_t>& labels, int l,
-                                const FeatureMatrix& centres, double* mean_positive, double* mean_negative);
+void MeanPositiveNegativeCosine(const FeatureMatrix& embeddings, const std::vector<int32_t>& labels,
+                                int l, const FeatureMatrix& centres, double* mean_positive,
+                                double* mean_negative);
 
 // Reads every class_centres.<begin>-<end>.weight.npy of a checkpoint directory into one
 // k x d matrix (ranges must tile [0, k)). NOT_FOUND when there are none.

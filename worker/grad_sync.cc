@@ -50,8 +50,9 @@ Status GradSync::CheckParametersInSync() {
   torch::NoGradGuard no_grad;
   // Sum and max of a fingerprint: equal on every rank iff max - min == 0 for each entry.
   const torch::Tensor& v = params_->values();
-  torch::Tensor fp = torch::stack({v.sum().to(torch::kDouble), v.abs().sum().to(torch::kDouble),
-                                   (v * torch::arange(v.numel(), v.options()).remainder(97)).sum().to(torch::kDouble)});
+  torch::Tensor fp = torch::stack(
+      {v.sum().to(torch::kDouble), v.abs().sum().to(torch::kDouble),
+       (v * torch::arange(v.numel(), v.options()).remainder(97)).sum().to(torch::kDouble)});
   torch::Tensor mx = fp.clone(), mn = fp.clone();
   MLCD_RETURN_IF_ERROR(comm_->AllReduce(mx, ReduceOp::kMax));
   MLCD_RETURN_IF_ERROR(comm_->AllReduce(mn, ReduceOp::kMin));

@@ -51,8 +51,8 @@ struct LossCheckInputs {
   PartialFcOptions options;
 };
 
-StatusOr<at::Tensor> ReadTensor(const std::string& flag, const std::string& path, bool want_float, int min_dim,
-                                int max_dim) {
+StatusOr<at::Tensor> ReadTensor(const std::string& flag, const std::string& path, bool want_float,
+                                int min_dim, int max_dim) {
   if (path.empty()) return Status::InvalidArgument(flag + " is required");
   auto map = MappedNpy::Open(path);
   if (!map.ok()) return map.status().WithContext(flag);
@@ -61,20 +61,22 @@ StatusOr<at::Tensor> ReadTensor(const std::string& flag, const std::string& path
   std::string shape;
   for (size_t i = 0; i < h.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(h.shape[i]);
   if (dims < min_dim || dims > max_dim) {
-    return Status::InvalidArgument(flag + " " + path + ": expected a " +
-                                   (min_dim == max_dim ? std::to_string(min_dim) : std::to_string(min_dim) + "- or " +
-                                                                                      std::to_string(max_dim)) +
-                                   "-d array, got shape (" + shape + ")");
+    return Status::InvalidArgument(
+        flag + " " + path + ": expected a " +
+        (min_dim == max_dim ? std::to_string(min_dim)
+                            : std::to_string(min_dim) + "- or " + std::to_string(max_dim)) +
+        "-d array, got shape (" + shape + ")");
   }
   if (want_float) {
     if (h.dtype != NpyDtype::kFloat32) {
-      return Status::InvalidArgument(flag + " " + path + ": expected float32, got " + NpyDtypeName(h.dtype) +
-                                     " (convert with .astype(np.float32))");
+      return Status::InvalidArgument(flag + " " + path + ": expected float32, got " +
+                                     NpyDtypeName(h.dtype) + " (convert with .astype(np.float32))");
     }
     return at::from_blob(const_cast<void*>(map->data()), h.shape, at::kFloat).clone();
   }
   if (h.dtype != NpyDtype::kInt64 && h.dtype != NpyDtype::kInt32) {
-    return Status::InvalidArgument(flag + " " + path + ": expected int64, got " + NpyDtypeName(h.dtype));
+    return Status::InvalidArgument(flag + " " + path + ": expected int64, got " +
+                                   NpyDtypeName(h.dtype));
   }
   at::ScalarType type = h.dtype == NpyDtype::kInt64 ? at::kLong : at::kInt;
   return at::from_blob(const_cast<void*>(map->data()), h.shape, type).to(at::kLong).clone();
@@ -89,25 +91,29 @@ StatusOr<LossCheckInputs> ReadInputs(const LossCheckArgs& a) {
   if (in.Y.dim() == 1) in.Y = in.Y.unsqueeze(1);
   const int64_t B = in.E.size(0), D = in.E.size(1), K = in.W.size(0);
   auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
-  if (B < 1 || D < 1) return bad("--embeddings " + a.embeddings + ": needs at least one row and one column");
+  if (B < 1 || D < 1)
+    return bad("--embeddings " + a.embeddings + ": needs at least one row and one column");
   if (K < 1) return bad("--weights " + a.weights + ": needs at least one class centre (row)");
   if (in.W.size(1) != D) {
-    return bad("--weights " + a.weights + " has dimension " + std::to_string(in.W.size(1)) + " but --embeddings has " +
-               std::to_string(D));
+    return bad("--weights " + a.weights + " has dimension " + std::to_string(in.W.size(1)) +
+               " but --embeddings has " + std::to_string(D));
   }
   if (in.Y.size(0) != B) {
-    return bad("--labels " + a.labels + " has " + std::to_string(in.Y.size(0)) + " rows but --embeddings has " +
-               std::to_string(B) + " (one row of labels per embedding)");
+    return bad("--labels " + a.labels + " has " + std::to_string(in.Y.size(0)) +
+               " rows but --embeddings has " + std::to_string(B) +
+               " (one row of labels per embedding)");
   }
   if (in.Y.size(1) < 1) return bad("--labels " + a.labels + " has no label columns");
-  if (!at::isfinite(in.E).all().item<bool>()) return bad("--embeddings " + a.embeddings + " contains NaN or infinity");
-  if (!at::isfinite(in.W).all().item<bool>()) return bad("--weights " + a.weights + " contains NaN or infinity");
+  if (!at::isfinite(in.E).all().item<bool>())
+    return bad("--embeddings " + a.embeddings + " contains NaN or infinity");
+  if (!at::isfinite(in.W).all().item<bool>())
+    return bad("--weights " + a.weights + " contains NaN or infinity");
   int64_t max_label = in.Y.max().item<int64_t>();
   if (max_label >= K) {
     at::Tensor where = (in.Y >= K).nonzero();
     return bad("--labels " + a.labels + ": label " + std::to_string(max_label) + " (row " +
-               std::to_string(where[0][0].item<int64_t>()) + ") is >= the number of classes " + std::to_string(K) +
-               " (rows of --weights); use -1 for padding");
+               std::to_string(where[0][0].item<int64_t>()) + ") is >= the number of classes " +
+               std::to_string(K) + " (rows of --weights); use -1 for padding");
   }
   if (in.N.numel() > 0) {
     int64_t lo = in.N.min().item<int64_t>(), hi = in.N.max().item<int64_t>();
@@ -129,8 +135,9 @@ StatusOr<LossCheckInputs> ReadInputs(const LossCheckArgs& a) {
   at::Tensor zero_rows = (in.W.norm(2, {1}) == 0).logical_and(in_s);
   if (zero_rows.any().item<bool>()) {
     int64_t row = zero_rows.nonzero()[0][0].item<int64_t>();
-    return bad("--weights " + a.weights + ": class centre " + std::to_string(row) +
-               " is in the sampled set but all zeros; centres are L2-normalised, so it has no direction");
+    return bad(
+        "--weights " + a.weights + ": class centre " + std::to_string(row) +
+        " is in the sampled set but all zeros; centres are L2-normalised, so it has no direction");
   }
   PartialFcOptions& o = in.options;
   o.num_classes = K;
@@ -173,11 +180,13 @@ Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, 
   const int64_t B = in.E.size(0), D = in.E.size(1), K = in.options.num_classes;
   const int64_t b0 = RowBegin(B, world, rank), b1 = RowBegin(B, world, rank + 1);
   MLCD_ASSIGN_OR_RETURN(PartialFcStep step,
-                        pfc->ForwardBackwardWithNegatives(in.E.narrow(0, b0, b1 - b0), in.Y.narrow(0, b0, b1 - b0), in.N));
+                        pfc->ForwardBackwardWithNegatives(in.E.narrow(0, b0, b1 - b0),
+                                                          in.Y.narrow(0, b0, b1 - b0), in.N));
 
   // Embedding gradients, padded to the largest local batch, gathered in rank order.
   int64_t b_max = 0;
-  for (int r = 0; r < world; ++r) b_max = std::max(b_max, RowBegin(B, world, r + 1) - RowBegin(B, world, r));
+  for (int r = 0; r < world; ++r)
+    b_max = std::max(b_max, RowBegin(B, world, r + 1) - RowBegin(B, world, r));
   at::Tensor mine = at::zeros({b_max, D}, at::kFloat);
   mine.narrow(0, 0, b1 - b0).copy_(step.grad_embeddings);
   at::Tensor gathered;
@@ -188,7 +197,8 @@ Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, 
   for (int r = 0; r < world; ++r) n_max = std::max(n_max, ShardClassRange(K, world, r).size());
   at::Tensor shard_grad = at::zeros({n_max, D}, at::kFloat);
   at::Tensor classes = pfc->last_sampled_classes();
-  if (classes.numel() > 0) shard_grad.index_copy_(0, classes - range.begin, pfc->last_weight_gradient());
+  if (classes.numel() > 0)
+    shard_grad.index_copy_(0, classes - range.begin, pfc->last_weight_gradient());
   at::Tensor gathered_w;
   MLCD_RETURN_IF_ERROR(comm->AllGather(shard_grad, &gathered_w));
   if (rank != 0) return Status::Ok();
@@ -203,27 +213,41 @@ Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, 
   MLCD_RETURN_IF_ERROR(MakeDirs(a.out));
   float loss = static_cast<float>(step.loss);
   MLCD_RETURN_IF_ERROR(WriteNpy(a.out + "/loss.npy", NpyDtype::kFloat32, {}, &loss));
-  MLCD_RETURN_IF_ERROR(WriteNpy(a.out + "/grad_embeddings.npy", NpyDtype::kFloat32, {B, D}, grad_e.data_ptr()));
-  MLCD_RETURN_IF_ERROR(WriteNpy(a.out + "/grad_weights.npy", NpyDtype::kFloat32, {K, D}, grad_w.data_ptr()));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(a.out + "/grad_embeddings.npy", NpyDtype::kFloat32, {B, D}, grad_e.data_ptr()));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(a.out + "/grad_weights.npy", NpyDtype::kFloat32, {K, D}, grad_w.data_ptr()));
   std::printf(
       "{\"loss\": %.9g, \"world_size\": %d, \"variant\": \"%s\", \"sampled_classes\": %lld, "
       "\"mean_positive_cosine\": %.9g, \"mean_negative_cosine\": %.9g, \"out\": \"%s\"}\n",
-      step.loss, world, LossVariantName(in.options.variant), static_cast<long long>(step.stats.sampled_classes),
-      step.stats.mean_positive_cosine, step.stats.mean_negative_cosine, a.out.c_str());
+      step.loss, world, LossVariantName(in.options.variant),
+      static_cast<long long>(step.stats.sampled_classes), step.stats.mean_positive_cosine,
+      step.stats.mean_negative_cosine, a.out.c_str());
   std::fflush(stdout);
   return Status::Ok();
 }
 
-std::vector<std::string> ChildArgs(const LossCheckArgs& a, int rank, const std::string& rendezvous) {
+std::vector<std::string> ChildArgs(const LossCheckArgs& a, int rank,
+                                   const std::string& rendezvous) {
   auto num = [](double v) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.17g", v);
     return std::string(buf);
   };
-  return {"mlcd-worker", "loss-check", "--embeddings", a.embeddings, "--weights", a.weights, "--labels", a.labels,
-          "--negatives", a.negatives, "--variant", a.variant, "--scale", num(a.scale), "--margin", num(a.margin),
-          "--margin-type", a.margin_type, "--out", a.out, "--world-size", std::to_string(a.world_size),
-          "--timeout", num(a.timeout_seconds), "--rank", std::to_string(rank), "--rendezvous", rendezvous};
+  return {"mlcd-worker",   "loss-check",
+          "--embeddings",  a.embeddings,
+          "--weights",     a.weights,
+          "--labels",      a.labels,
+          "--negatives",   a.negatives,
+          "--variant",     a.variant,
+          "--scale",       num(a.scale),
+          "--margin",      num(a.margin),
+          "--margin-type", a.margin_type,
+          "--out",         a.out,
+          "--world-size",  std::to_string(a.world_size),
+          "--timeout",     num(a.timeout_seconds),
+          "--rank",        std::to_string(rank),
+          "--rendezvous",  rendezvous};
 }
 
 // Forks world_size ranks of this executable and waits for them. Returns the exit code.
@@ -308,8 +332,8 @@ int RunLossCheck(const LossCheckArgs& a) {
   if (a.world_size > 1 && a.rank < 0) return RunRanks(a);
   Status s = ComputeRank(a, *inputs, std::max(a.rank, 0), a.world_size);
   if (!s.ok()) {
-    std::cerr << "loss-check" << (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string()) << ": "
-              << s.ToString() << "\n";
+    std::cerr << "loss-check" << (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string())
+              << ": " << s.ToString() << "\n";
     return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   return 0;
@@ -319,14 +343,21 @@ static CommandRegistration registration(20, [](CLI::App& app, int* exit_code) {
   auto args = std::make_shared<LossCheckArgs>();
   CLI::App* cmd = app.add_subcommand(
       "loss-check",
-      "Loss and gradients of the classification layer on given inputs (S = negatives ∪ positives, no random "
+      "Loss and gradients of the classification layer on given inputs (S = negatives ∪ positives, "
+      "no random "
       "sampling), for comparing implementations. Writes DIR/loss.npy, DIR/grad_embeddings.npy, "
       "DIR/grad_weights.npy (float32; gradients of the batch-mean loss).");
-  cmd->add_option("--embeddings", args->embeddings, "B x D float32 .npy of embeddings (normalised inside)")->required();
-  cmd->add_option("--weights", args->weights, "K x D float32 .npy of class centres (normalised inside)")->required();
-  cmd->add_option("--labels", args->labels, "B x l int64 .npy of positive class ids, -1 (any negative) = padding")
+  cmd->add_option("--embeddings", args->embeddings,
+                  "B x D float32 .npy of embeddings (normalised inside)")
       ->required();
-  cmd->add_option("--negatives", args->negatives, "1-d int64 .npy of negative class ids; S = these ∪ all labels")
+  cmd->add_option("--weights", args->weights,
+                  "K x D float32 .npy of class centres (normalised inside)")
+      ->required();
+  cmd->add_option("--labels", args->labels,
+                  "B x l int64 .npy of positive class ids, -1 (any negative) = padding")
+      ->required();
+  cmd->add_option("--negatives", args->negatives,
+                  "1-d int64 .npy of negative class ids; S = these ∪ all labels")
       ->required();
   cmd->add_option("--variant", args->variant, "mlcd | mlc | softmax")->capture_default_str();
   cmd->add_option("--scale", args->scale, "logit scale s")->capture_default_str();
@@ -334,12 +365,15 @@ static CommandRegistration registration(20, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--margin-type", args->margin_type, "arc: s·cos(θ+m) | cos: s·(cosθ−m) | none")
       ->capture_default_str();
   cmd->add_option("--out", args->out, "output directory (created)")->required();
-  cmd->add_option("--world-size", args->world_size,
-                  "shard over N local processes (Gloo on a free loopback port); outputs must not change")
+  cmd->add_option(
+         "--world-size", args->world_size,
+         "shard over N local processes (Gloo on a free loopback port); outputs must not change")
       ->capture_default_str();
-  cmd->add_option("--timeout", args->timeout_seconds, "collective timeout in seconds")->capture_default_str();
+  cmd->add_option("--timeout", args->timeout_seconds, "collective timeout in seconds")
+      ->capture_default_str();
   cmd->add_option("--rank", args->rank, "internal: rank of a child process")->group("");
-  cmd->add_option("--rendezvous", args->rendezvous, "internal: HOST:PORT of rank 0's store")->group("");
+  cmd->add_option("--rendezvous", args->rendezvous, "internal: HOST:PORT of rank 0's store")
+      ->group("");
   cmd->callback([args, exit_code] { *exit_code = RunLossCheck(*args); });
 });
 

@@ -8,7 +8,8 @@ namespace mlcd::worker {
 StatusOr<LrDecay> ParseLrDecay(const std::string& name) {
   if (name == "cosine" || name.empty()) return LrDecay::kCosine;
   if (name == "constant") return LrDecay::kConstant;
-  return Status::InvalidArgument("optimizer.schedule must be \"cosine\" or \"constant\", got \"" + name + "\"");
+  return Status::InvalidArgument("optimizer.schedule must be \"cosine\" or \"constant\", got \"" +
+                                 name + "\"");
 }
 
 int64_t WarmupSteps(const LrScheduleOptions& o) {
@@ -23,7 +24,8 @@ double LearningRateAt(const LrScheduleOptions& o, int64_t step) {
   if (step < warmup) return o.peak_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
   if (o.decay == LrDecay::kConstant) return o.peak_lr;
   const int64_t span = std::max<int64_t>(1, o.total_steps - warmup);
-  const double progress = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(span));
+  const double progress =
+      std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(span));
   return o.final_lr + (o.peak_lr - o.final_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 

@@ -7,7 +7,8 @@ int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
   mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
   int exit_code = 0;
-  CLI::App app{"mlcd-worker: ViT training with the sharded PartialFC MLCD loss over c10d", "mlcd-worker"};
+  CLI::App app{"mlcd-worker: ViT training with the sharded PartialFC MLCD loss over c10d",
+               "mlcd-worker"};
   app.require_subcommand(1);
   mlcd::worker::AddRegisteredCommands(app, &exit_code);
   try {

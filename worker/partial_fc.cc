@@ -28,7 +28,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // Limits the OpenMP threads of the calling thread (omp_set_num_threads acts on the calling
 // thread's ICV, which ATen's parallel_for reads) for a scope. libgomp comes with libtorch and is
@@ -73,7 +75,8 @@ class SampleRng {
   }
   // Uniform in [0, n) (Lemire's multiply-shift; bias < n / 2^64).
   int64_t Below(int64_t n) {
-    return static_cast<int64_t>((static_cast<unsigned __int128>(Next()) * static_cast<uint64_t>(n)) >> 64);
+    return static_cast<int64_t>(
+        (static_cast<unsigned __int128>(Next()) * static_cast<uint64_t>(n)) >> 64);
   }
 
  private:
@@ -82,7 +85,8 @@ class SampleRng {
 
 // Row `cls` of the initial centres: N(0, std²) entries from a hash of (seed, class id, dim).
 void FillInitialRow(uint64_t seed, int64_t cls, double std_dev, float* out, int64_t dim) {
-  const uint64_t row_key = SplitMix64(SplitMix64(seed ^ 0x6D6C6364ull) ^ static_cast<uint64_t>(cls));
+  const uint64_t row_key =
+      SplitMix64(SplitMix64(seed ^ 0x6D6C6364ull) ^ static_cast<uint64_t>(cls));
   const double two_pi = 2.0 * M_PI;
   for (int64_t j = 0; j < dim; j += 2) {
     uint64_t h = SplitMix64(row_key + static_cast<uint64_t>(j));
@@ -98,8 +102,9 @@ void FillInitialRow(uint64_t seed, int64_t cls, double std_dev, float* out, int6
 int64_t SampleBudget(double ratio, int64_t n) {
   double x = ratio * static_cast<double>(n);
   double rounded = std::round(x);
-  int64_t budget = std::fabs(x - rounded) <= 1e-9 * std::max(1.0, x) ? static_cast<int64_t>(rounded)
-                                                                      : static_cast<int64_t>(std::ceil(x));
+  int64_t budget = std::fabs(x - rounded) <= 1e-9 * std::max(1.0, x)
+                       ? static_cast<int64_t>(rounded)
+                       : static_cast<int64_t>(std::ceil(x));
   return std::min<int64_t>(std::max<int64_t>(budget, 0), n);
 }
 
@@ -120,7 +125,8 @@ std::string RangeFilePrefix(const ClassRange& r) {
 }
 
 // Backward of x̂ = x / max(|x|, eps) for rows: (g − x̂ (x̂·g)) / max(|x|, eps).
-at::Tensor NormalizeBackward(const at::Tensor& g, const at::Tensor& x_hat, const at::Tensor& norms) {
+at::Tensor NormalizeBackward(const at::Tensor& g, const at::Tensor& x_hat,
+                             const at::Tensor& norms) {
   at::Tensor dot = (g * x_hat).sum(1, /*keepdim=*/true);
   return (g - x_hat * dot) / norms.unsqueeze(1);
 }
@@ -131,7 +137,8 @@ StatusOr<LossVariant> ParseLossVariant(const std::string& name) {
   if (name == "mlcd") return LossVariant::kMlcd;
   if (name == "mlc") return LossVariant::kMlc;
   if (name == "softmax") return LossVariant::kSoftmax;
-  return Status::InvalidArgument("unknown loss variant '" + name + "'; expected mlcd, mlc or softmax");
+  return Status::InvalidArgument("unknown loss variant '" + name +
+                                 "'; expected mlcd, mlc or softmax");
 }
 
 StatusOr<MarginType> ParseMarginType(const std::string& name) {
@@ -143,18 +150,24 @@ StatusOr<MarginType> ParseMarginType(const std::string& name) {
 
 const char* LossVariantName(LossVariant variant) {
   switch (variant) {
-    case LossVariant::kMlcd: return "mlcd";
-    case LossVariant::kMlc: return "mlc";
-    case LossVariant::kSoftmax: return "softmax";
+    case LossVariant::kMlcd:
+      return "mlcd";
+    case LossVariant::kMlc:
+      return "mlc";
+    case LossVariant::kSoftmax:
+      return "softmax";
   }
   return "?";
 }
 
 const char* MarginTypeName(MarginType type) {
   switch (type) {
-    case MarginType::kArc: return "arc";
-    case MarginType::kCos: return "cos";
-    case MarginType::kNone: return "none";
+    case MarginType::kArc:
+      return "arc";
+    case MarginType::kCos:
+      return "cos";
+    case MarginType::kNone:
+      return "none";
   }
   return "?";
 }
@@ -171,19 +184,27 @@ ClassRange ShardClassRange(int64_t num_classes, int world_size, int rank) {
 }
 
 Status ValidatePartialFcOptions(const PartialFcOptions& o) {
-  auto bad = [](const std::string& m) { return Status::InvalidArgument("PartialFc options: " + m); };
-  if (o.num_classes < 1) return bad("num_classes must be >= 1, got " + std::to_string(o.num_classes));
-  if (o.embedding_dim < 1) return bad("embedding_dim must be >= 1, got " + std::to_string(o.embedding_dim));
+  auto bad = [](const std::string& m) {
+    return Status::InvalidArgument("PartialFc options: " + m);
+  };
+  if (o.num_classes < 1)
+    return bad("num_classes must be >= 1, got " + std::to_string(o.num_classes));
+  if (o.embedding_dim < 1)
+    return bad("embedding_dim must be >= 1, got " + std::to_string(o.embedding_dim));
   if (!(o.sample_ratio > 0.0 && o.sample_ratio <= 1.0)) {
     return bad("sample_ratio must be in (0, 1], got " + std::to_string(o.sample_ratio));
   }
-  if (!(o.scale > 0.0) || !std::isfinite(o.scale)) return bad("scale must be a positive number, got " + std::to_string(o.scale));
+  if (!(o.scale > 0.0) || !std::isfinite(o.scale))
+    return bad("scale must be a positive number, got " + std::to_string(o.scale));
   if (!std::isfinite(o.margin)) return bad("margin must be finite");
   if (!(o.init_std > 0.0) || !std::isfinite(o.init_std)) return bad("init_std must be positive");
-  if (!(o.beta1 >= 0.0 && o.beta1 < 1.0)) return bad("beta1 must be in [0, 1), got " + std::to_string(o.beta1));
-  if (!(o.beta2 >= 0.0 && o.beta2 < 1.0)) return bad("beta2 must be in [0, 1), got " + std::to_string(o.beta2));
+  if (!(o.beta1 >= 0.0 && o.beta1 < 1.0))
+    return bad("beta1 must be in [0, 1), got " + std::to_string(o.beta1));
+  if (!(o.beta2 >= 0.0 && o.beta2 < 1.0))
+    return bad("beta2 must be in [0, 1), got " + std::to_string(o.beta2));
   if (!(o.eps > 0.0)) return bad("eps must be > 0, got " + std::to_string(o.eps));
-  if (o.compute_threads < 0) return bad("compute_threads must be >= 0, got " + std::to_string(o.compute_threads));
+  if (o.compute_threads < 0)
+    return bad("compute_threads must be >= 0, got " + std::to_string(o.compute_threads));
   if (!(o.weight_decay >= 0.0) || !std::isfinite(o.weight_decay)) {
     return bad("weight_decay must be >= 0, got " + std::to_string(o.weight_decay));
   }
@@ -218,9 +239,12 @@ struct PartialFc::Impl {
   double MarginLogit(double c) const {
     const double s = options.scale, m = options.margin;
     switch (options.margin_type) {
-      case MarginType::kArc: return s * std::cos(std::acos(c) + m);
-      case MarginType::kCos: return s * (c - m);
-      case MarginType::kNone: return s * c;
+      case MarginType::kArc:
+        return s * std::cos(std::acos(c) + m);
+      case MarginType::kCos:
+        return s * (c - m);
+      case MarginType::kNone:
+        return s * c;
     }
     return s * c;
   }
@@ -232,9 +256,12 @@ struct PartialFc::Impl {
 PartialFc::PartialFc(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PartialFc::~PartialFc() = default;
 
-StatusOr<std::unique_ptr<PartialFc>> PartialFc::Create(const PartialFcOptions& options, Collectives* comm) {
+StatusOr<std::unique_ptr<PartialFc>> PartialFc::Create(const PartialFcOptions& options,
+                                                       Collectives* comm) {
   MLCD_RETURN_IF_ERROR(ValidatePartialFcOptions(options));
-  if (comm == nullptr) return Status::InvalidArgument("PartialFc needs a Collectives (Collectives::Local() for one process)");
+  if (comm == nullptr)
+    return Status::InvalidArgument(
+        "PartialFc needs a Collectives (Collectives::Local() for one process)");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->comm = comm;
@@ -242,13 +269,15 @@ StatusOr<std::unique_ptr<PartialFc>> PartialFc::Create(const PartialFcOptions& o
   impl->range = ShardClassRange(options.num_classes, comm->world_size(), comm->rank());
   const int64_t n = impl->range.size(), dim = impl->dim;
   if (n > std::numeric_limits<int32_t>::max()) {
-    return Status::InvalidArgument("a shard of " + std::to_string(n) + " classes is too large; use more ranks");
+    return Status::InvalidArgument("a shard of " + std::to_string(n) +
+                                   " classes is too large; use more ranks");
   }
   impl->weight = at::empty({n, dim}, at::kFloat);
   float* w = impl->weight.data_ptr<float>();
   const int64_t begin = impl->range.begin;
   at::parallel_for(0, n, 256, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) FillInitialRow(options.seed, begin + r, options.init_std, w + r * dim, dim);
+    for (int64_t r = b; r < e; ++r)
+      FillInitialRow(options.seed, begin + r, options.init_std, w + r * dim, dim);
   });
   impl->exp_avg = at::zeros({n, dim}, at::kFloat);
   impl->exp_avg_sq = at::zeros({n, dim}, at::kFloat);
@@ -257,7 +286,8 @@ StatusOr<std::unique_ptr<PartialFc>> PartialFc::Create(const PartialFcOptions& o
   return std::unique_ptr<PartialFc>(new PartialFc(std::move(impl)));
 }
 
-StatusOr<PartialFcStep> PartialFc::ForwardBackward(const at::Tensor& local_embeddings, const at::Tensor& local_labels) {
+StatusOr<PartialFcStep> PartialFc::ForwardBackward(const at::Tensor& local_embeddings,
+                                                   const at::Tensor& local_labels) {
   return impl_->Step(local_embeddings, local_labels, nullptr);
 }
 
@@ -283,17 +313,20 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
   // ---- 1. Local checks, exchanged so that every rank takes the same decision.
   std::string local_error;
   int64_t b_local = 0, width = 0;
-  if (!emb_in.defined() || emb_in.dim() != 2 || emb_in.scalar_type() != at::kFloat || !emb_in.device().is_cpu()) {
-    local_error = "embeddings must be a 2-d float32 CPU tensor [B_local, D], got " + ShapeString(emb_in);
+  if (!emb_in.defined() || emb_in.dim() != 2 || emb_in.scalar_type() != at::kFloat ||
+      !emb_in.device().is_cpu()) {
+    local_error =
+        "embeddings must be a 2-d float32 CPU tensor [B_local, D], got " + ShapeString(emb_in);
   } else if (emb_in.size(1) != D) {
-    local_error = "embeddings have dimension " + std::to_string(emb_in.size(1)) + " but the layer's embedding_dim is " +
-                  std::to_string(D);
+    local_error = "embeddings have dimension " + std::to_string(emb_in.size(1)) +
+                  " but the layer's embedding_dim is " + std::to_string(D);
   } else if (!labels_in.defined() || (labels_in.dim() != 2 && labels_in.dim() != 1) ||
              !IsIntegerType(labels_in.scalar_type()) || !labels_in.device().is_cpu()) {
-    local_error = "labels must be an int64 (or int32) CPU tensor [B_local, l], got " + ShapeString(labels_in);
+    local_error =
+        "labels must be an int64 (or int32) CPU tensor [B_local, l], got " + ShapeString(labels_in);
   } else if (labels_in.size(0) != emb_in.size(0)) {
-    local_error = "labels have " + std::to_string(labels_in.size(0)) + " rows but embeddings have " +
-                  std::to_string(emb_in.size(0));
+    local_error = "labels have " + std::to_string(labels_in.size(0)) +
+                  " rows but embeddings have " + std::to_string(emb_in.size(0));
   } else {
     b_local = emb_in.size(0);
     width = labels_in.dim() == 2 ? labels_in.size(1) : 1;
@@ -308,13 +341,14 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
       if (negatives.numel() > 0) {
         int64_t lo = negatives.min().item<int64_t>(), hi = negatives.max().item<int64_t>();
         if (lo < 0 || hi >= K) {
-          local_error = "negative class id " + std::to_string(lo < 0 ? lo : hi) + " is outside [0, num_classes=" +
-                        std::to_string(K) + ")";
+          local_error = "negative class id " + std::to_string(lo < 0 ? lo : hi) +
+                        " is outside [0, num_classes=" + std::to_string(K) + ")";
         }
       }
     }
   }
-  at::Tensor meta = at::tensor(std::vector<int64_t>{b_local, width, local_error.empty() ? 0 : 1}, at::kLong);
+  at::Tensor meta =
+      at::tensor(std::vector<int64_t>{b_local, width, local_error.empty() ? 0 : 1}, at::kLong);
   at::Tensor metas;
   MLCD_RETURN_IF_ERROR(Timed([&] { return comm->AllGather(meta, &metas); }));
   std::vector<int64_t> sizes(world), offsets(world + 1, 0);
@@ -326,12 +360,14 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
     }
     if (!local_error.empty()) return Status::InvalidArgument(local_error);
     if (!bad_ranks.empty()) {
-      return Status::InvalidArgument("the step's input was rejected on rank(s) " + bad_ranks + " (see their error)");
+      return Status::InvalidArgument("the step's input was rejected on rank(s) " + bad_ranks +
+                                     " (see their error)");
     }
     for (int r = 0; r < world; ++r) {
       if (mv[3 * r + 1] != mv[1]) {
-        return Status::InvalidArgument("label width l differs between ranks: rank 0 has " + std::to_string(mv[1]) +
-                                       ", rank " + std::to_string(r) + " has " + std::to_string(mv[3 * r + 1]));
+        return Status::InvalidArgument("label width l differs between ranks: rank 0 has " +
+                                       std::to_string(mv[1]) + ", rank " + std::to_string(r) +
+                                       " has " + std::to_string(mv[3 * r + 1]));
       }
       sizes[r] = mv[3 * r];
       offsets[r + 1] = offsets[r] + sizes[r];
@@ -339,7 +375,8 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
   }
   const int64_t B = offsets[world];
   const int64_t l = width;
-  if (B == 0) return Status::InvalidArgument("the global batch is empty (every rank passed 0 samples)");
+  if (B == 0)
+    return Status::InvalidArgument("the global batch is empty (every rank passed 0 samples)");
   const int64_t b_max = *std::max_element(sizes.begin(), sizes.end());
 
   // ---- 2. Allgather embeddings and labels: one collective of packed byte rows.
@@ -385,16 +422,20 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
     for (int64_t j = 0; j < l; ++j) {
       int64_t c = Yp[i * l + j];
       if (c >= K) {
-        int r = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) - offsets.begin()) - 1;
-        return Status::InvalidArgument("label " + std::to_string(c) + " of sample " + std::to_string(i - offsets[r]) +
-                                       " on rank " + std::to_string(r) + " (column " + std::to_string(j) +
-                                       ") is >= num_classes " + std::to_string(K) +
-                                       "; labels must be in [0, num_classes) or negative for padding");
+        int r = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) -
+                                 offsets.begin()) -
+                1;
+        return Status::InvalidArgument(
+            "label " + std::to_string(c) + " of sample " + std::to_string(i - offsets[r]) +
+            " on rank " + std::to_string(r) + " (column " + std::to_string(j) +
+            ") is >= num_classes " + std::to_string(K) +
+            "; labels must be in [0, num_classes) or negative for padding");
       }
       if (c < 0) continue;
       if (variant == LossVariant::kSoftmax && j > 0) continue;
       bool dup = false;
-      for (int64_t q = pos_begin[i]; q < static_cast<int64_t>(pos_ids.size()); ++q) dup |= pos_ids[q] == c;
+      for (int64_t q = pos_begin[i]; q < static_cast<int64_t>(pos_ids.size()); ++q)
+        dup |= pos_ids[q] == c;
       if (!dup) pos_ids.push_back(c);
     }
     pos_begin[i + 1] = static_cast<int64_t>(pos_ids.size());
@@ -422,7 +463,8 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
     const int64_t budget = SampleBudget(options.sample_ratio, n);
     const int64_t positives = static_cast<int64_t>(sampled.size());
     if (positives < budget) {
-      SampleRng rng(SplitMix64(options.seed ^ 0x5a5a5a5aull) ^ SplitMix64(static_cast<uint64_t>(step)) ^
+      SampleRng rng(SplitMix64(options.seed ^ 0x5a5a5a5aull) ^
+                    SplitMix64(static_cast<uint64_t>(step)) ^
                     SplitMix64(static_cast<uint64_t>(range.begin) + 0x1234567ull));
       const int64_t want = budget - positives, candidates = n - positives;
       if (2 * want <= candidates) {
@@ -470,7 +512,9 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
       norms.copy_(n);
     };
     int64_t eb = std::min(b, B), ee = std::min(e, B);
-    if (ee > eb) normalize(E.narrow(0, eb, ee - eb), e_hat.narrow(0, eb, ee - eb), e_norm.narrow(0, eb, ee - eb));
+    if (ee > eb)
+      normalize(E.narrow(0, eb, ee - eb), e_hat.narrow(0, eb, ee - eb),
+                e_norm.narrow(0, eb, ee - eb));
     int64_t wb = std::max(b, B) - B, we = std::max(e, B) - B;
     if (we > wb) {
       normalize(weight.index_select(0, rows.narrow(0, wb, we - wb)), w_hat.narrow(0, wb, we - wb),
@@ -507,7 +551,8 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
           for (int64_t q = pos_begin[i]; q < pos_begin[i + 1]; ++q) {
             const int64_t c = pos_ids[q];
             if (!range.contains(c)) continue;
-            const int64_t j = std::lower_bound(sampled.begin(), sampled.end(), c - range.begin) - sampled.begin();
+            const int64_t j =
+                std::lower_bound(sampled.begin(), sampled.end(), c - range.begin) - sampled.begin();
             slot_j[q] = j;
             slot_c[q] = Zp[i * m + j];
             slot_z[q] = MarginLogit(slot_c[q]);
@@ -517,7 +562,8 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
         for (int64_t i = b; i < b + n_rows; ++i) {
           for (int64_t q = pos_begin[i]; q < pos_begin[i + 1]; ++q) {
             if (slot_j[q] < 0) continue;
-            Zp[i * m + slot_j[q]] = variant == LossVariant::kSoftmax ? static_cast<float>(slot_z[q]) : neg_inf;
+            Zp[i * m + slot_j[q]] =
+                variant == LossVariant::kSoftmax ? static_cast<float>(slot_z[q]) : neg_inf;
           }
         }
         // Row maxima over this shard's terms (the negatives; for softmax all of S).
@@ -544,7 +590,8 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
   // Per-sample shifts: the analytic bound U on |logit| (no communication), or, for huge
   // scales, global per-sample maxima from a MAX allreduce.
   const double U = s * (1.0 + std::fabs(options.margin));
-  std::vector<double> shift_a(B, U), shift_b(B, U);  // term a: negatives / all of S; term b: positives
+  std::vector<double> shift_a(B, U),
+      shift_b(B, U);  // term a: negatives / all of S; term b: positives
   if (U > kMaxBoundShift) {
     at::Tensor maxima = at::full({2 * B}, -kInf, at::kDouble);
     double* xp = maxima.data_ptr<double>();
@@ -570,7 +617,8 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
   int64_t pos_pairs_local = static_cast<int64_t>(pos_entries.size());
   at::Tensor red = at::zeros({2 * B + 5}, at::kDouble);
   double* rp = red.data_ptr<double>();
-  for (int64_t i = 0; i < B; ++i) rp[i] = rsp[i] > 0 ? rsp[i] * std::exp(static_cast<double>(mxp[i]) - shift_a[i]) : 0.0;
+  for (int64_t i = 0; i < B; ++i)
+    rp[i] = rsp[i] > 0 ? rsp[i] * std::exp(static_cast<double>(mxp[i]) - shift_a[i]) : 0.0;
   for (const PosEntry& pe : pos_entries) {
     if (variant == LossVariant::kSoftmax) {
       rp[B + pe.i] += pe.z;
@@ -675,7 +723,8 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
   } else {
     at::Tensor padded = at::zeros({world * b_max, D}, at::kFloat);
     for (int r = 0; r < world; ++r) {
-      if (sizes[r] > 0) padded.narrow(0, r * b_max, sizes[r]).copy_(grad_e_hat.narrow(0, offsets[r], sizes[r]));
+      if (sizes[r] > 0)
+        padded.narrow(0, r * b_max, sizes[r]).copy_(grad_e_hat.narrow(0, offsets[r], sizes[r]));
     }
     at::Tensor mine;
     MLCD_RETURN_IF_ERROR(Timed([&] { return comm->ReduceScatter(padded, &mine); }));
@@ -690,7 +739,8 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
     int64_t eb = std::min(b, b_local), ee = std::min(e, b_local);
     if (ee > eb) {
       grad_embeddings.narrow(0, eb, ee - eb)
-          .copy_(NormalizeBackward(grad_local_hat.narrow(0, eb, ee - eb), local_hat.narrow(0, eb, ee - eb),
+          .copy_(NormalizeBackward(grad_local_hat.narrow(0, eb, ee - eb),
+                                   local_hat.narrow(0, eb, ee - eb),
                                    local_norm.narrow(0, eb, ee - eb)));
     }
     int64_t wb = std::max(b, b_local) - b_local, we = std::max(e, b_local) - b_local;
@@ -717,9 +767,11 @@ Status PartialFc::OptimizerStep(double lr) {
   Impl& im = *impl_;
   if (!im.pending) {
     return Status::FailedPrecondition(
-        "PartialFc::OptimizerStep without a pending gradient: call ForwardBackward first (each gradient is applied once)");
+        "PartialFc::OptimizerStep without a pending gradient: call ForwardBackward first (each "
+        "gradient is applied once)");
   }
-  if (!(lr >= 0.0) || !std::isfinite(lr)) return Status::InvalidArgument("learning rate must be finite and >= 0");
+  if (!(lr >= 0.0) || !std::isfinite(lr))
+    return Status::InvalidArgument("learning rate must be finite and >= 0");
   const int64_t m = im.pending_rows.numel(), D = im.dim;
   const int64_t* rows = im.pending_rows.data_ptr<int64_t>();
   const float* grad = im.pending_grad.data_ptr<float>();
@@ -729,8 +781,10 @@ Status PartialFc::OptimizerStep(double lr) {
   int64_t* steps = im.row_steps.data_ptr<int64_t>();
   const PartialFcOptions& o = im.options;
   const float beta1 = static_cast<float>(o.beta1), beta2 = static_cast<float>(o.beta2);
-  const float one_minus_b1 = static_cast<float>(1.0 - o.beta1), one_minus_b2 = static_cast<float>(1.0 - o.beta2);
-  const float decay = static_cast<float>(1.0 - lr * o.weight_decay), eps = static_cast<float>(o.eps);
+  const float one_minus_b1 = static_cast<float>(1.0 - o.beta1),
+              one_minus_b2 = static_cast<float>(1.0 - o.beta2);
+  const float decay = static_cast<float>(1.0 - lr * o.weight_decay),
+              eps = static_cast<float>(o.eps);
   at::parallel_for(0, m, 16, [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
       const int64_t r = rows[k];
@@ -771,7 +825,9 @@ at::Tensor PartialFc::last_sampled_classes() const {
   return impl_->pending_rows + impl_->range.begin;
 }
 
-at::Tensor PartialFc::last_weight_gradient() const { return impl_->pending ? impl_->pending_grad : at::Tensor(); }
+at::Tensor PartialFc::last_weight_gradient() const {
+  return impl_->pending ? impl_->pending_grad : at::Tensor();
+}
 
 ClassRange PartialFc::class_range() const { return impl_->range; }
 const PartialFcOptions& PartialFc::options() const { return impl_->options; }
@@ -799,26 +855,31 @@ Status PartialFc::ImportState(const std::vector<PartialFcShardState>& pieces) {
   int64_t step = -1;
   for (size_t q = 0; q < pieces.size(); ++q) {
     const PartialFcShardState& p = pieces[q];
-    std::string name = "state piece [" + std::to_string(p.range.begin) + ", " + std::to_string(p.range.end) + ")";
+    std::string name =
+        "state piece [" + std::to_string(p.range.begin) + ", " + std::to_string(p.range.end) + ")";
     if (p.num_classes != im.options.num_classes || p.embedding_dim != D) {
-      return Status::InvalidArgument(name + " is for " + std::to_string(p.num_classes) + " classes of dimension " +
-                                     std::to_string(p.embedding_dim) + " but this layer has " +
-                                     std::to_string(im.options.num_classes) + " of dimension " + std::to_string(D));
+      return Status::InvalidArgument(
+          name + " is for " + std::to_string(p.num_classes) + " classes of dimension " +
+          std::to_string(p.embedding_dim) + " but this layer has " +
+          std::to_string(im.options.num_classes) + " of dimension " + std::to_string(D));
     }
     if (p.range.begin < 0 || p.range.end > p.num_classes || p.range.begin > p.range.end) {
-      return Status::InvalidArgument(name + " is not a valid class range of " + std::to_string(p.num_classes));
+      return Status::InvalidArgument(name + " is not a valid class range of " +
+                                     std::to_string(p.num_classes));
     }
     if (step >= 0 && p.step != step) {
-      return Status::InvalidArgument("state pieces disagree on the step: " + std::to_string(step) + " vs " +
-                                     std::to_string(p.step) + " (" + name + "); they come from different checkpoints");
+      return Status::InvalidArgument("state pieces disagree on the step: " + std::to_string(step) +
+                                     " vs " + std::to_string(p.step) + " (" + name +
+                                     "); they come from different checkpoints");
     }
     step = p.step;
-    auto check = [&](const at::Tensor& t, at::ScalarType type, std::vector<int64_t> shape, const char* what,
-                     bool optional) -> Status {
+    auto check = [&](const at::Tensor& t, at::ScalarType type, std::vector<int64_t> shape,
+                     const char* what, bool optional) -> Status {
       if (!t.defined() && optional) return Status::Ok();
       if (!t.defined() || t.scalar_type() != type || t.sizes().vec() != shape) {
-        return Status::InvalidArgument(name + ": " + what + " must be " + c10::toString(type) + " of shape [" +
-                                       std::to_string(shape[0]) + (shape.size() > 1 ? ", " + std::to_string(D) : "") +
+        return Status::InvalidArgument(name + ": " + what + " must be " + c10::toString(type) +
+                                       " of shape [" + std::to_string(shape[0]) +
+                                       (shape.size() > 1 ? ", " + std::to_string(D) : "") +
                                        "], got " + ShapeString(t));
       }
       return Status::Ok();
@@ -838,9 +899,10 @@ Status PartialFc::ImportState(const std::vector<PartialFcShardState>& pieces) {
     reach = std::max(reach, iv.second);
   }
   if (reach < mine.end) {
-    return Status::InvalidArgument("the state pieces do not cover this shard's classes [" + std::to_string(mine.begin) +
-                                   ", " + std::to_string(mine.end) + "): class " + std::to_string(reach) +
-                                   " is missing (a checkpoint written by fewer ranks than it had?)");
+    return Status::InvalidArgument(
+        "the state pieces do not cover this shard's classes [" + std::to_string(mine.begin) + ", " +
+        std::to_string(mine.end) + "): class " + std::to_string(reach) +
+        " is missing (a checkpoint written by fewer ranks than it had?)");
   }
   for (const PartialFcShardState& p : pieces) {
     int64_t b = std::max(p.range.begin, mine.begin), e = std::min(p.range.end, mine.end);
@@ -870,13 +932,18 @@ Status PartialFc::ImportState(const std::vector<PartialFcShardState>& pieces) {
 
 Status PartialFc::Save(const std::string& dir) const {
   const Impl& im = *impl_;
-  if (!IsDirectory(dir)) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
+  if (!IsDirectory(dir))
+    return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
   const std::string prefix = dir + "/" + RangeFilePrefix(im.range);
   const int64_t n = im.range.size(), D = im.dim;
-  MLCD_RETURN_IF_ERROR(WriteNpy(prefix + ".weight.npy", NpyDtype::kFloat32, {n, D}, im.weight.data_ptr()));
-  MLCD_RETURN_IF_ERROR(WriteNpy(prefix + ".exp_avg.npy", NpyDtype::kFloat32, {n, D}, im.exp_avg.data_ptr()));
-  MLCD_RETURN_IF_ERROR(WriteNpy(prefix + ".exp_avg_sq.npy", NpyDtype::kFloat32, {n, D}, im.exp_avg_sq.data_ptr()));
-  MLCD_RETURN_IF_ERROR(WriteNpy(prefix + ".row_steps.npy", NpyDtype::kInt64, {n}, im.row_steps.data_ptr()));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(prefix + ".weight.npy", NpyDtype::kFloat32, {n, D}, im.weight.data_ptr()));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(prefix + ".exp_avg.npy", NpyDtype::kFloat32, {n, D}, im.exp_avg.data_ptr()));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(prefix + ".exp_avg_sq.npy", NpyDtype::kFloat32, {n, D}, im.exp_avg_sq.data_ptr()));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(prefix + ".row_steps.npy", NpyDtype::kInt64, {n}, im.row_steps.data_ptr()));
   nlohmann::json meta = {
       {"num_classes", im.options.num_classes},
       {"embedding_dim", D},
@@ -895,7 +962,8 @@ Status PartialFc::Save(const std::string& dir) const {
 
 Status PartialFc::Load(const std::string& dir) {
   Impl& im = *impl_;
-  if (!IsDirectory(dir)) return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
+  if (!IsDirectory(dir))
+    return Status::NotFound("checkpoint directory '" + dir + "' does not exist");
   static const std::regex kMetaName(R"(class_centres\.(\d+)-(\d+)\.json)");
   std::vector<std::string> metas;
   std::error_code ec;
@@ -903,9 +971,11 @@ Status PartialFc::Load(const std::string& dir) {
     std::string name = entry.path().filename().string();
     if (std::regex_match(name, kMetaName)) metas.push_back(name);
   }
-  if (ec) return Status::Unavailable("cannot list checkpoint directory '" + dir + "': " + ec.message());
+  if (ec)
+    return Status::Unavailable("cannot list checkpoint directory '" + dir + "': " + ec.message());
   if (metas.empty()) {
-    return Status::NotFound("checkpoint directory '" + dir + "' has no class_centres.<begin>-<end>.json files");
+    return Status::NotFound("checkpoint directory '" + dir +
+                            "' has no class_centres.<begin>-<end>.json files");
   }
   std::sort(metas.begin(), metas.end());
   std::vector<MappedNpy> maps;
@@ -916,8 +986,9 @@ Status PartialFc::Load(const std::string& dir) {
     const std::string path = dir + "/" + name;
     MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
     nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (meta.is_discarded() || !meta.is_object() || !meta.contains("num_classes") || !meta.contains("embedding_dim") ||
-        !meta.contains("step") || !meta.contains("begin") || !meta.contains("end")) {
+    if (meta.is_discarded() || !meta.is_object() || !meta.contains("num_classes") ||
+        !meta.contains("embedding_dim") || !meta.contains("step") || !meta.contains("begin") ||
+        !meta.contains("end")) {
       return Status::DataLoss(path + " is not a valid class-centre shard description");
     }
     PartialFcShardState p;
@@ -926,25 +997,29 @@ Status PartialFc::Load(const std::string& dir) {
     p.step = meta["step"].get<int64_t>();
     p.range = {meta["begin"].get<int64_t>(), meta["end"].get<int64_t>()};
     if (common_step >= 0 && p.step != common_step) {
-      return Status::InvalidArgument(path + " is at step " + std::to_string(p.step) + " but other ranges are at step " +
-                                     std::to_string(common_step) + "; the directory mixes checkpoints");
+      return Status::InvalidArgument(
+          path + " is at step " + std::to_string(p.step) + " but other ranges are at step " +
+          std::to_string(common_step) + "; the directory mixes checkpoints");
     }
     common_step = p.step;
     if (p.num_classes != im.options.num_classes || p.embedding_dim != im.dim) {
-      return Status::InvalidArgument(path + " holds centres of " + std::to_string(p.num_classes) + " classes, dimension " +
-                                     std::to_string(p.embedding_dim) + "; this layer has " +
-                                     std::to_string(im.options.num_classes) + ", dimension " + std::to_string(im.dim));
+      return Status::InvalidArgument(path + " holds centres of " + std::to_string(p.num_classes) +
+                                     " classes, dimension " + std::to_string(p.embedding_dim) +
+                                     "; this layer has " + std::to_string(im.options.num_classes) +
+                                     ", dimension " + std::to_string(im.dim));
     }
     bool overlaps = std::max(p.range.begin, im.range.begin) < std::min(p.range.end, im.range.end);
     if (overlaps) {
       const std::string prefix = dir + "/" + RangeFilePrefix(p.range);
-      auto open = [&](const char* suffix, NpyDtype dtype, at::ScalarType type, bool two_d) -> StatusOr<at::Tensor> {
+      auto open = [&](const char* suffix, NpyDtype dtype, at::ScalarType type,
+                      bool two_d) -> StatusOr<at::Tensor> {
         MLCD_ASSIGN_OR_RETURN(MappedNpy map, MappedNpy::Open(prefix + suffix));
         const NpyHeader& h = map.header();
         std::vector<int64_t> want = two_d ? std::vector<int64_t>{p.range.size(), p.embedding_dim}
                                           : std::vector<int64_t>{p.range.size()};
         if (h.dtype != dtype || h.shape != want) {
-          return Status::DataLoss(map.path() + " does not have the dtype and shape its .json describes");
+          return Status::DataLoss(map.path() +
+                                  " does not have the dtype and shape its .json describes");
         }
         at::Tensor t = at::from_blob(const_cast<void*>(map.data()), want, type);
         maps.push_back(std::move(map));
@@ -952,8 +1027,10 @@ Status PartialFc::Load(const std::string& dir) {
       };
       MLCD_ASSIGN_OR_RETURN(p.weight, open(".weight.npy", NpyDtype::kFloat32, at::kFloat, true));
       MLCD_ASSIGN_OR_RETURN(p.exp_avg, open(".exp_avg.npy", NpyDtype::kFloat32, at::kFloat, true));
-      MLCD_ASSIGN_OR_RETURN(p.exp_avg_sq, open(".exp_avg_sq.npy", NpyDtype::kFloat32, at::kFloat, true));
-      MLCD_ASSIGN_OR_RETURN(p.row_steps, open(".row_steps.npy", NpyDtype::kInt64, at::kLong, false));
+      MLCD_ASSIGN_OR_RETURN(p.exp_avg_sq,
+                            open(".exp_avg_sq.npy", NpyDtype::kFloat32, at::kFloat, true));
+      MLCD_ASSIGN_OR_RETURN(p.row_steps,
+                            open(".row_steps.npy", NpyDtype::kInt64, at::kLong, false));
       pieces.push_back(std::move(p));
     }
   }

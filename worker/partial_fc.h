@@ -121,8 +121,9 @@ struct PartialFcStats {
 };
 
 struct PartialFcStep {
-  double loss = 0;             // = stats.loss, the same on every rank
-  at::Tensor grad_embeddings;  // float32 [B_local, D]: dL/d(local_embeddings) (raw, before normalisation)
+  double loss = 0;  // = stats.loss, the same on every rank
+  at::Tensor
+      grad_embeddings;  // float32 [B_local, D]: dL/d(local_embeddings) (raw, before normalisation)
   PartialFcStats stats;
   double collective_seconds = 0;  // wall time inside collectives this step (this rank)
   double compute_seconds = 0;     // the rest of ForwardBackward
@@ -133,18 +134,19 @@ struct PartialFcShardState {
   ClassRange range;
   int64_t num_classes = 0;
   int64_t embedding_dim = 0;
-  int64_t step = 0;        // optimizer steps taken (same on every rank)
-  at::Tensor weight;       // float32 [range.size(), D], raw (not normalised) centres
-  at::Tensor exp_avg;      // float32 [range.size(), D], AdamW first moment
-  at::Tensor exp_avg_sq;   // float32 [range.size(), D], AdamW second moment
-  at::Tensor row_steps;    // int64 [range.size()], AdamW steps each row has taken (bias correction)
+  int64_t step = 0;       // optimizer steps taken (same on every rank)
+  at::Tensor weight;      // float32 [range.size(), D], raw (not normalised) centres
+  at::Tensor exp_avg;     // float32 [range.size(), D], AdamW first moment
+  at::Tensor exp_avg_sq;  // float32 [range.size(), D], AdamW second moment
+  at::Tensor row_steps;   // int64 [range.size()], AdamW steps each row has taken (bias correction)
 };
 
 class PartialFc {
  public:
   // Creates this rank's shard (comm->rank() of comm->world_size(); `comm` must outlive the
   // layer) and initialises it from options.seed. INVALID_ARGUMENT for bad options.
-  static StatusOr<std::unique_ptr<PartialFc>> Create(const PartialFcOptions& options, Collectives* comm);
+  static StatusOr<std::unique_ptr<PartialFc>> Create(const PartialFcOptions& options,
+                                                     Collectives* comm);
 
   ~PartialFc();
   PartialFc(const PartialFc&) = delete;
@@ -156,7 +158,8 @@ class PartialFc {
   // same on every rank, entries in [0, K) or < 0 for padding.
   // INVALID_ARGUMENT (on every rank) for bad shapes, dtypes, labels >= K or a non-finite loss
   // (non-finite embeddings or centres); then no gradient is pending.
-  StatusOr<PartialFcStep> ForwardBackward(const at::Tensor& local_embeddings, const at::Tensor& local_labels);
+  StatusOr<PartialFcStep> ForwardBackward(const at::Tensor& local_embeddings,
+                                          const at::Tensor& local_labels);
   // The same with a given sampled set instead of the random draw: S = negatives ∪ all valid
   // labels of the global batch. `negatives`: int64 1-d global class ids in [0, K) (any
   // rank's, duplicates allowed), the same tensor on every rank. Used by `loss-check`.

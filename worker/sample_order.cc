@@ -71,35 +71,39 @@ std::vector<int64_t> EpochPermutation(uint64_t seed, int round, int epoch, int64
 Status ValidateSchedule(const ScheduleOptions& o) {
   if (o.world_size < 1) return Status::InvalidArgument("world size must be >= 1");
   if (o.rank < 0 || o.rank >= o.world_size) {
-    return Status::InvalidArgument("rank " + std::to_string(o.rank) + " is outside [0, world size " +
-                                   std::to_string(o.world_size) + ")");
+    return Status::InvalidArgument("rank " + std::to_string(o.rank) +
+                                   " is outside [0, world size " + std::to_string(o.world_size) +
+                                   ")");
   }
   if (o.global_batch_size < 1) return Status::InvalidArgument("training.batch_size must be >= 1");
   if (o.global_batch_size % o.world_size != 0) {
     return Status::InvalidArgument("training.batch_size (" + std::to_string(o.global_batch_size) +
-                                   ") must be divisible by the world size (" + std::to_string(o.world_size) +
+                                   ") must be divisible by the world size (" +
+                                   std::to_string(o.world_size) +
                                    "): every rank takes an equal share of the global batch");
   }
   if (o.num_samples < o.global_batch_size) {
     return Status::InvalidArgument("the dataset has " + std::to_string(o.num_samples) +
                                    " training images, fewer than one global batch (" +
-                                   std::to_string(o.global_batch_size) + "); lower training.batch_size");
+                                   std::to_string(o.global_batch_size) +
+                                   "); lower training.batch_size");
   }
   if (o.first_epoch < 0 || o.end_epoch < o.first_epoch) {
-    return Status::InvalidArgument("epochs [" + std::to_string(o.first_epoch) + ", " + std::to_string(o.end_epoch) +
-                                   ") are not a valid range");
+    return Status::InvalidArgument("epochs [" + std::to_string(o.first_epoch) + ", " +
+                                   std::to_string(o.end_epoch) + ") are not a valid range");
   }
   const int64_t spe = StepsPerEpoch(o.num_samples, o.global_batch_size, o.max_steps_per_epoch);
   if (o.first_step < 0 || (o.first_step > 0 && o.first_step >= spe)) {
-    return Status::InvalidArgument("first step " + std::to_string(o.first_step) + " is outside the epoch's " +
-                                   std::to_string(spe) + " steps");
+    return Status::InvalidArgument("first step " + std::to_string(o.first_step) +
+                                   " is outside the epoch's " + std::to_string(spe) + " steps");
   }
   return Status::Ok();
 }
 
 BatchSchedule::BatchSchedule(const ScheduleOptions& options)
     : options_(options),
-      steps_per_epoch_(StepsPerEpoch(options.num_samples, options.global_batch_size, options.max_steps_per_epoch)) {}
+      steps_per_epoch_(StepsPerEpoch(options.num_samples, options.global_batch_size,
+                                     options.max_steps_per_epoch)) {}
 
 int64_t BatchSchedule::num_batches() const {
   const int64_t epochs = options_.end_epoch - options_.first_epoch;

@@ -45,7 +45,9 @@ struct TrainFlags {
   std::string log_level = "info";
 };
 
-bool Given(const CLI::Option* opt, const char* env) { return opt->count() > 0 || (env && std::getenv(env)); }
+bool Given(const CLI::Option* opt, const char* env) {
+  return opt->count() > 0 || (env && std::getenv(env));
+}
 
 int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   cli::JsonLines progress;
@@ -88,8 +90,10 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
     o.spec = *spec;
     have_spec = true;
   }
-  if (!have_spec) return fail(Status::InvalidArgument("no job spec: pass --spec FILE or --assignment FILE"));
-  if (Given(cmd.get_option("--rank"), "MLCD_RANK") || flags.assignment_path.empty()) o.rank = flags.rank;
+  if (!have_spec)
+    return fail(Status::InvalidArgument("no job spec: pass --spec FILE or --assignment FILE"));
+  if (Given(cmd.get_option("--rank"), "MLCD_RANK") || flags.assignment_path.empty())
+    o.rank = flags.rank;
   if (Given(cmd.get_option("--world-size"), "MLCD_WORLD_SIZE") || flags.assignment_path.empty())
     o.world_size = flags.world_size;
   if (Given(cmd.get_option("--rendezvous"), "MLCD_RENDEZVOUS") || flags.assignment_path.empty())
@@ -98,10 +102,12 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
     o.labelstore_address = flags.labelstore;
   if (!flags.label_set.empty()) o.label_set = flags.label_set;
   if (!flags.centroids.empty()) o.centroids_path = flags.centroids;
-  if (Given(cmd.get_option("--round"), nullptr) || flags.assignment_path.empty()) o.round = flags.round;
+  if (Given(cmd.get_option("--round"), nullptr) || flags.assignment_path.empty())
+    o.round = flags.round;
   if (Given(cmd.get_option("--first-epoch"), nullptr) || flags.assignment_path.empty())
     o.first_epoch = flags.first_epoch;
-  if (Given(cmd.get_option("--end-epoch"), nullptr) || flags.assignment_path.empty()) o.end_epoch = flags.end_epoch;
+  if (Given(cmd.get_option("--end-epoch"), nullptr) || flags.assignment_path.empty())
+    o.end_epoch = flags.end_epoch;
   if (!flags.checkpoint_dir.empty()) o.checkpoint_dir = flags.checkpoint_dir;
   if (!flags.resume.empty()) o.resume = flags.resume;
   o.threads = flags.threads;
@@ -113,7 +119,8 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   if (!flags.metrics_listen.empty()) {
     st = metrics.Serve(flags.metrics_listen);
     if (!st.ok()) return fail(st.WithContext("--metrics-listen"));
-    MLCD_LOG(INFO) << "metrics on http://" << flags.metrics_listen << "/metrics (port " << metrics.port() << ")";
+    MLCD_LOG(INFO) << "metrics on http://" << flags.metrics_listen << "/metrics (port "
+                   << metrics.port() << ")";
   }
   o.metrics = &metrics;
   o.on_event = [&progress](const nlohmann::json& event) { progress.Write(event); };
@@ -127,39 +134,54 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
 
 CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<TrainFlags>();
-  CLI::App* cmd = app.add_subcommand("train",
-                                     "Train one rank of a gang: ViT + sharded MLCD loss over c10d, labels from "
-                                     "mlcd-labelstore, checkpoints, progress as JSON lines");
+  CLI::App* cmd =
+      app.add_subcommand("train",
+                         "Train one rank of a gang: ViT + sharded MLCD loss over c10d, labels from "
+                         "mlcd-labelstore, checkpoints, progress as JSON lines");
   cmd->add_option("--spec", flags->spec_path,
-                  "job spec: YAML (mlcdctl submit form), or protobuf JSON of mlcd.v1.JobSpec when the name ends in "
+                  "job spec: YAML (mlcdctl submit form), or protobuf JSON of mlcd.v1.JobSpec when "
+                  "the name ends in "
                   ".json; overrides the assignment's spec");
-  cmd->add_option("--assignment", flags->assignment_path,
-                  "protobuf JSON of mlcd.v1.Assignment (spec, rank, world size, rendezvous, round, epochs, label "
-                  "set, label store, resume checkpoint, checkpoint dir); explicit flags override its fields");
+  cmd->add_option(
+      "--assignment", flags->assignment_path,
+      "protobuf JSON of mlcd.v1.Assignment (spec, rank, world size, rendezvous, round, epochs, "
+      "label "
+      "set, label store, resume checkpoint, checkpoint dir); explicit flags override its fields");
   cmd->add_option("--rank", flags->rank, "this worker's rank")->envname("MLCD_RANK");
-  cmd->add_option("--world-size", flags->world_size, "ranks in the gang")->envname("MLCD_WORLD_SIZE");
-  cmd->add_option("--rendezvous", flags->rendezvous, "HOST:PORT of rank 0's c10d TCPStore (rank 0 serves it)")
+  cmd->add_option("--world-size", flags->world_size, "ranks in the gang")
+      ->envname("MLCD_WORLD_SIZE");
+  cmd->add_option("--rendezvous", flags->rendezvous,
+                  "HOST:PORT of rank 0's c10d TCPStore (rank 0 serves it)")
       ->envname("MLCD_RENDEZVOUS");
   AddPeerFlag(*cmd, "labelstore", &flags->labelstore, "127.0.0.1:7610");
   cmd->add_option("--label-set", flags->label_set, "label set to train on, e.g. job/<id>/r<round>");
-  cmd->add_option("--centroids", flags->centroids,
-                  "the round's k-means centroids (.npy, k x embed_dim) for training.centre_init (auto: used in "
-                  "rounds that clustered this model's embeddings)");
+  cmd->add_option(
+      "--centroids", flags->centroids,
+      "the round's k-means centroids (.npy, k x embed_dim) for training.centre_init (auto: used in "
+      "rounds that clustered this model's embeddings)");
   cmd->add_option("--round", flags->round, "round of the job (0-based)");
-  cmd->add_option("--first-epoch", flags->first_epoch, "first epoch of the round to train (0-based)");
+  cmd->add_option("--first-epoch", flags->first_epoch,
+                  "first epoch of the round to train (0-based)");
   cmd->add_option("--end-epoch", flags->end_epoch,
                   "train epochs [first, end) of the round (default: training.epochs_per_round)");
   cmd->add_option("--checkpoint-dir", flags->checkpoint_dir,
                   "checkpoint root shared by the gang (default: training.checkpoint_dir)");
-  cmd->add_option("--resume", flags->resume, "checkpoint directory, or a checkpoint root with LATEST, to resume from");
-  cmd->add_option("--metrics-listen", flags->metrics_listen, "serve Prometheus /metrics on HOST:PORT");
-  cmd->add_option("--progress-jsonl", flags->progress_jsonl,
-                  "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
-  cmd->add_option("--threads", flags->threads, "intra-op threads (default: training.threads_per_worker, else all)");
-  cmd->add_option("--keep-checkpoints", flags->keep_checkpoints, "keep the newest N checkpoints (0 = all)")
+  cmd->add_option("--resume", flags->resume,
+                  "checkpoint directory, or a checkpoint root with LATEST, to resume from");
+  cmd->add_option("--metrics-listen", flags->metrics_listen,
+                  "serve Prometheus /metrics on HOST:PORT");
+  cmd->add_option(
+      "--progress-jsonl", flags->progress_jsonl,
+      "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
+  cmd->add_option("--threads", flags->threads,
+                  "intra-op threads (default: training.threads_per_worker, else all)");
+  cmd->add_option("--keep-checkpoints", flags->keep_checkpoints,
+                  "keep the newest N checkpoints (0 = all)")
       ->capture_default_str();
-  cmd->add_option("--log-every", flags->log_every, "log a progress line every N steps")->capture_default_str();
-  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")->capture_default_str();
+  cmd->add_option("--log-every", flags->log_every, "log a progress line every N steps")
+      ->capture_default_str();
+  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")
+      ->capture_default_str();
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunTrain(*flags, *cmd); });
 });
 

@@ -56,11 +56,11 @@ class TrainMetrics {
   void RecordCheckpoint(double seconds);
 
  private:
-  prometheus::Gauge *loss_, *samples_per_second_, *positive_cosine_, *negative_cosine_, *learning_rate_, *grad_norm_,
-      *global_step_;
+  prometheus::Gauge *loss_, *samples_per_second_, *positive_cosine_, *negative_cosine_,
+      *learning_rate_, *grad_norm_, *global_step_;
   prometheus::Counter *steps_, *samples_;
-  prometheus::Histogram *step_seconds_, *backbone_seconds_, *classification_seconds_, *collective_seconds_,
-      *label_wait_seconds_, *data_wait_seconds_, *checkpoint_seconds_;
+  prometheus::Histogram *step_seconds_, *backbone_seconds_, *classification_seconds_,
+      *collective_seconds_, *label_wait_seconds_, *data_wait_seconds_, *checkpoint_seconds_;
 };
 
 }  // namespace mlcd::worker

@@ -9,9 +9,9 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/blas_env.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
-#include "common/blas_env.h"
 #include "common/log.h"
 #include "common/npy.h"
 #include "labelstore/client.h"
@@ -33,12 +33,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // training.centre_init: starts a fresh round's class centres (this rank's range) from the
 // round's k-means centroids when they live in the model's embedding space. Sets *used.
-Status InitCentresFromCentroids(const v1::JobSpec& spec, const TrainerOptions& options, PartialFc* layer,
-                                bool* used) {
+Status InitCentresFromCentroids(const v1::JobSpec& spec, const TrainerOptions& options,
+                                PartialFc* layer, bool* used) {
   *used = false;
   const std::string& mode = spec.training().centre_init();
   if (mode == "random") return Status::Ok();
@@ -46,7 +48,8 @@ Status InitCentresFromCentroids(const v1::JobSpec& spec, const TrainerOptions& o
   if (mode == "auto" && (!model_space || options.centroids_path.empty())) return Status::Ok();
   if (options.centroids_path.empty()) {
     return Status::FailedPrecondition(
-        "training.centre_init is 'centroids' but no centroids file was given: pass --centroids FILE (the round's "
+        "training.centre_init is 'centroids' but no centroids file was given: pass --centroids "
+        "FILE (the round's "
         "k-means centroids; the coordinator's assignments carry them)");
   }
   const int64_t k = spec.clustering().k();
@@ -54,26 +57,29 @@ Status InitCentresFromCentroids(const v1::JobSpec& spec, const TrainerOptions& o
   MLCD_ASSIGN_OR_RETURN(MappedNpy centroids, MappedNpy::Open(options.centroids_path));
   Status shape = centroids.Expect2d({NpyDtype::kFloat32});
   if (shape.ok() && (centroids.rows() != k || centroids.cols() != d)) {
-    shape = Status::InvalidArgument(options.centroids_path + " holds " + std::to_string(centroids.rows()) + " x " +
-                                    std::to_string(centroids.cols()) + " centroids but the class centres are " +
-                                    std::to_string(k) + " x " + std::to_string(d) + " (clustering.k x model.embed_dim)");
+    shape = Status::InvalidArgument(
+        options.centroids_path + " holds " + std::to_string(centroids.rows()) + " x " +
+        std::to_string(centroids.cols()) + " centroids but the class centres are " +
+        std::to_string(k) + " x " + std::to_string(d) + " (clustering.k x model.embed_dim)");
   }
   if (!shape.ok()) {
     if (mode == "auto") {
       MLCD_LOG(WARNING) << "class centres start at random: " << shape.message();
       return Status::Ok();
     }
-    return Status::FailedPrecondition(shape.message() +
-                                      "; training.centre_init 'centroids' needs the round to cluster this model's "
-                                      "own embeddings (or use 'auto' / 'random')");
+    return Status::FailedPrecondition(
+        shape.message() +
+        "; training.centre_init 'centroids' needs the round to cluster this model's "
+        "own embeddings (or use 'auto' / 'random')");
   }
   // Only this rank's rows are read from the mapping.
   const ClassRange range = layer->class_range();
-  at::Tensor rows = at::from_blob(const_cast<float*>(centroids.data_as<float>()) + range.begin * d, {range.size(), d},
-                                  at::kFloat);
+  at::Tensor rows = at::from_blob(const_cast<float*>(centroids.data_as<float>()) + range.begin * d,
+                                  {range.size(), d}, at::kFloat);
   if (!at::isfinite(rows).all().item<bool>()) {
-    return Status::InvalidArgument(options.centroids_path + " has NaN or infinite values in rows [" +
-                                   std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+    return Status::InvalidArgument(
+        options.centroids_path + " has NaN or infinite values in rows [" +
+        std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
   }
   layer->weight().copy_(rows);
   *used = true;
@@ -125,26 +131,31 @@ Status Trainer::Impl::Init() {
                                    std::to_string(options.world_size) + ")");
   }
   if (spec.training().world_size() != options.world_size) {
-    MLCD_LOG(INFO) << "the spec says world_size " << spec.training().world_size() << "; this gang has "
-                   << options.world_size << " ranks (class centres are resharded by class range)";
+    MLCD_LOG(INFO) << "the spec says world_size " << spec.training().world_size()
+                   << "; this gang has " << options.world_size
+                   << " ranks (class centres are resharded by class range)";
     spec.mutable_training()->set_world_size(options.world_size);
   }
   MLCD_RETURN_IF_ERROR(ValidateJobSpec(&spec));
   const int epochs_per_round = spec.training().epochs_per_round();
   if (options.end_epoch < 0) options.end_epoch = epochs_per_round;
   if (options.round < 0 || options.round >= spec.training().rounds()) {
-    return Status::InvalidArgument("--round " + std::to_string(options.round) + " is outside the job's " +
-                                   std::to_string(spec.training().rounds()) + " rounds (training.rounds)");
+    return Status::InvalidArgument(
+        "--round " + std::to_string(options.round) + " is outside the job's " +
+        std::to_string(spec.training().rounds()) + " rounds (training.rounds)");
   }
-  if (options.first_epoch < 0 || options.end_epoch > epochs_per_round || options.first_epoch > options.end_epoch) {
+  if (options.first_epoch < 0 || options.end_epoch > epochs_per_round ||
+      options.first_epoch > options.end_epoch) {
     return Status::InvalidArgument("epochs [" + std::to_string(options.first_epoch) + ", " +
                                    std::to_string(options.end_epoch) + ") do not fit the round's " +
-                                   std::to_string(epochs_per_round) + " epochs (training.epochs_per_round)");
+                                   std::to_string(epochs_per_round) +
+                                   " epochs (training.epochs_per_round)");
   }
   if (options.label_set.empty()) {
     return Status::InvalidArgument("no label set: pass --label-set NAME (e.g. job/<id>/r<round>)");
   }
-  if (options.labelstore_address.empty()) return Status::InvalidArgument("no label store: pass --labelstore HOST:PORT");
+  if (options.labelstore_address.empty())
+    return Status::InvalidArgument("no label store: pass --labelstore HOST:PORT");
 
   int threads = options.threads > 0 ? options.threads : spec.training().threads_per_worker();
   if (threads > 0) {
@@ -156,8 +167,9 @@ Status Trainer::Impl::Init() {
   MLCD_ASSIGN_OR_RETURN(dataset, OpenImageDataset(spec.dataset(), "train"));
   MLCD_ASSIGN_OR_RETURN(vit_options, VitOptionsFromSpec(spec.model()));
   if (vit_options.channels != dataset->channels()) {
-    return Status::InvalidArgument("model.channels is " + std::to_string(vit_options.channels) + " but " +
-                                   dataset->Describe() + " has " + std::to_string(dataset->channels()) + " channels");
+    return Status::InvalidArgument("model.channels is " + std::to_string(vit_options.channels) +
+                                   " but " + dataset->Describe() + " has " +
+                                   std::to_string(dataset->channels()) + " channels");
   }
 
   schedule.seed = spec.training().seed();
@@ -170,29 +182,36 @@ Status Trainer::Impl::Init() {
   schedule.rank = options.rank;
   schedule.world_size = options.world_size;
   MLCD_RETURN_IF_ERROR(ValidateSchedule(schedule));
-  steps_per_epoch = StepsPerEpoch(schedule.num_samples, schedule.global_batch_size, schedule.max_steps_per_epoch);
-  job_total_steps = static_cast<int64_t>(spec.training().rounds()) * epochs_per_round * steps_per_epoch;
+  steps_per_epoch =
+      StepsPerEpoch(schedule.num_samples, schedule.global_batch_size, schedule.max_steps_per_epoch);
+  job_total_steps =
+      static_cast<int64_t>(spec.training().rounds()) * epochs_per_round * steps_per_epoch;
 
   // The label set must be the one the spec describes.
   labelstore::LabelStoreClientOptions client_options;
-  client_options.timeout = std::chrono::seconds(std::max(30, spec.training().collective_timeout_seconds()));
-  labels_client = std::make_unique<labelstore::LabelStoreClient>(options.labelstore_address, client_options);
+  client_options.timeout =
+      std::chrono::seconds(std::max(30, spec.training().collective_timeout_seconds()));
+  labels_client =
+      std::make_unique<labelstore::LabelStoreClient>(options.labelstore_address, client_options);
   MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo info, labels_client->Describe(options.label_set));
   const auto& cl = spec.clustering();
   if (info.num_classes() != cl.k() || info.labels_per_sample() != cl.l()) {
-    return Status::FailedPrecondition("label set '" + options.label_set + "' has k=" +
-                                      std::to_string(info.num_classes()) + ", l=" +
-                                      std::to_string(info.labels_per_sample()) + " but the spec says clustering.k=" +
-                                      std::to_string(cl.k()) + ", clustering.l=" + std::to_string(cl.l()));
+    return Status::FailedPrecondition("label set '" + options.label_set +
+                                      "' has k=" + std::to_string(info.num_classes()) +
+                                      ", l=" + std::to_string(info.labels_per_sample()) +
+                                      " but the spec says clustering.k=" + std::to_string(cl.k()) +
+                                      ", clustering.l=" + std::to_string(cl.l()));
   }
   if (info.num_samples() < static_cast<uint64_t>(dataset->size())) {
-    return Status::FailedPrecondition("label set '" + options.label_set + "' holds labels for " +
-                                      std::to_string(info.num_samples()) + " samples but the training set has " +
-                                      std::to_string(dataset->size()) + " (" + dataset->Describe() +
-                                      "); write labels for every sample id 0.." + std::to_string(dataset->size() - 1));
+    return Status::FailedPrecondition(
+        "label set '" + options.label_set + "' holds labels for " +
+        std::to_string(info.num_samples()) + " samples but the training set has " +
+        std::to_string(dataset->size()) + " (" + dataset->Describe() +
+        "); write labels for every sample id 0.." + std::to_string(dataset->size() - 1));
   }
   if (info.state() != v1::LABEL_SET_STATE_SEALED) {
-    MLCD_LOG(WARNING) << "label set '" << options.label_set << "' is not sealed; it may still change";
+    MLCD_LOG(WARNING) << "label set '" << options.label_set
+                      << "' is not sealed; it may still change";
   }
 
   // Join the gang.
@@ -208,11 +227,12 @@ Status Trainer::Impl::Init() {
   }
   MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(copts));
 
-  checkpoint_root = options.checkpoint_dir.empty() ? spec.training().checkpoint_dir() : options.checkpoint_dir;
+  checkpoint_root =
+      options.checkpoint_dir.empty() ? spec.training().checkpoint_dir() : options.checkpoint_dir;
   if (options.metrics) {
     metrics = std::make_unique<TrainMetrics>(options.metrics->registry(),
-                                             options.job_id.empty() ? "standalone" : options.job_id, options.round,
-                                             options.rank, spec.loss().variant());
+                                             options.job_id.empty() ? "standalone" : options.job_id,
+                                             options.round, options.rank, spec.loss().variant());
   }
   const auto& o = spec.optimizer();
   lr.peak_lr = o.lr();
@@ -220,7 +240,8 @@ Status Trainer::Impl::Init() {
   lr.total_steps = job_total_steps;
   MLCD_ASSIGN_OR_RETURN(lr.decay, ParseLrDecay(o.schedule()));
   if (o.name() != "adamw") {
-    return Status::InvalidArgument("optimizer.name \"" + o.name() + "\" is not supported by the worker; use adamw");
+    return Status::InvalidArgument("optimizer.name \"" + o.name() +
+                                   "\" is not supported by the worker; use adamw");
   }
   return RestoreOrInitialise();
 }
@@ -234,37 +255,42 @@ Status Trainer::Impl::RestoreOrInitialise() {
     MLCD_ASSIGN_OR_RETURN(resumed_from, ResolveCheckpoint(options.resume));
     MLCD_ASSIGN_OR_RETURN(meta, ReadCheckpointMeta(resumed_from));
     if (meta.round > options.round) {
-      return Status::FailedPrecondition("checkpoint " + resumed_from + " is from round " + std::to_string(meta.round) +
-                                        ", after this run's round " + std::to_string(options.round));
+      return Status::FailedPrecondition("checkpoint " + resumed_from + " is from round " +
+                                        std::to_string(meta.round) + ", after this run's round " +
+                                        std::to_string(options.round));
     }
     if (meta.round == options.round) {
-      if (meta.num_samples != schedule.num_samples || meta.global_batch_size != schedule.global_batch_size ||
+      if (meta.num_samples != schedule.num_samples ||
+          meta.global_batch_size != schedule.global_batch_size ||
           meta.steps_per_epoch != steps_per_epoch) {
         return Status::FailedPrecondition(
             "checkpoint " + resumed_from + " was written for " + std::to_string(meta.num_samples) +
             " samples, global batch " + std::to_string(meta.global_batch_size) + ", " +
             std::to_string(meta.steps_per_epoch) + " steps per epoch; this run has " +
-            std::to_string(schedule.num_samples) + ", " + std::to_string(schedule.global_batch_size) + ", " +
-            std::to_string(steps_per_epoch) + ": the sample order would not continue (dataset.limit, " +
+            std::to_string(schedule.num_samples) + ", " +
+            std::to_string(schedule.global_batch_size) + ", " + std::to_string(steps_per_epoch) +
+            ": the sample order would not continue (dataset.limit, " +
             "training.batch_size and training.max_steps_per_epoch must match)");
       }
       if (meta.label_set != options.label_set) {
-        return Status::FailedPrecondition("checkpoint " + resumed_from + " trained on label set '" + meta.label_set +
-                                          "' but this run of the same round uses '" + options.label_set + "'");
+        return Status::FailedPrecondition(
+            "checkpoint " + resumed_from + " trained on label set '" + meta.label_set +
+            "' but this run of the same round uses '" + options.label_set + "'");
       }
     }
     MLCD_RETURN_IF_ERROR(LoadBackboneWeights(resumed_from, model));
     MLCD_RETURN_IF_ERROR(LoadRngState(resumed_from));
   }
-  flat = std::make_unique<FlatParameters>(
-      std::vector<std::vector<torch::Tensor>>{model->DecayParameters(), model->NoDecayParameters()});
+  flat = std::make_unique<FlatParameters>(std::vector<std::vector<torch::Tensor>>{
+      model->DecayParameters(), model->NoDecayParameters()});
   BackboneAdamWOptions aopts;
   aopts.beta1 = spec.optimizer().beta1();
   aopts.beta2 = spec.optimizer().beta2();
   aopts.weight_decay = {spec.optimizer().weight_decay(), 0.0};
   aopts.grad_clip_norm = spec.optimizer().grad_clip_norm();
   optimizer = std::make_unique<BackboneAdamW>(flat.get(), aopts);
-  if (resume) MLCD_RETURN_IF_ERROR(LoadBackboneOptimizer(resumed_from, model, flat.get(), optimizer.get()));
+  if (resume)
+    MLCD_RETURN_IF_ERROR(LoadBackboneOptimizer(resumed_from, model, flat.get(), optimizer.get()));
   grad_sync = std::make_unique<GradSync>(comm.get(), flat.get());
   // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
   MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
@@ -278,7 +304,8 @@ Status Trainer::Impl::RestoreOrInitialise() {
   popts.scale = spec.loss().scale();
   popts.margin = spec.loss().margin();
   // Fresh centres for every round (the round's clusters are new).
-  popts.seed = HashValues({spec.training().seed(), 0x43454E54ull /* "CENT" */, static_cast<uint64_t>(options.round)});
+  popts.seed = HashValues(
+      {spec.training().seed(), 0x43454E54ull /* "CENT" */, static_cast<uint64_t>(options.round)});
   popts.beta1 = spec.optimizer().beta1();
   popts.beta2 = spec.optimizer().beta2();
   popts.weight_decay = spec.optimizer().weight_decay();
@@ -286,29 +313,32 @@ Status Trainer::Impl::RestoreOrInitialise() {
 
   if (resume && meta.round == options.round) {
     if (meta.num_classes != popts.num_classes || meta.embedding_dim != popts.embedding_dim) {
-      return Status::FailedPrecondition("checkpoint " + resumed_from + " has " + std::to_string(meta.num_classes) +
-                                        " class centres of size " + std::to_string(meta.embedding_dim) +
-                                        "; this run needs " + std::to_string(popts.num_classes) + " of size " +
-                                        std::to_string(popts.embedding_dim));
+      return Status::FailedPrecondition(
+          "checkpoint " + resumed_from + " has " + std::to_string(meta.num_classes) +
+          " class centres of size " + std::to_string(meta.embedding_dim) + "; this run needs " +
+          std::to_string(popts.num_classes) + " of size " + std::to_string(popts.embedding_dim));
     }
     MLCD_RETURN_IF_ERROR(partial_fc->Load(resumed_from));
     schedule.first_epoch = meta.next_epoch();
     schedule.first_step = meta.next_step_in_epoch();
     if (schedule.first_epoch != options.first_epoch || schedule.first_step != 0) {
-      MLCD_LOG(INFO) << "resuming at round " << options.round << " epoch " << schedule.first_epoch << " step "
-                     << schedule.first_step << " from " << resumed_from << " (the assignment said epoch "
-                     << options.first_epoch << ")";
+      MLCD_LOG(INFO) << "resuming at round " << options.round << " epoch " << schedule.first_epoch
+                     << " step " << schedule.first_step << " from " << resumed_from
+                     << " (the assignment said epoch " << options.first_epoch << ")";
     }
     if (schedule.first_epoch > schedule.end_epoch) schedule.first_epoch = schedule.end_epoch;
     if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
   } else {
     bool from_centroids = false;
-    MLCD_RETURN_IF_ERROR(InitCentresFromCentroids(spec, options, partial_fc.get(), &from_centroids));
+    MLCD_RETURN_IF_ERROR(
+        InitCentresFromCentroids(spec, options, partial_fc.get(), &from_centroids));
     const std::string centres =
-        from_centroids ? "class centres from the k-means centroids " + options.centroids_path : "random class centres";
+        from_centroids ? "class centres from the k-means centroids " + options.centroids_path
+                       : "random class centres";
     if (resume) {
-      MLCD_LOG(INFO) << "round " << options.round << " starts from the backbone of " << resumed_from << " (round "
-                     << meta.round << ") with " << centres << " for label set '" << options.label_set << "'";
+      MLCD_LOG(INFO) << "round " << options.round << " starts from the backbone of " << resumed_from
+                     << " (round " << meta.round << ") with " << centres << " for label set '"
+                     << options.label_set << "'";
     } else if (from_centroids) {
       MLCD_LOG(INFO) << "round " << options.round << " starts with " << centres;
     }
@@ -317,16 +347,18 @@ Status Trainer::Impl::RestoreOrInitialise() {
   summary.first_global_step = GlobalStep(schedule.first_epoch, schedule.first_step);
   summary.global_step = summary.first_global_step;
   summary.last_checkpoint = resumed_from;
-  MLCD_LOG(INFO) << "rank " << options.rank << "/" << options.world_size << " (" << comm->backend_name() << "), "
-                 << at::get_num_threads() << " threads; model " << DescribeVitOptions(vit_options) << " ("
-                 << model->NumParameters() << " parameters); " << dataset->Describe() << "; classes "
-                 << partial_fc->class_range().begin << ".." << partial_fc->class_range().end << " of "
-                 << spec.clustering().k() << "; " << steps_per_epoch << " steps per epoch, " << job_total_steps
-                 << " in the job";
+  MLCD_LOG(INFO) << "rank " << options.rank << "/" << options.world_size << " ("
+                 << comm->backend_name() << "), " << at::get_num_threads() << " threads; model "
+                 << DescribeVitOptions(vit_options) << " (" << model->NumParameters()
+                 << " parameters); " << dataset->Describe() << "; classes "
+                 << partial_fc->class_range().begin << ".." << partial_fc->class_range().end
+                 << " of " << spec.clustering().k() << "; " << steps_per_epoch
+                 << " steps per epoch, " << job_total_steps << " in the job";
   return Status::Ok();
 }
 
-StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position, int64_t steps_done_in_epoch) {
+StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
+                                                int64_t steps_done_in_epoch) {
   const auto start = Clock::now();
   CheckpointState state;
   state.meta.round = position.round;
@@ -348,11 +380,14 @@ StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position, in
   state.optimizer = optimizer.get();
   state.partial_fc = partial_fc.get();
   auto path = WriteCheckpoint(checkpoint_root, state, comm.get(), options.keep_checkpoints);
-  if (!path.ok()) return path.status().WithContext("checkpoint at global step " + std::to_string(state.meta.global_step));
+  if (!path.ok())
+    return path.status().WithContext("checkpoint at global step " +
+                                     std::to_string(state.meta.global_step));
   const double seconds = Seconds(start, Clock::now());
   if (metrics) metrics->RecordCheckpoint(seconds);
   summary.last_checkpoint = *path;
-  MLCD_LOG(INFO) << "checkpoint " << *path << " (" << std::fixed << std::setprecision(2) << seconds << " s)";
+  MLCD_LOG(INFO) << "checkpoint " << *path << " (" << std::fixed << std::setprecision(2) << seconds
+                 << " s)";
   Emit(json{{"event", "checkpoint"},
             {"path", *path},
             {"round", position.round},
@@ -415,12 +450,14 @@ Status Trainer::Impl::Run() {
     flat->ZeroGrad();
     torch::Tensor embeddings = model->forward(batch.images);
     const int64_t n = static_cast<int64_t>(labels.ids.size());
-    torch::Tensor label_tensor = torch::from_blob(labels.labels.data(), {n, labels.labels_per_sample}, torch::kInt);
+    torch::Tensor label_tensor =
+        torch::from_blob(labels.labels.data(), {n, labels.labels_per_sample}, torch::kInt);
     auto fc = partial_fc->ForwardBackward(embeddings.detach(), label_tensor);
     if (!fc.ok()) {
-      return fc.status().WithContext("classification layer at round " + std::to_string(pos.round) + " epoch " +
-                                     std::to_string(pos.epoch) + " step " + std::to_string(pos.step_in_epoch) +
-                                     " (global step " + std::to_string(global_step) + ")");
+      return fc.status().WithContext("classification layer at round " + std::to_string(pos.round) +
+                                     " epoch " + std::to_string(pos.epoch) + " step " +
+                                     std::to_string(pos.step_in_epoch) + " (global step " +
+                                     std::to_string(global_step) + ")");
     }
     embeddings.backward(fc->grad_embeddings);
     const auto backward_end = Clock::now();
@@ -441,8 +478,8 @@ Status Trainer::Impl::Run() {
     report.global_batch_size = schedule.global_batch_size;
     const double fc_total = fc->collective_seconds + fc->compute_seconds;
     report.timings.step = Seconds(step_start, step_end);
-    report.timings.backbone =
-        std::max(0.0, Seconds(compute_start, backward_end) - fc_total) + Seconds(opt_start, backbone_opt_end);
+    report.timings.backbone = std::max(0.0, Seconds(compute_start, backward_end) - fc_total) +
+                              Seconds(opt_start, backbone_opt_end);
     report.timings.classification_layer = fc->compute_seconds + Seconds(backbone_opt_end, step_end);
     report.timings.collectives = fc->collective_seconds + grad_sync->last_seconds();
     report.timings.label_wait = label_wait;
@@ -450,9 +487,9 @@ Status Trainer::Impl::Run() {
     report.samples_per_second = schedule.global_batch_size / std::max(1e-9, report.timings.step);
     if (metrics) metrics->RecordStep(report);
     if (!std::isfinite(bstats.grad_norm)) {
-      return Status::InvalidArgument("the backbone gradient became non-finite at global step " +
-                                     std::to_string(global_step) + " (loss " + std::to_string(fc->loss) +
-                                     "); lower optimizer.lr or loss.scale");
+      return Status::InvalidArgument(
+          "the backbone gradient became non-finite at global step " + std::to_string(global_step) +
+          " (loss " + std::to_string(fc->loss) + "); lower optimizer.lr or loss.scale");
     }
 
     if (summary.steps_run == 0) summary.first_loss = fc->loss;
@@ -472,14 +509,17 @@ Status Trainer::Impl::Run() {
               {"learning_rate", step_lr},
               {"label_wait_seconds", label_wait},
               {"step_seconds", report.timings.step}});
-    if (options.log_every > 0 && (summary.steps_run % options.log_every == 0 || index + 1 == batches)) {
-      MLCD_LOG(INFO) << "round " << pos.round << " epoch " << pos.epoch << " step " << pos.step_in_epoch + 1 << "/"
-                     << steps_per_epoch << " global " << global_step + 1 << "/" << job_total_steps << " loss "
+    if (options.log_every > 0 &&
+        (summary.steps_run % options.log_every == 0 || index + 1 == batches)) {
+      MLCD_LOG(INFO) << "round " << pos.round << " epoch " << pos.epoch << " step "
+                     << pos.step_in_epoch + 1 << "/" << steps_per_epoch << " global "
+                     << global_step + 1 << "/" << job_total_steps << " loss "
                      << std::setprecision(5) << fc->loss << " lr " << step_lr << " pos/neg cos "
                      << report.mean_positive_cosine << "/" << report.mean_negative_cosine << ", "
                      << std::setprecision(4) << report.samples_per_second << " samples/s (backbone "
-                     << report.timings.backbone << " s, classification " << report.timings.classification_layer
-                     << " s, collectives " << report.timings.collectives << " s, label wait " << label_wait
+                     << report.timings.backbone << " s, classification "
+                     << report.timings.classification_layer << " s, collectives "
+                     << report.timings.collectives << " s, label wait " << label_wait
                      << " s, data wait " << data_wait << " s)";
     }
 
@@ -494,9 +534,10 @@ Status Trainer::Impl::Run() {
   summary.label_wait_seconds = prefetcher.total_wait_seconds();
   summary.data_wait_seconds = loader.wait_seconds();
   summary.seconds = Seconds(run_start, Clock::now());
-  MLCD_LOG(INFO) << "finished at global step " << summary.global_step << " after " << summary.steps_run << " steps in "
-                 << std::setprecision(4) << summary.seconds << " s (label wait " << summary.label_wait_seconds
-                 << " s, data wait " << summary.data_wait_seconds << " s)";
+  MLCD_LOG(INFO) << "finished at global step " << summary.global_step << " after "
+                 << summary.steps_run << " steps in " << std::setprecision(4) << summary.seconds
+                 << " s (label wait " << summary.label_wait_seconds << " s, data wait "
+                 << summary.data_wait_seconds << " s)";
   Emit(json{{"event", "finished"},
             {"global_step", summary.global_step},
             {"checkpoint", summary.last_checkpoint},
@@ -537,7 +578,8 @@ StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
   if (is_json) {
     auto st = google::protobuf::util::JsonStringToMessage(text, &spec);
     if (!st.ok()) {
-      return Status::InvalidArgument(path + ": not protobuf JSON of mlcd.v1.JobSpec: " + st.ToString());
+      return Status::InvalidArgument(path +
+                                     ": not protobuf JSON of mlcd.v1.JobSpec: " + st.ToString());
     }
     Status valid = ValidateJobSpec(&spec);
     if (!valid.ok()) return valid.WithContext(path);

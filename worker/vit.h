@@ -148,8 +148,8 @@ class VisionTransformerImpl : public torch::nn::Module {
   // x W^T + b; with the fused path, the backward accumulates straight into the parameters'
   // gradient tensors (see FlatParameters).
   // With `residual`, returns residual + x W^T + b.
-  torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                       const torch::Tensor& residual = torch::Tensor());
+  torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
+                       const torch::Tensor& bias, const torch::Tensor& residual = torch::Tensor());
 
   VitOptions options_;
   torch::Tensor patch_weight_;  // [width, channels, p, p]; conv stem: [width, width, 1, 1]
@@ -179,7 +179,7 @@ torch::Tensor FusedGelu(const torch::Tensor& x);
 // mean and 1/std for the backward pass and adds the weight/bias gradients straight into
 // their existing gradient tensors (see VisionTransformerImpl::Linear); CPU float or double
 // (other tensors use at::layer_norm).
-torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                             double eps);
+torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps);
 
 }  // namespace mlcd::worker

@@ -74,8 +74,8 @@ Scratch<T>& ThreadScratch() {
 
 // Rows [i] of Q/K/V for sample b, head h: base + i * stride.
 template <typename T>
-MLCD_INLINE void AttentionForwardOne(const T* qkv, T* out, T* probs, const AttentionShape& s, int64_t bh, T scale,
-                                     Scratch<T>& scratch) {
+MLCD_INLINE void AttentionForwardOne(const T* qkv, T* out, T* probs, const AttentionShape& s,
+                                     int64_t bh, T scale, Scratch<T>& scratch) {
   const int64_t b = bh / s.heads, h = bh % s.heads;
   const int64_t n = s.tokens, hd = s.head_dim, ld = s.qkv_stride(), D = s.width();
   const T* q = qkv + b * n * ld + h * hd;
@@ -118,7 +118,8 @@ MLCD_INLINE void AttentionForwardOne(const T* qkv, T* out, T* probs, const Atten
 
 template <typename T>
 MLCD_INLINE void AttentionBackwardOne(const T* qkv, const T* probs, const T* grad_out, T* grad_qkv,
-                                      const AttentionShape& s, int64_t bh, T scale, Scratch<T>& scratch) {
+                                      const AttentionShape& s, int64_t bh, T scale,
+                                      Scratch<T>& scratch) {
   const int64_t b = bh / s.heads, h = bh % s.heads;
   const int64_t n = s.tokens, hd = s.head_dim, ld = s.qkv_stride(), D = s.width();
   const int64_t base = b * n * ld + h * hd;
@@ -179,15 +180,18 @@ MLCD_INLINE void AttentionBackwardOne(const T* qkv, const T* probs, const T* gra
   }
 }
 
-MLCD_CLONES void AttentionForwardRangeF(const float* qkv, float* out, float* probs, const AttentionShape& s,
-                                        int64_t begin, int64_t end, float scale) {
+MLCD_CLONES void AttentionForwardRangeF(const float* qkv, float* out, float* probs,
+                                        const AttentionShape& s, int64_t begin, int64_t end,
+                                        float scale) {
   auto& scratch = ThreadScratch<float>();
   scratch.Reserve(s.tokens, s.head_dim);
-  for (int64_t bh = begin; bh < end; ++bh) AttentionForwardOne<float>(qkv, out, probs, s, bh, scale, scratch);
+  for (int64_t bh = begin; bh < end; ++bh)
+    AttentionForwardOne<float>(qkv, out, probs, s, bh, scale, scratch);
 }
 
-MLCD_CLONES void AttentionBackwardRangeF(const float* qkv, const float* probs, const float* grad_out,
-                                         float* grad_qkv, const AttentionShape& s, int64_t begin, int64_t end,
+MLCD_CLONES void AttentionBackwardRangeF(const float* qkv, const float* probs,
+                                         const float* grad_out, float* grad_qkv,
+                                         const AttentionShape& s, int64_t begin, int64_t end,
                                          float scale) {
   auto& scratch = ThreadScratch<float>();
   scratch.Reserve(s.tokens, s.head_dim);
@@ -207,8 +211,8 @@ MLCD_CLONES void GeluRange(const float* x, float* y, float* dydx, int64_t begin,
   const float kInvSqrt2 = 0.70710678118654752f;
   const float kInvSqrt2Pi = 0.39894228040143268f;
   // Abramowitz & Stegun 7.1.26: erf(z) = 1 - t (a1 + t (a2 + ...)) exp(-z^2), t = 1/(1+pz).
-  const float p = 0.3275911f, a1 = 0.254829592f, a2 = -0.284496736f, a3 = 1.421413741f, a4 = -1.453152027f,
-              a5 = 1.061405429f;
+  const float p = 0.3275911f, a1 = 0.254829592f, a2 = -0.284496736f, a3 = 1.421413741f,
+              a4 = -1.453152027f, a5 = 1.061405429f;
   for (int64_t i = begin; i < end; ++i) {
     const float xi = x[i];
     const float z = std::fabs(xi) * kInvSqrt2;
@@ -250,8 +254,8 @@ MLCD_INLINE T SumLanes(const T (&lanes)[kLanes]) {
 // small correction separately, so a mean far larger than the spread loses nothing to the
 // rounding of mean itself.
 template <typename T>
-MLCD_INLINE void LayerNormForwardRow(const T* x, const T* gamma, const T* beta, T* y, T* mean_out, T* rstd_out,
-                                     int64_t n, T eps) {
+MLCD_INLINE void LayerNormForwardRow(const T* x, const T* gamma, const T* beta, T* y, T* mean_out,
+                                     T* rstd_out, int64_t n, T eps) {
   const T inv_n = T(1) / static_cast<T>(n);
   T sum[kLanes] = {};
   ForLanes(n, [&](int l, int64_t j) { sum[l] += x[j]; });
@@ -275,8 +279,8 @@ MLCD_INLINE void LayerNormForwardRow(const T* x, const T* gamma, const T* beta, 
 // The row is centred on the saved mean and then by the mean of what is left (the saved
 // mean's rounding), as in the forward pass. Null outputs are skipped.
 template <typename T>
-MLCD_INLINE void LayerNormBackwardRow(const T* x, const T* gamma, T mean, T rstd, const T* dy, T* dx, T* dgamma,
-                                      T* dbeta, int64_t n) {
+MLCD_INLINE void LayerNormBackwardRow(const T* x, const T* gamma, T mean, T rstd, const T* dy,
+                                      T* dx, T* dgamma, T* dbeta, int64_t n) {
   const T inv_n = T(1) / static_cast<T>(n);
   T sum_d[kLanes] = {}, sum_g[kLanes] = {}, sum_gd[kLanes] = {};
   ForLanes(n, [&](int l, int64_t j) {
@@ -291,7 +295,8 @@ MLCD_INLINE void LayerNormBackwardRow(const T* x, const T* gamma, T mean, T rstd
   // xhat * mean(g * xhat) = (x - true mean) * coef
   const T coef = (SumLanes(sum_gd) * inv_n - shift * mean_g) * rstd * rstd;
   if (dx)
-    for (int64_t j = 0; j < n; ++j) dx[j] = rstd * (dy[j] * gamma[j] - mean_g - ((x[j] - mean) - shift) * coef);
+    for (int64_t j = 0; j < n; ++j)
+      dx[j] = rstd * (dy[j] * gamma[j] - mean_g - ((x[j] - mean) - shift) * coef);
   if (dgamma)
     for (int64_t j = 0; j < n; ++j) dgamma[j] += dy[j] * (((x[j] - mean) - shift) * rstd);
   if (dbeta)
@@ -299,40 +304,46 @@ MLCD_INLINE void LayerNormBackwardRow(const T* x, const T* gamma, T mean, T rstd
 }
 
 template <typename T>
-MLCD_INLINE void LayerNormForwardRows(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t cols,
-                                      int64_t begin, int64_t end, T eps) {
+MLCD_INLINE void LayerNormForwardRows(const T* x, const T* gamma, const T* beta, T* y, T* mean,
+                                      T* rstd, int64_t cols, int64_t begin, int64_t end, T eps) {
   for (int64_t r = begin; r < end; ++r)
     LayerNormForwardRow<T>(x + r * cols, gamma, beta, y + r * cols, mean + r, rstd + r, cols, eps);
 }
 
 template <typename T>
-MLCD_INLINE void LayerNormBackwardRows(const T* x, const T* gamma, const T* mean, const T* rstd, const T* dy, T* dx,
-                                       T* dgamma, T* dbeta, int64_t cols, int64_t begin, int64_t end) {
+MLCD_INLINE void LayerNormBackwardRows(const T* x, const T* gamma, const T* mean, const T* rstd,
+                                       const T* dy, T* dx, T* dgamma, T* dbeta, int64_t cols,
+                                       int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r)
-    LayerNormBackwardRow<T>(x + r * cols, gamma, mean[r], rstd[r], dy + r * cols, dx ? dx + r * cols : nullptr,
-                            dgamma, dbeta, cols);
+    LayerNormBackwardRow<T>(x + r * cols, gamma, mean[r], rstd[r], dy + r * cols,
+                            dx ? dx + r * cols : nullptr, dgamma, dbeta, cols);
 }
 
-MLCD_CLONES void LayerNormForwardRowsF(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                                       float* rstd, int64_t cols, int64_t begin, int64_t end, float eps) {
+MLCD_CLONES void LayerNormForwardRowsF(const float* x, const float* gamma, const float* beta,
+                                       float* y, float* mean, float* rstd, int64_t cols,
+                                       int64_t begin, int64_t end, float eps) {
   LayerNormForwardRows<float>(x, gamma, beta, y, mean, rstd, cols, begin, end, eps);
 }
 
-MLCD_CLONES void LayerNormBackwardRowsF(const float* x, const float* gamma, const float* mean, const float* rstd,
-                                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t cols,
-                                        int64_t begin, int64_t end) {
+MLCD_CLONES void LayerNormBackwardRowsF(const float* x, const float* gamma, const float* mean,
+                                        const float* rstd, const float* dy, float* dx,
+                                        float* dgamma, float* dbeta, int64_t cols, int64_t begin,
+                                        int64_t end) {
   LayerNormBackwardRows<float>(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, cols, begin, end);
 }
 
 // Rows per parallel task: about 16k elements.
-int64_t LayerNormGrain(int64_t cols) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols)); }
+int64_t LayerNormGrain(int64_t cols) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
+}
 
 // Runs rows(begin, end, dgamma, dbeta) over blocks of rows fixed by the shape alone (at most
 // 64 blocks of at least LayerNormGrain rows), each block adding its parameter gradients into
 // a zeroed slot of its own; the slots are then summed in block order and added to
 // grad_gamma / grad_beta, so the sums do not depend on the thread count.
 template <typename T, typename Rows>
-void LayerNormBackwardBlocks(T* grad_gamma, T* grad_beta, int64_t rows, int64_t cols, Rows rows_fn) {
+void LayerNormBackwardBlocks(T* grad_gamma, T* grad_beta, int64_t rows, int64_t cols,
+                             Rows rows_fn) {
   const int64_t per_block = std::max<int64_t>(LayerNormGrain(cols), (rows + 63) / 64);
   const int64_t blocks = (rows + per_block - 1) / per_block;
   const bool params = grad_gamma || grad_beta;
@@ -358,8 +369,8 @@ void LayerNormBackwardBlocks(T* grad_gamma, T* grad_beta, int64_t rows, int64_t 
 
 // ---- bias / residual fill ----------------------------------------------------------------
 
-MLCD_CLONES void FillBiasResidualRange(const float* bias, const float* residual, int64_t cols, int64_t begin,
-                                       int64_t end, float* out) {
+MLCD_CLONES void FillBiasResidualRange(const float* bias, const float* residual, int64_t cols,
+                                       int64_t begin, int64_t end, float* out) {
   for (int64_t i = begin; i < end; ++i) {
     float* o = out + i * cols;
     if (residual) {
@@ -373,7 +384,8 @@ MLCD_CLONES void FillBiasResidualRange(const float* bias, const float* residual,
 
 // ---- column sums ------------------------------------------------------------------------
 
-MLCD_CLONES void ColumnSumRange(const float* x, int64_t rows, int64_t cols, int64_t begin, int64_t end, float* out) {
+MLCD_CLONES void ColumnSumRange(const float* x, int64_t rows, int64_t cols, int64_t begin,
+                                int64_t end, float* out) {
   // Rows summed into a local accumulator of the column range (vectorised over columns), so
   // the output is read and written once per range.
   const int64_t width = end - begin;
@@ -388,9 +400,9 @@ MLCD_CLONES void ColumnSumRange(const float* x, int64_t rows, int64_t cols, int6
 
 // ---- AdamW ------------------------------------------------------------------------------
 
-MLCD_CLONES void AdamWRange(float* param, const float* grad, float* m, float* v, int64_t begin, int64_t end,
-                            float decay_factor, float b1, float b2, float step_size, float inv_sqrt_bc2, float eps,
-                            float grad_scale) {
+MLCD_CLONES void AdamWRange(float* param, const float* grad, float* m, float* v, int64_t begin,
+                            int64_t end, float decay_factor, float b1, float b2, float step_size,
+                            float inv_sqrt_bc2, float eps, float grad_scale) {
   const float one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
   for (int64_t i = begin; i < end; ++i) {
     const float g = grad[i] * grad_scale;
@@ -421,34 +433,37 @@ MLCD_CLONES double SumOfSquaresRange(const float* x, int64_t begin, int64_t end)
 
 }  // namespace
 
-void AttentionForward(const float* qkv, float* out, float* probs, int64_t batch, int64_t tokens, int64_t heads,
-                      int64_t head_dim, float scale) {
+void AttentionForward(const float* qkv, float* out, float* probs, int64_t batch, int64_t tokens,
+                      int64_t heads, int64_t head_dim, float scale) {
   const AttentionShape s{batch, tokens, heads, head_dim};
   at::parallel_for(0, batch * heads, AttentionGrain(s), [&](int64_t begin, int64_t end) {
     AttentionForwardRangeF(qkv, out, probs, s, begin, end, scale);
   });
 }
 
-void AttentionForward(const double* qkv, double* out, double* probs, int64_t batch, int64_t tokens, int64_t heads,
-                      int64_t head_dim, double scale) {
+void AttentionForward(const double* qkv, double* out, double* probs, int64_t batch, int64_t tokens,
+                      int64_t heads, int64_t head_dim, double scale) {
   const AttentionShape s{batch, tokens, heads, head_dim};
   at::parallel_for(0, batch * heads, AttentionGrain(s), [&](int64_t begin, int64_t end) {
     auto& scratch = ThreadScratch<double>();
     scratch.Reserve(tokens, head_dim);
-    for (int64_t bh = begin; bh < end; ++bh) AttentionForwardOne<double>(qkv, out, probs, s, bh, scale, scratch);
+    for (int64_t bh = begin; bh < end; ++bh)
+      AttentionForwardOne<double>(qkv, out, probs, s, bh, scale, scratch);
   });
 }
 
-void AttentionBackward(const float* qkv, const float* probs, const float* grad_out, float* grad_qkv, int64_t batch,
-                       int64_t tokens, int64_t heads, int64_t head_dim, float scale) {
+void AttentionBackward(const float* qkv, const float* probs, const float* grad_out, float* grad_qkv,
+                       int64_t batch, int64_t tokens, int64_t heads, int64_t head_dim,
+                       float scale) {
   const AttentionShape s{batch, tokens, heads, head_dim};
   at::parallel_for(0, batch * heads, AttentionGrain(s), [&](int64_t begin, int64_t end) {
     AttentionBackwardRangeF(qkv, probs, grad_out, grad_qkv, s, begin, end, scale);
   });
 }
 
-void AttentionBackward(const double* qkv, const double* probs, const double* grad_out, double* grad_qkv,
-                       int64_t batch, int64_t tokens, int64_t heads, int64_t head_dim, double scale) {
+void AttentionBackward(const double* qkv, const double* probs, const double* grad_out,
+                       double* grad_qkv, int64_t batch, int64_t tokens, int64_t heads,
+                       int64_t head_dim, double scale) {
   const AttentionShape s{batch, tokens, heads, head_dim};
   at::parallel_for(0, batch * heads, AttentionGrain(s), [&](int64_t begin, int64_t end) {
     auto& scratch = ThreadScratch<double>();
@@ -459,60 +474,71 @@ void AttentionBackward(const double* qkv, const double* probs, const double* gra
 }
 
 void GeluForward(const float* x, float* y, float* dydx, int64_t n) {
-  at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) { GeluRange(x, y, dydx, begin, end); });
+  at::parallel_for(0, n, 32768,
+                   [&](int64_t begin, int64_t end) { GeluRange(x, y, dydx, begin, end); });
 }
 
-void LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
-                      int64_t rows, int64_t cols, float eps) {
+void LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                      float* rstd, int64_t rows, int64_t cols, float eps) {
   at::parallel_for(0, rows, LayerNormGrain(cols), [&](int64_t begin, int64_t end) {
     LayerNormForwardRowsF(x, gamma, beta, y, mean, rstd, cols, begin, end, eps);
   });
 }
 
-void LayerNormForward(const double* x, const double* gamma, const double* beta, double* y, double* mean,
-                      double* rstd, int64_t rows, int64_t cols, double eps) {
+void LayerNormForward(const double* x, const double* gamma, const double* beta, double* y,
+                      double* mean, double* rstd, int64_t rows, int64_t cols, double eps) {
   at::parallel_for(0, rows, LayerNormGrain(cols), [&](int64_t begin, int64_t end) {
     LayerNormForwardRows<double>(x, gamma, beta, y, mean, rstd, cols, begin, end, eps);
   });
 }
 
-void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* grad_y,
-                       float* grad_x, float* grad_gamma, float* grad_beta, int64_t rows, int64_t cols) {
-  LayerNormBackwardBlocks(grad_gamma, grad_beta, rows, cols, [&](int64_t begin, int64_t end, float* dg, float* db) {
-    LayerNormBackwardRowsF(x, gamma, mean, rstd, grad_y, grad_x, dg, db, cols, begin, end);
-  });
+void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                       const float* grad_y, float* grad_x, float* grad_gamma, float* grad_beta,
+                       int64_t rows, int64_t cols) {
+  LayerNormBackwardBlocks(
+      grad_gamma, grad_beta, rows, cols, [&](int64_t begin, int64_t end, float* dg, float* db) {
+        LayerNormBackwardRowsF(x, gamma, mean, rstd, grad_y, grad_x, dg, db, cols, begin, end);
+      });
 }
 
 void LayerNormBackward(const double* x, const double* gamma, const double* mean, const double* rstd,
-                       const double* grad_y, double* grad_x, double* grad_gamma, double* grad_beta, int64_t rows,
-                       int64_t cols) {
-  LayerNormBackwardBlocks(grad_gamma, grad_beta, rows, cols, [&](int64_t begin, int64_t end, double* dg, double* db) {
-    LayerNormBackwardRows<double>(x, gamma, mean, rstd, grad_y, grad_x, dg, db, cols, begin, end);
-  });
+                       const double* grad_y, double* grad_x, double* grad_gamma, double* grad_beta,
+                       int64_t rows, int64_t cols) {
+  LayerNormBackwardBlocks(grad_gamma, grad_beta, rows, cols,
+                          [&](int64_t begin, int64_t end, double* dg, double* db) {
+                            LayerNormBackwardRows<double>(x, gamma, mean, rstd, grad_y, grad_x, dg,
+                                                          db, cols, begin, end);
+                          });
 }
 
 void AdamWUpdate(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                  const AdamWHyper& hyper) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(hyper.beta1), static_cast<double>(hyper.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(hyper.beta2), static_cast<double>(hyper.step));
+  const double bc1 =
+      1.0 - std::pow(static_cast<double>(hyper.beta1), static_cast<double>(hyper.step));
+  const double bc2 =
+      1.0 - std::pow(static_cast<double>(hyper.beta2), static_cast<double>(hyper.step));
   const float step_size = static_cast<float>(hyper.lr / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   const float decay_factor = 1.0f - hyper.lr * hyper.weight_decay;
   at::parallel_for(0, n, 65536, [&](int64_t begin, int64_t end) {
-    AdamWRange(param, grad, exp_avg, exp_avg_sq, begin, end, decay_factor, hyper.beta1, hyper.beta2, step_size,
-               inv_sqrt_bc2, hyper.eps, hyper.grad_scale);
+    AdamWRange(param, grad, exp_avg, exp_avg_sq, begin, end, decay_factor, hyper.beta1, hyper.beta2,
+               step_size, inv_sqrt_bc2, hyper.eps, hyper.grad_scale);
   });
 }
 
-void FillBiasResidual(const float* bias, const float* residual, int64_t rows, int64_t cols, float* out) {
+void FillBiasResidual(const float* bias, const float* residual, int64_t rows, int64_t cols,
+                      float* out) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cols));
-  at::parallel_for(0, rows, grain,
-                   [&](int64_t begin, int64_t end) { FillBiasResidualRange(bias, residual, cols, begin, end, out); });
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    FillBiasResidualRange(bias, residual, cols, begin, end, out);
+  });
 }
 
 void AddColumnSums(const float* x, int64_t rows, int64_t cols, float* out) {
   // Column ranges of at least 64 floats per task.
-  at::parallel_for(0, cols, 64, [&](int64_t begin, int64_t end) { ColumnSumRange(x, rows, cols, begin, end, out); });
+  at::parallel_for(0, cols, 64, [&](int64_t begin, int64_t end) {
+    ColumnSumRange(x, rows, cols, begin, end, out);
+  });
 }
 
 double SumOfSquares(const float* x, int64_t n) {

@@ -26,8 +26,9 @@ void AttentionForward(const double* qkv, double* out, double* probs, int64_t bat
 // forward's qkv and probs and the gradient of `out` (grad_out, [B*T, D]).
 void AttentionBackward(const float* qkv, const float* probs, const float* grad_out, float* grad_qkv,
                        int64_t batch, int64_t tokens, int64_t heads, int64_t head_dim, float scale);
-void AttentionBackward(const double* qkv, const double* probs, const double* grad_out, double* grad_qkv,
-                       int64_t batch, int64_t tokens, int64_t heads, int64_t head_dim, double scale);
+void AttentionBackward(const double* qkv, const double* probs, const double* grad_out,
+                       double* grad_qkv, int64_t batch, int64_t tokens, int64_t heads,
+                       int64_t head_dim, double scale);
 
 // Exact GELU, y = x * Phi(x), and its derivative dy/dx = Phi(x) + x * phi(x), in one pass.
 // Phi uses erf with an absolute error below 2e-7 (Abramowitz & Stegun 7.1.26 with an
@@ -40,10 +41,10 @@ void GeluForward(const float* x, float* y, float* dydx, int64_t n);
 // read from memory once; its moments use the corrected two-pass formula while the row is
 // in cache, and both passes re-centre on the rounded mean, so rows with a large mean and a
 // small variance keep their precision.
-void LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
-                      int64_t rows, int64_t cols, float eps);
-void LayerNormForward(const double* x, const double* gamma, const double* beta, double* y, double* mean,
-                      double* rstd, int64_t rows, int64_t cols, double eps);
+void LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                      float* rstd, int64_t rows, int64_t cols, float eps);
+void LayerNormForward(const double* x, const double* gamma, const double* beta, double* y,
+                      double* mean, double* rstd, int64_t rows, int64_t cols, double eps);
 
 // Gradient of the LayerNorm above from the forward's x, mean, rstd and the output gradient
 // grad_y, one pass per row: writes every element of grad_x and ADDS
@@ -51,11 +52,12 @@ void LayerNormForward(const double* x, const double* gamma, const double* beta, 
 // grad_beta ([cols] each). Any of the three
 // outputs may be null (not needed). The parameter gradients are summed per fixed block of
 // rows and the blocks reduced in order, so the result does not depend on the thread count.
-void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* grad_y,
-                       float* grad_x, float* grad_gamma, float* grad_beta, int64_t rows, int64_t cols);
+void LayerNormBackward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                       const float* grad_y, float* grad_x, float* grad_gamma, float* grad_beta,
+                       int64_t rows, int64_t cols);
 void LayerNormBackward(const double* x, const double* gamma, const double* mean, const double* rstd,
-                       const double* grad_y, double* grad_x, double* grad_gamma, double* grad_beta, int64_t rows,
-                       int64_t cols);
+                       const double* grad_y, double* grad_x, double* grad_gamma, double* grad_beta,
+                       int64_t rows, int64_t cols);
 
 // One AdamW step (decoupled weight decay, as torch.optim.AdamW) over n contiguous
 // parameters:  g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
@@ -77,7 +79,8 @@ void AdamWUpdate(float* param, const float* grad, float* exp_avg, float* exp_avg
 // out[i, :] = bias + residual[i, :] for a row-major [rows, cols] matrix (residual may be
 // null): the initial value an in-place GEMM then accumulates into, so bias and residual add
 // cost no extra pass.
-void FillBiasResidual(const float* bias, const float* residual, int64_t rows, int64_t cols, float* out);
+void FillBiasResidual(const float* bias, const float* residual, int64_t rows, int64_t cols,
+                      float* out);
 
 // out[j] += sum_i x[i * cols + j] for a row-major [rows, cols] matrix (a bias gradient).
 void AddColumnSums(const float* x, int64_t rows, int64_t cols, float* out);

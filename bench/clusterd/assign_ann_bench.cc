@@ -13,7 +13,8 @@
 // IndexFlatIP search done in the bench process.
 //
 //   build-*/bin/assign_ann_bench [--k 200000] [--queries 100000] [--dim 128] [--l 8]
-//                                [--methods exact,hnsw,ivf] [--json bench/results/clusterd_ann.json]
+//                                [--methods exact,hnsw,ivf] [--json
+//                                bench/results/clusterd_ann.json]
 #include <faiss/IndexFlat.h>
 
 #include <CLI/CLI.hpp>
@@ -39,7 +40,8 @@ namespace {
 using mlcd::bench::Clock;
 using mlcd::bench::Since;
 
-// One entry of --methods: "exact", "hnsw", "ivf", optionally ":effort" (HNSW efSearch / IVF nprobe).
+// One entry of --methods: "exact", "hnsw", "ivf", optionally ":effort" (HNSW efSearch / IVF
+// nprobe).
 struct MethodSpec {
   std::string name;
   int effort = 0;  // 0 = the service's default
@@ -62,17 +64,20 @@ mlcd::StatusOr<std::vector<MethodSpec>> ParseMethods(const std::string& list) {
       } catch (const std::exception&) {
         m.effort = -1;
       }
-      if (m.effort < 1) return mlcd::Status::InvalidArgument("--methods: bad effort in '" + item + "'");
+      if (m.effort < 1)
+        return mlcd::Status::InvalidArgument("--methods: bad effort in '" + item + "'");
     }
     if (m.name == "exact") {
-      if (m.effort > 0) return mlcd::Status::InvalidArgument("--methods: exact takes no effort ('" + item + "')");
+      if (m.effort > 0)
+        return mlcd::Status::InvalidArgument("--methods: exact takes no effort ('" + item + "')");
       m.proto = mlcd::v1::SEARCH_METHOD_EXACT;
     } else if (m.name == "hnsw") {
       m.proto = mlcd::v1::SEARCH_METHOD_HNSW;
     } else if (m.name == "ivf") {
       m.proto = mlcd::v1::SEARCH_METHOD_IVF;
     } else {
-      return mlcd::Status::InvalidArgument("--methods: unknown method '" + m.name + "' (exact, hnsw, ivf)");
+      return mlcd::Status::InvalidArgument("--methods: unknown method '" + m.name +
+                                           "' (exact, hnsw, ivf)");
     }
     out.push_back(m);
   }
@@ -116,8 +121,9 @@ int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
   mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  CLI::App app{"mlcd-clusterd benchmark: exact vs approximate (HNSW, IVF) top-l assignment at large k",
-               "assign_ann_bench"};
+  CLI::App app{
+      "mlcd-clusterd benchmark: exact vs approximate (HNSW, IVF) top-l assignment at large k",
+      "assign_ann_bench"};
   int k = 200000, dim = 128, l = 8, shards = 1;
   int64_t queries = 100000, check_rows = 10000;
   int recall_sample = 10000;
@@ -126,26 +132,34 @@ int main(int argc, char** argv) {
   std::string methods_arg = "exact,hnsw,ivf";
   std::string json_path = "bench/results/clusterd_ann.json";
   std::string work_dir;
-  app.add_option("--k", k, "centroids (random unit vectors)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--k", k, "centroids (random unit vectors)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--queries", queries, "query rows, each a random centroid + noise, normalised")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--dim", dim, "dimension")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--l", l, "labels per row")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--noise", noise,
-                 "query = normalise(centroid + noise * g / sqrt(dim)); cosine to its centroid about "
-                 "1 / sqrt(1 + noise^2)")
+  app.add_option(
+         "--noise", noise,
+         "query = normalise(centroid + noise * g / sqrt(dim)); cosine to its centroid about "
+         "1 / sqrt(1 + noise^2)")
       ->capture_default_str();
-  app.add_option("--shards", shards, "query shard files")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--methods", methods_arg,
-                 "comma-separated exact, hnsw, ivf, each optionally :EFFORT (HNSW efSearch / IVF nprobe; "
-                 "default: the service's), e.g. exact,hnsw,hnsw:256,ivf,ivf:64")
-      ->capture_default_str();
-  app.add_option("--recall-sample", recall_sample, "rows the service samples to measure recall (AssignRequest)")
+  app.add_option("--shards", shards, "query shard files")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--check-rows", check_rows, "rows the bench reads back from each label set and checks against "
-                                              "its own exact search")
+  app.add_option(
+         "--methods", methods_arg,
+         "comma-separated exact, hnsw, ivf, each optionally :EFFORT (HNSW efSearch / IVF nprobe; "
+         "default: the service's), e.g. exact,hnsw,hnsw:256,ivf,ivf:64")
+      ->capture_default_str();
+  app.add_option("--recall-sample", recall_sample,
+                 "rows the service samples to measure recall (AssignRequest)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--check-rows", check_rows,
+                 "rows the bench reads back from each label set and checks against "
+                 "its own exact search")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the data and of the check sample")->capture_default_str();
@@ -163,10 +177,12 @@ int main(int argc, char** argv) {
   }
 
   auto tmp = mlcd::bench::UseWorkDir(&work_dir);
-  std::printf("assignment benchmark: k = %d random unit centroids, %lld queries (centroid + noise %.2f), d = %d, "
-              "l = %d, methods %s, %u cores\n",
-              k, static_cast<long long>(queries), noise, dim, l, methods_arg.c_str(),
-              std::thread::hardware_concurrency());
+  std::printf(
+      "assignment benchmark: k = %d random unit centroids, %lld queries (centroid + noise %.2f), d "
+      "= %d, "
+      "l = %d, methods %s, %u cores\n",
+      k, static_cast<long long>(queries), noise, dim, l, methods_arg.c_str(),
+      std::thread::hardware_concurrency());
 
   // Data (untimed): queries as shards, the mixture's centres as the centroids .npy, and each
   // query's source centroid.
@@ -206,12 +222,14 @@ int main(int argc, char** argv) {
   {
     faiss::IndexFlatIP exact(dim);
     exact.add(k, centroids->data());
-    exact.search(static_cast<faiss::Index::idx_t>(ns), sample_rows.data(), l, truth_scores.data(), truth.data());
+    exact.search(static_cast<faiss::Index::idx_t>(ns), sample_rows.data(), l, truth_scores.data(),
+                 truth.data());
   }
   centroids->clear();
   centroids->shrink_to_fit();
   double truth_seconds = Since(t_truth);
-  std::printf("exact top-%d of the %zu check rows in the bench process: %.1f s\n", l, ns, truth_seconds);
+  std::printf("exact top-%d of the %zu check rows in the bench process: %.1f s\n", l, ns,
+              truth_seconds);
 
   mlcd::bench::BenchServices services;
   if (!services.Start(work_dir)) return 1;
@@ -223,7 +241,8 @@ int main(int argc, char** argv) {
   for (const MethodSpec& spec : *methods) {
     MethodRun r;
     r.spec = spec;
-    r.label_set = "bench/ann/" + spec.name + (spec.effort > 0 ? "-" + std::to_string(spec.effort) : "");
+    r.label_set =
+        "bench/ann/" + spec.name + (spec.effort > 0 ? "-" + std::to_string(spec.effort) : "");
     mlcd::v1::AssignRequest req;
     req.mutable_features()->add_paths(gen.out_dir);
     req.set_centroids_path(gen.centres_out);
@@ -245,8 +264,8 @@ int main(int argc, char** argv) {
     });
     r.assign_seconds = Since(t0);
     if (!result.ok()) {
-      std::fprintf(stderr, "error: Assign %s: %s\n%s\n", spec.label().c_str(), result.status().ToString().c_str(),
-                   services.clusterd.Log().c_str());
+      std::fprintf(stderr, "error: Assign %s: %s\n%s\n", spec.label().c_str(),
+                   result.status().ToString().c_str(), services.clusterd.Log().c_str());
       return 1;
     }
     r.server_seconds = result->seconds();
@@ -260,7 +279,8 @@ int main(int argc, char** argv) {
     // Own check: read the sample's rows back from the sealed set.
     auto batch = store.GetLabels(r.label_set, sample_ids);
     if (!batch.ok()) {
-      std::fprintf(stderr, "error: reading back %s: %s\n", r.label_set.c_str(), batch.status().ToString().c_str());
+      std::fprintf(stderr, "error: reading back %s: %s\n", r.label_set.c_str(),
+                   batch.status().ToString().c_str());
       return 1;
     }
     r.missing = batch->missing_ids.size();
@@ -278,12 +298,14 @@ int main(int argc, char** argv) {
     r.top1_agreement = static_cast<double>(top1) / static_cast<double>(ns);
     r.source_top1 = static_cast<double>(src1) / static_cast<double>(ns);
     r.source_in_topl = static_cast<double>(srcl) / static_cast<double>(ns);
-    std::printf("%s: Assign %.2f s (before the pass %.2f s, search %.2f s = %.0f rows/s); recall@%d: service %.4f "
-                "on %llu rows, bench %.4f on %zu rows; sealed with %llu samples: %s\n",
-                spec.label().c_str(), r.assign_seconds, r.prep_seconds, r.search_seconds,
-                static_cast<double>(queries) / r.search_seconds, l, r.service_recall,
-                static_cast<unsigned long long>(r.service_recall_rows), r.recall, ns,
-                static_cast<unsigned long long>(r.samples), r.sealed ? "yes" : "NO");
+    std::printf(
+        "%s: Assign %.2f s (before the pass %.2f s, search %.2f s = %.0f rows/s); recall@%d: "
+        "service %.4f "
+        "on %llu rows, bench %.4f on %zu rows; sealed with %llu samples: %s\n",
+        spec.label().c_str(), r.assign_seconds, r.prep_seconds, r.search_seconds,
+        static_cast<double>(queries) / r.search_seconds, l, r.service_recall,
+        static_cast<unsigned long long>(r.service_recall_rows), r.recall, ns,
+        static_cast<unsigned long long>(r.samples), r.sealed ? "yes" : "NO");
     runs.push_back(r);
   }
   services.Stop();
@@ -292,20 +314,27 @@ int main(int argc, char** argv) {
   for (const auto& r : runs)
     if (r.spec.name == "exact" && r.spec.effort == 0) exact_search = r.search_seconds;
   const double flops = 2.0 * static_cast<double>(queries) * k * dim;
-  std::printf("\n%-10s %9s %9s %9s %11s %11s %8s %10s %10s %8s %8s\n", "method", "Assign s", "prep s", "search s",
-              "rows/s srch", "rows/s all", "speedup", "svc recall", "recall@l", "top1=", "src@1");
+  std::printf("\n%-10s %9s %9s %9s %11s %11s %8s %10s %10s %8s %8s\n", "method", "Assign s",
+              "prep s", "search s", "rows/s srch", "rows/s all", "speedup", "svc recall",
+              "recall@l", "top1=", "src@1");
   for (const auto& r : runs) {
     char speedup[32] = "-";
-    if (exact_search > 0) std::snprintf(speedup, sizeof(speedup), "%.2fx", exact_search / r.search_seconds);
-    std::printf("%-10s %9.2f %9.2f %9.2f %11.0f %11.0f %8s %10.4f %10.4f %8.4f %8.4f\n", r.spec.label().c_str(),
-                r.assign_seconds, r.prep_seconds, r.search_seconds, static_cast<double>(queries) / r.search_seconds,
-                static_cast<double>(queries) / r.assign_seconds, speedup, r.service_recall, r.recall,
-                r.top1_agreement, r.source_top1);
+    if (exact_search > 0)
+      std::snprintf(speedup, sizeof(speedup), "%.2fx", exact_search / r.search_seconds);
+    std::printf("%-10s %9.2f %9.2f %9.2f %11.0f %11.0f %8s %10.4f %10.4f %8.4f %8.4f\n",
+                r.spec.label().c_str(), r.assign_seconds, r.prep_seconds, r.search_seconds,
+                static_cast<double>(queries) / r.search_seconds,
+                static_cast<double>(queries) / r.assign_seconds, speedup, r.service_recall,
+                r.recall, r.top1_agreement, r.source_top1);
   }
-  std::printf("prep = index build + the service's recall sample (%d rows searched both ways); speedup = exact "
-              "search s / search s; svc recall = recall@%d the service reports; recall@l, top1= (top-1 equals "
-              "exact) and src@1 (top-1 is the query's source centroid) from %zu rows read back from each label set\n",
-              static_cast<int>(std::min<int64_t>(recall_sample, queries)), l, ns);
+  std::printf(
+      "prep = index build + the service's recall sample (%d rows searched both ways); speedup = "
+      "exact "
+      "search s / search s; svc recall = recall@%d the service reports; recall@l, top1= (top-1 "
+      "equals "
+      "exact) and src@1 (top-1 is the query's source centroid) from %zu rows read back from each "
+      "label set\n",
+      static_cast<int>(std::min<int64_t>(recall_sample, queries)), l, ns);
   if (exact_search > 0)
     std::printf("exact search: %.1f GFLOP/s (2 n k d / search s)\n", flops / exact_search / 1e9);
 

@@ -25,7 +25,9 @@
 namespace mlcd::bench {
 
 using Clock = std::chrono::steady_clock;
-inline double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+inline double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Directory of this executable: the service binaries are built next to it.
 inline std::string SelfDir() {
@@ -57,8 +59,8 @@ struct BenchServices {
         work_dir + "/labelstore.log");
     if (st.ok()) {
       st = clusterd.Start(bin + "/mlcd-clusterd",
-                          {"--listen", clusterd_address, "--metrics-listen", "", "--data-dir", work_dir + "/cd",
-                           "--labelstore", labelstore_address},
+                          {"--listen", clusterd_address, "--metrics-listen", "", "--data-dir",
+                           work_dir + "/cd", "--labelstore", labelstore_address},
                           work_dir + "/clusterd.log");
     }
     if (st.ok()) st = testing::WaitForServing(labelstore_address, std::chrono::seconds(60));
@@ -79,11 +81,12 @@ struct BenchServices {
 
 // Whether label set `name` is SEALED with `rows` samples; *samples gets its count (0 when it
 // cannot be described).
-inline bool SealedWith(const labelstore::LabelStoreClient& store, const std::string& name, int64_t rows,
-                       uint64_t* samples) {
+inline bool SealedWith(const labelstore::LabelStoreClient& store, const std::string& name,
+                       int64_t rows, uint64_t* samples) {
   auto info = store.Describe(name);
   *samples = info.ok() ? info->num_samples() : 0;
-  return info.ok() && info->state() == v1::LABEL_SET_STATE_SEALED && info->num_samples() == static_cast<uint64_t>(rows);
+  return info.ok() && info->state() == v1::LABEL_SET_STATE_SEALED &&
+         info->num_samples() == static_cast<uint64_t>(rows);
 }
 
 // An empty *work_dir becomes a fresh temporary directory, removed when the result goes away.

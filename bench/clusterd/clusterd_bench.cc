@@ -44,9 +44,9 @@
 #include "common/npy.h"
 #include "labelstore/client.h"
 
-extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-                      const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-                      const float* beta, float* c, const int* ldc);
+extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n,
+                      const int* k, const float* alpha, const float* a, const int* lda,
+                      const float* b, const int* ldb, const float* beta, float* c, const int* ldc);
 
 namespace {
 
@@ -58,7 +58,8 @@ using mlcd::bench::Since;
 double SgemmGflops(int m, int n, int k, int reps) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(n) * k), c(static_cast<size_t>(m) * n);
+  std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(n) * k),
+      c(static_cast<size_t>(m) * n);
   for (auto& v : a) v = u(rng);
   for (auto& v : b) v = u(rng);
   float one = 1, zero = 0;
@@ -95,8 +96,9 @@ struct BareRun {
 };
 
 mlcd::StatusOr<PathRun> RunClusterdPath(const mlcd::clusterd::ClusterdClient& client,
-                                        const mlcd::labelstore::LabelStoreClient& store, const Config& cfg,
-                                        const std::string& feats, const std::string& work_dir, int run) {
+                                        const mlcd::labelstore::LabelStoreClient& store,
+                                        const Config& cfg, const std::string& feats,
+                                        const std::string& work_dir, int run) {
   PathRun r;
   r.centroids_path = work_dir + "/centroids-r" + std::to_string(run) + ".npy";
   mlcd::v1::ClusterRequest creq;
@@ -109,8 +111,9 @@ mlcd::StatusOr<PathRun> RunClusterdPath(const mlcd::clusterd::ClusterdClient& cl
   auto t_path = Clock::now();
   auto cluster = client.Cluster(creq, [](const mlcd::v1::ClusterProgress& p) {
     if (p.has_iteration())
-      std::printf("  clusterd iteration %2d objective %.1f imbalance %.3f at %.1f s\n", p.iteration().iteration(),
-                  p.iteration().objective(), p.iteration().imbalance_factor(), p.iteration().seconds());
+      std::printf("  clusterd iteration %2d objective %.1f imbalance %.3f at %.1f s\n",
+                  p.iteration().iteration(), p.iteration().objective(),
+                  p.iteration().imbalance_factor(), p.iteration().seconds());
   });
   if (!cluster.ok()) return cluster.status().WithContext("Cluster");
   r.cluster = Since(t_path);
@@ -135,8 +138,9 @@ mlcd::StatusOr<PathRun> RunClusterdPath(const mlcd::clusterd::ClusterdClient& cl
   // The size summary must come out of the path one way or the other: its mean is rows / k.
   const auto& sizes = cfg.cluster_size_pass ? cluster->sizes() : assign->sizes();
   if (std::abs(sizes.mean() * cfg.k - static_cast<double>(cfg.rows)) > 0.5) {
-    return mlcd::Status::Internal("cluster size summary missing or wrong: mean " + std::to_string(sizes.mean()) +
-                                  " x k " + std::to_string(cfg.k) + " != rows " + std::to_string(cfg.rows));
+    return mlcd::Status::Internal("cluster size summary missing or wrong: mean " +
+                                  std::to_string(sizes.mean()) + " x k " + std::to_string(cfg.k) +
+                                  " != rows " + std::to_string(cfg.rows));
   }
   return r;
 }
@@ -178,7 +182,7 @@ double CentroidsMaxDiff(const std::string& path, const std::vector<float>& bare)
 
 int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
-  mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
+  mlcd::KeepFreedMemoryForReuse();           // common/malloc_env.h
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows up line by line in a log file
   CLI::App app{"mlcd-clusterd benchmark: whole clusterd path vs bare FAISS", "clusterd_bench"};
   Config cfg;
@@ -192,16 +196,19 @@ int main(int argc, char** argv) {
   app.add_option("--l", cfg.l, "labels per sample")->capture_default_str();
   app.add_option("--niter", cfg.niter, "k-means iterations")->capture_default_str();
   app.add_option("--shards", shards, "feature shard files")->capture_default_str();
-  app.add_option("--centres", centres, "mixture components of the synthetic data")->capture_default_str();
+  app.add_option("--centres", centres, "mixture components of the synthetic data")
+      ->capture_default_str();
   app.add_option("--repeats", repeats,
-                 "interleaved runs of the two halves (clusterd, bare, clusterd, bare, ...); the result is the "
+                 "interleaved runs of the two halves (clusterd, bare, clusterd, bare, ...); the "
+                 "result is the "
                  "median ratio")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--bare-faiss-default-block", bare_default_block,
                "run bare FAISS with FAISS's default GEMM database block instead of clusterd's");
-  app.add_flag("--cluster-size-pass", cfg.cluster_size_pass,
-               "also run Cluster's own size pass (the coordinator skips it; Assign reports the sizes)");
+  app.add_flag(
+      "--cluster-size-pass", cfg.cluster_size_pass,
+      "also run Cluster's own size pass (the coordinator skips it; Assign reports the sizes)");
   app.add_option("--json", json_path, "where to write the JSON results")->capture_default_str();
   app.add_option("--work-dir", work_dir, "scratch directory (default: a fresh temp dir)");
   CLI11_PARSE(app, argc, argv);
@@ -209,17 +216,19 @@ int main(int argc, char** argv) {
   // FAISS's exhaustive search multiplies query blocks by blocks of this many database vectors;
   // clusterd's ComputeScope raises it to at least kDatabaseBlock for its jobs.
   const int faiss_default_block = faiss::distance_compute_blas_database_bs;
-  const int clusterd_block = std::max(faiss_default_block, mlcd::clusterd::ComputeScope::kDatabaseBlock);
+  const int clusterd_block =
+      std::max(faiss_default_block, mlcd::clusterd::ComputeScope::kDatabaseBlock);
   const int bare_block = bare_default_block ? faiss_default_block : clusterd_block;
   faiss::distance_compute_blas_database_bs = bare_block;
 
   auto tmp = mlcd::bench::UseWorkDir(&work_dir);
   const std::string feats = work_dir + "/feats";
-  std::printf("clusterd benchmark: %lld x %d float32 (%d shards), k = %d, l = %d, niter = %d, %u cores, "
-              "%d interleaved run(s); GEMM database block: clusterd %d, bare FAISS %d%s\n",
-              static_cast<long long>(cfg.rows), cfg.dim, shards, cfg.k, cfg.l, cfg.niter,
-              std::thread::hardware_concurrency(), repeats, clusterd_block, bare_block,
-              bare_default_block ? " (FAISS default)" : " (same as clusterd)");
+  std::printf(
+      "clusterd benchmark: %lld x %d float32 (%d shards), k = %d, l = %d, niter = %d, %u cores, "
+      "%d interleaved run(s); GEMM database block: clusterd %d, bare FAISS %d%s\n",
+      static_cast<long long>(cfg.rows), cfg.dim, shards, cfg.k, cfg.l, cfg.niter,
+      std::thread::hardware_concurrency(), repeats, clusterd_block, bare_block,
+      bare_default_block ? " (FAISS default)" : " (same as clusterd)");
 
   // Data (untimed).
   mlcd::clusterd::SyntheticMixtureOptions gen;
@@ -257,16 +266,20 @@ int main(int argc, char** argv) {
   for (int run = 0; run < repeats; ++run) {
     auto path = RunClusterdPath(client, store, cfg, feats, work_dir, run);
     if (!path.ok()) {
-      std::fprintf(stderr, "error: %s\n%s\n", path.status().ToString().c_str(), services.clusterd.Log().c_str());
+      std::fprintf(stderr, "error: %s\n%s\n", path.status().ToString().c_str(),
+                   services.clusterd.Log().c_str());
       return 1;
     }
-    std::printf("run %d/%d clusterd path: %.2f s (Cluster %.2f s = read %.2f + k-means %.2f + sizes %.2f; Assign "
-                "%.2f s, search %.2f s); label set sealed with %llu samples: %s\n",
-                run + 1, repeats, path->total, path->cluster, path->read, path->train, path->sizes, path->assign,
-                path->search, static_cast<unsigned long long>(path->samples), path->sealed ? "yes" : "NO");
+    std::printf(
+        "run %d/%d clusterd path: %.2f s (Cluster %.2f s = read %.2f + k-means %.2f + sizes %.2f; "
+        "Assign "
+        "%.2f s, search %.2f s); label set sealed with %llu samples: %s\n",
+        run + 1, repeats, path->total, path->cluster, path->read, path->train, path->sizes,
+        path->assign, path->search, static_cast<unsigned long long>(path->samples),
+        path->sealed ? "yes" : "NO");
     BareRun bare = RunBareFaiss(cfg, x);
-    std::printf("run %d/%d bare FAISS: %.2f s (k-means %.2f s, search %.2f s)\n", run + 1, repeats, bare.total,
-                bare.kmeans, bare.search);
+    std::printf("run %d/%d bare FAISS: %.2f s (k-means %.2f s, search %.2f s)\n", run + 1, repeats,
+                bare.total, bare.kmeans, bare.search);
     ratios.push_back(path->total / bare.total);
     diffs.push_back(CentroidsMaxDiff(path->centroids_path, bare.centroids));
     bare.centroids = {};
@@ -286,7 +299,8 @@ int main(int argc, char** argv) {
     for (const auto& r : bare_runs) v.push_back(r.*field);
     return Median(v);
   };
-  bool all_sealed = std::all_of(path_runs.begin(), path_runs.end(), [](const PathRun& r) { return r.sealed; });
+  bool all_sealed =
+      std::all_of(path_runs.begin(), path_runs.end(), [](const PathRun& r) { return r.sealed; });
   const double flops = 2.0 * static_cast<double>(cfg.rows) * cfg.k * cfg.dim;
   const int sgemm_n = std::min(cfg.k, 4096);
   double sgemm = SgemmGflops(4096, sgemm_n, cfg.dim, 5);
@@ -295,25 +309,31 @@ int main(int argc, char** argv) {
   double ratio = Median(ratios);
   double max_diff = *std::max_element(diffs.begin(), diffs.end());
 
-  std::printf("\n%4s %12s %10s %10s %12s %10s %10s %8s\n", "run", "clusterd s", "Cluster s", "Assign s",
-              "bare FAISS s", "k-means s", "search s", "ratio");
+  std::printf("\n%4s %12s %10s %10s %12s %10s %10s %8s\n", "run", "clusterd s", "Cluster s",
+              "Assign s", "bare FAISS s", "k-means s", "search s", "ratio");
   for (int run = 0; run < repeats; ++run) {
     const PathRun& p = path_runs[static_cast<size_t>(run)];
     const BareRun& b = bare_runs[static_cast<size_t>(run)];
-    std::printf("%4d %12.2f %10.2f %10.2f %12.2f %10.2f %10.2f %8.3f\n", run + 1, p.total, p.cluster, p.assign,
-                b.total, b.kmeans, b.search, ratios[static_cast<size_t>(run)]);
+    std::printf("%4d %12.2f %10.2f %10.2f %12.2f %10.2f %10.2f %8.3f\n", run + 1, p.total,
+                p.cluster, p.assign, b.total, b.kmeans, b.search, ratios[static_cast<size_t>(run)]);
   }
-  std::printf("%4s %12.2f %10.2f %10.2f %12.2f %10.2f %10.2f %8.3f\n", "med", path_median(&PathRun::total),
-              path_median(&PathRun::cluster), path_median(&PathRun::assign), bare_median(&BareRun::total),
+  std::printf("%4s %12.2f %10.2f %10.2f %12.2f %10.2f %10.2f %8.3f\n", "med",
+              path_median(&PathRun::total), path_median(&PathRun::cluster),
+              path_median(&PathRun::assign), bare_median(&BareRun::total),
               bare_median(&BareRun::kmeans), bare_median(&BareRun::search), ratio);
-  std::printf("assignment search (medians): clusterd %.1f GFLOP/s, bare FAISS %.1f GFLOP/s; plain sgemm (4096 x %d "
-              "x %d) %.1f GFLOP/s -> clusterd at %.0f%% of sgemm\n",
-              assign_gflops, bare_gflops, sgemm_n, cfg.dim, sgemm, 100 * assign_gflops / sgemm);
+  std::printf(
+      "assignment search (medians): clusterd %.1f GFLOP/s, bare FAISS %.1f GFLOP/s; plain sgemm "
+      "(4096 x %d "
+      "x %d) %.1f GFLOP/s -> clusterd at %.0f%% of sgemm\n",
+      assign_gflops, bare_gflops, sgemm_n, cfg.dim, sgemm, 100 * assign_gflops / sgemm);
   std::printf("centroids max |clusterd - bare FAISS| = %.2e (worst run)\n", max_diff);
-  std::printf("RESULT whole clusterd path / bare FAISS = %.3f (median of %d, min %.3f, max %.3f; bare FAISS "
-              "database block %d) (target <= 1.15): %s\n",
-              ratio, repeats, *std::min_element(ratios.begin(), ratios.end()),
-              *std::max_element(ratios.begin(), ratios.end()), bare_block, ratio <= 1.15 ? "met" : "NOT met");
+  std::printf(
+      "RESULT whole clusterd path / bare FAISS = %.3f (median of %d, min %.3f, max %.3f; bare "
+      "FAISS "
+      "database block %d) (target <= 1.15): %s\n",
+      ratio, repeats, *std::min_element(ratios.begin(), ratios.end()),
+      *std::max_element(ratios.begin(), ratios.end()), bare_block,
+      ratio <= 1.15 ? "met" : "NOT met");
 
   nlohmann::json j;
   j["rows"] = cfg.rows;
@@ -331,19 +351,20 @@ int main(int argc, char** argv) {
   for (int run = 0; run < repeats; ++run) {
     const PathRun& p = path_runs[static_cast<size_t>(run)];
     const BareRun& b = bare_runs[static_cast<size_t>(run)];
-    j["runs"].push_back({{"clusterd",
-                          {{"total_seconds", p.total},
-                           {"cluster_seconds", p.cluster},
-                           {"cluster_read_seconds", p.read},
-                           {"cluster_train_seconds", p.train},
-                           {"cluster_sizes_seconds", p.sizes},
-                           {"assign_seconds", p.assign},
-                           {"assign_search_seconds", p.search},
-                           {"label_set_sealed", p.sealed}}},
-                         {"bare_faiss", {{"total_seconds", b.total}, {"kmeans_seconds", b.kmeans},
-                                         {"search_seconds", b.search}}},
-                         {"ratio", ratios[static_cast<size_t>(run)]},
-                         {"centroids_max_abs_diff", diffs[static_cast<size_t>(run)]}});
+    j["runs"].push_back(
+        {{"clusterd",
+          {{"total_seconds", p.total},
+           {"cluster_seconds", p.cluster},
+           {"cluster_read_seconds", p.read},
+           {"cluster_train_seconds", p.train},
+           {"cluster_sizes_seconds", p.sizes},
+           {"assign_seconds", p.assign},
+           {"assign_search_seconds", p.search},
+           {"label_set_sealed", p.sealed}}},
+         {"bare_faiss",
+          {{"total_seconds", b.total}, {"kmeans_seconds", b.kmeans}, {"search_seconds", b.search}}},
+         {"ratio", ratios[static_cast<size_t>(run)]},
+         {"centroids_max_abs_diff", diffs[static_cast<size_t>(run)]}});
   }
   // The summaries below are per-field medians over the runs.
   j["bare_faiss"] = {{"total_seconds", bare_median(&BareRun::total)},

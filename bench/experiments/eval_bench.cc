@@ -2,8 +2,9 @@
 // x 512 and 10000 test rows): one objective/gradient evaluation of the probe, the whole linear
 // probe (CLIP's λ search + refit) at given solver tolerances, and kNN (k 20).
 //
-//   eval_bench --train-features tr.npy --test-features te.npy [--threads 2] [--out bench/results/eval_bench.json]
-//   eval_bench --synthetic --rows 60000 --dim 512           (a Gaussian mixture, 10 classes)
+//   eval_bench --train-features tr.npy --test-features te.npy [--threads 2] [--out
+//   bench/results/eval_bench.json] eval_bench --synthetic --rows 60000 --dim 512           (a
+//   Gaussian mixture, 10 classes)
 //
 // Features come with <file>.labels.npy beside them (mlcd-clusterd features --labels-out writes
 // them; so does mlcd-worker embed).
@@ -16,8 +17,8 @@
 #include <random>
 
 #include "common/blas_env.h"
-#include "common/malloc_env.h"
 #include "common/file_util.h"
+#include "common/malloc_env.h"
 #include "worker/eval_features.h"
 #include "worker/eval_knn.h"
 #include "worker/eval_linear_probe.h"
@@ -41,7 +42,8 @@ void Synthetic(int64_t n, int64_t d, uint64_t seed, LabelledFeatures* out) {
   for (int64_t i = 0; i < n; ++i) {
     int c = static_cast<int>(rng() % 10);
     out->labels[i] = c;
-    for (int64_t j = 0; j < d; ++j) out->features.row(i)[j] = centres[c * d + j] + g(rng) / std::sqrt(float(d));
+    for (int64_t j = 0; j < d; ++j)
+      out->features.row(i)[j] = centres[c * d + j] + g(rng) / std::sqrt(float(d));
   }
   L2NormalizeRows(&out->features);
 }
@@ -65,7 +67,8 @@ int main(int argc, char** argv) {
   app.add_option("--dim", dim)->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
   app.add_option("--max-iterations", max_iterations)->capture_default_str();
-  app.add_option("--gradient-tolerances", tolerances, "one probe run per value")->capture_default_str();
+  app.add_option("--gradient-tolerances", tolerances, "one probe run per value")
+      ->capture_default_str();
   app.add_option("--out", out_path, "write the figures as JSON here");
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(threads);
@@ -97,14 +100,16 @@ int main(int argc, char** argv) {
                       {"classes", K},
                       {"threads", threads}};
   std::printf("%s: %lld train x %lld, %lld test, %d classes, %d threads\n", source.c_str(),
-              (long long)train.features.rows, (long long)train.features.cols, (long long)test.features.rows, K, threads);
+              (long long)train.features.rows, (long long)train.features.cols,
+              (long long)test.features.rows, K, threads);
 
   // One objective + gradient evaluation (what every L-BFGS step costs).
   std::vector<double> theta(K * (train.features.cols + 1), 0.01), grad;
   LogisticObjective(train.features, train.labels, K, 1.0, theta, &grad);  // warm-up
   const int reps = 10;
   double t0 = Now();
-  for (int i = 0; i < reps; ++i) LogisticObjective(train.features, train.labels, K, 1.0, theta, &grad);
+  for (int i = 0; i < reps; ++i)
+    LogisticObjective(train.features, train.labels, K, 1.0, theta, &grad);
   double eval_ms = (Now() - t0) / reps * 1e3;
   std::printf("objective + gradient: %.1f ms per evaluation\n", eval_ms);
   j["objective_gradient_ms"] = eval_ms;
@@ -124,10 +129,14 @@ int main(int argc, char** argv) {
       iterations += t.iterations;
       capped += !t.converged;
     }
-    std::printf("linear probe (gradient tolerance %g): %.2f%% test at lambda %g; %zu fits, %d L-BFGS iterations "
-                "(%d fits hit the cap), final fit %d iterations (%s); %.1f s (search %.1f s, final %.1f s)\n",
-                tol, 100 * r->test_accuracy, r->lambda, r->trials.size(), iterations, capped, r->model.iterations,
-                r->model.stop_reason.c_str(), r->seconds, r->search_seconds, r->final_fit_seconds);
+    std::printf(
+        "linear probe (gradient tolerance %g): %.2f%% test at lambda %g; %zu fits, %d L-BFGS "
+        "iterations "
+        "(%d fits hit the cap), final fit %d iterations (%s); %.1f s (search %.1f s, final %.1f "
+        "s)\n",
+        tol, 100 * r->test_accuracy, r->lambda, r->trials.size(), iterations, capped,
+        r->model.iterations, r->model.stop_reason.c_str(), r->seconds, r->search_seconds,
+        r->final_fit_seconds);
     probes.push_back({{"gradient_tolerance", tol},
                       {"max_iterations", max_iterations},
                       {"test_accuracy", r->test_accuracy},
@@ -151,8 +160,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   double gflop = 2.0 * train.features.rows * test.features.rows * train.features.cols / 1e9;
-  std::printf("kNN (k 20, T 0.07): %.2f%% in %.2f s (%.0f GFLOP/s in the similarity GEMMs' share)\n",
-              100 * k->accuracy, k->seconds, gflop / k->seconds);
+  std::printf(
+      "kNN (k 20, T 0.07): %.2f%% in %.2f s (%.0f GFLOP/s in the similarity GEMMs' share)\n",
+      100 * k->accuracy, k->seconds, gflop / k->seconds);
   j["knn"] = {{"accuracy", k->accuracy}, {"seconds", k->seconds}, {"gflop", gflop}};
   if (!out_path.empty()) {
     Status s = WriteFileAtomically(out_path, j.dump(2) + "\n");

@@ -15,11 +15,11 @@
 //    the server's CPU time per call (from /proc); then two client threads at batch 1024.
 // Batches are consecutive slices of a random permutation of the sample ids (as a training
 // epoch reads them). Prints a table and writes JSON.
+#include <fcntl.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -52,7 +52,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using mlcd::labelstore::LabelStorage;
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 void Check(const mlcd::Status& s, const char* what) {
   if (!s.ok()) {
@@ -110,8 +112,13 @@ Measurement Measure(size_t batch, double seconds, const std::vector<uint64_t>& p
 }
 
 nlohmann::json ToJson(const Measurement& m) {
-  return {{"batch", m.batch},        {"calls", m.calls},   {"rows_per_second", m.rows_per_second},
-          {"p50_ms", m.p50_ms},      {"p99_ms", m.p99_ms}, {"mean_ms", m.mean_ms}, {"cpu_ms_per_call", m.cpu_ms_per_call}};
+  return {{"batch", m.batch},
+          {"calls", m.calls},
+          {"rows_per_second", m.rows_per_second},
+          {"p50_ms", m.p50_ms},
+          {"p99_ms", m.p99_ms},
+          {"mean_ms", m.mean_ms},
+          {"cpu_ms_per_call", m.cpu_ms_per_call}};
 }
 
 std::string SelfDir() {
@@ -119,8 +126,9 @@ std::string SelfDir() {
 }
 
 // The one-key-per-sample layout: key be64(id), value l int32.
-Measurement PerKeyBaseline(const std::string& dir, size_t samples, int l, const std::vector<int32_t>& labels,
-                           double seconds, const std::vector<uint64_t>& perm, size_t batch) {
+Measurement PerKeyBaseline(const std::string& dir, size_t samples, int l,
+                           const std::vector<int32_t>& labels, double seconds,
+                           const std::vector<uint64_t>& perm, size_t batch) {
   rocksdb::Options options;
   options.create_if_missing = true;
   rocksdb::BlockBasedTableOptions table;
@@ -140,7 +148,8 @@ Measurement PerKeyBaseline(const std::string& dir, size_t samples, int l, const 
     for (size_t id = begin; id < std::min(samples, begin + 65536); ++id) {
       char key[8];
       key_of(id, key);
-      wb.Put(rocksdb::Slice(key, 8), rocksdb::Slice(reinterpret_cast<const char*>(&labels[id * l]), 4 * l));
+      wb.Put(rocksdb::Slice(key, 8),
+             rocksdb::Slice(reinterpret_cast<const char*>(&labels[id * l]), 4 * l));
     }
     db->Write(rocksdb::WriteOptions(), &wb);
   }
@@ -160,22 +169,24 @@ Measurement PerKeyBaseline(const std::string& dir, size_t samples, int l, const 
       key_of(order[i].first, &key_bytes[i * 8]);
       keys[i] = rocksdb::Slice(&key_bytes[i * 8], 8);
     }
-    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), n, keys.data(), values.data(), statuses.data(),
-                 true);
+    db->MultiGet(rocksdb::ReadOptions(), db->DefaultColumnFamily(), n, keys.data(), values.data(),
+                 statuses.data(), true);
     for (size_t i = 0; i < n; ++i) {
       if (statuses[i].ok()) std::memcpy(&out[order[i].second * l], values[i].data(), 4 * l);
       values[i].Reset();
     }
   };
   // Warm the cache, then measure.
-  for (size_t begin = 0; begin + batch <= perm.size(); begin += batch) read(perm.data() + begin, batch);
+  for (size_t begin = 0; begin + batch <= perm.size(); begin += batch)
+    read(perm.data() + begin, batch);
   return Measure(batch, seconds, perm, read);
 }
 
 class ServerProcess {
  public:
   ~ServerProcess() { Stop(); }
-  void Start(const std::string& binary, const std::vector<std::string>& args, const std::string& log) {
+  void Start(const std::string& binary, const std::vector<std::string>& args,
+             const std::string& log) {
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(binary.c_str()));
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -219,7 +230,8 @@ class ServerProcess {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"labelstore_bench: label store read throughput and latency (in-process and over gRPC)"};
+  CLI::App app{
+      "labelstore_bench: label store read throughput and latency (in-process and over gRPC)"};
   size_t samples = 1000000;
   int l = 8;
   int k = 100000;
@@ -234,14 +246,19 @@ int main(int argc, char** argv) {
   app.add_option("--samples", samples, "sample ids 0..samples-1")->capture_default_str();
   app.add_option("--l", l, "labels per sample")->capture_default_str();
   app.add_option("--k", k, "number of classes")->capture_default_str();
-  app.add_option("--seconds", seconds, "measuring time per batch size and mode")->capture_default_str();
+  app.add_option("--seconds", seconds, "measuring time per batch size and mode")
+      ->capture_default_str();
   app.add_option("--batches", batches, "batch sizes")->capture_default_str();
   app.add_option("--out", out, "JSON results file")->capture_default_str();
-  app.add_option("--work-dir", work_dir, "where to put the databases (default: a fresh dir under /tmp)");
+  app.add_option("--work-dir", work_dir,
+                 "where to put the databases (default: a fresh dir under /tmp)");
   app.add_option("--server-bin", server_bin, "mlcd-labelstore binary")->capture_default_str();
-  app.add_option("--target-block-kb", target_block_kb, "row bytes per storage block (KiB)")->capture_default_str();
-  app.add_option("--baseline", baseline, "also measure the one-key-per-sample layout")->capture_default_str();
-  app.add_option("--grpc", grpc, "also measure gRPC GetLabels against the real binary")->capture_default_str();
+  app.add_option("--target-block-kb", target_block_kb, "row bytes per storage block (KiB)")
+      ->capture_default_str();
+  app.add_option("--baseline", baseline, "also measure the one-key-per-sample layout")
+      ->capture_default_str();
+  app.add_option("--grpc", grpc, "also measure gRPC GetLabels against the real binary")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   bool own_dir = work_dir.empty();
@@ -297,16 +314,19 @@ int main(int argc, char** argv) {
     result["block_rows"] = *block_rows;
     auto info = (*storage)->Describe(set_name);
     result["size_bytes"] = info->size_bytes();
-    std::printf("filled %zu x %d labels in-process: %.0f rows/s; seal+compact %.2f s; %d rows per block; %.1f MiB on disk\n",
-                samples, l, samples / Seconds(t0, t1), Seconds(t1, t2), *block_rows,
-                info->size_bytes() / 1048576.0);
+    std::printf(
+        "filled %zu x %d labels in-process: %.0f rows/s; seal+compact %.2f s; %d rows per block; "
+        "%.1f MiB on disk\n",
+        samples, l, samples / Seconds(t0, t1), Seconds(t1, t2), *block_rows,
+        info->size_bytes() / 1048576.0);
 
     // 2. In-process reads.
     mlcd::v1::GetLabelsResponse response;
     auto read = [&](const uint64_t* ids, size_t n) {
       Check((*storage)->GetLabels(set_name, ids, n, false, &response), "in-process GetLabels");
     };
-    for (size_t begin = 0; begin + 1024 <= perm.size(); begin += 1024) read(perm.data() + begin, 1024);  // warm
+    for (size_t begin = 0; begin + 1024 <= perm.size(); begin += 1024)
+      read(perm.data() + begin, 1024);  // warm
     // Spot check against the source.
     read(perm.data(), 1024);
     for (size_t i = 0; i < 1024; ++i) {
@@ -314,12 +334,13 @@ int main(int argc, char** argv) {
         Check(mlcd::Status::DataLoss("row mismatch in-process"), "verify");
       }
     }
-    std::printf("\n%-28s %8s %12s %10s %10s %12s\n", "mode", "batch", "rows/s", "p50 ms", "p99 ms", "cpu ms/call");
+    std::printf("\n%-28s %8s %12s %10s %10s %12s\n", "mode", "batch", "rows/s", "p50 ms", "p99 ms",
+                "cpu ms/call");
     for (size_t batch : batches) {
       Measurement m = Measure(batch, seconds, perm, read);
       result["in_process"].push_back(ToJson(m));
-      std::printf("%-28s %8zu %12.0f %10.3f %10.3f %12.3f\n", "in-process MultiGet(blocks)", batch, m.rows_per_second,
-                  m.p50_ms, m.p99_ms, m.cpu_ms_per_call);
+      std::printf("%-28s %8zu %12.0f %10.3f %10.3f %12.3f\n", "in-process MultiGet(blocks)", batch,
+                  m.rows_per_second, m.p50_ms, m.p99_ms, m.cpu_ms_per_call);
     }
   }
 
@@ -327,8 +348,8 @@ int main(int argc, char** argv) {
   if (baseline) {
     Measurement m = PerKeyBaseline(work_dir + "/per_key", samples, l, labels, seconds, perm, 1024);
     result["per_key_baseline"] = ToJson(m);
-    std::printf("%-28s %8zu %12.0f %10.3f %10.3f %12.3f\n", "in-process MultiGet(per-key)", m.batch, m.rows_per_second,
-                m.p50_ms, m.p99_ms, m.cpu_ms_per_call);
+    std::printf("%-28s %8zu %12.0f %10.3f %10.3f %12.3f\n", "in-process MultiGet(per-key)", m.batch,
+                m.rows_per_second, m.p50_ms, m.p99_ms, m.cpu_ms_per_call);
   }
 
   // 4. gRPC against the real binary.
@@ -336,7 +357,9 @@ int main(int argc, char** argv) {
     const int port = mlcd::PickFreePort();
     const std::string address = "127.0.0.1:" + std::to_string(port);
     ServerProcess server;
-    server.Start(server_bin, {"--listen", address, "--metrics-listen", "", "--data-dir", data_dir, "--log-level", "warning"},
+    server.Start(server_bin,
+                 {"--listen", address, "--metrics-listen", "", "--data-dir", data_dir,
+                  "--log-level", "warning"},
                  work_dir + "/server.log");
     mlcd::labelstore::LabelStoreClient client(address);
     Check(client.WaitUntilReachable(std::chrono::seconds(30)), "server start");
@@ -344,7 +367,8 @@ int main(int argc, char** argv) {
     auto read = [&](const uint64_t* ids, size_t n) {
       Check(client.GetLabels(set_name, ids, n, false, &batch_out), "gRPC GetLabels");
     };
-    for (size_t begin = 0; begin + 1024 <= perm.size(); begin += 1024) read(perm.data() + begin, 1024);  // warm
+    for (size_t begin = 0; begin + 1024 <= perm.size(); begin += 1024)
+      read(perm.data() + begin, 1024);  // warm
     read(perm.data(), 1024);
     for (size_t i = 0; i < 1024; ++i) {
       if (std::memcmp(batch_out.row(i), labels.data() + perm[i] * l, 4 * l) != 0) {
@@ -354,12 +378,14 @@ int main(int argc, char** argv) {
     for (size_t batch : batches) {
       const double server_cpu_start = server.CpuSeconds();
       Measurement m = Measure(batch, seconds, perm, read);
-      const double server_cpu_ms = 1e3 * (server.CpuSeconds() - server_cpu_start) / static_cast<double>(m.calls);
+      const double server_cpu_ms =
+          1e3 * (server.CpuSeconds() - server_cpu_start) / static_cast<double>(m.calls);
       auto j = ToJson(m);
       j["server_cpu_ms_per_call"] = server_cpu_ms;
       result["grpc"].push_back(j);
-      std::printf("%-28s %8zu %12.0f %10.3f %10.3f %12.3f  (server cpu %.3f ms/call)\n", "gRPC GetLabels (child proc)",
-                  batch, m.rows_per_second, m.p50_ms, m.p99_ms, m.cpu_ms_per_call, server_cpu_ms);
+      std::printf("%-28s %8zu %12.0f %10.3f %10.3f %12.3f  (server cpu %.3f ms/call)\n",
+                  "gRPC GetLabels (child proc)", batch, m.rows_per_second, m.p50_ms, m.p99_ms,
+                  m.cpu_ms_per_call, server_cpu_ms);
     }
     // Two client threads at batch 1024 (e.g. two workers, or one worker with prefetch): total
     // rows/s of both; each thread reads its own half of the permutation.
@@ -372,7 +398,8 @@ int main(int argc, char** argv) {
         threads.emplace_back([&, t] {
           mlcd::labelstore::LabelStoreClient own(address);
           mlcd::labelstore::LabelBatch out;
-          std::vector<uint64_t> half(perm.begin() + t * (perm.size() / 2), perm.begin() + (t + 1) * (perm.size() / 2));
+          std::vector<uint64_t> half(perm.begin() + t * (perm.size() / 2),
+                                     perm.begin() + (t + 1) * (perm.size() / 2));
           per_thread[t] = Measure(batch, seconds, half, [&](const uint64_t* ids, size_t n) {
             Check(own.GetLabels(set_name, ids, n, false, &out), "gRPC GetLabels (2 clients)");
           });
@@ -382,13 +409,15 @@ int main(int argc, char** argv) {
       const double total_rows = per_thread[0].rows_per_second + per_thread[1].rows_per_second;
       const double calls = static_cast<double>(per_thread[0].calls + per_thread[1].calls);
       const double server_cpu_ms = 1e3 * (server.CpuSeconds() - server_cpu_start) / calls;
-      result["grpc_two_clients"] = {{"batch", batch},
-                                    {"rows_per_second", total_rows},
-                                    {"p50_ms", std::max(per_thread[0].p50_ms, per_thread[1].p50_ms)},
-                                    {"p99_ms", std::max(per_thread[0].p99_ms, per_thread[1].p99_ms)},
-                                    {"server_cpu_ms_per_call", server_cpu_ms}};
-      std::printf("%-28s %8zu %12.0f %10.3f %10.3f %12s  (server cpu %.3f ms/call)\n", "gRPC GetLabels, 2 clients", batch,
-                  total_rows, std::max(per_thread[0].p50_ms, per_thread[1].p50_ms),
+      result["grpc_two_clients"] = {
+          {"batch", batch},
+          {"rows_per_second", total_rows},
+          {"p50_ms", std::max(per_thread[0].p50_ms, per_thread[1].p50_ms)},
+          {"p99_ms", std::max(per_thread[0].p99_ms, per_thread[1].p99_ms)},
+          {"server_cpu_ms_per_call", server_cpu_ms}};
+      std::printf("%-28s %8zu %12.0f %10.3f %10.3f %12s  (server cpu %.3f ms/call)\n",
+                  "gRPC GetLabels, 2 clients", batch, total_rows,
+                  std::max(per_thread[0].p50_ms, per_thread[1].p50_ms),
                   std::max(per_thread[0].p99_ms, per_thread[1].p99_ms), "", server_cpu_ms);
     }
     server.Stop();

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "common/blas_env.h"
-#include "common/malloc_env.h"
 #include "common/file_util.h"
+#include "common/malloc_env.h"
 #include "common/net.h"
 #include "worker/collectives.h"
 #include "worker/partial_fc.h"
@@ -60,7 +60,9 @@ struct Args {
   std::string rendezvous, result_path;
 };
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -93,8 +95,8 @@ struct StepTiming {
 };
 
 // Times `steps` steps (after `warmup`) of ForwardBackward + OptimizerStep on this rank.
-StatusOr<StepTiming> TimeSteps(PartialFc& pfc, Collectives& comm, int64_t local_batch, int64_t l, int warmup,
-                               int steps, uint64_t seed) {
+StatusOr<StepTiming> TimeSteps(PartialFc& pfc, Collectives& comm, int64_t local_batch, int64_t l,
+                               int warmup, int steps, uint64_t seed) {
   at::Generator gen = at::detail::createCPUGenerator(seed + comm.rank());
   std::vector<double> total, fb, opt, coll;
   StepTiming t;
@@ -142,8 +144,10 @@ PartialFcOptions LayerOptions(const Args& a, int64_t classes, LossVariant v) {
 // ---- (a) one process against the anchor and the GEMM floor.
 StatusOr<json> StepMode(const Args& a) {
   auto comm = Collectives::Local();
-  MLCD_ASSIGN_OR_RETURN(auto pfc, PartialFc::Create(LayerOptions(a, a.classes, LossVariant::kMlcd), comm.get()));
-  MLCD_ASSIGN_OR_RETURN(StepTiming ours, TimeSteps(*pfc, *comm, a.batch, a.labels, a.warmup, a.steps, 7));
+  MLCD_ASSIGN_OR_RETURN(
+      auto pfc, PartialFc::Create(LayerOptions(a, a.classes, LossVariant::kMlcd), comm.get()));
+  MLCD_ASSIGN_OR_RETURN(StepTiming ours,
+                        TimeSteps(*pfc, *comm, a.batch, a.labels, a.warmup, a.steps, 7));
 
   // The floor: the step's three GEMMs alone (logits, dL/de, dL/dw) at the sampled size.
   const int64_t B = a.batch, D = a.dim, m = ours.sampled;
@@ -160,27 +164,43 @@ StatusOr<json> StepMode(const Args& a) {
   const double gflop = 3.0 * 2.0 * B * m * D / 1e9;
   const double floor_ms = Median(gemm);
   json out = {
-      {"batch", B}, {"dim", D}, {"classes", a.classes}, {"ratio", a.ratio}, {"labels", a.labels},
-      {"threads", a.threads}, {"compute_threads", a.compute_threads}, {"steps", a.steps}, {"sampled_classes", m},
-      {"ours_step_ms_median", ours.median_ms}, {"ours_step_ms_mean", ours.mean_ms},
-      {"ours_forward_backward_ms", ours.fb_ms}, {"ours_optimizer_ms", ours.opt_ms},
-      {"gemm_floor_ms", floor_ms}, {"gemm_gflop_per_step", gflop}, {"sgemm_gflops", gflop / (floor_ms / 1000)},
+      {"batch", B},
+      {"dim", D},
+      {"classes", a.classes},
+      {"ratio", a.ratio},
+      {"labels", a.labels},
+      {"threads", a.threads},
+      {"compute_threads", a.compute_threads},
+      {"steps", a.steps},
+      {"sampled_classes", m},
+      {"ours_step_ms_median", ours.median_ms},
+      {"ours_step_ms_mean", ours.mean_ms},
+      {"ours_forward_backward_ms", ours.fb_ms},
+      {"ours_optimizer_ms", ours.opt_ms},
+      {"gemm_floor_ms", floor_ms},
+      {"gemm_gflop_per_step", gflop},
+      {"sgemm_gflops", gflop / (floor_ms / 1000)},
       {"ours_over_floor", ours.median_ms / floor_ms},
   };
   std::printf("classification layer step (B=%lld D=%lld K=%lld r=%.2f l=%lld, %d threads, W=1)\n",
-              static_cast<long long>(B), static_cast<long long>(D), static_cast<long long>(a.classes), a.ratio,
-              static_cast<long long>(a.labels), a.threads);
-  std::printf("  ours:  %8.1f ms/step median (forward+backward %.1f, sparse AdamW %.1f), %lld sampled classes\n",
-              ours.median_ms, ours.fb_ms, ours.opt_ms, static_cast<long long>(m));
-  std::printf("  floor: %8.1f ms for the 3 GEMMs (%.1f GFLOP at %.1f GFLOP/s); ours/floor = %.2fx\n", floor_ms, gflop,
-              gflop / (floor_ms / 1000), ours.median_ms / floor_ms);
+              static_cast<long long>(B), static_cast<long long>(D),
+              static_cast<long long>(a.classes), a.ratio, static_cast<long long>(a.labels),
+              a.threads);
+  std::printf(
+      "  ours:  %8.1f ms/step median (forward+backward %.1f, sparse AdamW %.1f), %lld sampled "
+      "classes\n",
+      ours.median_ms, ours.fb_ms, ours.opt_ms, static_cast<long long>(m));
+  std::printf(
+      "  floor: %8.1f ms for the 3 GEMMs (%.1f GFLOP at %.1f GFLOP/s); ours/floor = %.2fx\n",
+      floor_ms, gflop, gflop / (floor_ms / 1000), ours.median_ms / floor_ms);
   std::fflush(stdout);
 
   if (!a.skip_anchor) {
-    std::string cmd = a.python + " " + a.anchor + " --classes " + std::to_string(a.classes) + " --batch " +
-                      std::to_string(a.batch) + " --dim " + std::to_string(a.dim) + " --ratio " +
-                      std::to_string(a.ratio) + " --labels " + std::to_string(a.labels) + " --threads " +
-                      std::to_string(a.threads) + " --steps " + std::to_string(a.steps) + " --warmup " +
+    std::string cmd = a.python + " " + a.anchor + " --classes " + std::to_string(a.classes) +
+                      " --batch " + std::to_string(a.batch) + " --dim " + std::to_string(a.dim) +
+                      " --ratio " + std::to_string(a.ratio) + " --labels " +
+                      std::to_string(a.labels) + " --threads " + std::to_string(a.threads) +
+                      " --steps " + std::to_string(a.steps) + " --warmup " +
                       std::to_string(a.warmup);
     std::string env = "OMP_NUM_THREADS=" + std::to_string(a.threads) +
                       " OPENBLAS_NUM_THREADS=" + std::to_string(a.threads) + " ";
@@ -192,22 +212,26 @@ StatusOr<json> StepMode(const Args& a) {
     int rc = pclose(pipe);
     json anchor = json::parse(text, nullptr, false);
     if (rc != 0 || anchor.is_discarded() || !anchor.contains("step_ms_median")) {
-      return Status::Internal("the anchor failed (exit " + std::to_string(rc) + "): " + cmd + "\n" + text);
+      return Status::Internal("the anchor failed (exit " + std::to_string(rc) + "): " + cmd + "\n" +
+                              text);
     }
     double anchor_ms = anchor["step_ms_median"].get<double>();
     out["anchor"] = anchor;
     out["anchor_step_ms_median"] = anchor_ms;
     out["ours_over_anchor"] = ours.median_ms / anchor_ms;
-    std::printf("  anchor (PyTorch, PartialFC v2 style, dense grad + AdamW over the whole weight): %.1f ms/step\n",
-                anchor_ms);
-    std::printf("  ours/anchor = %.2fx (target <= 0.5x); ours/floor = %.2fx (target <= 2x)\n", ours.median_ms / anchor_ms,
-                ours.median_ms / floor_ms);
+    std::printf(
+        "  anchor (PyTorch, PartialFC v2 style, dense grad + AdamW over the whole weight): %.1f "
+        "ms/step\n",
+        anchor_ms);
+    std::printf("  ours/anchor = %.2fx (target <= 0.5x); ours/floor = %.2fx (target <= 2x)\n",
+                ours.median_ms / anchor_ms, ours.median_ms / floor_ms);
   }
   return out;
 }
 
 // ---- (b), (c): ranks forked from this binary.
-int RunRankProcesses(const Args& a, const std::string& rank_mode, int world, std::vector<json>* results) {
+int RunRankProcesses(const Args& a, const std::string& rank_mode, int world,
+                     std::vector<json>* results) {
   int port = PickFreePort();
   std::string rendezvous = "127.0.0.1:" + std::to_string(port);
   char tmpl[] = "/tmp/mlcd-bench-loss-XXXXXX";
@@ -216,14 +240,35 @@ int RunRankProcesses(const Args& a, const std::string& rank_mode, int world, std
   std::vector<std::string> paths;
   for (int r = 0; r < world; ++r) {
     paths.push_back(std::string(tmpl) + "/rank" + std::to_string(r) + ".json");
-    std::vector<std::string> args = {"bench_worker_loss", "--mode", rank_mode, "--rank", std::to_string(r),
-                                     "--rendezvous", rendezvous, "--result", paths.back(),
-                                     "--classes", std::to_string(a.classes), "--memory-classes",
-                                     std::to_string(a.memory_classes), "--batch", std::to_string(a.batch),
-                                     "--dim", std::to_string(a.dim), "--ratio", std::to_string(a.ratio),
-                                     "--labels", std::to_string(a.labels), "--threads", std::to_string(a.threads),
-                                     "--compute-threads", std::to_string(a.compute_threads),
-                                     "--steps", std::to_string(a.steps), "--warmup", std::to_string(a.warmup)};
+    std::vector<std::string> args = {"bench_worker_loss",
+                                     "--mode",
+                                     rank_mode,
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--rendezvous",
+                                     rendezvous,
+                                     "--result",
+                                     paths.back(),
+                                     "--classes",
+                                     std::to_string(a.classes),
+                                     "--memory-classes",
+                                     std::to_string(a.memory_classes),
+                                     "--batch",
+                                     std::to_string(a.batch),
+                                     "--dim",
+                                     std::to_string(a.dim),
+                                     "--ratio",
+                                     std::to_string(a.ratio),
+                                     "--labels",
+                                     std::to_string(a.labels),
+                                     "--threads",
+                                     std::to_string(a.threads),
+                                     "--compute-threads",
+                                     std::to_string(a.compute_threads),
+                                     "--steps",
+                                     std::to_string(a.steps),
+                                     "--warmup",
+                                     std::to_string(a.warmup)};
     std::vector<char*> argv;
     for (auto& s : args) argv.push_back(s.data());
     argv.push_back(nullptr);
@@ -279,7 +324,8 @@ Status RankMain(const Args& a) {
     cases.push_back({"mlcd", LossVariant::kMlcd, a.labels, nullptr, {}, {}, {}, {}, 0});
     cases.push_back({"mlc", LossVariant::kMlc, a.labels, nullptr, {}, {}, {}, {}, 0});
     for (Case& c : cases) {
-      MLCD_ASSIGN_OR_RETURN(c.pfc, PartialFc::Create(LayerOptions(a, a.classes, c.variant), comm.get()));
+      MLCD_ASSIGN_OR_RETURN(c.pfc,
+                            PartialFc::Create(LayerOptions(a, a.classes, c.variant), comm.get()));
     }
     at::Generator gen = at::detail::createCPUGenerator(11 + a.rank);
     for (int s = 0; s < a.warmup + a.steps; ++s) {
@@ -305,12 +351,14 @@ Status RankMain(const Args& a) {
     }
     for (Case& c : cases) {
       out[c.name] = {{"step_ms_median", Median(c.total)}, {"forward_backward_ms", Median(c.fb)},
-                     {"optimizer_ms", Median(c.opt)}, {"collective_ms", Median(c.coll)},
-                     {"sampled_classes", c.sampled}, {"labels", c.labels}};
+                     {"optimizer_ms", Median(c.opt)},     {"collective_ms", Median(c.coll)},
+                     {"sampled_classes", c.sampled},      {"labels", c.labels}};
     }
   } else {  // memory-rank
     const double before = PeakRssMiB();
-    MLCD_ASSIGN_OR_RETURN(auto pfc, PartialFc::Create(LayerOptions(a, a.memory_classes, LossVariant::kMlcd), comm.get()));
+    MLCD_ASSIGN_OR_RETURN(
+        auto pfc,
+        PartialFc::Create(LayerOptions(a, a.memory_classes, LossVariant::kMlcd), comm.get()));
     MLCD_ASSIGN_OR_RETURN(StepTiming t, TimeSteps(*pfc, *comm, local_batch, a.labels, 1, 3, 13));
     const int64_t n = pfc->class_range().size();
     out = {{"rank", a.rank},
@@ -355,17 +403,21 @@ int Main(const Args& a) {
       rc = 1;
     } else {
       json v = ranks[0];
-      double mlcd = v["mlcd"]["step_ms_median"], single = v["softmax_single_label"]["step_ms_median"],
-             mlc = v["mlc"]["step_ms_median"];
+      double mlcd = v["mlcd"]["step_ms_median"],
+             single = v["softmax_single_label"]["step_ms_median"], mlc = v["mlc"]["step_ms_median"];
       v["mlcd_over_single"] = mlcd / single;
       v["mlcd_over_mlc"] = mlcd / mlc;
       v["paper_mlcd_over_single"] = 1.09;
       v["paper_mlcd_over_mlc"] = 0.59;
       report["variants_w2"] = v;
-      std::printf("variants over 2 Gloo processes (B=%lld global, K=%lld, r=%.2f): single-label %.1f ms, MLCD %.1f ms, "
-                  "MLC %.1f ms per step (rank 0, median)\n",
-                  static_cast<long long>(a.batch), static_cast<long long>(a.classes), a.ratio, single, mlcd, mlc);
-      std::printf("  MLCD/single = %.2f (paper 1.09), MLCD/MLC = %.2f (paper 0.59)\n", mlcd / single, mlcd / mlc);
+      std::printf(
+          "variants over 2 Gloo processes (B=%lld global, K=%lld, r=%.2f): single-label %.1f ms, "
+          "MLCD %.1f ms, "
+          "MLC %.1f ms per step (rank 0, median)\n",
+          static_cast<long long>(a.batch), static_cast<long long>(a.classes), a.ratio, single, mlcd,
+          mlc);
+      std::printf("  MLCD/single = %.2f (paper 1.09), MLCD/MLC = %.2f (paper 0.59)\n",
+                  mlcd / single, mlcd / mlc);
     }
   }
   if (a.mode == "all" || a.mode == "memory") {
@@ -376,10 +428,12 @@ int Main(const Args& a) {
     } else {
       report["memory_w2"] = ranks;
       for (const json& r : ranks) {
-        std::printf("memory K=%lld D=%lld W=2, rank %d: %lld classes, centres+AdamW state %.0f MiB, peak RSS %.0f MiB\n",
-                    static_cast<long long>(a.memory_classes), static_cast<long long>(a.dim), r["rank"].get<int>(),
-                    static_cast<long long>(r["shard_classes"].get<int64_t>()), r["state_mib"].get<double>(),
-                    r["peak_rss_mib"].get<double>());
+        std::printf(
+            "memory K=%lld D=%lld W=2, rank %d: %lld classes, centres+AdamW state %.0f MiB, peak "
+            "RSS %.0f MiB\n",
+            static_cast<long long>(a.memory_classes), static_cast<long long>(a.dim),
+            r["rank"].get<int>(), static_cast<long long>(r["shard_classes"].get<int64_t>()),
+            r["state_mib"].get<double>(), r["peak_rss_mib"].get<double>());
       }
     }
   }
@@ -412,27 +466,33 @@ int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
   mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
   mlcd::worker::Args a;
-  CLI::App app{"Classification-layer benchmark: PartialFc vs a PyTorch PartialFC v2 anchor, variants, memory"};
+  CLI::App app{
+      "Classification-layer benchmark: PartialFc vs a PyTorch PartialFC v2 anchor, variants, "
+      "memory"};
   app.add_option("--mode", a.mode, "all | step | variants | memory")->capture_default_str();
   app.add_option("--classes", a.classes, "K for step and variants")->capture_default_str();
-  app.add_option("--memory-classes", a.memory_classes, "K for the memory mode")->capture_default_str();
+  app.add_option("--memory-classes", a.memory_classes, "K for the memory mode")
+      ->capture_default_str();
   app.add_option("--batch", a.batch, "global batch B")->capture_default_str();
   app.add_option("--dim", a.dim, "embedding dimension D")->capture_default_str();
   app.add_option("--ratio", a.ratio, "sample ratio r")->capture_default_str();
   app.add_option("--labels", a.labels, "labels per sample l")->capture_default_str();
   app.add_option("--threads", a.threads, "intra-op and BLAS threads")->capture_default_str();
   app.add_option("--compute-threads", a.compute_threads,
-                 "PartialFcOptions::compute_threads (OpenMP threads of the layer's elementwise work; 0 = all)")
+                 "PartialFcOptions::compute_threads (OpenMP threads of the layer's elementwise "
+                 "work; 0 = all)")
       ->capture_default_str();
   app.add_option("--steps", a.steps, "timed steps")->capture_default_str();
   app.add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
-  app.add_option("--json", a.json_path, "where to write the JSON results ('' = nowhere)")->capture_default_str();
+  app.add_option("--json", a.json_path, "where to write the JSON results ('' = nowhere)")
+      ->capture_default_str();
   app.add_option("--python", a.python, "python with torch for the anchor")->capture_default_str();
   app.add_option("--anchor", a.anchor, "the anchor script")->capture_default_str();
   app.add_flag("--skip-anchor", a.skip_anchor, "do not run the PyTorch anchor");
   bool omp_passive = false;
   app.add_flag("--omp-passive", omp_passive,
-               "run everything (ours, ranks, anchor) with OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep "
+               "run everything (ours, ranks, anchor) with OMP_WAIT_POLICY=PASSIVE (idle OpenMP "
+               "threads sleep "
                "instead of spinning against the BLAS threads)");
   app.add_option("--rank", a.rank, "internal")->group("");
   app.add_option("--rendezvous", a.rendezvous, "internal")->group("");

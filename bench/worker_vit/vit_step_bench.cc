@@ -8,10 +8,10 @@
 //
 //   build-*/bin/worker_vit_bench --preset vit-small --threads 2 --batch 128 --steps 5
 //     --rounds 2 --out bench/results/worker_vit.json
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "common/blas_env.h"
-#include "common/malloc_env.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
+#include "common/malloc_env.h"
 #include "worker/backbone_optimizer.h"
 #include "worker/vit.h"
 
@@ -56,14 +56,17 @@ Result RunCpp(const mlcd::worker::VitOptions& options, int batch, int warmup, in
   opt.weight_decay = {0.2, 0.0};
   opt.grad_clip_norm = 5.0;
   mlcd::worker::BackboneAdamW adamw(&flat, opt);
-  torch::Tensor images = torch::rand({batch, options.channels, options.image_size, options.image_size});
-  torch::Tensor target = torch::nn::functional::normalize(torch::randn({batch, options.embed_dim}),
-                                                          torch::nn::functional::NormalizeFuncOptions().dim(1));
+  torch::Tensor images =
+      torch::rand({batch, options.channels, options.image_size, options.image_size});
+  torch::Tensor target =
+      torch::nn::functional::normalize(torch::randn({batch, options.embed_dim}),
+                                       torch::nn::functional::NormalizeFuncOptions().dim(1));
   Result r;
   auto step = [&] {
     flat.ZeroGrad();
     torch::Tensor emb = model->forward(images);
-    torch::Tensor loss = 1.0 - (torch::nn::functional::normalize(emb, torch::nn::functional::NormalizeFuncOptions().dim(1)) *
+    torch::Tensor loss = 1.0 - (torch::nn::functional::normalize(
+                                    emb, torch::nn::functional::NormalizeFuncOptions().dim(1)) *
                                 target)
                                    .sum(1)
                                    .mean();
@@ -109,13 +112,17 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps (median reported)");
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--rounds", rounds, "alternate C++ and Python this many times (medians over all)");
-  app.add_option("--python", python, "python with torch (python3-torch); empty = skip the Python side");
+  app.add_option("--python", python,
+                 "python with torch (python3-torch); empty = skip the Python side");
   app.add_option("--script", script, "the Python side");
   app.add_option("--out", out, "JSON result file");
-  app.add_option("--reference-attention", reference, "also time the C++ model with plain-ATen attention/GELU");
-  app.add_option("--profile", profile, "write a chrome trace of one C++ step (fused model) to this file");
+  app.add_option("--reference-attention", reference,
+                 "also time the C++ model with plain-ATen attention/GELU");
+  app.add_option("--profile", profile,
+                 "write a chrome trace of one C++ step (fused model) to this file");
   app.add_flag("--python-default-malloc", python_default_malloc,
-               "run the Python side with glibc's default malloc settings instead of the ones this process uses "
+               "run the Python side with glibc's default malloc settings instead of the ones this "
+               "process uses "
                "(common/malloc_env.h), i.e. compare against stock python3-torch");
   CLI11_PARSE(app, argc, argv);
 
@@ -130,8 +137,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   at::set_num_threads(threads);
-  std::cerr << "ViT " << preset << ": " << mlcd::worker::DescribeVitOptions(*options) << "; batch " << batch
-            << ", threads " << threads << "\n";
+  std::cerr << "ViT " << preset << ": " << mlcd::worker::DescribeVitOptions(*options) << "; batch "
+            << batch << ", threads " << threads << "\n";
 
   nlohmann::json j;
   j["benchmark"] = "worker_vit_train_step";
@@ -152,24 +159,29 @@ int main(int argc, char** argv) {
   // Same allocator settings on both sides unless asked otherwise: glibc's environment
   // variables give the Python process what KeepFreedMemoryForReuse() gave this one.
   const bool python_same_malloc = malloc_tuned && !python_default_malloc;
-  j["cpp_malloc"] = malloc_tuned ? "KeepFreedMemoryForReuse (mmap threshold 32 MiB, no trim)" : "glibc defaults";
-  const std::string malloc_env = "MALLOC_MMAP_THRESHOLD_=" + std::to_string(mlcd::kMallocMmapThresholdBytes) +
-                                 " MALLOC_TRIM_THRESHOLD_=" + std::to_string(mlcd::kMallocTrimThresholdBytes);
+  j["cpp_malloc"] =
+      malloc_tuned ? "KeepFreedMemoryForReuse (mmap threshold 32 MiB, no trim)" : "glibc defaults";
+  const std::string malloc_env =
+      "MALLOC_MMAP_THRESHOLD_=" + std::to_string(mlcd::kMallocMmapThresholdBytes) +
+      " MALLOC_TRIM_THRESHOLD_=" + std::to_string(mlcd::kMallocTrimThresholdBytes);
   j["python_malloc"] = python_same_malloc ? malloc_env : "glibc defaults";
-  std::string cmd = (python_same_malloc ? malloc_env + " " : std::string()) + python + " " + script + " --preset " + preset + " --threads " + std::to_string(threads) +
-                    " --batch " + std::to_string(batch) + " --steps " + std::to_string(steps) + " --warmup " +
-                    std::to_string(warmup);
+  std::string cmd = (python_same_malloc ? malloc_env + " " : std::string()) + python + " " +
+                    script + " --preset " + preset + " --threads " + std::to_string(threads) +
+                    " --batch " + std::to_string(batch) + " --steps " + std::to_string(steps) +
+                    " --warmup " + std::to_string(warmup);
   for (int round = 0; round < rounds; ++round) {
     Result fused = RunCpp(*options, batch, warmup, steps, round == 0 ? profile : "");
     parameters = fused.parameters;
     fused_times.insert(fused_times.end(), fused.step_seconds.begin(), fused.step_seconds.end());
-    std::cerr << "round " << round << " C++ fused:     " << fused.images_per_second << " images/s\n";
+    std::cerr << "round " << round << " C++ fused:     " << fused.images_per_second
+              << " images/s\n";
     if (reference) {
       auto ref_options = *options;
       ref_options.attention = AttentionImpl::kReference;
       Result ref = RunCpp(ref_options, batch, warmup, steps);
       ref_times.insert(ref_times.end(), ref.step_seconds.begin(), ref.step_seconds.end());
-      std::cerr << "round " << round << " C++ reference: " << ref.images_per_second << " images/s\n";
+      std::cerr << "round " << round << " C++ reference: " << ref.images_per_second
+                << " images/s\n";
     }
     if (python.empty()) continue;
     std::string py_out;
@@ -190,7 +202,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (const auto& t : py["step_seconds"]) py_times.push_back(t.get<double>());
-    std::cerr << "round " << round << " python3-torch: " << py["images_per_second"] << " images/s\n";
+    std::cerr << "round " << round << " python3-torch: " << py["images_per_second"]
+              << " images/s\n";
     py_runs.push_back(py);
   }
   const double fused_ips = batch / Median(fused_times);
@@ -199,20 +212,22 @@ int main(int argc, char** argv) {
                     {"median_step_seconds", Median(fused_times)},
                     {"step_seconds", fused_times},
                     {"parameters", parameters}};
-  std::cerr << "C++ fused:      " << fused_ips << " images/s (median step " << Median(fused_times) << " s)\n";
+  std::cerr << "C++ fused:      " << fused_ips << " images/s (median step " << Median(fused_times)
+            << " s)\n";
   if (reference) {
     j["cpp_reference_attention"] = {{"images_per_second", batch / Median(ref_times)},
                                     {"median_step_seconds", Median(ref_times)},
                                     {"step_seconds", ref_times}};
-    std::cerr << "C++ reference:  " << batch / Median(ref_times) << " images/s (median step " << Median(ref_times)
-              << " s)\n";
+    std::cerr << "C++ reference:  " << batch / Median(ref_times) << " images/s (median step "
+              << Median(ref_times) << " s)\n";
   }
   if (python.empty()) {
     std::cout << j.dump(2) << std::endl;
     return 0;
   }
   const double py_ips = batch / Median(py_times);
-  std::cerr << "python3-torch:  " << py_ips << " images/s (median step " << Median(py_times) << " s)\n";
+  std::cerr << "python3-torch:  " << py_ips << " images/s (median step " << Median(py_times)
+            << " s)\n";
   j["python"] = {{"images_per_second", py_ips},
                  {"median_step_seconds", Median(py_times)},
                  {"step_seconds", py_times},

@@ -28,8 +28,8 @@ std::vector<float> RandomUnitRows(int n, int d, uint64_t seed) {
 }
 
 // Top-l by inner product in double precision, best first (ties by lower id).
-void BruteForceTopL(const std::vector<float>& x, int64_t n, const std::vector<float>& c, int k, int d, int l,
-                    std::vector<int32_t>* labels, std::vector<double>* scores) {
+void BruteForceTopL(const std::vector<float>& x, int64_t n, const std::vector<float>& c, int k,
+                    int d, int l, std::vector<int32_t>* labels, std::vector<double>* scores) {
   labels->resize(static_cast<size_t>(n) * l);
   scores->resize(static_cast<size_t>(n) * l);
   std::vector<double> s(k);
@@ -80,7 +80,8 @@ class AssignTest : public ::testing::Test {
     int64_t cut[] = {0, 700, 1900, kN};
     for (int s = 0; s < 3; ++s) {
       std::string p = dir_.Sub("s" + std::to_string(s) + ".npy");
-      ASSERT_TRUE(WriteNpy(p, NpyDtype::kFloat32, {cut[s + 1] - cut[s], kD}, x_.data() + cut[s] * kD).ok());
+      ASSERT_TRUE(
+          WriteNpy(p, NpyDtype::kFloat32, {cut[s + 1] - cut[s], kD}, x_.data() + cut[s] * kD).ok());
       paths_.push_back(p);
     }
     c_ = RandomUnitRows(kK, kD, 2);
@@ -135,7 +136,8 @@ TEST_F(AssignTest, ExactEqualsBruteForce) {
   ASSERT_EQ(got.ids.size(), static_cast<size_t>(kN));
   for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(got.ids[i], static_cast<uint64_t>(i));
   // Batches arrive in order.
-  for (size_t b = 0; b < got.first_rows.size(); ++b) EXPECT_EQ(got.first_rows[b], static_cast<int64_t>(b) * 512);
+  for (size_t b = 0; b < got.first_rows.size(); ++b)
+    EXPECT_EQ(got.first_rows[b], static_cast<int64_t>(b) * 512);
   // Sizes are the histogram of top-1 labels.
   std::vector<int64_t> sizes(kK, 0);
   for (int64_t i = 0; i < kN; ++i) ++sizes[labels[i * 5]];

@@ -27,7 +27,9 @@ void WriteF32(const std::string& path, int64_t n, int d, const std::vector<float
   ASSERT_TRUE(WriteNpy(path, NpyDtype::kFloat32, {n, d}, v.data()).ok());
 }
 
-bool Contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
 
 TEST(FeatureShards, DirectoryShardsInNameOrderSkippingIdsAndLabels) {
   testing::TempDir dir;
@@ -69,7 +71,8 @@ TEST(FeatureShards, IdsFilesGiveSampleIds) {
   std::vector<uint64_t> ia = {100, 5}, ib = {9, 1000000000000ULL, 42};
   ASSERT_TRUE(WriteNpy(dir.Sub("a.ids.npy"), NpyDtype::kUint64, {2}, ia.data()).ok());
   ASSERT_TRUE(WriteNpy(dir.Sub("b.ids.npy"), NpyDtype::kUint64, {3}, ib.data()).ok());
-  auto fs = FeatureShards::Open({dir.Sub("a.npy"), dir.Sub("b.npy")}, {dir.Sub("a.ids.npy"), dir.Sub("b.ids.npy")});
+  auto fs = FeatureShards::Open({dir.Sub("a.npy"), dir.Sub("b.npy")},
+                                {dir.Sub("a.ids.npy"), dir.Sub("b.ids.npy")});
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
   std::vector<uint64_t> got(5);
   fs->SampleIds(0, 5, got.data());
@@ -78,7 +81,8 @@ TEST(FeatureShards, IdsFilesGiveSampleIds) {
 
 TEST(FeatureShards, Float16IsConverted) {
   testing::TempDir dir;
-  std::vector<uint16_t> h = {FloatToHalf(1.0f), FloatToHalf(-2.0f), FloatToHalf(0.5f), FloatToHalf(3.0f)};
+  std::vector<uint16_t> h = {FloatToHalf(1.0f), FloatToHalf(-2.0f), FloatToHalf(0.5f),
+                             FloatToHalf(3.0f)};
   ASSERT_TRUE(WriteNpy(dir.Sub("h.npy"), NpyDtype::kFloat16, {2, 2}, h.data()).ok());
   auto fs = FeatureShards::Open({dir.Sub("h.npy")});
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
@@ -186,7 +190,9 @@ TEST(FeatureShardsBadInput, NanAndInfRowsCountedWithPositions) {
   Status st = fs->CheckFinite();
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(st.message(), dir.Sub("bad.npy") + ": 3 of 100 rows contain NaN or Inf values (rows 5, 17, 99)"))
+  EXPECT_TRUE(
+      Contains(st.message(),
+               dir.Sub("bad.npy") + ": 3 of 100 rows contain NaN or Inf values (rows 5, 17, 99)"))
       << st.message();
   EXPECT_FALSE(Contains(st.message(), "good.npy"));
   // float16 NaN too.
@@ -196,7 +202,9 @@ TEST(FeatureShardsBadInput, NanAndInfRowsCountedWithPositions) {
   auto fh = FeatureShards::Open({dir.Sub("h.npy")});
   ASSERT_TRUE(fh.ok());
   Status sh = fh->CheckFinite();
-  EXPECT_TRUE(Contains(sh.message(), dir.Sub("h.npy") + ": 1 of 3 rows contain NaN or Inf values (row 2)")) << sh.message();
+  EXPECT_TRUE(
+      Contains(sh.message(), dir.Sub("h.npy") + ": 1 of 3 rows contain NaN or Inf values (row 2)"))
+      << sh.message();
 }
 
 TEST(FeatureShardsBadInput, EmptyInputs) {
@@ -242,7 +250,8 @@ TEST(FeatureShardsBadInput, BadIdsFiles) {
   ASSERT_FALSE(n.ok());
   EXPECT_TRUE(Contains(n.status().message(), "negative sample id -4"));
   // Duplicates across files: ids 1 and 2 appear in both.
-  auto d = FeatureShards::Open({dir.Sub("a.npy"), dir.Sub("b.npy")}, {dir.Sub("three.npy"), dir.Sub("two.npy")});
+  auto d = FeatureShards::Open({dir.Sub("a.npy"), dir.Sub("b.npy")},
+                               {dir.Sub("three.npy"), dir.Sub("two.npy")});
   ASSERT_FALSE(d.ok());
   EXPECT_TRUE(Contains(d.status().message(), "more than once"));
 }
@@ -257,7 +266,8 @@ TEST(FeatureShardsBadInput, KLargerThanRowsAndLLargerThanK) {
   auto km = TrainSphericalKMeans(*fs, p);
   ASSERT_FALSE(km.ok());
   EXPECT_EQ(km.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(km.status().message(), "k = 6 is larger than the number of feature rows (5)"));
+  EXPECT_TRUE(
+      Contains(km.status().message(), "k = 6 is larger than the number of feature rows (5)"));
 
   std::vector<float> centroids = Ramp(3, 4);
   AssignParams ap;
@@ -265,7 +275,8 @@ TEST(FeatureShardsBadInput, KLargerThanRowsAndLLargerThanK) {
   auto as = AssignTopL(*fs, centroids, 3, ap, {}, nullptr);
   ASSERT_FALSE(as.ok());
   EXPECT_EQ(as.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(as.status().message(), "l = 4 is larger than the number of centroids k = 3"));
+  EXPECT_TRUE(
+      Contains(as.status().message(), "l = 4 is larger than the number of centroids k = 3"));
 }
 
 TEST(FeatureShardsBadInput, CentroidFiles) {
@@ -274,7 +285,8 @@ TEST(FeatureShardsBadInput, CentroidFiles) {
   int k = 0, d = 0;
   auto wrong_d = LoadCentroids(dir.Sub("c5.npy"), 4, &k, &d);
   ASSERT_FALSE(wrong_d.ok());
-  EXPECT_TRUE(Contains(wrong_d.status().message(), "centroids have d = 5 but the features have d = 4"));
+  EXPECT_TRUE(
+      Contains(wrong_d.status().message(), "centroids have d = 5 but the features have d = 4"));
   std::vector<float> z = Ramp(3, 4);
   for (int j = 0; j < 4; ++j) z[4 + j] = 0;
   WriteF32(dir.Sub("zero.npy"), 3, 4, z);
@@ -293,7 +305,8 @@ TEST(FeatureShardsBadInput, ClassLabels) {
   ASSERT_TRUE(WriteNpy(dir.Sub("l.npy"), NpyDtype::kInt64, {3}, labels.data()).ok());
   auto wrong_n = ReadClassLabels(dir.Sub("l.npy"), 4);
   ASSERT_FALSE(wrong_n.ok());
-  EXPECT_TRUE(Contains(wrong_n.status().message(), "holds 3 class labels but the features have 4 rows"));
+  EXPECT_TRUE(
+      Contains(wrong_n.status().message(), "holds 3 class labels but the features have 4 rows"));
   auto negative = ReadClassLabels(dir.Sub("l.npy"), 3);
   ASSERT_FALSE(negative.ok());
   EXPECT_TRUE(Contains(negative.status().message(), "negative class label -1 at row 2"));
@@ -304,8 +317,9 @@ TEST(FeatureShardsBadInput, ClassLabels) {
   auto too_large = ReadClassLabels(dir.Sub("huge.npy"), 3);
   ASSERT_FALSE(too_large.ok());
   EXPECT_EQ(too_large.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(too_large.status().message(), dir.Sub("huge.npy") + ": class label 1000000000000 at row 1 is "
-                                                                            "too large; class ids must be in [0, 16777216)"))
+  EXPECT_TRUE(Contains(too_large.status().message(),
+                       dir.Sub("huge.npy") + ": class label 1000000000000 at row 1 is "
+                                             "too large; class ids must be in [0, 16777216)"))
       << too_large.status().message();
   std::vector<int64_t> edge = {0, kMaxClassId - 1, 2};
   ASSERT_TRUE(WriteNpy(dir.Sub("edge.npy"), NpyDtype::kInt64, {3}, edge.data()).ok());
@@ -317,7 +331,8 @@ TEST(FeatureShardsBadInput, MalformedHeaderIsAnErrorNotACrash) {
   // An empty 'shape' value used to throw std::out_of_range out of the npy reader.
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': , }";
   dict.append(117 - dict.size(), ' ');
-  std::string bytes = std::string("\x93NUMPY\x01\x00\x76\x00", 10) + dict + "\n" + std::string(64, '\0');
+  std::string bytes =
+      std::string("\x93NUMPY\x01\x00\x76\x00", 10) + dict + "\n" + std::string(64, '\0');
   ASSERT_TRUE(WriteFileAtomically(dir.Sub("bad.npy"), bytes).ok());
   auto shards = FeatureShards::Open({dir.Sub("bad.npy")});
   ASSERT_FALSE(shards.ok());

@@ -63,7 +63,8 @@ class ClusterdIntegration : public ::testing::Test {
     labelstore_ = new testing::ChildProcess();
     ASSERT_TRUE(labelstore_
                     ->Start(testing::BinPath("mlcd-labelstore"),
-                            {"--listen", labelstore_addr_, "--metrics-listen", "", "--data-dir", dir_->Sub("ls")},
+                            {"--listen", labelstore_addr_, "--metrics-listen", "", "--data-dir",
+                             dir_->Sub("ls")},
                             dir_->Sub("labelstore.log"), env)
                     .ok());
     clusterd_addr_ = "127.0.0.1:" + std::to_string(PickFreePort());
@@ -71,20 +72,24 @@ class ClusterdIntegration : public ::testing::Test {
     clusterd_ = new testing::ChildProcess();
     ASSERT_TRUE(clusterd_
                     ->Start(testing::BinPath("mlcd-clusterd"),
-                            {"--listen", clusterd_addr_, "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_),
-                             "--data-dir", dir_->Sub("cd"), "--labelstore", labelstore_addr_},
+                            {"--listen", clusterd_addr_, "--metrics-listen",
+                             "127.0.0.1:" + std::to_string(metrics_port_), "--data-dir",
+                             dir_->Sub("cd"), "--labelstore", labelstore_addr_},
                             dir_->Sub("clusterd.log"), env)
                     .ok());
-    ASSERT_TRUE(testing::WaitForServing(labelstore_addr_, std::chrono::seconds(30)).ok()) << labelstore_->Log();
-    ASSERT_TRUE(testing::WaitForServing(clusterd_addr_, std::chrono::seconds(30)).ok()) << clusterd_->Log();
+    ASSERT_TRUE(testing::WaitForServing(labelstore_addr_, std::chrono::seconds(30)).ok())
+        << labelstore_->Log();
+    ASSERT_TRUE(testing::WaitForServing(clusterd_addr_, std::chrono::seconds(30)).ok())
+        << clusterd_->Log();
 
     // Features: a mixture written by the real CLI (2 shards, float16) plus its components.
     std::string out;
-    int rc = testing::RunCommand(testing::BinPath("mlcd-clusterd"),
-                                 {"features", "--kind", "synthetic", "--rows", "4000", "--dim", "16", "--centres", "12",
-                                  "--noise", "0.4", "--shards", "2", "--dtype", "float16", "--out", dir_->Sub("feats"),
-                                  "--labels-out", dir_->Sub("comp.labels.npy")},
-                                 &out, env);
+    int rc = testing::RunCommand(
+        testing::BinPath("mlcd-clusterd"),
+        {"features", "--kind", "synthetic", "--rows", "4000", "--dim", "16", "--centres", "12",
+         "--noise", "0.4", "--shards", "2", "--dtype", "float16", "--out", dir_->Sub("feats"),
+         "--labels-out", dir_->Sub("comp.labels.npy")},
+        &out, env);
     ASSERT_EQ(rc, 0) << out;
   }
 
@@ -98,12 +103,14 @@ class ClusterdIntegration : public ::testing::Test {
 
   void TearDown() override {
     if (HasFailure()) {
-      std::cerr << "---- clusterd log ----\n" << clusterd_->Log() << "\n---- labelstore log ----\n"
+      std::cerr << "---- clusterd log ----\n"
+                << clusterd_->Log() << "\n---- labelstore log ----\n"
                 << labelstore_->Log() << "\n";
     }
   }
 
-  static v1::ClusterRequest ClusterRequest(const std::string& features, int k, int niter, const std::string& out) {
+  static v1::ClusterRequest ClusterRequest(const std::string& features, int k, int niter,
+                                           const std::string& out) {
     v1::ClusterRequest r;
     r.mutable_features()->add_paths(features);
     r.set_k(k);
@@ -112,8 +119,8 @@ class ClusterdIntegration : public ::testing::Test {
     return r;
   }
 
-  static v1::AssignRequest AssignRequest(const std::string& features, const std::string& centroids, int l,
-                                         const std::string& name) {
+  static v1::AssignRequest AssignRequest(const std::string& features, const std::string& centroids,
+                                         int l, const std::string& name) {
     v1::AssignRequest r;
     r.mutable_features()->add_paths(features);
     r.set_centroids_path(centroids);
@@ -213,7 +220,8 @@ TEST_F(ClusterdIntegration, ClusterAssignAndReadBackTheSealedLabelSet) {
     std::vector<std::pair<double, int>> s;
     for (int c = 0; c < 12; ++c) {
       double dot = 0;
-      for (int j = 0; j < 16; ++j) dot += static_cast<double>(x[i * 16 + j]) * (*centroids)[c * 16 + j];
+      for (int j = 0; j < 16; ++j)
+        dot += static_cast<double>(x[i * 16 + j]) * (*centroids)[c * 16 + j];
       s.push_back({-dot, c});
     }
     std::sort(s.begin(), s.end());
@@ -244,7 +252,8 @@ TEST_F(ClusterdIntegration, ClusterAssignAndReadBackTheSealedLabelSet) {
 // no size summary and no time spent on it.
 TEST_F(ClusterdIntegration, SkipSizePassWritesTheSameCentroidsWithoutSizes) {
   ClusterdClient client(clusterd_addr_);
-  auto with_pass = client.Cluster(ClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("skip-a.npy")));
+  auto with_pass =
+      client.Cluster(ClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("skip-a.npy")));
   ASSERT_TRUE(with_pass.ok()) << with_pass.status().ToString();
   v1::ClusterRequest req = ClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("skip-b.npy"));
   req.set_skip_size_pass(true);
@@ -259,8 +268,9 @@ TEST_F(ClusterdIntegration, SkipSizePassWritesTheSameCentroidsWithoutSizes) {
   EXPECT_EQ(skipped->sizes_seconds(), 0);
   EXPECT_EQ(skipped->num_points(), 4000u);
   EXPECT_DOUBLE_EQ(skipped->final_objective(), with_pass->final_objective());
-  EXPECT_TRUE(std::any_of(notes.begin(), notes.end(),
-                          [](const std::string& n) { return n.find("size pass skipped") != std::string::npos; }));
+  EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return n.find("size pass skipped") != std::string::npos;
+  }));
   std::vector<int64_t> shape_a, shape_b;
   auto a = ReadNpyAsFloat32(dir_->Sub("skip-a.npy"), &shape_a);
   auto b = ReadNpyAsFloat32(dir_->Sub("skip-b.npy"), &shape_b);
@@ -272,12 +282,16 @@ TEST_F(ClusterdIntegration, SkipSizePassWritesTheSameCentroidsWithoutSizes) {
 TEST_F(ClusterdIntegration, ExistingLabelSetNeedsReplaceExisting) {
   ClusterdClient client(clusterd_addr_);
   ASSERT_TRUE(client.Cluster(ClusterRequest(dir_->Sub("feats"), 6, 3, dir_->Sub("c6.npy"))).ok());
-  ASSERT_TRUE(client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c6.npy"), 2, "it/replace/r0")).ok());
-  auto again = client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c6.npy"), 1, "it/replace/r0"));
+  ASSERT_TRUE(
+      client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c6.npy"), 2, "it/replace/r0"))
+          .ok());
+  auto again =
+      client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c6.npy"), 1, "it/replace/r0"));
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
   EXPECT_NE(again.status().message().find("replace_existing"), std::string::npos);
-  v1::AssignRequest replace = AssignRequest(dir_->Sub("feats"), dir_->Sub("c6.npy"), 1, "it/replace/r0");
+  v1::AssignRequest replace =
+      AssignRequest(dir_->Sub("feats"), dir_->Sub("c6.npy"), 1, "it/replace/r0");
   replace.set_replace_existing(true);
   ASSERT_TRUE(client.Assign(replace).ok());
   labelstore::LabelStoreClient store(labelstore_addr_);
@@ -296,7 +310,8 @@ TEST_F(ClusterdIntegration, BadInputIsRejectedWithItsMessage) {
   auto nan = client.Cluster(ClusterRequest(dir_->Sub("nan.npy"), 2, 2, dir_->Sub("bad.npy")));
   ASSERT_FALSE(nan.ok());
   EXPECT_EQ(nan.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(nan.status().message().find(dir_->Sub("nan.npy") + ": 1 of 50 rows contain NaN or Inf values (row 7)"),
+  EXPECT_NE(nan.status().message().find(dir_->Sub("nan.npy") +
+                                        ": 1 of 50 rows contain NaN or Inf values (row 7)"),
             std::string::npos)
       << nan.status().message();
   // Missing file.
@@ -304,22 +319,26 @@ TEST_F(ClusterdIntegration, BadInputIsRejectedWithItsMessage) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   // Truncated file.
   auto bytes = ReadFileToString(dir_->Sub("nan.npy"));
-  ASSERT_TRUE(WriteFileAtomically(dir_->Sub("trunc.npy"), bytes->substr(0, bytes->size() - 9)).ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(dir_->Sub("trunc.npy"), bytes->substr(0, bytes->size() - 9)).ok());
   auto trunc = client.Cluster(ClusterRequest(dir_->Sub("trunc.npy"), 2, 2, dir_->Sub("bad.npy")));
   EXPECT_EQ(trunc.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(trunc.status().message().find("trunc.npy"), std::string::npos);
   // k > n, and l > k.
   auto big_k = client.Cluster(ClusterRequest(dir_->Sub("feats"), 4001, 2, dir_->Sub("bad.npy")));
   EXPECT_EQ(big_k.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(big_k.status().message().find("larger than the number of feature rows (4000)"), std::string::npos);
+  EXPECT_NE(big_k.status().message().find("larger than the number of feature rows (4000)"),
+            std::string::npos);
   ASSERT_TRUE(client.Cluster(ClusterRequest(dir_->Sub("feats"), 4, 2, dir_->Sub("c4.npy"))).ok());
   auto big_l = client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c4.npy"), 5, "it/bad/l"));
   EXPECT_EQ(big_l.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(big_l.status().message().find("l = 5 is larger than the number of centroids k = 4"), std::string::npos);
+  EXPECT_NE(big_l.status().message().find("l = 5 is larger than the number of centroids k = 4"),
+            std::string::npos);
   // Missing request fields.
   auto no_out = client.Cluster(ClusterRequest(dir_->Sub("feats"), 4, 2, ""));
   EXPECT_EQ(no_out.status().code(), StatusCode::kInvalidArgument);
-  auto bad_name = client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c4.npy"), 2, "bad name!"));
+  auto bad_name =
+      client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c4.npy"), 2, "bad name!"));
   EXPECT_EQ(bad_name.status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(PathExists(dir_->Sub("bad.npy")));
   // A class id of 1e12 is rejected before any work (it used to size per-class counters after
@@ -327,14 +346,18 @@ TEST_F(ClusterdIntegration, BadInputIsRejectedWithItsMessage) {
   auto classes = ReadNpyAsInt64(dir_->Sub("comp.labels.npy"));
   ASSERT_TRUE(classes.ok());
   (*classes)[17] = 1000000000000;
-  ASSERT_TRUE(WriteNpy(dir_->Sub("huge.labels.npy"), NpyDtype::kInt64, {4000}, classes->data()).ok());
-  v1::AssignRequest huge = AssignRequest(dir_->Sub("feats"), dir_->Sub("c4.npy"), 2, "it/bad/classes");
+  ASSERT_TRUE(
+      WriteNpy(dir_->Sub("huge.labels.npy"), NpyDtype::kInt64, {4000}, classes->data()).ok());
+  v1::AssignRequest huge =
+      AssignRequest(dir_->Sub("feats"), dir_->Sub("c4.npy"), 2, "it/bad/classes");
   huge.set_class_labels_path(dir_->Sub("huge.labels.npy"));
   auto huge_class = client.Assign(huge);
-  EXPECT_EQ(huge_class.status().code(), StatusCode::kInvalidArgument) << huge_class.status().ToString();
-  EXPECT_NE(huge_class.status().message().find(dir_->Sub("huge.labels.npy") +
-                                               ": class label 1000000000000 at row 17 is too large"),
-            std::string::npos)
+  EXPECT_EQ(huge_class.status().code(), StatusCode::kInvalidArgument)
+      << huge_class.status().ToString();
+  EXPECT_NE(
+      huge_class.status().message().find(dir_->Sub("huge.labels.npy") +
+                                         ": class label 1000000000000 at row 17 is too large"),
+      std::string::npos)
       << huge_class.status().message();
   // No failed Assign left a label set behind.
   labelstore::LabelStoreClient store(labelstore_addr_);
@@ -352,8 +375,8 @@ TEST_F(ClusterdIntegration, MlcdctlClusterAndAssign) {
   const std::vector<std::string> env = {"MLCD_CLUSTERD=" + clusterd_addr_};
   std::string out;
   int rc = testing::RunCommand(testing::BinPath("mlcdctl"),
-                               {"--output", "json", "cluster", "--features", dir_->Sub("feats"), "--k", "8", "--niter",
-                                "4", "--out", dir_->Sub("ctl.npy")},
+                               {"--output", "json", "cluster", "--features", dir_->Sub("feats"),
+                                "--k", "8", "--niter", "4", "--out", dir_->Sub("ctl.npy")},
                                &out, env);
   ASSERT_EQ(rc, 0) << out;
   auto json = nlohmann::json::parse(out.substr(out.find('{')));
@@ -361,20 +384,26 @@ TEST_F(ClusterdIntegration, MlcdctlClusterAndAssign) {
   EXPECT_EQ(json["centroids_path"], dir_->Sub("ctl.npy"));
   EXPECT_EQ(json["iterations"], 4);
 
-  rc = testing::RunCommand(testing::BinPath("mlcdctl"),
-                           {"assign", "--features", dir_->Sub("feats"), "--centroids", dir_->Sub("ctl.npy"), "--l", "2",
-                            "--label-set", "it/ctl/r0", "--class-labels", dir_->Sub("comp.labels.npy")},
-                           &out, env);
+  rc = testing::RunCommand(
+      testing::BinPath("mlcdctl"),
+      {"assign", "--features", dir_->Sub("feats"), "--centroids", dir_->Sub("ctl.npy"), "--l", "2",
+       "--label-set", "it/ctl/r0", "--class-labels", dir_->Sub("comp.labels.npy")},
+      &out, env);
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("label set: it/ctl/r0 (sealed, 4000 samples, k = 8, l = 2)"), std::string::npos) << out;
+  EXPECT_NE(out.find("label set: it/ctl/r0 (sealed, 4000 samples, k = 8, l = 2)"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("label quality (paper A.8)"), std::string::npos) << out;
 
   // Bad input: exit code 2 (INVALID_ARGUMENT) and the reason on stderr.
-  rc = testing::RunCommand(testing::BinPath("mlcdctl"),
-                           {"cluster", "--features", dir_->Sub("feats"), "--k", "5000", "--out", dir_->Sub("x.npy")},
-                           &out, env);
+  rc = testing::RunCommand(
+      testing::BinPath("mlcdctl"),
+      {"cluster", "--features", dir_->Sub("feats"), "--k", "5000", "--out", dir_->Sub("x.npy")},
+      &out, env);
   EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("k = 5000 is larger than the number of feature rows (4000)"), std::string::npos) << out;
+  EXPECT_NE(out.find("k = 5000 is larger than the number of feature rows (4000)"),
+            std::string::npos)
+      << out;
 }
 
 // mlcdctl's global --labelstore / MLCD_LABELSTORE (one spelling everywhere) picks the store
@@ -382,18 +411,21 @@ TEST_F(ClusterdIntegration, MlcdctlClusterAndAssign) {
 TEST_F(ClusterdIntegration, MlcdctlAssignWritesToTheGlobalLabelstore) {
   testing::ChildProcess other;
   const std::string other_addr = "127.0.0.1:" + std::to_string(PickFreePort());
-  ASSERT_TRUE(other
-                  .Start(testing::BinPath("mlcd-labelstore"),
-                         {"--listen", other_addr, "--metrics-listen", "", "--data-dir", dir_->Sub("ls2")},
-                         dir_->Sub("labelstore2.log"))
-                  .ok());
+  ASSERT_TRUE(
+      other
+          .Start(testing::BinPath("mlcd-labelstore"),
+                 {"--listen", other_addr, "--metrics-listen", "", "--data-dir", dir_->Sub("ls2")},
+                 dir_->Sub("labelstore2.log"))
+          .ok());
   ASSERT_TRUE(testing::WaitForServing(other_addr, std::chrono::seconds(30)).ok()) << other.Log();
   ClusterdClient client(clusterd_addr_);
   ASSERT_TRUE(client.Cluster(ClusterRequest(dir_->Sub("feats"), 5, 2, dir_->Sub("c5.npy"))).ok());
-  auto assign = [&](const std::string& name, std::vector<std::string> global, std::vector<std::string> env) {
+  auto assign = [&](const std::string& name, std::vector<std::string> global,
+                    std::vector<std::string> env) {
     std::vector<std::string> args = global;
     for (const char* a : {"assign", "--features"}) args.push_back(a);
-    args.insert(args.end(), {dir_->Sub("feats"), "--centroids", dir_->Sub("c5.npy"), "--l", "2", "--label-set", name});
+    args.insert(args.end(), {dir_->Sub("feats"), "--centroids", dir_->Sub("c5.npy"), "--l", "2",
+                             "--label-set", name});
     env.push_back("MLCD_CLUSTERD=" + clusterd_addr_);
     std::string out;
     int rc = testing::RunCommand(testing::BinPath("mlcdctl"), args, &out, env);
@@ -417,14 +449,16 @@ TEST_F(ClusterdIntegration, MlcdctlAssignWritesToTheGlobalLabelstore) {
 
   // The old per-command spelling still works (hidden, with a warning) and is not in --help.
   std::string help;
-  ASSERT_EQ(testing::RunCommand(testing::BinPath("mlcdctl"), {"assign", "--help"}, &help), 0) << help;
+  ASSERT_EQ(testing::RunCommand(testing::BinPath("mlcdctl"), {"assign", "--help"}, &help), 0)
+      << help;
   EXPECT_EQ(help.find("--into-labelstore"), std::string::npos) << help;
   EXPECT_NE(help.find("global --labelstore ADDR"), std::string::npos) << help;
   std::string out;
-  int rc = testing::RunCommand(testing::BinPath("mlcdctl"),
-                               {"assign", "--features", dir_->Sub("feats"), "--centroids", dir_->Sub("c5.npy"), "--l",
-                                "2", "--label-set", "it/global/old", "--into-labelstore", other_addr},
-                               &out, {"MLCD_CLUSTERD=" + clusterd_addr_});
+  int rc = testing::RunCommand(
+      testing::BinPath("mlcdctl"),
+      {"assign", "--features", dir_->Sub("feats"), "--centroids", dir_->Sub("c5.npy"), "--l", "2",
+       "--label-set", "it/global/old", "--into-labelstore", other_addr},
+      &out, {"MLCD_CLUSTERD=" + clusterd_addr_});
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("--into-labelstore is deprecated"), std::string::npos) << out;
   EXPECT_TRUE(second.Describe("it/global/old").ok());
@@ -440,8 +474,9 @@ TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {
   Clock::time_point cancelled_at;
   StatusOr<v1::ClusterResult> long_result = Status::Unknown("not run");
   std::thread long_job([&] {
-    long_result = client.Cluster(ClusterRequest(dir_->Sub("big"), 500, 2000, dir_->Sub("big.npy")),
-                                 [&](const v1::ClusterProgress& p) { iterations += p.has_iteration(); }, &control);
+    long_result = client.Cluster(
+        ClusterRequest(dir_->Sub("big"), 500, 2000, dir_->Sub("big.npy")),
+        [&](const v1::ClusterProgress& p) { iterations += p.has_iteration(); }, &control);
   });
   while (iterations.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 
@@ -449,11 +484,12 @@ TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {
   std::atomic<bool> waiting_note{false};
   StatusOr<v1::ClusterResult> queued_result = Status::Unknown("not run");
   std::thread queued_job([&] {
-    queued_result = client.Cluster(ClusterRequest(dir_->Sub("feats"), 3, 2, dir_->Sub("queued.npy")),
-                                   [&](const v1::ClusterProgress& p) {
-                                     if (p.has_note() && p.note().find("queue position 1") != std::string::npos)
-                                       waiting_note = true;
-                                   });
+    queued_result =
+        client.Cluster(ClusterRequest(dir_->Sub("feats"), 3, 2, dir_->Sub("queued.npy")),
+                       [&](const v1::ClusterProgress& p) {
+                         if (p.has_note() && p.note().find("queue position 1") != std::string::npos)
+                           waiting_note = true;
+                       });
   });
   auto wait_start = Clock::now();
   while (!waiting_note.load() && Clock::now() - wait_start < std::chrono::seconds(20))
@@ -477,10 +513,13 @@ TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {
   std::string metrics;
   while (Clock::now() < deadline) {
     metrics = HttpGetMetrics(metrics_port_);
-    if (metrics.find("mlcd_clusterd_requests_total{code=\"CANCELLED\",method=\"Cluster\"} 1") != std::string::npos) break;
+    if (metrics.find("mlcd_clusterd_requests_total{code=\"CANCELLED\",method=\"Cluster\"} 1") !=
+        std::string::npos)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_NE(metrics.find("mlcd_clusterd_requests_total{code=\"CANCELLED\",method=\"Cluster\"} 1"), std::string::npos)
+  EXPECT_NE(metrics.find("mlcd_clusterd_requests_total{code=\"CANCELLED\",method=\"Cluster\"} 1"),
+            std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("mlcd_clusterd_kmeans_iterations_total"), std::string::npos);
   EXPECT_NE(metrics.find("mlcd_clusterd_jobs_running 0"), std::string::npos);
@@ -491,7 +530,8 @@ TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {
   std::vector<float> c(4096 * 32);
   for (auto& x : c) x = g(rng);
   ASSERT_TRUE(WriteNpy(dir_->Sub("c4096.npy"), NpyDtype::kFloat32, {4096, 32}, c.data()).ok());
-  v1::AssignRequest req = AssignRequest(dir_->Sub("big"), dir_->Sub("c4096.npy"), 8, "it/cancel/r0");
+  v1::AssignRequest req =
+      AssignRequest(dir_->Sub("big"), dir_->Sub("c4096.npy"), 8, "it/cancel/r0");
   req.set_chunk_rows(512);
   CallControl assign_control;
   StatusOr<v1::AssignResult> assigned = client.Assign(
@@ -518,11 +558,12 @@ TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {
 TEST_F(ClusterdIntegration, MlcdctlClusterInterruptedCancelsTheJob) {
   ASSERT_TRUE(WriteLongJobFeatures(dir_->Sub("ctl-big")).ok());
   testing::ChildProcess ctl;
-  ASSERT_TRUE(ctl.Start(testing::BinPath("mlcdctl"),
-                        {"--clusterd", clusterd_addr_, "cluster", "--features", dir_->Sub("ctl-big"), "--k", "500",
-                         "--niter", "2000", "--out", dir_->Sub("ctl-big.npy")},
-                        dir_->Sub("ctl-interrupt.log"))
-                  .ok());
+  ASSERT_TRUE(
+      ctl.Start(testing::BinPath("mlcdctl"),
+                {"--clusterd", clusterd_addr_, "cluster", "--features", dir_->Sub("ctl-big"), "--k",
+                 "500", "--niter", "2000", "--out", dir_->Sub("ctl-big.npy")},
+                dir_->Sub("ctl-interrupt.log"))
+          .ok());
   auto deadline = Clock::now() + std::chrono::seconds(60);
   while (ctl.Log().find("iteration") == std::string::npos && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -532,8 +573,10 @@ TEST_F(ClusterdIntegration, MlcdctlClusterInterruptedCancelsTheJob) {
   ASSERT_NE(status, -1) << "mlcdctl did not exit after SIGINT\n" << ctl.Log();
   ASSERT_TRUE(WIFEXITED(status)) << ctl.Log();
   EXPECT_EQ(WEXITSTATUS(status), 7) << ctl.Log();
-  EXPECT_NE(ctl.Log().find("interrupted: the k-means job was cancelled on mlcd-clusterd; no centroids were written"),
-            std::string::npos)
+  EXPECT_NE(
+      ctl.Log().find(
+          "interrupted: the k-means job was cancelled on mlcd-clusterd; no centroids were written"),
+      std::string::npos)
       << ctl.Log();
   EXPECT_FALSE(PathExists(dir_->Sub("ctl-big.npy")));
 }

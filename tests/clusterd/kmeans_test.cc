@@ -22,7 +22,8 @@ double Dot(const float* a, const float* b, int d) {
   return s;
 }
 
-SyntheticMixtureOptions Mixture(const std::string& dir, int64_t rows, int dim, int centres, double noise) {
+SyntheticMixtureOptions Mixture(const std::string& dir, int64_t rows, int dim, int centres,
+                                double noise) {
   SyntheticMixtureOptions o;
   o.rows = rows;
   o.dim = dim;
@@ -58,12 +59,14 @@ TEST(SphericalKMeans, RecoversKnownCentres) {
   // Every true centre has a centroid at cosine > 0.99; every centroid is near a true centre.
   for (int t = 0; t < o.num_centres; ++t) {
     double best = -1;
-    for (int c = 0; c < p.k; ++c) best = std::max(best, Dot(&truth[t * 16], &km->centroids[c * 16], 16));
+    for (int c = 0; c < p.k; ++c)
+      best = std::max(best, Dot(&truth[t * 16], &km->centroids[c * 16], 16));
     EXPECT_GT(best, 0.99) << "true centre " << t << " not recovered";
   }
   for (int c = 0; c < p.k; ++c) {
     double best = -1;
-    for (int t = 0; t < o.num_centres; ++t) best = std::max(best, Dot(&truth[t * 16], &km->centroids[c * 16], 16));
+    for (int t = 0; t < o.num_centres; ++t)
+      best = std::max(best, Dot(&truth[t * 16], &km->centroids[c * 16], 16));
     EXPECT_GT(best, 0.97) << "centroid " << c << " is between components";
   }
   EXPECT_EQ(km->num_points, 6000);
@@ -96,8 +99,10 @@ TEST(SphericalKMeans, IterationByIterationEqualsOneFaissCall) {
   reference.train(3000, x.data(), index);
   ASSERT_EQ(reference.iteration_stats.size(), km->iterations.size());
   for (size_t i = 0; i < km->iterations.size(); ++i) {
-    EXPECT_NEAR(km->iterations[i].objective, reference.iteration_stats[i].obj, 1e-3 * std::abs(reference.iteration_stats[i].obj));
-    EXPECT_NEAR(km->iterations[i].imbalance_factor, reference.iteration_stats[i].imbalance_factor, 1e-9);
+    EXPECT_NEAR(km->iterations[i].objective, reference.iteration_stats[i].obj,
+                1e-3 * std::abs(reference.iteration_stats[i].obj));
+    EXPECT_NEAR(km->iterations[i].imbalance_factor, reference.iteration_stats[i].imbalance_factor,
+                1e-9);
   }
   for (size_t i = 0; i < reference.centroids.size(); ++i) {
     EXPECT_NEAR(km->centroids[i], reference.centroids[i], 1e-5) << "value " << i;

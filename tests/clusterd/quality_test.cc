@@ -29,7 +29,8 @@ TEST(LabelQuality, WorkedExample) {
   // sizes (2, 3, 1), class sizes (3, 2, 1).
   double mi = 2.0 / 6 * std::log(6.0 * 2 / (2 * 3)) + 1.0 / 6 * std::log(6.0 * 1 / (3 * 3)) +
               2.0 / 6 * std::log(6.0 * 2 / (3 * 2)) + 1.0 / 6 * std::log(6.0 * 1 / (1 * 1));
-  double h = -(2.0 / 6 * std::log(2.0 / 6) + 3.0 / 6 * std::log(3.0 / 6) + 1.0 / 6 * std::log(1.0 / 6));
+  double h =
+      -(2.0 / 6 * std::log(2.0 / 6) + 3.0 / 6 * std::log(3.0 / 6) + 1.0 / 6 * std::log(1.0 / 6));
   EXPECT_NEAR(q.nmi, mi / h, 1e-12);
 
   // The streaming accumulator gives the same, rows added out of order.
@@ -94,7 +95,8 @@ TEST(LabelQuality, FinishRejectsOutOfRangeIdsInsteadOfAllocating) {
   auto q = huge_class.Finish();
   ASSERT_FALSE(q.ok());
   EXPECT_EQ(q.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(q.status().message().find("class id 1000000000000 of row 1 is outside [0, 16777216)"), std::string::npos)
+  EXPECT_NE(q.status().message().find("class id 1000000000000 of row 1 is outside [0, 16777216)"),
+            std::string::npos)
       << q.status().message();
 
   LabelQualityAccumulator bad_cluster({0, 1, 1}, 2, 1);

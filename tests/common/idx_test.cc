@@ -33,7 +33,9 @@ TEST(Idx, RejectsWrongMagicAndTruncation) {
   std::string header("\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02", 16);
   ASSERT_TRUE(WriteFileAtomically(dir.Sub("short"), header + "abc").ok());
   EXPECT_EQ(ReadIdxImages(dir.Sub("short")).status().code(), StatusCode::kDataLoss);
-  ASSERT_TRUE(WriteFileAtomically(dir.Sub("labels"), std::string("\x00\x00\x08\x01\x00\x00\x00\x01\x05", 9)).ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(dir.Sub("labels"), std::string("\x00\x00\x08\x01\x00\x00\x00\x01\x05", 9))
+          .ok());
   EXPECT_EQ(ReadIdxImages(dir.Sub("labels")).status().code(), StatusCode::kInvalidArgument);
   auto l = ReadIdxLabels(dir.Sub("labels"));
   ASSERT_TRUE(l.ok());

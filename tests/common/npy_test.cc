@@ -30,7 +30,8 @@ TEST(Npy, RoundTripFloat32Matrix) {
 TEST(Npy, HeaderMatchesNumpyByteForByte) {
   // numpy.save(f, numpy.zeros((2, 3), numpy.float32)) writes exactly these 128 header bytes.
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-  std::string expected = std::string("\x93NUMPY\x01\x00\x76\x00", 10) + dict + std::string(117 - dict.size(), ' ') + "\n";
+  std::string expected = std::string("\x93NUMPY\x01\x00\x76\x00", 10) + dict +
+                         std::string(117 - dict.size(), ' ') + "\n";
   std::string h = EncodeNpyHeader(NpyDtype::kFloat32, {2, 3});
   EXPECT_EQ(h.size(), 128u);
   EXPECT_EQ(h, expected);
@@ -115,8 +116,10 @@ TEST(Npy, RejectsMalformedHeadersWithoutThrowing) {
   const Case cases[] = {
       {"empty.npy", "", 64, StatusCode::kInvalidArgument, "not a parenthesised tuple"},
       {"unclosed.npy", "3, 4", 64, StatusCode::kInvalidArgument, "not a parenthesised tuple"},
-      {"word.npy", "(3, four)", 64, StatusCode::kInvalidArgument, "dimension 'four' is not an integer"},
-      {"float.npy", "(3.5,)", 64, StatusCode::kInvalidArgument, "dimension '3.5' is not an integer"},
+      {"word.npy", "(3, four)", 64, StatusCode::kInvalidArgument,
+       "dimension 'four' is not an integer"},
+      {"float.npy", "(3.5,)", 64, StatusCode::kInvalidArgument,
+       "dimension '3.5' is not an integer"},
       {"hole.npy", "(3,,4)", 64, StatusCode::kInvalidArgument, "empty dimension"},
       {"comma.npy", "(,)", 64, StatusCode::kInvalidArgument, "empty dimension"},
       {"negative.npy", "(-1, 4)", 64, StatusCode::kInvalidArgument, "negative dimension -1"},
@@ -128,7 +131,8 @@ TEST(Npy, RejectsMalformedHeadersWithoutThrowing) {
        "overflows a 64-bit byte count"},
       // Representable, but far more than the 64 bytes the file holds.
       {"too_big.npy", "(1073741824, 1073741824)", 64, StatusCode::kDataLoss, "truncated"},
-      {"short.npy", "(3, 6)", 64, StatusCode::kDataLoss, "promises 72 bytes of data but the file holds 64"},
+      {"short.npy", "(3, 6)", 64, StatusCode::kDataLoss,
+       "promises 72 bytes of data but the file holds 64"},
   };
   for (const Case& c : cases) {
     std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + c.shape + ", }";
@@ -136,7 +140,8 @@ TEST(Npy, RejectsMalformedHeadersWithoutThrowing) {
     auto m = MappedNpy::Open(dir.Sub(c.file));
     ASSERT_FALSE(m.ok()) << c.file;
     EXPECT_EQ(m.status().code(), c.code) << c.file << ": " << m.status().ToString();
-    EXPECT_NE(m.status().message().find(dir.Sub(c.file)), std::string::npos) << m.status().ToString();
+    EXPECT_NE(m.status().message().find(dir.Sub(c.file)), std::string::npos)
+        << m.status().ToString();
     EXPECT_NE(m.status().message().find(c.message), std::string::npos) << m.status().ToString();
     // The readers built on MappedNpy report the same instead of allocating or throwing.
     EXPECT_EQ(ReadNpy(dir.Sub(c.file)).status().code(), c.code) << c.file;
@@ -153,12 +158,15 @@ TEST(Npy, RejectsMalformedHeadersWithoutThrowing) {
   for (const auto& [file, dict] : dicts) {
     ASSERT_TRUE(WriteFileAtomically(dir.Sub(file), NpyWithDict(dict, 8)).ok());
     auto m = MappedNpy::Open(dir.Sub(file));
-    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << file << ": " << m.status().ToString();
-    EXPECT_NE(m.status().message().find("malformed .npy header dict"), std::string::npos) << m.status().ToString();
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument)
+        << file << ": " << m.status().ToString();
+    EXPECT_NE(m.status().message().find("malformed .npy header dict"), std::string::npos)
+        << m.status().ToString();
   }
-  ASSERT_TRUE(WriteFileAtomically(dir.Sub("bare.npy"),
-                                  NpyWithDict("{'descr': <f4, 'fortran_order': False, 'shape': (2,), }", 8))
-                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(dir.Sub("bare.npy"),
+                          NpyWithDict("{'descr': <f4, 'fortran_order': False, 'shape': (2,), }", 8))
+          .ok());
   auto bare = MappedNpy::Open(dir.Sub("bare.npy"));
   EXPECT_EQ(bare.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bare.status().message().find("must be a quoted dtype string"), std::string::npos)

@@ -76,7 +76,9 @@ std::map<std::string, std::vector<nlohmann::json>> ProgressEvents(const std::str
 }
 
 // "tiny-1-a2-r0" -> "tiny-1-a2".
-std::string AttemptOf(const std::string& assignment_id) { return assignment_id.substr(0, assignment_id.rfind("-r")); }
+std::string AttemptOf(const std::string& assignment_id) {
+  return assignment_id.substr(0, assignment_id.rfind("-r"));
+}
 
 // Processes whose command line mentions `needle` (e.g. the test's temp dir) and "train".
 std::vector<pid_t> TrainProcessesUnder(const std::string& needle) {
@@ -93,9 +95,11 @@ std::vector<pid_t> TrainProcessesUnder(const std::string& needle) {
     auto stat = ReadFileToString("/proc/" + std::string(e->d_name) + "/stat");
     if (stat.ok()) {
       size_t paren = stat->rfind(')');
-      if (paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z') continue;
+      if (paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z')
+        continue;
     }
-    if (text.find(needle) != std::string::npos && text.find(" train ") != std::string::npos) pids.push_back(pid);
+    if (text.find(needle) != std::string::npos && text.find(" train ") != std::string::npos)
+      pids.push_back(pid);
   }
   ::closedir(d);
   return pids;
@@ -105,8 +109,8 @@ std::vector<pid_t> TrainProcessesUnder(const std::string& needle) {
 // trainer's own view, faster than the coordinator's heartbeat-relayed one.
 // Gives up when `give_up()` (checked a few times a second) says the job cannot get there.
 bool WaitForProgressEvent(const std::vector<std::string>& worker_dirs,
-                          const std::function<bool(const nlohmann::json&)>& done, const std::function<bool()>& give_up,
-                          seconds timeout) {
+                          const std::function<bool(const nlohmann::json&)>& done,
+                          const std::function<bool()>& give_up, seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
     if (i % 25 == 0 && give_up()) return false;
@@ -131,9 +135,11 @@ int Count(const v1::Job& job, const std::string& kind) {
 // Checks from the persisted history and the workers' own progress logs that no epoch that
 // was committed ran again: every gang attempt starts at the first uncommitted epoch, and no
 // attempt reports progress in an epoch committed before it started.
-void ExpectNoCommittedEpochRanTwice(const v1::Job& job, const std::vector<std::string>& worker_dirs) {
-  std::map<std::pair<int, int>, int> commits;   // (round, epoch) -> times committed
-  std::map<std::string, std::set<std::pair<int, int>>> committed_before;  // attempt -> commits before its start
+void ExpectNoCommittedEpochRanTwice(const v1::Job& job,
+                                    const std::vector<std::string>& worker_dirs) {
+  std::map<std::pair<int, int>, int> commits;  // (round, epoch) -> times committed
+  std::map<std::string, std::set<std::pair<int, int>>>
+      committed_before;  // attempt -> commits before its start
   std::set<std::pair<int, int>> committed_so_far;
   for (const auto& h : job.history()) {
     if (h.kind() == "epoch_committed") {
@@ -145,11 +151,13 @@ void ExpectNoCommittedEpochRanTwice(const v1::Job& job, const std::vector<std::s
       int committed_in_round = 0;
       for (const auto& c : committed_so_far) committed_in_round += c.first == h.round();
       EXPECT_EQ(h.first_epoch(), committed_in_round)
-          << h.attempt_id() << " did not start at the first uncommitted epoch of round " << h.round();
+          << h.attempt_id() << " did not start at the first uncommitted epoch of round "
+          << h.round();
     }
   }
   for (const auto& [key, n] : commits) {
-    EXPECT_EQ(n, 1) << "round " << key.first << " epoch " << key.second << " committed " << n << " times";
+    EXPECT_EQ(n, 1) << "round " << key.first << " epoch " << key.second << " committed " << n
+                    << " times";
   }
   int attempts_seen = 0;
   for (const auto& dir : worker_dirs) {
@@ -181,7 +189,9 @@ class CoordinatorEndToEndTest : public ::testing::Test {
   void TearDown() override {
     if (HasFailure()) std::cerr << cluster_->Logs();
   }
-  std::vector<std::string> WorkerDirs() { return {cluster_->WorkerDataDir(0), cluster_->WorkerDataDir(1)}; }
+  std::vector<std::string> WorkerDirs() {
+    return {cluster_->WorkerDataDir(0), cluster_->WorkerDataDir(1)};
+  }
 
   TempDir dir_;
   std::unique_ptr<TestCluster> cluster_;
@@ -207,7 +217,8 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
   std::vector<v1::JobState> states;
   bool saw_training_progress = false;
   while (reader->Read(&event)) {
-    if (states.empty() || states.back() != event.job().state()) states.push_back(event.job().state());
+    if (states.empty() || states.back() != event.job().state())
+      states.push_back(event.job().state());
     const auto& p = event.job().progress();
     if (event.job().state() == v1::JOB_STATE_TRAINING && p.total_steps() > 0 && p.loss() > 0) {
       saw_training_progress = true;
@@ -235,17 +246,20 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
     // CLUSTERING skips its size pass; the round's size summary comes from ASSIGNING's top-1.
     EXPECT_EQ(job->rounds(r).cluster().sizes_seconds(), 0);
     ASSERT_TRUE(job->rounds(r).cluster().has_sizes());
-    EXPECT_NEAR(job->rounds(r).cluster().sizes().mean() * job->rounds(r).cluster().k(), spec.limit, 1e-6);
+    EXPECT_NEAR(job->rounds(r).cluster().sizes().mean() * job->rounds(r).cluster().k(), spec.limit,
+                1e-6);
     EXPECT_EQ(job->rounds(r).cluster().sizes().max(), job->rounds(r).assign().sizes().max());
   }
   EXPECT_TRUE(job->rounds(0).assign().has_quality());
   // Round 1's label quality too: the extracted shards carry their images' classes.
   ASSERT_TRUE(job->rounds(1).assign().has_quality());
   EXPECT_EQ(job->rounds(1).assign().quality().num_classes(), 10u);
-  EXPECT_GE(job->rounds(1).assign().quality().topl_recall(), job->rounds(1).assign().quality().top1_recall());
+  EXPECT_GE(job->rounds(1).assign().quality().topl_recall(),
+            job->rounds(1).assign().quality().top1_recall());
   // Round 1 clustered the embeddings the gang extracted with round 0's model.
   ASSERT_EQ(job->rounds(1).feature_paths_size(), 2);
-  EXPECT_NE(job->rounds(1).feature_source().find("ckpt-r0-"), std::string::npos) << job->rounds(1).feature_source();
+  EXPECT_NE(job->rounds(1).feature_source().find("ckpt-r0-"), std::string::npos)
+      << job->rounds(1).feature_source();
   EXPECT_EQ(job->rounds(1).cluster().d(), 32);
   // The evaluation ran on the final checkpoint and is stored with the job (chance is 10%).
   ASSERT_TRUE(job->has_evaluation());
@@ -260,9 +274,10 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
     if (h.kind() == "state") transitions.push_back(h.state());
   }
   EXPECT_EQ(transitions,
-            (std::vector<v1::JobState>{v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING, v1::JOB_STATE_TRAINING,
-                                       v1::JOB_STATE_EXTRACTING, v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING,
-                                       v1::JOB_STATE_TRAINING, v1::JOB_STATE_EVALUATING, v1::JOB_STATE_SUCCEEDED}));
+            (std::vector<v1::JobState>{
+                v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING, v1::JOB_STATE_TRAINING,
+                v1::JOB_STATE_EXTRACTING, v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING,
+                v1::JOB_STATE_TRAINING, v1::JOB_STATE_EVALUATING, v1::JOB_STATE_SUCCEEDED}));
   ExpectNoCommittedEpochRanTwice(*job, WorkerDirs());
 
   // The same request id returns the same job; mlcdctl sees it and maps states to exit codes.
@@ -274,7 +289,8 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "get", job->id()}, &out), 0) << out;
   EXPECT_NE(out.find("SUCCEEDED"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "watch", job->id()}, &out), 0) << out;
-  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "cancel", job->id()}, &out), 5) << out;  // FAILED_PRECONDITION
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "cancel", job->id()}, &out), 5)
+      << out;  // FAILED_PRECONDITION
   EXPECT_NE(out.find("already ended SUCCEEDED"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "get", "no-such-job"}, &out), 3) << out;
   // --output json, as scripts use it: protobuf JSON with the API's field names.
@@ -300,16 +316,22 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
   EXPECT_EQ(watched["job"].value("state", ""), "JOB_STATE_SUCCEEDED") << out;
   EXPECT_TRUE(watched.contains("unix_ms")) << out;
   const std::string bad = dir_.Sub("bad.yaml");
-  ASSERT_TRUE(WriteFileAtomically(bad, "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering: {k: 10, l: 12}\n").ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(
+          bad, "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering: {k: 10, l: 12}\n")
+          .ok());
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "submit", bad}, &out), 2) << out;
   EXPECT_NE(out.find("spec.clustering.l: 12 > k: 10"), std::string::npos) << out;
 
   // Metrics: a real Prometheus text page.
   const std::string metrics = HttpGet(cluster_->coordinator_metrics(), "/metrics");
-  EXPECT_NE(metrics.find("mlcd_coordinator_jobs{state=\"SUCCEEDED\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("mlcd_coordinator_jobs{state=\"SUCCEEDED\"} 1"), std::string::npos)
+      << metrics;
   EXPECT_NE(metrics.find("mlcd_coordinator_epochs_committed_total"), std::string::npos);
-  EXPECT_NE(metrics.find("mlcd_coordinator_phase_seconds_bucket{phase=\"TRAINING\""), std::string::npos);
-  EXPECT_NE(metrics.find("mlcd_coordinator_requests_total{code=\"OK\",method=\"Heartbeat\"}"), std::string::npos);
+  EXPECT_NE(metrics.find("mlcd_coordinator_phase_seconds_bucket{phase=\"TRAINING\""),
+            std::string::npos);
+  EXPECT_NE(metrics.find("mlcd_coordinator_requests_total{code=\"OK\",method=\"Heartbeat\"}"),
+            std::string::npos);
 }
 
 TEST_F(CoordinatorEndToEndTest, Kill9OfAWorkerMidEpochStillSucceedsWithTheSameSteps) {
@@ -325,7 +347,10 @@ TEST_F(CoordinatorEndToEndTest, Kill9OfAWorkerMidEpochStillSucceedsWithTheSameSt
   // Into epoch 1 (0-based), a few steps past its start, as the trainers themselves log it.
   const std::string id = submitted->id();
   ASSERT_TRUE(WaitForProgressEvent(
-      WorkerDirs(), [](const nlohmann::json& e) { return e.value("epoch", 0) == 1 && e.value("step_in_epoch", 0) >= 4; },
+      WorkerDirs(),
+      [](const nlohmann::json& e) {
+        return e.value("epoch", 0) == 1 && e.value("step_in_epoch", 0) >= 4;
+      },
       [&] {
         auto j = cluster_->Get(id);
         return j.ok() && IsTerminal(j->state());
@@ -366,7 +391,9 @@ TEST_F(CoordinatorEndToEndTest, Kill9OfTheCoordinatorMidTrainingRunsNoCommittedE
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
   auto mid = cluster_->WaitForJob(
       submitted->id(),
-      [](const v1::Job& j) { return (j.rounds_size() && j.rounds(0).epochs_committed() >= 1) || IsTerminal(j.state()); },
+      [](const v1::Job& j) {
+        return (j.rounds_size() && j.rounds(0).epochs_committed() >= 1) || IsTerminal(j.state());
+      },
       seconds(180));
   ASSERT_TRUE(mid.ok()) << mid.status().ToString();
   ASSERT_EQ(mid->state(), v1::JOB_STATE_TRAINING);
@@ -393,7 +420,8 @@ TEST_F(CoordinatorEndToEndTest, CancelStopsTheWorkersAndEndsCancelled) {
   auto submitted = cluster_->Submit(spec.Yaml());
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
   auto training = cluster_->WaitForJob(
-      submitted->id(), [](const v1::Job& j) { return j.progress().total_steps() >= 2 || IsTerminal(j.state()); },
+      submitted->id(),
+      [](const v1::Job& j) { return j.progress().total_steps() >= 2 || IsTerminal(j.state()); },
       seconds(180));
   ASSERT_TRUE(training.ok()) << training.status().ToString();
   ASSERT_EQ(training->state(), v1::JOB_STATE_TRAINING);
@@ -403,9 +431,12 @@ TEST_F(CoordinatorEndToEndTest, CancelStopsTheWorkersAndEndsCancelled) {
   // Ctrl-C stops `mlcdctl watch` cleanly (exit 7), and only the watching: the job goes on.
   {
     ChildProcess watch;
-    ASSERT_TRUE(watch.Start(BinPath("mlcdctl"), {flag, "watch", submitted->id()}, dir_.Sub("watch.log")).ok());
+    ASSERT_TRUE(
+        watch.Start(BinPath("mlcdctl"), {flag, "watch", submitted->id()}, dir_.Sub("watch.log"))
+            .ok());
     const auto deadline = std::chrono::steady_clock::now() + seconds(10);
-    while (watch.Log().find("TRAINING") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    while (watch.Log().find("TRAINING") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(milliseconds(50));
     }
     ASSERT_NE(watch.Log().find("TRAINING"), std::string::npos) << watch.Log();
@@ -419,9 +450,10 @@ TEST_F(CoordinatorEndToEndTest, CancelStopsTheWorkersAndEndsCancelled) {
     EXPECT_EQ(still->state(), v1::JOB_STATE_TRAINING);
   }
   std::string out;
-  ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "-o", "json", "cancel", submitted->id(), "--reason", "test over"},
-                       &out),
-            0)
+  ASSERT_EQ(
+      RunCommand(BinPath("mlcdctl"),
+                 {flag, "-o", "json", "cancel", submitted->id(), "--reason", "test over"}, &out),
+      0)
       << out;
   auto answer = nlohmann::json::parse(out, nullptr, false);
   ASSERT_FALSE(answer.is_discarded()) << out;
@@ -471,20 +503,21 @@ TEST_F(CoordinatorEndToEndTest, CancelStopsTheWorkersAndEndsCancelled) {
 // `mlcd-worker train`, so the agent must not hand them to its children: the assignment's label
 // store, rank and rendezvous are the ones that count. Here every one of them points at
 // something that does not exist; the job must still succeed.
-TEST(CoordinatorAgentEnvironmentTest, StaleWorkerVariablesInTheAgentsEnvironmentDoNotReachItsChildren) {
+TEST(CoordinatorAgentEnvironmentTest,
+     StaleWorkerVariablesInTheAgentsEnvironmentDoNotReachItsChildren) {
   TempDir dir;
   TestCluster cluster(dir);
   ASSERT_TRUE(cluster.StartServices().ok()) << cluster.Logs();
-  const std::vector<std::string> stale = {"MLCD_LABELSTORE=127.0.0.1:1", "MLCD_RANK=5", "MLCD_WORLD_SIZE=9",
-                                          "MLCD_RENDEZVOUS=127.0.0.1:1"};
+  const std::vector<std::string> stale = {"MLCD_LABELSTORE=127.0.0.1:1", "MLCD_RANK=5",
+                                          "MLCD_WORLD_SIZE=9", "MLCD_RENDEZVOUS=127.0.0.1:1"};
   ASSERT_TRUE(cluster.StartWorker(0, stale).ok());
   ASSERT_TRUE(cluster.StartWorker(1, stale).ok());
   ASSERT_TRUE(cluster.WaitForIdleWorkers(2, seconds(30)).ok()) << cluster.Logs();
   TinyJob spec;
   auto submitted = cluster.Submit(spec.Yaml());
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
-  auto done = cluster.WaitForJob(submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); },
-                                 seconds(180));
+  auto done = cluster.WaitForJob(
+      submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(180));
   ASSERT_TRUE(done.ok()) << done.status().ToString() << cluster.Logs();
   EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message() << cluster.Logs();
   EXPECT_EQ(done->restarts(), 0) << done->message();

@@ -41,27 +41,38 @@ TestCluster::~TestCluster() {
 }
 
 Status TestCluster::StartLabelstore() {
-  MLCD_RETURN_IF_ERROR(labelstore_.Start(BinPath("mlcd-labelstore"),
-                                         {"--listen", labelstore_address_, "--metrics-listen", "",
-                                          "--data-dir", dir_ + "/labelstore"},
-                                         dir_ + "/logs/labelstore.log"));
+  MLCD_RETURN_IF_ERROR(labelstore_.Start(
+      BinPath("mlcd-labelstore"),
+      {"--listen", labelstore_address_, "--metrics-listen", "", "--data-dir", dir_ + "/labelstore"},
+      dir_ + "/logs/labelstore.log"));
   return WaitForServing(labelstore_address_, std::chrono::seconds(30));
 }
 
 Status TestCluster::StartClusterd() {
-  MLCD_RETURN_IF_ERROR(clusterd_.Start(BinPath("mlcd-clusterd"),
-                                       {"--listen", clusterd_address_, "--metrics-listen", "", "--data-dir",
-                                        dir_ + "/clusterd", "--labelstore", labelstore_address_},
-                                       dir_ + "/logs/clusterd.log"));
+  MLCD_RETURN_IF_ERROR(
+      clusterd_.Start(BinPath("mlcd-clusterd"),
+                      {"--listen", clusterd_address_, "--metrics-listen", "", "--data-dir",
+                       dir_ + "/clusterd", "--labelstore", labelstore_address_},
+                      dir_ + "/logs/clusterd.log"));
   return WaitForServing(clusterd_address_, std::chrono::seconds(30));
 }
 
 Status TestCluster::StartCoordinator(const std::vector<std::string>& extra_flags) {
-  std::vector<std::string> args = {"--listen",     coordinator_address_, "--metrics-listen", coordinator_metrics_,
-                                   "--data-dir",   coordinator_data_dir(), "--labelstore",   labelstore_address_,
-                                   "--clusterd",   clusterd_address_,    "--heartbeat-interval-ms", "500"};
+  std::vector<std::string> args = {"--listen",
+                                   coordinator_address_,
+                                   "--metrics-listen",
+                                   coordinator_metrics_,
+                                   "--data-dir",
+                                   coordinator_data_dir(),
+                                   "--labelstore",
+                                   labelstore_address_,
+                                   "--clusterd",
+                                   clusterd_address_,
+                                   "--heartbeat-interval-ms",
+                                   "500"};
   for (const auto& f : extra_flags) args.push_back(f);
-  MLCD_RETURN_IF_ERROR(coordinator_.Start(BinPath("mlcd-coordinator"), args, dir_ + "/logs/coordinator.log"));
+  MLCD_RETURN_IF_ERROR(
+      coordinator_.Start(BinPath("mlcd-coordinator"), args, dir_ + "/logs/coordinator.log"));
   return WaitForServing(coordinator_address_, std::chrono::seconds(30));
 }
 
@@ -70,14 +81,17 @@ void TestCluster::KillCoordinator() {
   coordinator_.Wait(std::chrono::seconds(10));
 }
 
-std::string TestCluster::WorkerDataDir(int i) const { return dir_ + "/workers/w" + std::to_string(i); }
+std::string TestCluster::WorkerDataDir(int i) const {
+  return dir_ + "/workers/w" + std::to_string(i);
+}
 
 Status TestCluster::StartWorker(int i, const std::vector<std::string>& env) {
-  while (static_cast<int>(workers_.size()) <= i) workers_.push_back(std::make_unique<ChildProcess>());
+  while (static_cast<int>(workers_.size()) <= i)
+    workers_.push_back(std::make_unique<ChildProcess>());
   return workers_[i]->Start(BinPath("mlcd-worker"),
-                            {"agent", "--coordinator", coordinator_address_, "--name", "w" + std::to_string(i),
-                             "--host", "127.0.0.1", "--listen", "127.0.0.1:0", "--data-dir", WorkerDataDir(i),
-                             "--poll-seconds", "2"},
+                            {"agent", "--coordinator", coordinator_address_, "--name",
+                             "w" + std::to_string(i), "--host", "127.0.0.1", "--listen",
+                             "127.0.0.1:0", "--data-dir", WorkerDataDir(i), "--poll-seconds", "2"},
                             dir_ + "/logs/w" + std::to_string(i) + ".log", env);
 }
 
@@ -93,7 +107,8 @@ Status TestCluster::WaitForIdleWorkers(int n, std::chrono::milliseconds timeout)
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return Status::DeadlineExceeded(std::to_string(idle) + " of " + std::to_string(n) + " workers idle in time");
+  return Status::DeadlineExceeded(std::to_string(idle) + " of " + std::to_string(n) +
+                                  " workers idle in time");
 }
 
 StatusOr<v1::Job> TestCluster::Submit(const std::string& yaml, const std::string& request_id) {
@@ -141,7 +156,8 @@ StatusOr<v1::ListWorkersResponse> TestCluster::Workers() {
   return response;
 }
 
-StatusOr<v1::Job> TestCluster::WaitForJob(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+StatusOr<v1::Job> TestCluster::WaitForJob(const std::string& id,
+                                          const std::function<bool(const v1::Job&)>& done,
                                           std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   v1::Job last;
@@ -164,7 +180,9 @@ StatusOr<v1::Job> TestCluster::WaitForJob(const std::string& id, const std::func
 
 StatusOr<v1::Job> TestCluster::WaitForState(const std::string& id, v1::JobState state,
                                             std::chrono::milliseconds timeout) {
-  return WaitForJob(id, [state](const v1::Job& j) { return j.state() == state || IsTerminal(j.state()); }, timeout);
+  return WaitForJob(
+      id, [state](const v1::Job& j) { return j.state() == state || IsTerminal(j.state()); },
+      timeout);
 }
 
 std::string TestCluster::Logs() {
@@ -179,7 +197,8 @@ std::string TestCluster::Logs() {
   add("coordinator", dir_ + "/logs/coordinator.log");
   add("clusterd", dir_ + "/logs/clusterd.log");
   add("labelstore", dir_ + "/logs/labelstore.log");
-  for (size_t i = 0; i < workers_.size(); ++i) add("w" + std::to_string(i), dir_ + "/logs/w" + std::to_string(i) + ".log");
+  for (size_t i = 0; i < workers_.size(); ++i)
+    add("w" + std::to_string(i), dir_ + "/logs/w" + std::to_string(i) + ".log");
   return out;
 }
 
@@ -187,8 +206,8 @@ std::string TinyJob::Yaml() const {
   std::string y;
   y += "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata:\n  name: " + name + "\nspec:\n";
   y += "  dataset: {limit: " + std::to_string(limit) + ", augment: false}\n";
-  y += "  clustering: {features: {kind: pixels}, k: " + std::to_string(k) + ", l: " + std::to_string(l) +
-       ", niter: 4}\n";
+  y += "  clustering: {features: {kind: pixels}, k: " + std::to_string(k) +
+       ", l: " + std::to_string(l) + ", niter: 4}\n";
   y += "  loss: {variant: mlcd, sample_ratio: 0.5}\n";
   y += "  model: {width: 32, depth: 1, heads: 2, embed_dim: 32}\n";
   y += "  training:\n";
@@ -204,7 +223,8 @@ std::string TinyJob::Yaml() const {
   y += "    checkpoint_every_steps: " + std::to_string(checkpoint_every_steps) + "\n";
   y += "    seed: 7\n";
   y += std::string("  evaluation: {enabled: ") + (evaluation ? "true" : "false") +
-       ", train_limit: " + std::to_string(eval_train_limit) + ", test_limit: " + std::to_string(eval_test_limit) + "}\n";
+       ", train_limit: " + std::to_string(eval_train_limit) +
+       ", test_limit: " + std::to_string(eval_test_limit) + "}\n";
   return y;
 }
 

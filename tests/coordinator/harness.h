@@ -53,9 +53,11 @@ class TestCluster {
   StatusOr<v1::Job> Cancel(const std::string& id);
   StatusOr<v1::ListWorkersResponse> Workers();
   // Polls GetJob until `done(job)` or the timeout; returns the last job seen.
-  StatusOr<v1::Job> WaitForJob(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+  StatusOr<v1::Job> WaitForJob(const std::string& id,
+                               const std::function<bool(const v1::Job&)>& done,
                                std::chrono::milliseconds timeout);
-  StatusOr<v1::Job> WaitForState(const std::string& id, v1::JobState state, std::chrono::milliseconds timeout);
+  StatusOr<v1::Job> WaitForState(const std::string& id, v1::JobState state,
+                                 std::chrono::milliseconds timeout);
 
   // Every process's log, for failure messages.
   std::string Logs();

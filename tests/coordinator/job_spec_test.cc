@@ -54,9 +54,10 @@ TEST(JobSpecYaml, LoadAppliesDefaultsAndValidates) {
 }
 
 TEST(JobSpecYaml, OptionalFieldsKeepExplicitZeroAndFalse) {
-  auto job = LoadJobSpecYaml(std::string(kMinimal) +
-                             "  loss: {margin: 0, margin_type: none}\n  evaluation: {enabled: false}\n"
-                             "  optimizer: {weight_decay: 0}\n");
+  auto job =
+      LoadJobSpecYaml(std::string(kMinimal) +
+                      "  loss: {margin: 0, margin_type: none}\n  evaluation: {enabled: false}\n"
+                      "  optimizer: {weight_decay: 0}\n");
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_TRUE(job->spec.loss().has_margin());
   EXPECT_DOUBLE_EQ(job->spec.loss().margin(), 0);
@@ -80,26 +81,29 @@ TEST(JobSpecYaml, EvaluationFeaturesDefaultAndAreChecked) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->spec.evaluation().features(), "embedding");
   EXPECT_EQ(job->spec.evaluation().feature_blocks(), 4);  // vit-tiny has depth 6
-  auto shallow = LoadJobSpecYaml(std::string(kMinimal) + "  model: {depth: 2}\n  evaluation: {features: blocks}\n");
+  auto shallow = LoadJobSpecYaml(std::string(kMinimal) +
+                                 "  model: {depth: 2}\n  evaluation: {features: blocks}\n");
   ASSERT_TRUE(shallow.ok()) << shallow.status().ToString();
   EXPECT_EQ(shallow->spec.evaluation().feature_blocks(), 2);
-  auto bad = LoadJobSpecYaml(std::string(kMinimal) +
-                             "  model: {depth: 2}\n  evaluation: {features: cls, feature_blocks: 3}\n");
+  auto bad =
+      LoadJobSpecYaml(std::string(kMinimal) +
+                      "  model: {depth: 2}\n  evaluation: {features: cls, feature_blocks: 3}\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(HasProblem(bad.status(), "spec.evaluation.features")) << bad.status().message();
-  EXPECT_TRUE(HasProblem(bad.status(), "embedding, pooled, blocks, tokens")) << bad.status().message();
+  EXPECT_TRUE(HasProblem(bad.status(), "embedding, pooled, blocks, tokens"))
+      << bad.status().message();
   EXPECT_TRUE(HasProblem(bad.status(), "spec.evaluation.feature_blocks: 3 > model.depth 2"))
       << bad.status().message();
 }
 
 TEST(JobSpecYaml, ModelStemDefaultsToPatchAndConvNeedsAReachableGrid) {
   // ceil(log2 p) halvings of the side, rounding up, must land on image / patch.
-  EXPECT_EQ(ConvStemLayers(28, 7), 3);    // 28 -> 14 -> 7 -> 4
-  EXPECT_EQ(ConvStemLayers(28, 4), 2);    // 28 -> 14 -> 7
-  EXPECT_EQ(ConvStemLayers(28, 14), 4);   // 28 -> 14 -> 7 -> 4 -> 2
-  EXPECT_EQ(ConvStemLayers(28, 1), 0);    // a 1x1 projection of every pixel
-  EXPECT_EQ(ConvStemLayers(224, 16), 4);  // 224 -> 14
+  EXPECT_EQ(ConvStemLayers(28, 7), 3);     // 28 -> 14 -> 7 -> 4
+  EXPECT_EQ(ConvStemLayers(28, 4), 2);     // 28 -> 14 -> 7
+  EXPECT_EQ(ConvStemLayers(28, 14), 4);    // 28 -> 14 -> 7 -> 4 -> 2
+  EXPECT_EQ(ConvStemLayers(28, 1), 0);     // a 1x1 projection of every pixel
+  EXPECT_EQ(ConvStemLayers(224, 16), 4);   // 224 -> 14
   EXPECT_EQ(ConvStemLayers(224, 14), -1);  // 4 halvings give 14, not 16
   EXPECT_EQ(ConvStemLayers(28, 5), -1);    // not a grid at all
   auto job = LoadJobSpecYaml(kMinimal);
@@ -111,12 +115,13 @@ TEST(JobSpecYaml, ModelStemDefaultsToPatchAndConvNeedsAReachableGrid) {
   ASSERT_FALSE(typo.ok());
   EXPECT_EQ(typo.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(HasProblem(typo.status(), "spec.model.stem")) << typo.status().message();
-  auto unreachable =
-      LoadJobSpecYaml(std::string(kMinimal) + "  model: {stem: conv, image_size: 224, patch_size: 14}\n");
+  auto unreachable = LoadJobSpecYaml(std::string(kMinimal) +
+                                     "  model: {stem: conv, image_size: 224, patch_size: 14}\n");
   ASSERT_FALSE(unreachable.ok());
   EXPECT_TRUE(HasProblem(unreachable.status(), "spec.model.stem: \"conv\" halves the image side"))
       << unreachable.status().message();
-  EXPECT_TRUE(HasProblem(unreachable.status(), "cannot reach 16 tokens per side from image_size 224"))
+  EXPECT_TRUE(
+      HasProblem(unreachable.status(), "cannot reach 16 tokens per side from image_size 224"))
       << unreachable.status().message();
 }
 
@@ -148,7 +153,8 @@ spec:
            "spec.clustering.k: 200 > the 100 training images (spec.dataset.limit)",
            "spec.dataset.crop_min_scale: 1.5 is outside [0, 1]",
            "spec.clustering.l: -2 must be >= 1",
-           "spec.clustering.features.kind: 'clip' is not one of: pixels, random-projection, npy, model",
+           "spec.clustering.features.kind: 'clip' is not one of: pixels, random-projection, npy, "
+           "model",
            "spec.loss.variant: 'arcface' is not one of: mlcd, mlc, softmax",
            "spec.loss.sample_ratio: 1.5 is not in (0, 1]",
            "spec.model.width: 100 is not divisible by heads: 3",
@@ -204,12 +210,16 @@ TEST(JobSpecYaml, StructuralProblems) {
 }
 
 TEST(JobSpecYaml, NpyFeaturesNeedPathsAndOthersRejectThem) {
-  auto npy = LoadJobSpecYaml("apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering:\n"
-                             "    features: {kind: npy}\n");
-  EXPECT_TRUE(HasProblem(npy.status(), "spec.clustering.features.paths: empty; kind 'npy' needs")) << npy.status().message();
-  auto pixels = LoadJobSpecYaml("apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering:\n"
-                                "    features: {kind: pixels, paths: [a.npy]}\n");
-  EXPECT_TRUE(HasProblem(pixels.status(), "spec.clustering.features.paths: only read when features.kind is 'npy'"));
+  auto npy = LoadJobSpecYaml(
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering:\n"
+      "    features: {kind: npy}\n");
+  EXPECT_TRUE(HasProblem(npy.status(), "spec.clustering.features.paths: empty; kind 'npy' needs"))
+      << npy.status().message();
+  auto pixels = LoadJobSpecYaml(
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering:\n"
+      "    features: {kind: pixels, paths: [a.npy]}\n");
+  EXPECT_TRUE(HasProblem(pixels.status(),
+                         "spec.clustering.features.paths: only read when features.kind is 'npy'"));
 }
 
 TEST(JobSpecYaml, YamlRoundTrip) {

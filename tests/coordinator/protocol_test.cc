@@ -35,7 +35,8 @@ class ProtocolWorker {
     request.set_host("127.0.0.1");
     for (auto k : kinds_) request.add_kinds(k);
     v1::RegisterWorkerResponse response;
-    MLCD_RETURN_IF_ERROR(FromGrpcStatus(cluster_->stub()->RegisterWorker(&context, request, &response)));
+    MLCD_RETURN_IF_ERROR(
+        FromGrpcStatus(cluster_->stub()->RegisterWorker(&context, request, &response)));
     // One immediate poll offers a rendezvous port, as an agent does right after registering:
     // only workers that have polled are put into gangs.
     return Poll(0).status();
@@ -66,7 +67,8 @@ class ProtocolWorker {
     return Status::DeadlineExceeded(name_ + " got no assignment in time");
   }
 
-  StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& assignment_id, const v1::WorkerProgress& progress) {
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const std::string& assignment_id,
+                                            const v1::WorkerProgress& progress) {
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(seconds(5)));
     v1::HeartbeatRequest request;
@@ -79,8 +81,8 @@ class ProtocolWorker {
     return response;
   }
 
-  Status Report(const std::string& assignment_id, bool succeeded, const v1::WorkerProgress& progress,
-                const std::string& message = "") {
+  Status Report(const std::string& assignment_id, bool succeeded,
+                const v1::WorkerProgress& progress, const std::string& message = "") {
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(seconds(5)));
     v1::ReportAssignmentRequest request;
@@ -102,7 +104,8 @@ class ProtocolWorker {
 };
 
 // Progress of rank 0 with the checkpoint written at the end of `epoch` (0-based).
-v1::WorkerProgress EpochEnd(int round, int epoch, int64_t steps_per_epoch, const std::string& attempt) {
+v1::WorkerProgress EpochEnd(int round, int epoch, int64_t steps_per_epoch,
+                            const std::string& attempt) {
   v1::WorkerProgress p;
   p.set_round(round);
   p.set_epoch(epoch);
@@ -209,8 +212,8 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->action(), v1::WORKER_ACTION_CONTINUE);
   ASSERT_TRUE(rank1.Heartbeat(a1.id(), Running(3)).ok());
-  auto committed = cluster_->WaitForJob(job.id(), [](const v1::Job& j) { return j.rounds(0).epochs_committed() == 1; },
-                                        seconds(5));
+  auto committed = cluster_->WaitForJob(
+      job.id(), [](const v1::Job& j) { return j.rounds(0).epochs_committed() == 1; }, seconds(5));
   ASSERT_TRUE(committed.ok()) << committed.status().ToString();
   EXPECT_EQ(committed->checkpoint(), "/ckpt/" + a0.attempt_id() + "/e0");
   EXPECT_EQ(committed->progress().total_steps(), 3);
@@ -286,8 +289,8 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   for (const auto& h : final_job->history()) {
     if (h.kind() == "state") states.push_back(v1::JobState_Name(h.state()));
   }
-  EXPECT_EQ(states, (std::vector<std::string>{"JOB_STATE_CLUSTERING", "JOB_STATE_ASSIGNING", "JOB_STATE_TRAINING",
-                                              "JOB_STATE_SUCCEEDED"}));
+  EXPECT_EQ(states, (std::vector<std::string>{"JOB_STATE_CLUSTERING", "JOB_STATE_ASSIGNING",
+                                              "JOB_STATE_TRAINING", "JOB_STATE_SUCCEEDED"}));
 }
 
 TEST_F(CoordinatorProtocolTest, GangSurvivesCoordinatorKill9AndReattaches) {
@@ -306,8 +309,11 @@ TEST_F(CoordinatorProtocolTest, GangSurvivesCoordinatorKill9AndReattaches) {
   const v1::Assignment& r0 = a0->rank() == 0 ? *a0 : *a1;
   const v1::Assignment& r1 = a0->rank() == 0 ? *a1 : *a0;
   ASSERT_TRUE(rank0.Heartbeat(r0.id(), EpochEnd(0, 0, 3, r0.attempt_id())).ok());
-  ASSERT_TRUE(cluster_->WaitForJob(job.id(), [](const v1::Job& j) { return j.rounds(0).epochs_committed() == 1; },
-                                   seconds(5))
+  ASSERT_TRUE(cluster_
+                  ->WaitForJob(
+                      job.id(),
+                      [](const v1::Job& j) { return j.rounds(0).epochs_committed() == 1; },
+                      seconds(5))
                   .ok());
 
   cluster_->KillCoordinator();
@@ -356,8 +362,11 @@ TEST_F(CoordinatorProtocolTest, GangLostAcrossCoordinatorRestartRestartsFromChec
   ProtocolWorker& rank0 = a0->rank() == 0 ? w0 : w1;
   const v1::Assignment r0 = a0->rank() == 0 ? *a0 : *a1;
   ASSERT_TRUE(rank0.Heartbeat(r0.id(), EpochEnd(0, 0, 3, r0.attempt_id())).ok());
-  ASSERT_TRUE(cluster_->WaitForJob(job.id(), [](const v1::Job& j) { return j.rounds(0).epochs_committed() == 1; },
-                                   seconds(5))
+  ASSERT_TRUE(cluster_
+                  ->WaitForJob(
+                      job.id(),
+                      [](const v1::Job& j) { return j.rounds(0).epochs_committed() == 1; },
+                      seconds(5))
                   .ok());
   cluster_->KillCoordinator();
   ASSERT_TRUE(cluster_->StartCoordinator().ok());
@@ -415,7 +424,9 @@ TEST_F(CoordinatorProtocolTest, FailedReportsExhaustMaxRestarts) {
   for (int i = 0; i < 2; ++i) {
     auto a = w0.PollUntilAssigned(seconds(10));
     ASSERT_TRUE(a.ok());
-    ASSERT_TRUE(w0.Report(a->id(), false, Running(1), "mlcd-worker train exit code 1: boom " + std::to_string(i)).ok());
+    ASSERT_TRUE(w0.Report(a->id(), false, Running(1),
+                          "mlcd-worker train exit code 1: boom " + std::to_string(i))
+                    .ok());
   }
   auto failed = cluster_->WaitForState(job.id(), v1::JOB_STATE_FAILED, seconds(5));
   ASSERT_TRUE(failed.ok());
@@ -447,7 +458,8 @@ TEST_F(CoordinatorProtocolTest, CancelAbortsTheGangAndFreesItsWorkers) {
   ASSERT_TRUE(w1.Report(a1->id(), false, Running(1), "aborted").ok());
   auto workers = cluster_->Workers();
   ASSERT_TRUE(workers.ok());
-  for (const auto& w : workers->workers()) EXPECT_EQ(w.state(), v1::WORKER_STATE_IDLE) << w.worker_id();
+  for (const auto& w : workers->workers())
+    EXPECT_EQ(w.state(), v1::WORKER_STATE_IDLE) << w.worker_id();
   // Cancelling again is a no-op; the job stays CANCELLED.
   auto again = cluster_->Cancel(job.id());
   ASSERT_TRUE(again.ok());
@@ -475,7 +487,8 @@ TEST_F(CoordinatorProtocolTest, SubmitIsIdempotentAcrossRestartsAndListPages) {
     ASSERT_TRUE(cluster_->stub()->SubmitJob(&context, dry, &answer).ok());
     EXPECT_TRUE(answer.id().empty()) << answer.id();
     EXPECT_EQ(answer.message().rfind("dry run", 0), 0u) << answer.message();
-    EXPECT_NE(answer.message().find("already names job " + first->id()), std::string::npos) << answer.message();
+    EXPECT_NE(answer.message().find("already names job " + first->id()), std::string::npos)
+        << answer.message();
   }
   TinyJob other = spec;
   other.epochs = 3;
@@ -497,7 +510,8 @@ TEST_F(CoordinatorProtocolTest, SubmitIsIdempotentAcrossRestartsAndListPages) {
   EXPECT_EQ(after->id(), first->id());
   auto next = cluster_->Submit(spec.Yaml());
   ASSERT_TRUE(next.ok());
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), next->id()), 0) << "a job id was reused after a restart";
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), next->id()), 0)
+      << "a job id was reused after a restart";
   ids.push_back(next->id());
 
   // Pages of 2, newest first, covering all 6 jobs exactly once.
@@ -567,27 +581,59 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
   bad_message.mutable_metadata()->set_name("white space");
 
   std::vector<Case> cases = {
-      {"l > k", submit_yaml(with("l: 4", "l: 40")), StatusCode::kInvalidArgument, {"spec.clustering.l: 40 > k: 16"}},
-      {"unknown field", submit_yaml(with("batch_size:", "batch_sze:")), StatusCode::kInvalidArgument,
+      {"l > k",
+       submit_yaml(with("l: 4", "l: 40")),
+       StatusCode::kInvalidArgument,
+       {"spec.clustering.l: 40 > k: 16"}},
+      {"unknown field",
+       submit_yaml(with("batch_size:", "batch_sze:")),
+       StatusCode::kInvalidArgument,
        {"spec.training.batch_sze", "did you mean batch_size?"}},
-      {"api version", submit_yaml(with("apiVersion: mlcd/v1", "apiVersion: mlcd/v9")), StatusCode::kInvalidArgument,
+      {"api version",
+       submit_yaml(with("apiVersion: mlcd/v1", "apiVersion: mlcd/v9")),
+       StatusCode::kInvalidArgument,
        {"apiVersion (line 1): 'mlcd/v9' is not supported"}},
-      {"yaml syntax", submit_yaml("spec: {training: [\n"), StatusCode::kInvalidArgument, {"not valid YAML"}},
-      {"batch not divisible", submit_yaml(with("world_size: 2", "world_size: 3")), StatusCode::kInvalidArgument,
+      {"yaml syntax",
+       submit_yaml("spec: {training: [\n"),
+       StatusCode::kInvalidArgument,
+       {"not valid YAML"}},
+      {"batch not divisible",
+       submit_yaml(with("world_size: 2", "world_size: 3")),
+       StatusCode::kInvalidArgument,
        {"spec.training.batch_size: 64 is not divisible by world_size: 3"}},
-      {"k above images", submit_yaml(with("k: 16", "k: 5000")), StatusCode::kInvalidArgument,
+      {"k above images",
+       submit_yaml(with("k: 16", "k: 5000")),
+       StatusCode::kInvalidArgument,
        {"spec.clustering.k: 5000 > the 384 training images"}},
-      {"wrong type", submit_yaml(with("epochs_per_round: 2", "epochs_per_round: two")), StatusCode::kInvalidArgument,
+      {"wrong type",
+       submit_yaml(with("epochs_per_round: 2", "epochs_per_round: two")),
+       StatusCode::kInvalidArgument,
        {"spec.training.epochs_per_round", "'two' is not a whole number"}},
-      {"missing npy", submit_yaml(with("features: {kind: pixels}", "features: {kind: npy, paths: [/nonexistent/f.npy]}")),
-       StatusCode::kInvalidArgument, {"spec.clustering.features.paths[0]", "/nonexistent/f.npy"}},
-      {"missing dataset", submit_yaml(with("augment: false", "augment: false, path: /nonexistent/fmnist")),
-       StatusCode::kInvalidArgument, {"spec.dataset.path"}},
-      {"yaml and message", submit(both), StatusCode::kInvalidArgument, {"spec_yaml and spec/metadata are both set"}},
-      {"empty request", submit(v1::SubmitJobRequest()), StatusCode::kInvalidArgument, {"empty request"}},
-      {"bad message spec", submit(bad_message), StatusCode::kInvalidArgument,
-       {"spec.loss.scale: -1", "spec.training.batch_size: 64 is not divisible by world_size: 3", "metadata.name"}},
-      {"rounds without embed workers", submit_yaml(with("rounds: 1", "rounds: 2")), StatusCode::kFailedPrecondition,
+      {"missing npy",
+       submit_yaml(
+           with("features: {kind: pixels}", "features: {kind: npy, paths: [/nonexistent/f.npy]}")),
+       StatusCode::kInvalidArgument,
+       {"spec.clustering.features.paths[0]", "/nonexistent/f.npy"}},
+      {"missing dataset",
+       submit_yaml(with("augment: false", "augment: false, path: /nonexistent/fmnist")),
+       StatusCode::kInvalidArgument,
+       {"spec.dataset.path"}},
+      {"yaml and message",
+       submit(both),
+       StatusCode::kInvalidArgument,
+       {"spec_yaml and spec/metadata are both set"}},
+      {"empty request",
+       submit(v1::SubmitJobRequest()),
+       StatusCode::kInvalidArgument,
+       {"empty request"}},
+      {"bad message spec",
+       submit(bad_message),
+       StatusCode::kInvalidArgument,
+       {"spec.loss.scale: -1", "spec.training.batch_size: 64 is not divisible by world_size: 3",
+        "metadata.name"}},
+      {"rounds without embed workers",
+       submit_yaml(with("rounds: 1", "rounds: 2")),
+       StatusCode::kFailedPrecondition,
        {"spec.training.rounds: 2", "embed"}},
       {"get without id",
        [this] {
@@ -595,9 +641,15 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
          v1::Job j;
          return FromGrpcStatus(cluster_->stub()->GetJob(&c, v1::GetJobRequest(), &j));
        },
-       StatusCode::kInvalidArgument, {"id: empty"}},
-      {"get unknown", [this] { return cluster_->Get("no-such-job").status(); }, StatusCode::kNotFound, {"no-such-job"}},
-      {"cancel unknown", [this] { return cluster_->Cancel("no-such-job").status(); }, StatusCode::kNotFound,
+       StatusCode::kInvalidArgument,
+       {"id: empty"}},
+      {"get unknown",
+       [this] { return cluster_->Get("no-such-job").status(); },
+       StatusCode::kNotFound,
+       {"no-such-job"}},
+      {"cancel unknown",
+       [this] { return cluster_->Cancel("no-such-job").status(); },
+       StatusCode::kNotFound,
        {"no-such-job"}},
       {"list bad page size",
        [this] {
@@ -607,7 +659,8 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
          v1::ListJobsResponse resp;
          return FromGrpcStatus(cluster_->stub()->ListJobs(&c, r, &resp));
        },
-       StatusCode::kInvalidArgument, {"page_size"}},
+       StatusCode::kInvalidArgument,
+       {"page_size"}},
       {"list bad token",
        [this] {
          grpc::ClientContext c;
@@ -616,7 +669,8 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
          v1::ListJobsResponse resp;
          return FromGrpcStatus(cluster_->stub()->ListJobs(&c, r, &resp));
        },
-       StatusCode::kInvalidArgument, {"page_token"}},
+       StatusCode::kInvalidArgument,
+       {"page_token"}},
       {"list bad state",
        [this] {
          grpc::ClientContext c;
@@ -625,7 +679,8 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
          v1::ListJobsResponse resp;
          return FromGrpcStatus(cluster_->stub()->ListJobs(&c, r, &resp));
        },
-       StatusCode::kInvalidArgument, {"states: 42"}},
+       StatusCode::kInvalidArgument,
+       {"states: 42"}},
       {"register bad name",
        [this] {
          grpc::ClientContext c;
@@ -635,9 +690,12 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
          v1::RegisterWorkerResponse resp;
          return FromGrpcStatus(cluster_->stub()->RegisterWorker(&c, r, &resp));
        },
-       StatusCode::kInvalidArgument, {"name:"}},
-      {"poll unknown worker", [this] { return ProtocolWorker(cluster_.get(), "ghost").Poll(0).status(); },
-       StatusCode::kNotFound, {"unknown worker 'ghost'", "register first"}},
+       StatusCode::kInvalidArgument,
+       {"name:"}},
+      {"poll unknown worker",
+       [this] { return ProtocolWorker(cluster_.get(), "ghost").Poll(0).status(); },
+       StatusCode::kNotFound,
+       {"unknown worker 'ghost'", "register first"}},
       {"poll too long",
        [this] {
          grpc::ClientContext c;
@@ -647,14 +705,16 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
          v1::Assignment a;
          return FromGrpcStatus(cluster_->stub()->GetAssignment(&c, r, &a));
        },
-       StatusCode::kInvalidArgument, {"wait_seconds: 1000"}},
+       StatusCode::kInvalidArgument,
+       {"wait_seconds: 1000"}},
   };
   ASSERT_GE(cases.size(), 10u);
   for (const auto& c : cases) {
     Status s = c.call();
     EXPECT_EQ(s.code(), c.code) << c.name << ": " << s.ToString();
     for (const auto& e : c.expected) {
-      EXPECT_NE(s.message().find(e), std::string::npos) << c.name << ": '" << e << "' not in:\n" << s.message();
+      EXPECT_NE(s.message().find(e), std::string::npos) << c.name << ": '" << e << "' not in:\n"
+                                                        << s.message();
     }
   }
   // Nothing was created; the registered worker is untouched.

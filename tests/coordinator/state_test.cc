@@ -72,7 +72,8 @@ TEST(CoordinatorStore, BatchesAreAtomicAndReloaded) {
   std::vector<v1::JobHistoryEntry> history;
   ASSERT_TRUE((*store)->ReadHistory("a-1", &history).ok());
   ASSERT_EQ(history.size(), 12u);
-  for (int i = 0; i < 12; ++i) EXPECT_EQ(history[i].seq(), i + 1);  // numeric order, not lexicographic
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(history[i].seq(), i + 1);  // numeric order, not lexicographic
   std::vector<v1::WorkerRecord> workers;
   ASSERT_TRUE((*store)->LoadWorkers(&workers).ok());
   ASSERT_EQ(workers.size(), 1u);
@@ -129,9 +130,9 @@ class JobManagerStateTest : public ::testing::Test {
     round->set_label_set("job/" + job.id() + "/r0");
     record.set_seq(seq);
     record.set_next_history_seq(1);
-    record.set_state_entered_unix_ms(
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-            .count());
+    record.set_state_entered_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count());
     StoreBatch batch;
     batch.PutJob(record);
     batch.PutNextJobSeq(seq + 1);
@@ -292,7 +293,8 @@ TEST_F(JobManagerStateTest, ReloadFailsAJobWhoseLastAllowedRestartWasAlreadyUsed
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a few ticks: no gang may start
     v1::Job job = Get(m.get(), "spent-1");
     EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
-    EXPECT_NE(job.message().find("gang failed 4 times (max_restarts 3)"), std::string::npos) << job.message();
+    EXPECT_NE(job.message().find("gang failed 4 times (max_restarts 3)"), std::string::npos)
+        << job.message();
     EXPECT_EQ(job.attempts(), 0);
   }
   auto m = Open();

@@ -45,11 +45,15 @@ class EvalCommandsTest : public ::testing::Test {
 
 TEST_F(EvalCommandsTest, EmbedShardedEqualsUnsharded) {
   std::string out;
-  ASSERT_EQ(RunCommand(BinPath("mlcd-worker"), {"embed", "--spec", Spec(), "--out", dir_.Sub("one")}, &out), 0) << out;
+  ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
+                       {"embed", "--spec", Spec(), "--out", dir_.Sub("one")}, &out),
+            0)
+      << out;
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
-                         {"embed", "--spec", Spec(), "--out", dir_.Sub("two"), "--rank", std::to_string(r),
-                          "--world-size", "2", "--batch-size", "50", "--progress-jsonl", dir_.Sub("p.jsonl")},
+                         {"embed", "--spec", Spec(), "--out", dir_.Sub("two"), "--rank",
+                          std::to_string(r), "--world-size", "2", "--batch-size", "50",
+                          "--progress-jsonl", dir_.Sub("p.jsonl")},
                          &out),
               0)
         << out;
@@ -87,7 +91,9 @@ TEST_F(EvalCommandsTest, EmbedShardedEqualsUnsharded) {
 TEST_F(EvalCommandsTest, EvaluationGangOfTwoEqualsOneProcess) {
   std::string out;
   ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
-                       {"eval", "--spec", Spec(), "--random-init", "--out", dir_.Sub("w1"), "--keep-embeddings"}, &out),
+                       {"eval", "--spec", Spec(), "--random-init", "--out", dir_.Sub("w1"),
+                        "--keep-embeddings"},
+                       &out),
             0)
       << out;
   EXPECT_NE(out.find("linear probe"), std::string::npos) << out;
@@ -97,20 +103,21 @@ TEST_F(EvalCommandsTest, EvaluationGangOfTwoEqualsOneProcess) {
   ChildProcess rank1;
   ASSERT_TRUE(rank1
                   .Start(BinPath("mlcd-worker"),
-                         {"eval", "--spec", Spec(), "--random-init", "--out", dir_.Sub("w2"), "--rank", "1",
-                          "--world-size", "2", "--rendezvous", rendezvous},
+                         {"eval", "--spec", Spec(), "--random-init", "--out", dir_.Sub("w2"),
+                          "--rank", "1", "--world-size", "2", "--rendezvous", rendezvous},
                          dir_.Sub("rank1.log"))
                   .ok());
   ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
-                       {"eval", "--spec", Spec(), "--random-init", "--out", dir_.Sub("w2"), "--rank", "0",
-                        "--world-size", "2", "--rendezvous", rendezvous, "--keep-embeddings", "--progress-jsonl",
-                        dir_.Sub("p.jsonl")},
+                       {"eval", "--spec", Spec(), "--random-init", "--out", dir_.Sub("w2"),
+                        "--rank", "0", "--world-size", "2", "--rendezvous", rendezvous,
+                        "--keep-embeddings", "--progress-jsonl", dir_.Sub("p.jsonl")},
                        &out),
             0)
       << out << rank1.Log();
   EXPECT_EQ(rank1.Wait(std::chrono::seconds(30)), 0) << rank1.Log();
 
-  nlohmann::json a = ReadJson(dir_.Sub("w1/evaluation.json")), b = ReadJson(dir_.Sub("w2/evaluation.json"));
+  nlohmann::json a = ReadJson(dir_.Sub("w1/evaluation.json")),
+                 b = ReadJson(dir_.Sub("w2/evaluation.json"));
   ASSERT_TRUE(a.is_object());
   ASSERT_TRUE(b.is_object());
   EXPECT_EQ(a["train_samples"], "300");
@@ -118,7 +125,8 @@ TEST_F(EvalCommandsTest, EvaluationGangOfTwoEqualsOneProcess) {
   // The embeddings agree to float rounding (batches differ); the probe of a random-init model
   // picks a weak λ whose fit stops at the iteration cap, so its accuracy may move by a few
   // test images; kNN is exact.
-  EXPECT_NEAR(a["linear_probe_accuracy"].get<double>(), b["linear_probe_accuracy"].get<double>(), 0.02);
+  EXPECT_NEAR(a["linear_probe_accuracy"].get<double>(), b["linear_probe_accuracy"].get<double>(),
+              0.02);
   EXPECT_EQ(a["knn_accuracy"], b["knn_accuracy"]);
   EXPECT_GT(a["linear_probe_accuracy"].get<double>(), 0.3);  // 10 classes: chance is 0.1
   EXPECT_GT(a["knn_accuracy"].get<double>(), 0.3);
@@ -132,8 +140,8 @@ TEST_F(EvalCommandsTest, EvaluationGangOfTwoEqualsOneProcess) {
 
   // The embedded splits evaluated as precomputed features give the same numbers.
   ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
-                       {"eval", "--train-features", dir_.Sub("w1/train"), "--test-features", dir_.Sub("w1/test"),
-                        "--output", "json"},
+                       {"eval", "--train-features", dir_.Sub("w1/train"), "--test-features",
+                        dir_.Sub("w1/test"), "--output", "json"},
                        &out),
             0)
       << out;
@@ -157,14 +165,18 @@ TEST_F(EvalCommandsTest, BadInputIsAClearError) {
   std::string out;
   EXPECT_NE(RunCommand(BinPath("mlcd-worker"), {"eval", "--spec", Spec()}, &out), 0);
   EXPECT_NE(out.find("--random-init"), std::string::npos) << out;
-  EXPECT_NE(RunCommand(BinPath("mlcd-worker"), {"eval", "--checkpoint", dir_.Sub("nope")}, &out), 0);
+  EXPECT_NE(RunCommand(BinPath("mlcd-worker"), {"eval", "--checkpoint", dir_.Sub("nope")}, &out),
+            0);
   EXPECT_NE(out.find("nope"), std::string::npos) << out;
-  EXPECT_NE(RunCommand(BinPath("mlcd-worker"), {"eval", "--train-features", dir_.Sub("x.npy")}, &out), 0);
+  EXPECT_NE(
+      RunCommand(BinPath("mlcd-worker"), {"eval", "--train-features", dir_.Sub("x.npy")}, &out), 0);
   EXPECT_NE(out.find("both splits"), std::string::npos) << out;
   EXPECT_NE(RunCommand(BinPath("mlcd-worker"), {"embed", "--spec", Spec()}, &out), 0);
   EXPECT_NE(out.find("--out"), std::string::npos) << out;
   EXPECT_NE(RunCommand(BinPath("mlcd-worker"),
-                       {"embed", "--spec", Spec(), "--out", dir_.Sub("e"), "--rank", "2", "--world-size", "2"}, &out),
+                       {"embed", "--spec", Spec(), "--out", dir_.Sub("e"), "--rank", "2",
+                        "--world-size", "2"},
+                       &out),
             0);
   EXPECT_NE(out.find("outside"), std::string::npos) << out;
   EXPECT_NE(RunCommand(BinPath("mlcdctl"), {"eval"}, &out), 0);

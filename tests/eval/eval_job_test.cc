@@ -33,8 +33,8 @@ TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
   spec.eval_test_limit = 1000;
   auto submitted = cluster.Submit(spec.Yaml(), "eval-job-test");
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
-  auto done = cluster.WaitForJob(submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); },
-                                 seconds(400));
+  auto done = cluster.WaitForJob(
+      submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(400));
   ASSERT_TRUE(done.ok()) << done.status().ToString() << cluster.Logs();
   auto job = cluster.Get(submitted->id(), true);
   ASSERT_TRUE(job.ok());
@@ -44,9 +44,10 @@ TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
   for (const auto& h : job->history())
     if (h.kind() == "state") transitions.push_back(h.state());
   EXPECT_EQ(transitions,
-            (std::vector<v1::JobState>{v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING, v1::JOB_STATE_TRAINING,
-                                       v1::JOB_STATE_EXTRACTING, v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING,
-                                       v1::JOB_STATE_TRAINING, v1::JOB_STATE_EVALUATING, v1::JOB_STATE_SUCCEEDED}));
+            (std::vector<v1::JobState>{
+                v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING, v1::JOB_STATE_TRAINING,
+                v1::JOB_STATE_EXTRACTING, v1::JOB_STATE_CLUSTERING, v1::JOB_STATE_ASSIGNING,
+                v1::JOB_STATE_TRAINING, v1::JOB_STATE_EVALUATING, v1::JOB_STATE_SUCCEEDED}));
 
   // Round 1 clustered the round-0 model's own embeddings, extracted by the gang of 2.
   ASSERT_EQ(job->rounds_size(), 2);
@@ -62,7 +63,8 @@ TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
   for (int64_t i = 0; i < spec.limit; ++i) {
     ASSERT_EQ(features->ids[i], i);
     double norm = 0;
-    for (int64_t j = 0; j < 32; ++j) norm += features->features.row(i)[j] * features->features.row(i)[j];
+    for (int64_t j = 0; j < 32; ++j)
+      norm += features->features.row(i)[j] * features->features.row(i)[j];
     ASSERT_NEAR(norm, 1.0, 1e-4);
   }
   EXPECT_EQ(r1.assign().num_samples(), static_cast<uint64_t>(spec.limit));
@@ -88,12 +90,14 @@ TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
   std::string out;
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "get", job->id()}, &out), 0) << out;
   EXPECT_NE(out.find("linear probe"), std::string::npos) << out;
-  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "-o", "json", "eval", "--job", job->id()}, &out), 0) << out;
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "-o", "json", "eval", "--job", job->id()}, &out),
+            0)
+      << out;
   EXPECT_NE(out.find("\"linear_probe_accuracy\""), std::string::npos) << out;
   // Re-evaluating the job's checkpoint on this machine (mlcdctl runs mlcd-worker eval).
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"),
-                       {flag, "--labelstore=" + cluster.labelstore_address(), "eval", "--job", job->id(), "--rerun",
-                        "--out", dir.Sub("rerun")},
+                       {flag, "--labelstore=" + cluster.labelstore_address(), "eval", "--job",
+                        job->id(), "--rerun", "--out", dir.Sub("rerun")},
                        &out),
             0)
       << out;
@@ -105,8 +109,8 @@ TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
   // The probe on other features of the same model (DINO's last-blocks features): wider rows,
   // and the Fig. 3 cosines still come from the embedding, so they equal the job's.
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"),
-                       {flag, "--labelstore=" + cluster.labelstore_address(), "eval", "--job", job->id(), "--rerun",
-                        "--features", "blocks", "--out", dir.Sub("blocks")},
+                       {flag, "--labelstore=" + cluster.labelstore_address(), "eval", "--job",
+                        job->id(), "--rerun", "--features", "blocks", "--out", dir.Sub("blocks")},
                        &out),
             0)
       << out;
@@ -115,14 +119,17 @@ TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
   nlohmann::json details = nlohmann::json::parse(*blocks, nullptr, false);
   ASSERT_TRUE(details.is_object()) << *blocks;
   EXPECT_EQ(details["features"], "blocks");
-  EXPECT_EQ(details["feature_blocks"], 1);  // default min(4, depth 1)
+  EXPECT_EQ(details["feature_blocks"], 1);      // default min(4, depth 1)
   EXPECT_EQ(details["embedding_dim"], 2 * 32);  // class token + mean patch token, width 32
   ASSERT_TRUE(details.contains("fig3")) << *blocks;
-  EXPECT_NEAR(details["fig3"]["mean_positive_cosine"].get<double>(), e.mean_positive_cosine(), 1e-5);
-  EXPECT_NEAR(details["fig3"]["mean_negative_cosine"].get<double>(), e.mean_negative_cosine(), 1e-5);
+  EXPECT_NEAR(details["fig3"]["mean_positive_cosine"].get<double>(), e.mean_positive_cosine(),
+              1e-5);
+  EXPECT_NEAR(details["fig3"]["mean_negative_cosine"].get<double>(), e.mean_negative_cosine(),
+              1e-5);
   EXPECT_GT(details["linear_probe"]["test_accuracy"].get<double>(), 0.3);
   EXPECT_NE(RunCommand(BinPath("mlcdctl"),
-                       {flag, "eval", "--job", job->id(), "--rerun", "--features", "blocks", "--feature-blocks", "2"},
+                       {flag, "eval", "--job", job->id(), "--rerun", "--features", "blocks",
+                        "--feature-blocks", "2"},
                        &out),
             0);
   EXPECT_NE(out.find("outside [1, model depth 1]"), std::string::npos) << out;

@@ -40,7 +40,8 @@ TEST(EvalFeaturesTest, ShardsRoundTripInRankOrder) {
     }
     ASSERT_TRUE(WriteEmbeddingShard(dir.path(), r, world, m, ids, &labels).ok());
   }
-  EXPECT_EQ(EmbeddingShardNames(dir.path(), 1, 3).features, dir.path() + "/embeddings-00001-of-00003.npy");
+  EXPECT_EQ(EmbeddingShardNames(dir.path(), 1, 3).features,
+            dir.path() + "/embeddings-00001-of-00003.npy");
   auto loaded = LoadLabelledFeatures({dir.path()});
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   ASSERT_EQ(loaded->features.rows, total);
@@ -87,8 +88,10 @@ TEST(EvalFeaturesTest, ErrorsNameTheProblem) {
   EXPECT_NE(nan.status().message().find("NaN"), std::string::npos);
   // Mismatched sizes in a shard write.
   FeatureMatrix m(2, 2);
-  EXPECT_EQ(WriteEmbeddingShard(dir.path(), 0, 1, m, {0}, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(WriteEmbeddingShard(dir.path(), 2, 2, m, {0, 1}, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteEmbeddingShard(dir.path(), 0, 1, m, {0}, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteEmbeddingShard(dir.path(), 2, 2, m, {0, 1}, nullptr).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -58,8 +58,12 @@ TEST(Fig3Test, MeansMatchBruteForce) {
 TEST(Fig3Test, ReadsEveryClassCentreRangeInOrder) {
   testing::TempDir dir;
   float a[2 * 3] = {1, 2, 3, 4, 5, 6}, b[1 * 3] = {7, 8, 9};
-  ASSERT_TRUE(WriteNpy(dir.Sub("class_centres.000000000002-000000000003.weight.npy"), NpyDtype::kFloat32, {1, 3}, b).ok());
-  ASSERT_TRUE(WriteNpy(dir.Sub("class_centres.000000000000-000000000002.weight.npy"), NpyDtype::kFloat32, {2, 3}, a).ok());
+  ASSERT_TRUE(WriteNpy(dir.Sub("class_centres.000000000002-000000000003.weight.npy"),
+                       NpyDtype::kFloat32, {1, 3}, b)
+                  .ok());
+  ASSERT_TRUE(WriteNpy(dir.Sub("class_centres.000000000000-000000000002.weight.npy"),
+                       NpyDtype::kFloat32, {2, 3}, a)
+                  .ok());
   auto m = ReadCheckpointClassCentres(dir.path());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_EQ(m->rows, 3);
@@ -67,7 +71,9 @@ TEST(Fig3Test, ReadsEveryClassCentreRangeInOrder) {
   EXPECT_EQ(m->values, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
   // A gap in the ranges is an error, as is a directory without centres.
   testing::TempDir gap;
-  ASSERT_TRUE(WriteNpy(gap.Sub("class_centres.000000000001-000000000002.weight.npy"), NpyDtype::kFloat32, {1, 3}, b).ok());
+  ASSERT_TRUE(WriteNpy(gap.Sub("class_centres.000000000001-000000000002.weight.npy"),
+                       NpyDtype::kFloat32, {1, 3}, b)
+                  .ok());
   EXPECT_EQ(ReadCheckpointClassCentres(gap.path()).status().code(), StatusCode::kInvalidArgument);
   testing::TempDir empty;
   EXPECT_EQ(ReadCheckpointClassCentres(empty.path()).status().code(), StatusCode::kNotFound);

@@ -21,8 +21,8 @@ FeatureMatrix RandomMatrix(int64_t n, int64_t d, uint64_t seed) {
   return m;
 }
 
-std::vector<int64_t> BruteForce(const FeatureMatrix& train, const std::vector<int64_t>& ytr, const FeatureMatrix& q,
-                                int k, double temperature, int classes) {
+std::vector<int64_t> BruteForce(const FeatureMatrix& train, const std::vector<int64_t>& ytr,
+                                const FeatureMatrix& q, int k, double temperature, int classes) {
   auto norm = [](const float* r, int64_t d) {
     double s = 0;
     for (int64_t j = 0; j < d; ++j) s += static_cast<double>(r[j]) * r[j];
@@ -34,7 +34,8 @@ std::vector<int64_t> BruteForce(const FeatureMatrix& train, const std::vector<in
     double qn = norm(q.row(i), q.cols);
     for (int64_t t = 0; t < train.rows; ++t) {
       double dot = 0;
-      for (int64_t j = 0; j < q.cols; ++j) dot += static_cast<double>(q.row(i)[j]) * train.row(t)[j];
+      for (int64_t j = 0; j < q.cols; ++j)
+        dot += static_cast<double>(q.row(i)[j]) * train.row(t)[j];
       sims.emplace_back(dot / (qn * norm(train.row(t), train.cols)), t);
     }
     std::sort(sims.begin(), sims.end(), [](auto& a, auto& b) { return a.first > b.first; });
@@ -120,7 +121,8 @@ TEST(KnnTest, RejectsBadInput) {
   EXPECT_EQ(KnnClassify(train, {0, 1, 0}, q, {}, o).status().code(), StatusCode::kInvalidArgument);
   FeatureMatrix q2(1, 2);
   EXPECT_EQ(KnnClassify(train, {0, 1}, q2, {}, o).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(KnnClassify(train, {0, 1, -2}, q2, {}, o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(KnnClassify(train, {0, 1, -2}, q2, {}, o).status().code(),
+            StatusCode::kInvalidArgument);
   o.k = 0;
   EXPECT_EQ(KnnClassify(train, {0, 1, 0}, q2, {}, o).status().code(), StatusCode::kInvalidArgument);
   o.k = 1;

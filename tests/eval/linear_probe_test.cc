@@ -28,7 +28,8 @@ void MakeBlobs(int64_t n, int64_t d, int classes, double noise, uint64_t seed, F
   for (int64_t i = 0; i < n; ++i) {
     int c = pick(rng);
     (*y)[i] = c;
-    for (int64_t j = 0; j < d; ++j) x->row(i)[j] = static_cast<float>(centres[c][j] + noise * g(rng));
+    for (int64_t j = 0; j < d; ++j)
+      x->row(i)[j] = static_cast<float>(centres[c][j] + noise * g(rng));
   }
 }
 
@@ -59,7 +60,8 @@ TEST(LogisticObjectiveTest, GradientMatchesFiniteDifferences) {
     std::vector<double> tp = theta, tm = theta;
     tp[i] += h;
     tm[i] -= h;
-    double fd = (LogisticObjective(x, y, K, lambda, tp, nullptr) - LogisticObjective(x, y, K, lambda, tm, nullptr)) /
+    double fd = (LogisticObjective(x, y, K, lambda, tp, nullptr) -
+                 LogisticObjective(x, y, K, lambda, tm, nullptr)) /
                 (2 * h);
     EXPECT_NEAR(grad[i], fd, 2e-4 + 1e-3 * std::abs(fd)) << "parameter " << i;
   }
@@ -77,7 +79,8 @@ TEST(LogisticObjectiveTest, HandWorkedValue) {
 }
 
 // Newton's method on F with an explicit Hessian (double precision, small problems only).
-std::vector<double> NewtonSolve(const FeatureMatrix& x, const std::vector<int64_t>& y, int K, double lambda) {
+std::vector<double> NewtonSolve(const FeatureMatrix& x, const std::vector<int64_t>& y, int K,
+                                double lambda) {
   const int64_t n = x.rows, d = x.cols, P = K * (d + 1);
   std::vector<double> theta(P, 0.0);
   auto feat = [&](int64_t i, int64_t j) { return j < d ? static_cast<double>(x.row(i)[j]) : 1.0; };
@@ -99,7 +102,8 @@ std::vector<double> NewtonSolve(const FeatureMatrix& x, const std::vector<int64_
         for (int b = 0; b < K; ++b) {
           double w = p[a] * ((a == b) - p[b]) / n;
           for (int64_t j = 0; j <= d; ++j)
-            for (int64_t k = 0; k <= d; ++k) H[index(a, j) * P + index(b, k)] += w * feat(i, j) * feat(i, k);
+            for (int64_t k = 0; k <= d; ++k)
+              H[index(a, j) * P + index(b, k)] += w * feat(i, j) * feat(i, k);
         }
     }
     for (int64_t q = 0; q < K * d; ++q) {
@@ -161,7 +165,8 @@ TEST(FitLogisticRegressionTest, LbfgsReachesNewtonSolution) {
   EXPECT_LE(fit->gradient_max, 1e-5);
   for (int64_t q = 0; q < K * d; ++q) EXPECT_NEAR(lbfgs[q], newton[q], 2e-3) << "weight " << q;
   for (int c = 1; c < K; ++c)
-    EXPECT_NEAR(lbfgs[K * d + c] - lbfgs[K * d], newton[K * d + c] - newton[K * d], 2e-3) << "bias " << c;
+    EXPECT_NEAR(lbfgs[K * d + c] - lbfgs[K * d], newton[K * d + c] - newton[K * d], 2e-3)
+        << "bias " << c;
   EXPECT_GT(fit->iterations, 0);
 }
 
@@ -192,7 +197,8 @@ TEST(FitLogisticRegressionTest, RejectsBadInput) {
   wrong.num_classes = 3;
   wrong.dim = 2;
   o.lambda = 1;
-  EXPECT_EQ(FitLogisticRegression(x, {0, 1}, 2, o, &wrong).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitLogisticRegression(x, {0, 1}, 2, o, &wrong).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(LinearProbeTest, SeparableProblemReachesHundredPercent) {
@@ -280,12 +286,16 @@ TEST(LinearProbeTest, BinarySearchFindsTheFullSweepsBest) {
 TEST(LinearProbeTest, RejectsMismatchedInputs) {
   FeatureMatrix a(4, 3), b(2, 2);
   LinearProbeOptions o;
-  EXPECT_EQ(RunLinearProbe(a, {0, 1, 0, 1}, b, {0, 1}, o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunLinearProbe(a, {0, 1, 0, 1}, b, {0, 1}, o).status().code(),
+            StatusCode::kInvalidArgument);
   FeatureMatrix c(2, 3);
-  EXPECT_EQ(RunLinearProbe(a, {0, 1, 0}, c, {0, 1}, o).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(RunLinearProbe(a, {0, 1, 0, -1}, c, {0, 1}, o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunLinearProbe(a, {0, 1, 0}, c, {0, 1}, o).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunLinearProbe(a, {0, 1, 0, -1}, c, {0, 1}, o).status().code(),
+            StatusCode::kInvalidArgument);
   o.validation_fraction = 1.5;
-  EXPECT_EQ(RunLinearProbe(a, {0, 1, 0, 1}, c, {0, 1}, o).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunLinearProbe(a, {0, 1, 0, 1}, c, {0, 1}, o).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(RunLinearProbe(FeatureMatrix(), {}, c, {0, 1}, LinearProbeOptions()).status().code(),
             StatusCode::kInvalidArgument);
 }

@@ -23,16 +23,18 @@ class LabelsCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     address_ = "127.0.0.1:" + std::to_string(PickFreePort());
-    Status s = server_.Start(BinPath("mlcd-labelstore"),
-                             {"--listen", address_, "--metrics-listen", "", "--data-dir", dir_.Sub("store")},
-                             dir_.Sub("store.log"));
+    Status s = server_.Start(
+        BinPath("mlcd-labelstore"),
+        {"--listen", address_, "--metrics-listen", "", "--data-dir", dir_.Sub("store")},
+        dir_.Sub("store.log"));
     ASSERT_TRUE(s.ok()) << s.ToString();
     s = testing::WaitForServing(address_, std::chrono::seconds(30));
     ASSERT_TRUE(s.ok()) << s.ToString() << server_.Log();
   }
   // Runs mlcdctl with the store's address from the environment (as scripts do).
   int Ctl(std::vector<std::string> args, std::string* output) {
-    return RunCommand(BinPath("mlcdctl"), args, output, {"MLCD_LABELSTORE=" + address_}, std::chrono::seconds(60));
+    return RunCommand(BinPath("mlcdctl"), args, output, {"MLCD_LABELSTORE=" + address_},
+                      std::chrono::seconds(60));
   }
   nlohmann::json Json(const std::string& output) {
     auto start = output.find_first_of("{[");
@@ -47,17 +49,23 @@ class LabelsCliTest : public ::testing::Test {
 
 TEST_F(LabelsCliTest, CreatePutGetDescribeSealDelete) {
   std::string out;
-  ASSERT_EQ(Ctl({"labels", "create", "--name", "cli/r0", "--k", "100", "--l", "3", "--meta", "job=cli"}, &out), 0)
+  ASSERT_EQ(
+      Ctl({"labels", "create", "--name", "cli/r0", "--k", "100", "--l", "3", "--meta", "job=cli"},
+          &out),
+      0)
       << out;
   EXPECT_NE(out.find("state:       OPEN"), std::string::npos) << out;
-  EXPECT_EQ(Ctl({"labels", "create", "--name", "cli/r0", "--k", "100", "--l", "3"}, &out), 4) << out;
+  EXPECT_EQ(Ctl({"labels", "create", "--name", "cli/r0", "--k", "100", "--l", "3"}, &out), 4)
+      << out;
   EXPECT_NE(out.find("ALREADY_EXISTS"), std::string::npos);
 
   // 50 rows, int64 on disk (converted by the CLI), default ids 0..49.
   std::vector<int64_t> rows(50 * 3);
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>((i * 7) % 100);
   ASSERT_TRUE(WriteNpy(dir_.Sub("rows.npy"), NpyDtype::kInt64, {50, 3}, rows.data()).ok());
-  ASSERT_EQ(Ctl({"labels", "put", "--name", "cli/r0", "--labels", dir_.Sub("rows.npy"), "--batch-rows", "16"}, &out),
+  ASSERT_EQ(Ctl({"labels", "put", "--name", "cli/r0", "--labels", dir_.Sub("rows.npy"),
+                 "--batch-rows", "16"},
+                &out),
             0)
       << out;
   EXPECT_NE(out.find("50 rows in 4 messages"), std::string::npos) << out;
@@ -67,8 +75,8 @@ TEST_F(LabelsCliTest, CreatePutGetDescribeSealDelete) {
   std::vector<uint64_t> extra_ids = {100, 101};
   ASSERT_TRUE(WriteNpy(dir_.Sub("extra.npy"), NpyDtype::kInt32, {2, 3}, extra.data()).ok());
   ASSERT_TRUE(WriteNpy(dir_.Sub("extra_ids.npy"), NpyDtype::kUint64, {2}, extra_ids.data()).ok());
-  ASSERT_EQ(Ctl({"-o", "json", "labels", "put", "--name", "cli/r0", "--labels", dir_.Sub("extra.npy"), "--ids",
-                 dir_.Sub("extra_ids.npy")},
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "put", "--name", "cli/r0", "--labels",
+                 dir_.Sub("extra.npy"), "--ids", dir_.Sub("extra_ids.npy")},
                 &out),
             0)
       << out;
@@ -90,7 +98,10 @@ TEST_F(LabelsCliTest, CreatePutGetDescribeSealDelete) {
   EXPECT_EQ(j["missing_ids"], nlohmann::json::array({60}));
 
   // --out writes an n x l int32 npy.
-  ASSERT_EQ(Ctl({"labels", "get", "--name", "cli/r0", "--ids", "0:50", "--out", dir_.Sub("back.npy")}, &out), 0)
+  ASSERT_EQ(
+      Ctl({"labels", "get", "--name", "cli/r0", "--ids", "0:50", "--out", dir_.Sub("back.npy")},
+          &out),
+      0)
       << out;
   auto back = ReadNpyAsInt64(dir_.Sub("back.npy"));
   ASSERT_TRUE(back.ok());
@@ -104,7 +115,8 @@ TEST_F(LabelsCliTest, CreatePutGetDescribeSealDelete) {
 
   ASSERT_EQ(Ctl({"labels", "seal", "--name", "cli/r0"}, &out), 0) << out;
   EXPECT_EQ(Ctl({"labels", "seal", "--name", "cli/r0", "--require-open"}, &out), 5) << out;
-  EXPECT_EQ(Ctl({"labels", "put", "--name", "cli/r0", "--labels", dir_.Sub("rows.npy")}, &out), 5) << out;
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "cli/r0", "--labels", dir_.Sub("rows.npy")}, &out), 5)
+      << out;
   EXPECT_NE(out.find("sealed"), std::string::npos) << out;
 
   ASSERT_EQ(Ctl({"-o", "json", "labels", "list", "--prefix", "cli/"}, &out), 0) << out;
@@ -127,29 +139,35 @@ TEST_F(LabelsCliTest, BadInputExitCodes) {
   EXPECT_NE(out.find("NOT_FOUND"), std::string::npos);
   EXPECT_EQ(Ctl({"labels", "get", "--name", "s", "--ids", "1,x"}, &out), 2) << out;
   EXPECT_EQ(Ctl({"labels", "get", "--name", "s"}, &out), 2) << out;
-  EXPECT_EQ(Ctl({"labels", "create", "--name", "bad name", "--k", "10", "--l", "2"}, &out), 2) << out;
+  EXPECT_EQ(Ctl({"labels", "create", "--name", "bad name", "--k", "10", "--l", "2"}, &out), 2)
+      << out;
   EXPECT_EQ(Ctl({"labels", "create", "--name", "x", "--k", "10"}, &out), 2) << out;  // missing --l
   EXPECT_EQ(Ctl({"labels", "bogus"}, &out), 2) << out;
 
   std::vector<int32_t> wide(4 * 3, 1);
   ASSERT_TRUE(WriteNpy(dir_.Sub("wide.npy"), NpyDtype::kInt32, {4, 3}, wide.data()).ok());
-  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("wide.npy")}, &out), 2) << out;
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("wide.npy")}, &out), 2)
+      << out;
   EXPECT_NE(out.find("3 columns"), std::string::npos) << out;
   std::vector<int32_t> high = {1, 10};
   ASSERT_TRUE(WriteNpy(dir_.Sub("high.npy"), NpyDtype::kInt32, {1, 2}, high.data()).ok());
-  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("high.npy")}, &out), 2) << out;
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("high.npy")}, &out), 2)
+      << out;
   EXPECT_NE(out.find("outside [0, 10)"), std::string::npos) << out;
-  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("missing.npy")}, &out), 3) << out;
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("missing.npy")}, &out), 3)
+      << out;
   // A malformed header (empty 'shape') is bad input, not an uncaught exception.
   std::string header = EncodeNpyHeader(NpyDtype::kInt32, {1, 2});
   header.replace(header.find("(1, 2)"), 6, "      ");
   ASSERT_TRUE(WriteFileAtomically(dir_.Sub("noshape.npy"), header + std::string(8, '\0')).ok());
-  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("noshape.npy")}, &out), 2) << out;
+  EXPECT_EQ(Ctl({"labels", "put", "--name", "s", "--labels", dir_.Sub("noshape.npy")}, &out), 2)
+      << out;
   EXPECT_NE(out.find(dir_.Sub("noshape.npy") + ": malformed .npy shape"), std::string::npos) << out;
 
   // An unreachable store is exit 6 and names the address.
   const std::string dead = "127.0.0.1:" + std::to_string(PickFreePort());
-  int rc = RunCommand(BinPath("mlcdctl"), {"--labelstore", dead, "--timeout", "3", "labels", "list"}, &out);
+  int rc = RunCommand(BinPath("mlcdctl"),
+                      {"--labelstore", dead, "--timeout", "3", "labels", "list"}, &out);
   EXPECT_EQ(rc, 6) << out;
   EXPECT_NE(out.find(dead), std::string::npos) << out;
 }
@@ -158,7 +176,9 @@ TEST_F(LabelsCliTest, BadInputExitCodes) {
 // (which would be whole messages with --batch-rows 16) are not written either.
 TEST_F(LabelsCliTest, PutOfAFileWithABadRowWritesNothing) {
   std::string out;
-  ASSERT_EQ(Ctl({"labels", "create", "--name", "half", "--k", "10", "--l", "2", "--scores"}, &out), 0) << out;
+  ASSERT_EQ(Ctl({"labels", "create", "--name", "half", "--k", "10", "--l", "2", "--scores"}, &out),
+            0)
+      << out;
   std::vector<int32_t> rows(40 * 2, 3);
   rows[30 * 2 + 1] = 10;  // outside [0, 10)
   rows[35 * 2] = -1;      // no padding value either
@@ -176,9 +196,14 @@ TEST_F(LabelsCliTest, PutOfAFileWithABadRowWritesNothing) {
     EXPECT_EQ(Json(out)["num_samples"], 0) << out;
   };
 
-  EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("bad_rows.npy"), "--scores", dir_.Sub("scores.npy")}), &out), 2) << out;
-  EXPECT_NE(out.find("label 10 of sample id 30 (row 30, column 1) is outside [0, 10); 2 of 40 rows are bad"),
-            std::string::npos)
+  EXPECT_EQ(
+      Ctl(with({"--labels", dir_.Sub("bad_rows.npy"), "--scores", dir_.Sub("scores.npy")}), &out),
+      2)
+      << out;
+  EXPECT_NE(
+      out.find(
+          "label 10 of sample id 30 (row 30, column 1) is outside [0, 10); 2 of 40 rows are bad"),
+      std::string::npos)
       << out;
   EXPECT_NE(out.find("bad_rows.npy"), std::string::npos) << out;
   EXPECT_NE(out.find("nothing was written to 'half'"), std::string::npos) << out;
@@ -189,7 +214,8 @@ TEST_F(LabelsCliTest, PutOfAFileWithABadRowWritesNothing) {
   ASSERT_TRUE(WriteNpy(dir_.Sub("good.npy"), NpyDtype::kInt32, {40, 2}, good.data()).ok());
   scores[20 * 2] = std::numeric_limits<float>::infinity();
   ASSERT_TRUE(WriteNpy(dir_.Sub("inf.npy"), NpyDtype::kFloat32, {40, 2}, scores.data()).ok());
-  EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("good.npy"), "--scores", dir_.Sub("inf.npy")}), &out), 2) << out;
+  EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("good.npy"), "--scores", dir_.Sub("inf.npy")}), &out), 2)
+      << out;
   EXPECT_NE(out.find("score of sample id 20 (row 20, column 0) is not finite; 1 of 40 rows is bad"),
             std::string::npos)
       << out;
@@ -200,19 +226,24 @@ TEST_F(LabelsCliTest, PutOfAFileWithABadRowWritesNothing) {
   for (uint64_t i = 0; i < 40; ++i) ids[i] = i;
   ids[33] = 3;
   ASSERT_TRUE(WriteNpy(dir_.Sub("dup_ids.npy"), NpyDtype::kUint64, {40}, ids.data()).ok());
-  ASSERT_TRUE(WriteNpy(dir_.Sub("scores.npy"), NpyDtype::kFloat32, {40, 2}, std::vector<float>(80, 0.5f).data()).ok());
+  ASSERT_TRUE(WriteNpy(dir_.Sub("scores.npy"), NpyDtype::kFloat32, {40, 2},
+                       std::vector<float>(80, 0.5f).data())
+                  .ok());
   EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("good.npy"), "--scores", dir_.Sub("scores.npy"), "--ids",
                       dir_.Sub("dup_ids.npy")}),
                 &out),
             2)
       << out;
-  EXPECT_NE(out.find("duplicate ids: sample id 3 appears more than once in " + dir_.Sub("dup_ids.npy")),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("duplicate ids: sample id 3 appears more than once in " + dir_.Sub("dup_ids.npy")),
+      std::string::npos)
       << out;
   expect_nothing_written();
 
   // The good file goes in whole.
-  EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("good.npy"), "--scores", dir_.Sub("scores.npy")}), &out), 0) << out;
+  EXPECT_EQ(Ctl(with({"--labels", dir_.Sub("good.npy"), "--scores", dir_.Sub("scores.npy")}), &out),
+            0)
+      << out;
   ASSERT_EQ(Ctl({"-o", "json", "labels", "describe", "half"}, &out), 0) << out;
   EXPECT_EQ(Json(out)["num_samples"], 40) << out;
 }

@@ -34,7 +34,8 @@ using testing::ChildProcess;
 using testing::TempDir;
 
 int32_t LabelOf(uint64_t id, int c, int32_t k) {
-  return static_cast<int32_t>((id * 2654435761u + static_cast<uint64_t>(c) * 40503u) % static_cast<uint64_t>(k));
+  return static_cast<int32_t>((id * 2654435761u + static_cast<uint64_t>(c) * 40503u) %
+                              static_cast<uint64_t>(k));
 }
 
 // Plain HTTP GET on loopback (for /metrics).
@@ -67,18 +68,22 @@ std::string HttpGet(int port, const std::string& path) {
 StatusOr<std::vector<std::unique_ptr<google::protobuf::Message>>> AskReflection(
     const std::string& address, const std::vector<std::string>& requests) {
   const auto* pool = google::protobuf::DescriptorPool::generated_pool();
-  const auto* request_type = pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionRequest");
-  const auto* response_type = pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionResponse");
+  const auto* request_type =
+      pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionRequest");
+  const auto* response_type =
+      pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionResponse");
   if (!request_type || !response_type) {
-    return Status::FailedPrecondition("the reflection messages are not in the generated pool; "
-                                      "is libgrpc++_reflection linked?");
+    return Status::FailedPrecondition(
+        "the reflection messages are not in the generated pool; "
+        "is libgrpc++_reflection linked?");
   }
   auto* factory = google::protobuf::MessageFactory::generated_factory();
   grpc::GenericStub stub(MakeChannel(address));
   grpc::CompletionQueue cq;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  auto call = stub.PrepareCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call = stub.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   // Each operation gets its own tag and is awaited before the next one starts.
   intptr_t next_tag = 0;
   auto await = [&] {
@@ -100,16 +105,21 @@ StatusOr<std::vector<std::unique_ptr<google::protobuf::Message>>> AskReflection(
     grpc::Slice slice(bytes);
     grpc::ByteBuffer out(&slice, 1);
     call->Write(out, reinterpret_cast<void*>(++next_tag));
-    if (!await()) result = Status::Unavailable("writing reflection request " + std::to_string(i) + " failed");
+    if (!await())
+      result = Status::Unavailable("writing reflection request " + std::to_string(i) + " failed");
     grpc::ByteBuffer in;
     if (result.ok()) call->Read(&in, reinterpret_cast<void*>(++next_tag));
-    if (result.ok() && !await()) result = Status::Unavailable("no reply to reflection request " + std::to_string(i));
+    if (result.ok() && !await())
+      result = Status::Unavailable("no reply to reflection request " + std::to_string(i));
     std::vector<grpc::Slice> slices;
-    if (result.ok() && !in.Dump(&slices).ok()) result = Status::Internal("cannot read the reply bytes");
+    if (result.ok() && !in.Dump(&slices).ok())
+      result = Status::Internal("cannot read the reply bytes");
     std::string reply;
     for (const auto& s : slices) reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    std::unique_ptr<google::protobuf::Message> response(factory->GetPrototype(response_type)->New());
-    if (result.ok() && !response->ParseFromString(reply)) result = Status::DataLoss("unparsable reflection reply");
+    std::unique_ptr<google::protobuf::Message> response(
+        factory->GetPrototype(response_type)->New());
+    if (result.ok() && !response->ParseFromString(reply))
+      result = Status::DataLoss("unparsable reflection reply");
     if (result.ok()) responses.push_back(std::move(response));
   }
   if (!result.ok()) context.TryCancel();
@@ -135,10 +145,11 @@ class LabelStoreServer {
     port_ = PickFreePort();
     metrics_port_ = PickFreePort();
     address_ = "127.0.0.1:" + std::to_string(port_);
-    Status s = process_.Start(testing::BinPath("mlcd-labelstore"),
-                              {"--listen", address_, "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_),
-                               "--data-dir", data_dir_, "--block-cache-mb", "16"},
-                              data_dir_ + ".log");
+    Status s = process_.Start(
+        testing::BinPath("mlcd-labelstore"),
+        {"--listen", address_, "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_),
+         "--data-dir", data_dir_, "--block-cache-mb", "16"},
+        data_dir_ + ".log");
     ASSERT_TRUE(s.ok()) << s.ToString();
     s = testing::WaitForServing(address_, std::chrono::seconds(30));
     ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << process_.Log();
@@ -195,7 +206,8 @@ class ServiceTest : public ::testing::Test {
     stream->WritesDone();
     return FromGrpcStatus(stream->Finish());
   }
-  v1::WriteLabelsRequest Msg(const std::string& name, const std::vector<uint64_t>& ids, int l, int32_t k) {
+  v1::WriteLabelsRequest Msg(const std::string& name, const std::vector<uint64_t>& ids, int l,
+                             int32_t k) {
     v1::WriteLabelsRequest m;
     m.set_name(name);
     for (uint64_t id : ids) {
@@ -218,8 +230,8 @@ TEST_F(ServiceTest, AcknowledgedRowsSurviveKill9) {
   const int32_t k = 1000;
   ASSERT_TRUE(client_->CreateLabelSet(Spec("durable/r0", k, l)).ok());
   // A large acknowledged write first (several messages).
-  auto first = client_->WriteLabels("durable/r0", Ids(0, 20000).data(), 20000, l, Rows(0, 20000, l, k).data(),
-                                    nullptr, 3000);
+  auto first = client_->WriteLabels("durable/r0", Ids(0, 20000).data(), 20000, l,
+                                    Rows(0, 20000, l, k).data(), nullptr, 3000);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->messages(), 7u);
   EXPECT_EQ(first->num_samples(), 20000u);
@@ -269,8 +281,9 @@ TEST_F(ServiceTest, AcknowledgedRowsSurviveKill9) {
   auto ids = Ids(0, end);
   LabelBatch batch;
   ASSERT_TRUE(client.GetLabels("durable/r0", ids.data(), ids.size(), false, &batch).ok());
-  EXPECT_TRUE(batch.missing_ids.empty()) << batch.missing_ids.size() << " acknowledged rows lost, first id "
-                                         << (batch.missing_ids.empty() ? 0 : batch.missing_ids[0]);
+  EXPECT_TRUE(batch.missing_ids.empty())
+      << batch.missing_ids.size() << " acknowledged rows lost, first id "
+      << (batch.missing_ids.empty() ? 0 : batch.missing_ids[0]);
   EXPECT_EQ(batch.labels, Rows(0, end, l, k));
   // The set is still writable and sealable after the restart.
   EXPECT_TRUE(client.Seal("durable/r0", true).ok());
@@ -288,23 +301,33 @@ TEST_F(ServiceTest, EveryBadInputGetsItsStatusCode) {
   EXPECT_EQ(code_of(client_->Describe("nope").status()), StatusCode::kNotFound);
   EXPECT_EQ(code_of(client_->Seal("nope").status()), StatusCode::kNotFound);
   EXPECT_EQ(code_of(client_->Delete("nope").status()), StatusCode::kNotFound);
-  EXPECT_EQ(code_of(client_->GetLabels("nope", std::vector<uint64_t>{1}).status()), StatusCode::kNotFound);
-  Status unknown_write = client_->WriteLabels("nope", Ids(0, 1).data(), 1, l, Rows(0, 1, l, k).data()).status();
+  EXPECT_EQ(code_of(client_->GetLabels("nope", std::vector<uint64_t>{1}).status()),
+            StatusCode::kNotFound);
+  Status unknown_write =
+      client_->WriteLabels("nope", Ids(0, 1).data(), 1, l, Rows(0, 1, l, k).data()).status();
   EXPECT_EQ(unknown_write.code(), StatusCode::kNotFound);
-  EXPECT_NE(unknown_write.message().find("'nope' does not exist"), std::string::npos) << unknown_write.message();
+  EXPECT_NE(unknown_write.message().find("'nope' does not exist"), std::string::npos)
+      << unknown_write.message();
 
   // Duplicate name.
   EXPECT_EQ(code_of(client_->CreateLabelSet(Spec("s", k, l)).status()), StatusCode::kAlreadyExists);
   // Bad names and shapes.
-  const std::vector<std::string> bad_names = {"", "has space", "/abs", "a//b", "a/../b", std::string(201, 'n')};
+  const std::vector<std::string> bad_names = {"",     "has space", "/abs",
+                                              "a//b", "a/../b",    std::string(201, 'n')};
   for (const std::string& name : bad_names) {
-    EXPECT_EQ(code_of(client_->CreateLabelSet(Spec(name, k, l)).status()), StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(code_of(client_->CreateLabelSet(Spec(name, k, l)).status()),
+              StatusCode::kInvalidArgument)
+        << name;
     EXPECT_EQ(code_of(client_->Describe(name).status()), StatusCode::kInvalidArgument) << name;
   }
-  EXPECT_EQ(code_of(client_->CreateLabelSet(Spec("k0", 0, 1)).status()), StatusCode::kInvalidArgument);
-  EXPECT_EQ(code_of(client_->CreateLabelSet(Spec("l0", 10, 0)).status()), StatusCode::kInvalidArgument);
-  EXPECT_EQ(code_of(client_->CreateLabelSet(Spec("lbig", 5000, 1025)).status()), StatusCode::kInvalidArgument);
-  EXPECT_EQ(code_of(client_->CreateLabelSet(Spec("lk", 3, 4)).status()), StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_of(client_->CreateLabelSet(Spec("k0", 0, 1)).status()),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_of(client_->CreateLabelSet(Spec("l0", 10, 0)).status()),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_of(client_->CreateLabelSet(Spec("lbig", 5000, 1025)).status()),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(code_of(client_->CreateLabelSet(Spec("lk", 3, 4)).status()),
+            StatusCode::kInvalidArgument);
 
   // Bad write messages; each must leave the set unchanged.
   auto label_out_of_range = Msg("s", {0, 1}, l, k);
@@ -328,7 +351,10 @@ TEST_F(ServiceTest, EveryBadInputGetsItsStatusCode) {
     const char* words;
   };
   std::vector<Case> cases = {
-      {"label outside [0,k)", {label_out_of_range}, StatusCode::kInvalidArgument, "outside [0, 10)"},
+      {"label outside [0,k)",
+       {label_out_of_range},
+       StatusCode::kInvalidArgument,
+       "outside [0, 10)"},
       {"wrong row width", {wrong_width}, StatusCode::kInvalidArgument, "wrong row width"},
       {"scores for a set without", {with_scores}, StatusCode::kInvalidArgument, "scores mismatch"},
       {"missing scores", {no_scores}, StatusCode::kInvalidArgument, "scores mismatch"},
@@ -337,9 +363,13 @@ TEST_F(ServiceTest, EveryBadInputGetsItsStatusCode) {
       {"oversized batch", {oversized}, StatusCode::kInvalidArgument, "too large"},
       {"first message unnamed", {unnamed}, StatusCode::kInvalidArgument, "must name the label set"},
       {"empty stream", {}, StatusCode::kInvalidArgument, "no messages"},
-      {"two sets in one stream", {Msg("s", {0}, l, k), Msg("scored", {0}, l, k)}, StatusCode::kInvalidArgument,
+      {"two sets in one stream",
+       {Msg("s", {0}, l, k), Msg("scored", {0}, l, k)},
+       StatusCode::kInvalidArgument,
        "one stream per set"},
-      {"bad second message", {Msg("s", {0}, l, k), label_out_of_range}, StatusCode::kInvalidArgument,
+      {"bad second message",
+       {Msg("s", {0}, l, k), label_out_of_range},
+       StatusCode::kInvalidArgument,
        "WriteLabels message 1"},
   };
   for (const auto& c : cases) {
@@ -360,25 +390,30 @@ TEST_F(ServiceTest, EveryBadInputGetsItsStatusCode) {
   v1::GetLabelsResponse got;
   {
     grpc::ClientContext context;
-    EXPECT_EQ(stub_->GetLabels(&context, get, &got).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(stub_->GetLabels(&context, get, &got).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
   }
   for (uint64_t i = 0; i <= kMaxIdsPerRead; ++i) get.add_sample_ids(i);
   {
     grpc::ClientContext context;
-    EXPECT_EQ(stub_->GetLabels(&context, get, &got).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(stub_->GetLabels(&context, get, &got).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
   }
-  EXPECT_EQ(code_of(client_->GetLabels("s", std::vector<uint64_t>{1}, true).status()), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(code_of(client_->GetLabels("s", std::vector<uint64_t>{1}, true).status()),
+            StatusCode::kFailedPrecondition);
   {
     v1::ListLabelSetsRequest list;
     list.set_page_size(-5);
     v1::ListLabelSetsResponse listed;
     grpc::ClientContext context;
-    EXPECT_EQ(stub_->ListLabelSets(&context, list, &listed).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(stub_->ListLabelSets(&context, list, &listed).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
   }
 
   // Sealed sets refuse writes; require_open refuses a second seal.
   ASSERT_TRUE(client_->Seal("s", true).ok());
-  Status sealed_write = client_->WriteLabels("s", Ids(20, 21).data(), 1, l, Rows(20, 21, l, k).data()).status();
+  Status sealed_write =
+      client_->WriteLabels("s", Ids(20, 21).data(), 1, l, Rows(20, 21, l, k).data()).status();
   EXPECT_EQ(sealed_write.code(), StatusCode::kFailedPrecondition) << sealed_write.ToString();
   EXPECT_EQ(code_of(client_->Seal("s", true).status()), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(client_->Seal("s", false).ok());
@@ -391,7 +426,8 @@ TEST_F(ServiceTest, EveryBadInputGetsItsStatusCode) {
   EXPECT_EQ(big.missing_ids.size(), ids.size() - 10);
   EXPECT_EQ(big.missing_indices.back(), ids.size() - 1);
   std::vector<int64_t> negative = {1, -2};
-  EXPECT_EQ(client_->GetLabels("s", negative.data(), negative.size(), false, &big).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->GetLabels("s", negative.data(), negative.size(), false, &big).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(ServiceTest, ScoresListDeleteAndMetrics) {
@@ -400,7 +436,8 @@ TEST_F(ServiceTest, ScoresListDeleteAndMetrics) {
   ASSERT_TRUE(client_->CreateLabelSet(Spec("m/a", k, l, true)).ok());
   ASSERT_TRUE(client_->CreateLabelSet(Spec("m/b", k, l)).ok());
   std::vector<float> scores = {0.9f, 0.1f, 0.8f, 0.2f};
-  auto w = client_->WriteLabels("m/a", Ids(5, 7).data(), 2, l, Rows(5, 7, l, k).data(), scores.data());
+  auto w =
+      client_->WriteLabels("m/a", Ids(5, 7).data(), 2, l, Rows(5, 7, l, k).data(), scores.data());
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   auto got = client_->GetLabels("m/a", {6, 9, 5}, true);
   ASSERT_TRUE(got.ok());
@@ -421,12 +458,14 @@ TEST_F(ServiceTest, ScoresListDeleteAndMetrics) {
   EXPECT_EQ(client_->List("m/")->size(), 1u);
 
   std::string metrics = HttpGet(server_->metrics_port(), "/metrics");
-  EXPECT_NE(metrics.find("mlcd_labelstore_requests_total{code=\"OK\",method=\"GetLabels\"} 1"), std::string::npos)
+  EXPECT_NE(metrics.find("mlcd_labelstore_requests_total{code=\"OK\",method=\"GetLabels\"} 1"),
+            std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("mlcd_labelstore_ids_read_total 3"), std::string::npos);
   EXPECT_NE(metrics.find("mlcd_labelstore_ids_missing_total 1"), std::string::npos);
   EXPECT_NE(metrics.find("mlcd_labelstore_rows_written_total 2"), std::string::npos);
-  EXPECT_NE(metrics.find("mlcd_labelstore_request_duration_seconds_bucket{method=\"WriteLabels\""), std::string::npos);
+  EXPECT_NE(metrics.find("mlcd_labelstore_request_duration_seconds_bucket{method=\"WriteLabels\""),
+            std::string::npos);
   EXPECT_NE(metrics.find("mlcd_labelstore_label_sets 1"), std::string::npos);
 }
 
@@ -436,9 +475,10 @@ TEST_F(ServiceTest, SigtermShutsDownCleanlyAndDataDirIsExclusive) {
 
   // A second server on the same data dir refuses to start.
   std::string output;
-  int rc = testing::RunCommand(testing::BinPath("mlcd-labelstore"),
-                               {"--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir", dir_.Sub("store")},
-                               &output, {}, std::chrono::seconds(30));
+  int rc = testing::RunCommand(
+      testing::BinPath("mlcd-labelstore"),
+      {"--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir", dir_.Sub("store")}, &output,
+      {}, std::chrono::seconds(30));
   EXPECT_EQ(rc, 1) << output;
   EXPECT_NE(output.find("another mlcd-labelstore"), std::string::npos) << output;
 
@@ -463,16 +503,19 @@ TEST_F(ServiceTest, SigtermShutsDownCleanlyAndDataDirIsExclusive) {
 // Reflection is on (grpcurl and friends can discover the API): the services are listed and the
 // label store's schema is served.
 TEST_F(ServiceTest, ReflectionListsAndDescribesTheServices) {
-  auto responses = AskReflection(server_->address(), {"list_services: ''",
-                                                      "file_containing_symbol: 'mlcd.v1.LabelStore'",
-                                                      "file_containing_symbol: 'mlcd.v1.NoSuchService'"});
+  auto responses = AskReflection(
+      server_->address(), {"list_services: ''", "file_containing_symbol: 'mlcd.v1.LabelStore'",
+                           "file_containing_symbol: 'mlcd.v1.NoSuchService'"});
   ASSERT_TRUE(responses.ok()) << responses.status().ToString();
   ASSERT_EQ(responses->size(), 3u);
 
   std::string listed;
   google::protobuf::TextFormat::PrintToString(*(*responses)[0], &listed);
-  for (const char* service : {"mlcd.v1.LabelStore", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}) {
-    EXPECT_NE(listed.find(std::string("name: \"") + service + "\""), std::string::npos) << service << "\n" << listed;
+  for (const char* service : {"mlcd.v1.LabelStore", "grpc.health.v1.Health",
+                              "grpc.reflection.v1alpha.ServerReflection"}) {
+    EXPECT_NE(listed.find(std::string("name: \"") + service + "\""), std::string::npos)
+        << service << "\n"
+        << listed;
   }
 
   // The file that defines LabelStore, as serialized FileDescriptorProtos.
@@ -486,13 +529,15 @@ TEST_F(ServiceTest, ReflectionListsAndDescribesTheServices) {
   bool found = false;
   for (int i = 0; i < files.GetReflection()->FieldSize(files, bytes_field); ++i) {
     google::protobuf::FileDescriptorProto file;
-    ASSERT_TRUE(file.ParseFromString(files.GetReflection()->GetRepeatedString(files, bytes_field, i)));
+    ASSERT_TRUE(
+        file.ParseFromString(files.GetReflection()->GetRepeatedString(files, bytes_field, i)));
     for (const auto& service : file.service()) {
       if (file.package() != "mlcd.v1" || service.name() != "LabelStore") continue;
       found = true;
       std::vector<std::string> methods;
       for (const auto& m : service.method()) methods.push_back(m.name());
-      for (const char* m : {"CreateLabelSet", "WriteLabels", "SealLabelSet", "GetLabels", "DescribeLabelSet"}) {
+      for (const char* m :
+           {"CreateLabelSet", "WriteLabels", "SealLabelSet", "GetLabels", "DescribeLabelSet"}) {
         EXPECT_NE(std::find(methods.begin(), methods.end(), m), methods.end()) << m;
       }
     }

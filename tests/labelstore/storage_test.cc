@@ -18,7 +18,8 @@ namespace {
 
 using testing::TempDir;
 
-v1::CreateLabelSetRequest CreateRequest(const std::string& name, int32_t k, int32_t l, bool scores = false) {
+v1::CreateLabelSetRequest CreateRequest(const std::string& name, int32_t k, int32_t l,
+                                        bool scores = false) {
   v1::CreateLabelSetRequest r;
   r.set_name(name);
   r.set_num_classes(k);
@@ -29,7 +30,8 @@ v1::CreateLabelSetRequest CreateRequest(const std::string& name, int32_t k, int3
 
 // Deterministic row of `id` for version `v`: labels in [0, k).
 int32_t LabelOf(uint64_t id, int c, int v, int32_t k) {
-  return static_cast<int32_t>((id * 7919 + static_cast<uint64_t>(c) * 104729 + static_cast<uint64_t>(v) * 13) % k);
+  return static_cast<int32_t>(
+      (id * 7919 + static_cast<uint64_t>(c) * 104729 + static_cast<uint64_t>(v) * 13) % k);
 }
 
 v1::WriteLabelsRequest Message(const std::vector<uint64_t>& ids, int l, int32_t k, int version = 0,
@@ -58,7 +60,8 @@ class StorageTest : public ::testing::Test {
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     storage_ = std::move(opened).value();
   }
-  v1::GetLabelsResponse Get(const std::string& name, const std::vector<uint64_t>& ids, bool scores = false) {
+  v1::GetLabelsResponse Get(const std::string& name, const std::vector<uint64_t>& ids,
+                            bool scores = false) {
     v1::GetLabelsResponse response;
     Status s = storage_->GetLabels(name, ids.data(), ids.size(), scores, &response);
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -102,7 +105,8 @@ TEST_F(StorageTest, CreateDescribeListDelete) {
 }
 
 TEST_F(StorageTest, ListPagesInNameOrder) {
-  for (int i = 0; i < 7; ++i) ASSERT_TRUE(storage_->Create(CreateRequest("p/" + std::to_string(i), 5, 1)).ok());
+  for (int i = 0; i < 7; ++i)
+    ASSERT_TRUE(storage_->Create(CreateRequest("p/" + std::to_string(i), 5, 1)).ok());
   ASSERT_TRUE(storage_->Create(CreateRequest("q", 5, 1)).ok());
   v1::ListLabelSetsRequest req;
   req.set_name_prefix("p/");
@@ -146,7 +150,8 @@ TEST_F(StorageTest, WriteThenReadInRequestOrderWithMissing) {
   for (size_t i = 0; i < query.size(); ++i) {
     bool missing = i == 4 || i == 7;
     for (int c = 0; c < 8; ++c) {
-      EXPECT_EQ(r.labels(static_cast<int>(i * 8 + c)), missing ? -1 : LabelOf(query[i], c, 0, 1000)) << i << "," << c;
+      EXPECT_EQ(r.labels(static_cast<int>(i * 8 + c)), missing ? -1 : LabelOf(query[i], c, 0, 1000))
+          << i << "," << c;
     }
   }
   auto info = storage_->Describe("s");
@@ -184,7 +189,8 @@ TEST_F(StorageTest, ScoresRoundTripAndNaNForMissing) {
   EXPECT_EQ(Get("s", {6}).scores_size(), 0);
   v1::GetLabelsResponse response;
   uint64_t id = 6;
-  EXPECT_EQ(storage_->GetLabels("plain", &id, 1, true, &response).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(storage_->GetLabels("plain", &id, 1, true, &response).code(),
+            StatusCode::kFailedPrecondition);
 }
 
 TEST_F(StorageTest, BadBatchChangesNothing) {
@@ -212,7 +218,8 @@ TEST_F(StorageTest, SealMakesImmutable) {
   ASSERT_TRUE(sealed.ok());
   EXPECT_EQ(sealed->state(), v1::LABEL_SET_STATE_SEALED);
   EXPECT_GT(sealed->sealed_unix_ms(), 0);
-  EXPECT_EQ(storage_->Write("s", Message({1}, 1, 10)).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(storage_->Write("s", Message({1}, 1, 10)).status().code(),
+            StatusCode::kFailedPrecondition);
   EXPECT_TRUE(storage_->Seal("s", false).ok());  // idempotent
   EXPECT_EQ(storage_->Seal("s", true).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(storage_->Seal("nope", false).status().code(), StatusCode::kNotFound);
@@ -302,7 +309,8 @@ TEST_F(StorageTest, RandomWritesMatchModel) {
         }
         for (int c = 0; c < l; ++c) {
           ASSERT_EQ(r.labels(static_cast<int>(i * l + c)), LabelOf(id, c, it->second, k)) << id;
-          ASSERT_FLOAT_EQ(r.scores(static_cast<int>(i * l + c)), static_cast<float>(LabelOf(id, c, it->second, k)) / k);
+          ASSERT_FLOAT_EQ(r.scores(static_cast<int>(i * l + c)),
+                          static_cast<float>(LabelOf(id, c, it->second, k)) / k);
         }
       }
       EXPECT_EQ(next_missing, static_cast<size_t>(r.missing_indices_size()));
@@ -376,21 +384,25 @@ TEST(ValidationTest, Names) {
   EXPECT_TRUE(ValidateLabelSetName("job/abc-123/r0").ok());
   EXPECT_TRUE(ValidateLabelSetName("a.b_c").ok());
   EXPECT_TRUE(ValidateLabelSetName(std::string(kMaxNameLength, 'x')).ok());
-  for (const std::string bad : {"", "a b", "/lead", "trail/", "a//b", "ü", "x\n", "..", "a/../b", "./a", "a/..", "a/."}) {
+  for (const std::string bad :
+       {"", "a b", "/lead", "trail/", "a//b", "ü", "x\n", "..", "a/../b", "./a", "a/..", "a/."}) {
     Status s = ValidateLabelSetName(bad);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "'" << bad << "'";
   }
-  EXPECT_EQ(ValidateLabelSetName(std::string(kMaxNameLength + 1, 'x')).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateLabelSetName(std::string(kMaxNameLength + 1, 'x')).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(ValidationTest, CreateShape) {
   EXPECT_TRUE(ValidateCreateRequest(CreateRequest("s", 10, 8)).ok());
   EXPECT_EQ(ValidateCreateRequest(CreateRequest("s", 0, 1)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateCreateRequest(CreateRequest("s", 10, 0)).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ValidateCreateRequest(CreateRequest("s", 5000, 1025)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateCreateRequest(CreateRequest("s", 5000, 1025)).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateCreateRequest(CreateRequest("s", 4, 8)).code(), StatusCode::kInvalidArgument);
   auto many = CreateRequest("s", 10, 1);
-  for (size_t i = 0; i <= kMaxMetadataEntries; ++i) (*many.mutable_metadata())["k" + std::to_string(i)] = "v";
+  for (size_t i = 0; i <= kMaxMetadataEntries; ++i)
+    (*many.mutable_metadata())["k" + std::to_string(i)] = "v";
   EXPECT_EQ(ValidateCreateRequest(many).code(), StatusCode::kInvalidArgument);
 }
 
@@ -399,7 +411,8 @@ TEST(ValidationTest, WriteMessages) {
   const LabelSetShape shape{10, 2, false};
   const LabelSetShape scored{10, 2, true};
   EXPECT_TRUE(ValidateWriteMessage(Message({1, 2}, 2, 10), shape, &scratch).ok());
-  auto expect_invalid = [&](const v1::WriteLabelsRequest& m, const LabelSetShape& sh, const std::string& words) {
+  auto expect_invalid = [&](const v1::WriteLabelsRequest& m, const LabelSetShape& sh,
+                            const std::string& words) {
     Status s = ValidateWriteMessage(m, sh, &scratch);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << words;
     EXPECT_NE(s.message().find(words), std::string::npos) << s.message();

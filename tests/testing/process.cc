@@ -54,7 +54,8 @@ ChildProcess::~ChildProcess() {
 
 Status ChildProcess::Start(const std::string& binary, const std::vector<std::string>& args,
                            const std::string& log_path, const std::vector<std::string>& env) {
-  if (::access(binary.c_str(), X_OK) != 0) return Status::NotFound(binary + ": not an executable (built?)");
+  if (::access(binary.c_str(), X_OK) != 0)
+    return Status::NotFound(binary + ": not an executable (built?)");
   log_path_ = log_path;
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
@@ -131,7 +132,8 @@ std::string ChildProcess::Log() const {
   return text.ok() ? *text : std::string("(no log: ") + text.status().ToString() + ")";
 }
 
-Status WaitForServing(const std::string& address, std::chrono::milliseconds timeout, const std::string& service) {
+Status WaitForServing(const std::string& address, std::chrono::milliseconds timeout,
+                      const std::string& service) {
   auto channel = MakeChannel(address);
   auto stub = grpc::health::v1::Health::NewStub(channel);
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -147,11 +149,13 @@ Status WaitForServing(const std::string& address, std::chrono::milliseconds time
     req.set_service(service);
     grpc::health::v1::HealthCheckResponse resp;
     grpc::Status st = stub->Check(&ctx, req, &resp);
-    if (st.ok() && resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) return Status::Ok();
+    if (st.ok() && resp.status() == grpc::health::v1::HealthCheckResponse::SERVING)
+      return Status::Ok();
     last = st.ok() ? "status " + std::to_string(resp.status()) : st.error_message();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return Status::Unavailable(address + " not SERVING within " + std::to_string(timeout.count()) + " ms: " + last);
+  return Status::Unavailable(address + " not SERVING within " + std::to_string(timeout.count()) +
+                             " ms: " + last);
 }
 
 int RunCommand(const std::string& binary, const std::vector<std::string>& args, std::string* output,

@@ -40,8 +40,8 @@ class ChildProcess {
 
   // Starts `binary` with `args`, output appended to `log_path`, extra environment entries
   // ("NAME=value") added to the inherited environment.
-  Status Start(const std::string& binary, const std::vector<std::string>& args, const std::string& log_path,
-               const std::vector<std::string>& env = {});
+  Status Start(const std::string& binary, const std::vector<std::string>& args,
+               const std::string& log_path, const std::vector<std::string>& env = {});
   pid_t pid() const { return pid_; }
   bool running();
   // Sends `signal` (e.g. SIGKILL, SIGTERM).

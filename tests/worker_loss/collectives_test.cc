@@ -19,7 +19,8 @@ namespace {
 using std::chrono::milliseconds;
 
 // Runs body(rank, comm) on `world` threads, each with its own group joined over loopback.
-void RunRanks(int world, const std::function<void(int, Collectives&)>& body, milliseconds timeout = milliseconds(20000)) {
+void RunRanks(int world, const std::function<void(int, Collectives&)>& body,
+              milliseconds timeout = milliseconds(20000)) {
   std::string rendezvous = "127.0.0.1:" + std::to_string(PickFreePort());
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -98,7 +99,8 @@ TEST(CollectivesTest, ThreeRanksAllOperations) {
     at::Tensor in = (at::arange(6, at::kFloat) * (r + 1)).view({6, 1});
     at::Tensor out;
     ASSERT_TRUE(comm.ReduceScatter(in, &out).ok());
-    EXPECT_TRUE(out.view({-1}).equal(at::tensor(std::vector<float>{6.0f * (2 * r), 6.0f * (2 * r + 1)})));
+    EXPECT_TRUE(
+        out.view({-1}).equal(at::tensor(std::vector<float>{6.0f * (2 * r), 6.0f * (2 * r + 1)})));
     // Broadcast from rank 2.
     std::vector<at::Tensor> b{at::full({2}, 1.0f * r), at::full({1}, static_cast<int64_t>(r))};
     ASSERT_TRUE(comm.Broadcast(b, 2).ok());
@@ -139,35 +141,43 @@ TEST(CollectivesTest, TwoGroupsShareOneRendezvous) {
 TEST(CollectivesTest, DeadPeerFailsInsteadOfHanging) {
   // Rank 1 leaves (its group is destroyed, closing its connections) while rank 0 waits in an
   // allreduce: rank 0 must get an error well before its 60 s timeout.
-  RunRanks(2, [](int r, Collectives& comm) {
-    ASSERT_TRUE(comm.Barrier().ok());
-    if (r == 1) return;
-    auto start = std::chrono::steady_clock::now();
-    at::Tensor t = at::ones({8});
-    Status s = comm.AllReduce(t);
-    EXPECT_FALSE(s.ok());
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
-    EXPECT_TRUE(s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) << s.ToString();
-    // Sticky: the group is unusable afterwards.
-    Status again = comm.Barrier();
-    EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
-  }, milliseconds(60000));
+  RunRanks(
+      2,
+      [](int r, Collectives& comm) {
+        ASSERT_TRUE(comm.Barrier().ok());
+        if (r == 1) return;
+        auto start = std::chrono::steady_clock::now();
+        at::Tensor t = at::ones({8});
+        Status s = comm.AllReduce(t);
+        EXPECT_FALSE(s.ok());
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+        EXPECT_TRUE(s.code() == StatusCode::kUnavailable ||
+                    s.code() == StatusCode::kDeadlineExceeded)
+            << s.ToString();
+        // Sticky: the group is unusable afterwards.
+        Status again = comm.Barrier();
+        EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
+      },
+      milliseconds(60000));
 }
 
 TEST(CollectivesTest, SilentPeerTimesOut) {
   // Rank 1 stays alive but never joins the collective: rank 0 gets DEADLINE_EXCEEDED.
   std::atomic<bool> done{false};
-  RunRanks(2, [&](int r, Collectives& comm) {
-    ASSERT_TRUE(comm.Barrier().ok());
-    if (r == 1) {
-      while (!done.load()) std::this_thread::sleep_for(milliseconds(20));
-      return;
-    }
-    at::Tensor t = at::ones({8});
-    Status s = comm.AllReduce(t);
-    done = true;
-    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
-  }, milliseconds(3000));
+  RunRanks(
+      2,
+      [&](int r, Collectives& comm) {
+        ASSERT_TRUE(comm.Barrier().ok());
+        if (r == 1) {
+          while (!done.load()) std::this_thread::sleep_for(milliseconds(20));
+          return;
+        }
+        at::Tensor t = at::ones({8});
+        Status s = comm.AllReduce(t);
+        done = true;
+        EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+      },
+      milliseconds(3000));
 }
 
 TEST(CollectivesTest, MissingRankZeroTimesOut) {
@@ -178,7 +188,8 @@ TEST(CollectivesTest, MissingRankZeroTimesOut) {
   opts.timeout = milliseconds(1000);
   auto comm = Collectives::Create(opts);
   ASSERT_FALSE(comm.ok());
-  EXPECT_NE(comm.status().message().find("rendezvous"), std::string::npos) << comm.status().ToString();
+  EXPECT_NE(comm.status().message().find("rendezvous"), std::string::npos)
+      << comm.status().ToString();
 }
 
 }  // namespace

@@ -51,11 +51,29 @@ class LossCheckTest : public ::testing::Test {
     Save(dir_.Sub("N.npy"), N_);
   }
 
-  std::vector<std::string> Args(const std::string& variant, const std::string& margin_type, int world,
-                                const std::string& out) {
-    return {"loss-check", "--embeddings", dir_.Sub("E.npy"), "--weights", dir_.Sub("W.npy"), "--labels",
-            dir_.Sub("Y.npy"), "--negatives", dir_.Sub("N.npy"), "--variant", variant, "--scale", "24", "--margin",
-            "0.3", "--margin-type", margin_type, "--world-size", std::to_string(world), "--out", out};
+  std::vector<std::string> Args(const std::string& variant, const std::string& margin_type,
+                                int world, const std::string& out) {
+    return {"loss-check",
+            "--embeddings",
+            dir_.Sub("E.npy"),
+            "--weights",
+            dir_.Sub("W.npy"),
+            "--labels",
+            dir_.Sub("Y.npy"),
+            "--negatives",
+            dir_.Sub("N.npy"),
+            "--variant",
+            variant,
+            "--scale",
+            "24",
+            "--margin",
+            "0.3",
+            "--margin-type",
+            margin_type,
+            "--world-size",
+            std::to_string(world),
+            "--out",
+            out};
   }
 
   struct Outputs {
@@ -113,7 +131,8 @@ TEST_F(LossCheckTest, WorldSizesTwoAndThreeMatchOne) {
       std::string out = dir_.Sub(variant + std::to_string(world));
       Outputs many = Run(Args(variant, "arc", world, out), out);
       ASSERT_TRUE(many.loss.defined() && many.grad_w.defined());
-      EXPECT_NEAR(many.loss.item<float>(), one.loss.item<float>(), 1e-5 * one.loss.item<float>()) << world;
+      EXPECT_NEAR(many.loss.item<float>(), one.loss.item<float>(), 1e-5 * one.loss.item<float>())
+          << world;
       EXPECT_TRUE(at::allclose(many.grad_e, one.grad_e, 1e-4, 1e-6)) << world;
       EXPECT_TRUE(at::allclose(many.grad_w, one.grad_w, 1e-4, 1e-6)) << world;
     }
@@ -121,7 +140,8 @@ TEST_F(LossCheckTest, WorldSizesTwoAndThreeMatchOne) {
   for (std::string margin : {"cos", "none"}) {
     Outputs one = Run(Args("mlcd", margin, 1, dir_.Sub(margin + "1")), dir_.Sub(margin + "1"));
     Outputs two = Run(Args("mlcd", margin, 2, dir_.Sub(margin + "2")), dir_.Sub(margin + "2"));
-    EXPECT_NEAR(two.loss.item<float>(), one.loss.item<float>(), 1e-5 * one.loss.item<float>()) << margin;
+    EXPECT_NEAR(two.loss.item<float>(), one.loss.item<float>(), 1e-5 * one.loss.item<float>())
+        << margin;
     EXPECT_TRUE(at::allclose(two.grad_e, one.grad_e, 1e-4, 1e-6)) << margin;
     EXPECT_TRUE(at::allclose(two.grad_w, one.grad_w, 1e-4, 1e-6)) << margin;
   }
@@ -175,7 +195,8 @@ TEST_F(LossCheckTest, BadInputsAreRejectedClearly) {
   at::Tensor wzero = W_.clone();
   wzero[2].zero_();  // class 2 is a negative
   Save(dir_.Sub("Wzero.npy"), wzero);
-  ExpectRejected(with(4, dir_.Sub("Wzero.npy")), "class centre 2 is in the sampled set but all zeros");
+  ExpectRejected(with(4, dir_.Sub("Wzero.npy")),
+                 "class centre 2 is in the sampled set but all zeros");
   at::Tensor nan = E_.clone();
   nan[0][0] = NAN;
   Save(dir_.Sub("Enan.npy"), nan);

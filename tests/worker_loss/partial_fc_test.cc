@@ -36,7 +36,9 @@ at::Tensor Labels(const std::vector<std::vector<int64_t>>& rows) {
 }
 
 at::Tensor Ids(const std::vector<int64_t>& ids) {
-  return at::from_blob(const_cast<int64_t*>(ids.data()), {static_cast<int64_t>(ids.size())}, at::kLong).clone();
+  return at::from_blob(const_cast<int64_t*>(ids.data()), {static_cast<int64_t>(ids.size())},
+                       at::kLong)
+      .clone();
 }
 
 PartialFcOptions Options(int64_t K, int64_t D, LossVariant v, MarginType mt, double s, double m) {
@@ -59,7 +61,8 @@ std::unique_ptr<PartialFc> MustCreate(const PartialFcOptions& o, Collectives* co
 }
 
 // A W = 1 layer whose centres are `weights`.
-std::unique_ptr<PartialFc> LayerWith(Collectives* comm, const PartialFcOptions& o, const at::Tensor& weights) {
+std::unique_ptr<PartialFc> LayerWith(Collectives* comm, const PartialFcOptions& o,
+                                     const at::Tensor& weights) {
   auto pfc = PartialFc::Create(o, comm);
   EXPECT_TRUE(pfc.ok()) << pfc.status().ToString();
   PartialFcShardState st;
@@ -83,9 +86,12 @@ struct Reference {
 
   double MarginLogit(double c) const {
     switch (margin_type) {
-      case MarginType::kArc: return s * std::cos(std::acos(c) + m);
-      case MarginType::kCos: return s * (c - m);
-      case MarginType::kNone: return s * c;
+      case MarginType::kArc:
+        return s * std::cos(std::acos(c) + m);
+      case MarginType::kCos:
+        return s * (c - m);
+      case MarginType::kNone:
+        return s * c;
     }
     return 0;
   }
@@ -171,8 +177,10 @@ std::vector<std::vector<int64_t>> ToLabelRows(const at::Tensor& t) {
 // ---- Hand-worked cases. e = (1, 0); w0 at 60° (c = 0.5), w1 = (0, 1) (c = 0), w2 = (-1, 0)
 // (c = -1). Arc margin m = π/6 turns the positive's θ = 60° into 90°: z_p = s·cos 90° = 0.
 struct HandCase {
-  at::Tensor E = at::tensor(std::vector<float>{2.0f, 0.0f}).view({1, 2});  // norm 2: tests the normalisation too
-  at::Tensor W = at::tensor(std::vector<float>{0.5f, static_cast<float>(std::sqrt(3.0) / 2), 0.0f, 3.0f, -1.0f, 0.0f})
+  at::Tensor E = at::tensor(std::vector<float>{2.0f, 0.0f})
+                     .view({1, 2});  // norm 2: tests the normalisation too
+  at::Tensor W = at::tensor(std::vector<float>{0.5f, static_cast<float>(std::sqrt(3.0) / 2), 0.0f,
+                                               3.0f, -1.0f, 0.0f})
                      .view({3, 2});
   at::Tensor Y = Labels({{0}});
   at::Tensor N = Ids({1, 2});
@@ -182,7 +190,8 @@ struct HandCase {
 TEST(PartialFcHandTest, MlcdArcMargin) {
   HandCase h;
   auto comm = Collectives::Local();
-  auto pfc = LayerWith(comm.get(), Options(3, 2, LossVariant::kMlcd, MarginType::kArc, h.s, h.m), h.W);
+  auto pfc =
+      LayerWith(comm.get(), Options(3, 2, LossVariant::kMlcd, MarginType::kArc, h.s, h.m), h.W);
   auto r = pfc->ForwardBackwardWithNegatives(h.E, h.Y, h.N);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   // L = log(1 + e^{-0}) + log(1 + e^{0} + e^{-2}).
@@ -231,11 +240,13 @@ TEST(PartialFcHandTest, CosineMarginAndNoMargin) {
   HandCase h;
   auto comm = Collectives::Local();
   // cos margin 0.5: z_p = 2·(0.5 − 0.5) = 0 again; none: z_p = 2·0.5 = 1.
-  auto cos_layer = LayerWith(comm.get(), Options(3, 2, LossVariant::kMlcd, MarginType::kCos, 2.0, 0.5), h.W);
+  auto cos_layer =
+      LayerWith(comm.get(), Options(3, 2, LossVariant::kMlcd, MarginType::kCos, 2.0, 0.5), h.W);
   auto r = cos_layer->ForwardBackwardWithNegatives(h.E, h.Y, h.N);
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(r->loss, std::log(2.0) + std::log(2.0 + std::exp(-2.0)), 1e-6);
-  auto none_layer = LayerWith(comm.get(), Options(3, 2, LossVariant::kMlcd, MarginType::kNone, 2.0, 0.5), h.W);
+  auto none_layer =
+      LayerWith(comm.get(), Options(3, 2, LossVariant::kMlcd, MarginType::kNone, 2.0, 0.5), h.W);
   r = none_layer->ForwardBackwardWithNegatives(h.E, h.Y, h.N);
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(r->loss, std::log(1.0 + std::exp(-1.0)) + std::log(2.0 + std::exp(-2.0)), 1e-6);
@@ -248,7 +259,9 @@ struct TinyCase {
   at::Tensor W = Randn({9, 4}, 12);
   at::Tensor Y = Labels({{1, 4}, {4, -1}, {7, 0}, {-1, -1}, {2, 2}});  // padding, duplicates
   at::Tensor N = Ids({3, 5, 5, 8});
-  std::set<int64_t> S() const { return {0, 1, 2, 3, 4, 5, 7, 8}; }  // N ∪ labels; class 6 is not sampled
+  std::set<int64_t> S() const {
+    return {0, 1, 2, 3, 4, 5, 7, 8};
+  }  // N ∪ labels; class 6 is not sampled
 };
 
 void CheckFiniteDifferences(LossVariant v, MarginType mt) {
@@ -297,12 +310,14 @@ void CheckFiniteDifferences(LossVariant v, MarginType mt) {
     }
   }
   EXPECT_GT(max_grad, 1e-3);  // the check is not vacuous
-  EXPECT_LT(max_err, 1e-5 * std::max(1.0, max_grad)) << "max |analytic - finite difference| = " << max_err;
+  EXPECT_LT(max_err, 1e-5 * std::max(1.0, max_grad))
+      << "max |analytic - finite difference| = " << max_err;
 }
 
 TEST(PartialFcGradientTest, FiniteDifferencesEveryVariantAndMargin) {
   for (LossVariant v : {LossVariant::kMlcd, LossVariant::kMlc, LossVariant::kSoftmax}) {
-    for (MarginType mt : {MarginType::kArc, MarginType::kCos, MarginType::kNone}) CheckFiniteDifferences(v, mt);
+    for (MarginType mt : {MarginType::kArc, MarginType::kCos, MarginType::kNone})
+      CheckFiniteDifferences(v, mt);
   }
 }
 
@@ -500,17 +515,22 @@ TEST(PartialFcTest, BadInputsAreRejected) {
   PartialFcOptions o = Options(10, 4, LossVariant::kMlcd, MarginType::kArc, 16, 0.3);
   auto pfc = MustCreate(o, comm.get());
   at::Tensor E = Randn({2, 4}, 61);
-  EXPECT_EQ(pfc->ForwardBackward(Randn({2, 5}, 1), Labels({{1}, {2}})).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(pfc->ForwardBackward(E.to(at::kDouble), Labels({{1}, {2}})).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(pfc->ForwardBackward(E, Labels({{1}, {2}, {3}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pfc->ForwardBackward(Randn({2, 5}, 1), Labels({{1}, {2}})).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(pfc->ForwardBackward(E.to(at::kDouble), Labels({{1}, {2}})).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(pfc->ForwardBackward(E, Labels({{1}, {2}, {3}})).status().code(),
+            StatusCode::kInvalidArgument);
   auto big = pfc->ForwardBackward(E, Labels({{1}, {10}}));
   EXPECT_EQ(big.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(big.status().message().find("num_classes"), std::string::npos) << big.status().message();
+  EXPECT_NE(big.status().message().find("num_classes"), std::string::npos)
+      << big.status().message();
   EXPECT_EQ(pfc->ForwardBackward(E.narrow(0, 0, 0), Labels({{1}}).narrow(0, 0, 0)).status().code(),
             StatusCode::kInvalidArgument);
   at::Tensor nan = E.clone();
   nan[0][0] = NAN;
-  EXPECT_EQ(pfc->ForwardBackward(nan, Labels({{1}, {2}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pfc->ForwardBackward(nan, Labels({{1}, {2}})).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_FALSE(pfc->has_pending_gradient());
   EXPECT_EQ(pfc->ForwardBackwardWithNegatives(E, Labels({{1}, {2}}), Ids({10})).status().code(),
             StatusCode::kInvalidArgument);
@@ -642,7 +662,8 @@ TEST(PartialFcCheckpointTest, ReshardedStateIsExact) {
   RunRanks(2, [&](int rank, Collectives& comm) {
     auto pfc = MustCreate(o, &comm);
     for (int s = 0; s < 3; ++s) {
-      ASSERT_TRUE(pfc->ForwardBackward(Randn({2, D}, 80 + rank + s), Labels({{rank * 10 + s}, {22}})).ok());
+      ASSERT_TRUE(
+          pfc->ForwardBackward(Randn({2, D}, 80 + rank + s), Labels({{rank * 10 + s}, {22}})).ok());
       ASSERT_TRUE(pfc->OptimizerStep(0.1).ok());
     }
     ASSERT_TRUE(pfc->Save(dir.path()).ok());

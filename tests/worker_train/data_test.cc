@@ -64,7 +64,8 @@ TEST(SampleOrderTest, RanksSplitTheGlobalBatchContiguouslyAtAnyWorldSize) {
     one.LocalIds(index, &w1);
     StepPosition pos = one.Position(index);
     auto perm = EpochPermutation(3, 0, pos.epoch, 500);
-    std::vector<int64_t> expected(perm.begin() + pos.step_in_epoch * 48, perm.begin() + (pos.step_in_epoch + 1) * 48);
+    std::vector<int64_t> expected(perm.begin() + pos.step_in_epoch * 48,
+                                  perm.begin() + (pos.step_in_epoch + 1) * 48);
     EXPECT_EQ(w1, expected);
     for (int w : {2, 3, 4, 6}) {
       ScheduleOptions ow = o;
@@ -108,7 +109,8 @@ torch::Tensor CountingImages(int64_t n, int h, int w) {
   auto a = t.accessor<uint8_t, 4>();
   for (int64_t i = 0; i < n; ++i)
     for (int y = 0; y < h; ++y)
-      for (int x = 0; x < w; ++x) a[i][0][y][x] = static_cast<uint8_t>(1 + (y * w + x + 7 * i) % 250);
+      for (int x = 0; x < w; ++x)
+        a[i][0][y][x] = static_cast<uint8_t>(1 + (y * w + x + 7 * i) % 250);
   return t;
 }
 
@@ -144,7 +146,8 @@ TEST(AugmentTest, CropAndFlipMovePixelsExactlyAsDrawn) {
       for (int x = 0; x < w; ++x) {
         const int sx = d.flip ? (w - 1 - x) : x;
         const int py = y + d.offset_y - 3, pxx = sx + d.offset_x - 3;
-        const float expected = (py < 0 || py >= h || pxx < 0 || pxx >= w) ? 0.0f : src[i][0][py][pxx] / 255.0f;
+        const float expected =
+            (py < 0 || py >= h || pxx < 0 || pxx >= w) ? 0.0f : src[i][0][py][pxx] / 255.0f;
         ASSERT_NEAR(out[i][0][y][x].item<float>(), expected, 1e-6) << i << " " << y << " " << x;
       }
     }
@@ -202,7 +205,8 @@ TEST(AugmentTest, ResizedCropSamplesExactlyTheDrawnWindow) {
         const double kk = d.flip ? (size - 1 - k) : k;
         const double sy = std::clamp(d.y0 + (j + 0.5) * d.height / size - 0.5, 0.0, h - 1.0);
         const double sx = std::clamp(d.x0 + (kk + 0.5) * d.width / size - 0.5, 0.0, w - 1.0);
-        ASSERT_NEAR(out[i][0][j][k].item<float>(), 4 * sx + 2 * sy, 1e-2) << i << " " << j << " " << k;
+        ASSERT_NEAR(out[i][0][j][k].item<float>(), 4 * sx + 2 * sy, 1e-2)
+            << i << " " << j << " " << k;
       }
     }
   }
@@ -211,16 +215,19 @@ TEST(AugmentTest, ResizedCropSamplesExactlyTheDrawnWindow) {
   EXPECT_LT(min_area, 0.6);
   EXPECT_GT(max_area, 0.8);
   // Draws depend on the sample and the epoch, not on the batch.
-  torch::Tensor alone = PrepareImages(ramp.slice(0, 3, 4), {ids[3]}, aug, 0, 1, {0.0f}, {1.0f / 255.0f}, size);
+  torch::Tensor alone =
+      PrepareImages(ramp.slice(0, 3, 4), {ids[3]}, aug, 0, 1, {0.0f}, {1.0f / 255.0f}, size);
   EXPECT_TRUE(torch::allclose(alone[0], out[3]));
-  EXPECT_FALSE(torch::allclose(PrepareImages(ramp, ids, aug, 0, 2, {0.0f}, {1.0f / 255.0f}, size), out));
+  EXPECT_FALSE(
+      torch::allclose(PrepareImages(ramp, ids, aug, 0, 2, {0.0f}, {1.0f / 255.0f}, size), out));
 }
 
 TEST(AugmentTest, ResizesToTheModelImageSize) {
   torch::Tensor px = CountingImages(2, 28, 28);
   AugmentOptions aug;
   aug.enabled = false;
-  EXPECT_EQ(PrepareImages(px, {0, 1}, aug, 0, 0, {0.0f}, {1.0f}, 32).sizes(), (std::vector<int64_t>{2, 1, 32, 32}));
+  EXPECT_EQ(PrepareImages(px, {0, 1}, aug, 0, 0, {0.0f}, {1.0f}, 32).sizes(),
+            (std::vector<int64_t>{2, 1, 32, 32}));
 }
 
 TEST(DatasetTest, FashionMnistWithLimitAndBadIds) {
@@ -274,7 +281,8 @@ TEST(BatchLoaderTest, YieldsTheScheduleInOrderWithPreparedImages) {
     EXPECT_EQ(b->position.epoch, i / 5);
     torch::Tensor raw = torch::empty({4, 1, 8, 8}, torch::kUInt8);
     ASSERT_TRUE(ds.Gather(ids.data(), 4, raw.data_ptr<uint8_t>()).ok());
-    torch::Tensor expected = PrepareImages(raw, ids, o.augment, 0, b->position.epoch, {0.5f}, {0.5f}, 8);
+    torch::Tensor expected =
+        PrepareImages(raw, ids, o.augment, 0, b->position.epoch, {0.5f}, {0.5f}, 8);
     EXPECT_TRUE(torch::equal(b->images, expected));
   }
   EXPECT_EQ(loader.Next().status().code(), StatusCode::kOutOfRange);

@@ -19,7 +19,8 @@ namespace {
 using mlcd::testing::TempDir;
 
 // Labels that encode the id: row of id i is (i % 97, (i * 7) % 97, (i * 13) % 97).
-Status WriteEncodedSet(const std::string& address, const std::string& name, int64_t n, int64_t missing_id = -1) {
+Status WriteEncodedSet(const std::string& address, const std::string& name, int64_t n,
+                       int64_t missing_id = -1) {
   labelstore::LabelStoreClient client(address);
   labelstore::LabelSetSpec spec;
   spec.name = name;
@@ -45,11 +46,13 @@ bool AllThreadsStopped(pid_t pid) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     bool all = true;
-    for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    for (const auto& task :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
       auto stat = ReadFileToString(task.path().string() + "/stat");
       if (!stat.ok()) continue;
       const size_t paren = stat->rfind(')');
-      if (paren == std::string::npos || paren + 2 >= stat->size() || (*stat)[paren + 2] != 'T') all = false;
+      if (paren == std::string::npos || paren + 2 >= stat->size() || (*stat)[paren + 2] != 'T')
+        all = false;
     }
     if (all) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

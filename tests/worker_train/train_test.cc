@@ -55,22 +55,36 @@ class TrainTest : public ::testing::Test {
   }
 
   // Starts rank `rank` of `world` with the spec file and extra flags; progress to a file.
-  void StartRank(ChildProcess* p, const std::string& name, int rank, int world, const std::string& spec,
-                 const std::string& rendezvous, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"train",        "--spec",          spec,
-                                     "--rank",       std::to_string(rank), "--world-size", std::to_string(world),
-                                     "--labelstore", store_->address(), "--label-set",  "test/r0",
-                                     "--progress-jsonl", Events(name, rank), "--log-every", "1"};
+  void StartRank(ChildProcess* p, const std::string& name, int rank, int world,
+                 const std::string& spec, const std::string& rendezvous,
+                 std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train",
+                                     "--spec",
+                                     spec,
+                                     "--rank",
+                                     std::to_string(rank),
+                                     "--world-size",
+                                     std::to_string(world),
+                                     "--labelstore",
+                                     store_->address(),
+                                     "--label-set",
+                                     "test/r0",
+                                     "--progress-jsonl",
+                                     Events(name, rank),
+                                     "--log-every",
+                                     "1"};
     if (world > 1) args.insert(args.end(), {"--rendezvous", rendezvous});
     args.insert(args.end(), extra.begin(), extra.end());
-    Status st = p->Start(BinPath("mlcd-worker"), args, dir_->Sub(name + ".r" + std::to_string(rank) + ".log"));
+    Status st = p->Start(BinPath("mlcd-worker"), args,
+                         dir_->Sub(name + ".r" + std::to_string(rank) + ".log"));
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   std::string Events(const std::string& name, int rank) {
     return dir_->Sub(name + ".r" + std::to_string(rank) + ".jsonl");
   }
   // Runs a gang of `world` ranks to completion; every rank must exit 0.
-  void RunGang(const std::string& name, int world, const std::string& spec, std::vector<std::string> extra) {
+  void RunGang(const std::string& name, int world, const std::string& spec,
+               std::vector<std::string> extra) {
     const std::string rendezvous = "127.0.0.1:" + std::to_string(PickFreePort());
     std::vector<std::unique_ptr<ChildProcess>> ranks;
     for (int r = 0; r < world; ++r) {
@@ -92,7 +106,8 @@ class TrainTest : public ::testing::Test {
   // global_step -> loss of a run's progress events.
   std::map<int64_t, double> Losses(const std::string& name, int rank = 0) {
     std::map<int64_t, double> out;
-    for (const auto& e : train_testing::EventsOf(train_testing::ReadEvents(Events(name, rank)), "progress")) {
+    for (const auto& e :
+         train_testing::EventsOf(train_testing::ReadEvents(Events(name, rank)), "progress")) {
       out[e["global_step"].get<int64_t>()] = e["loss"].get<double>();
     }
     return out;
@@ -112,15 +127,16 @@ TEST_F(TrainTest, LossFallsAndEventsFollowTheContract) {
   ASSERT_TRUE(google::protobuf::util::MessageToJsonString(spec, &spec_json).ok());
   const std::string assignment = dir_->Sub("falls.assignment.json");
   const std::string ckpt = dir_->Sub("falls.ckpt");
-  ASSERT_TRUE(WriteFileAtomically(assignment, "{\"id\":\"a1\",\"rank\":0,\"worldSize\":1,\"round\":0,"
-                                              "\"firstEpoch\":0,\"endEpoch\":4,\"labelSet\":\"test/r0\","
-                                              "\"labelstoreAddress\":\"" +
-                                                  store_->address() + "\",\"checkpointDir\":\"" + ckpt +
-                                                  "\",\"spec\":" + spec_json + "}")
+  ASSERT_TRUE(WriteFileAtomically(assignment,
+                                  "{\"id\":\"a1\",\"rank\":0,\"worldSize\":1,\"round\":0,"
+                                  "\"firstEpoch\":0,\"endEpoch\":4,\"labelSet\":\"test/r0\","
+                                  "\"labelstoreAddress\":\"" +
+                                      store_->address() + "\",\"checkpointDir\":\"" + ckpt +
+                                      "\",\"spec\":" + spec_json + "}")
                   .ok());
   std::string out;
-  int rc = mlcd::testing::RunCommand(BinPath("mlcd-worker"),
-                                     {"train", "--assignment", assignment, "--progress-jsonl", "-"}, &out);
+  int rc = mlcd::testing::RunCommand(
+      BinPath("mlcd-worker"), {"train", "--assignment", assignment, "--progress-jsonl", "-"}, &out);
   ASSERT_EQ(rc, 0) << out;
   std::vector<json> events;
   std::istringstream lines(out);
@@ -164,7 +180,8 @@ TEST_F(TrainTest, LossFallsAndEventsFollowTheContract) {
     return s / static_cast<double>(end - begin);
   };
   const double first = mean(0, 5, "loss"), last_loss = mean(35, 40, "loss");
-  EXPECT_LT(last_loss, 0.85 * first) << "loss did not fall: first steps " << first << ", last steps " << last_loss;
+  EXPECT_LT(last_loss, 0.85 * first)
+      << "loss did not fall: first steps " << first << ", last steps " << last_loss;
   EXPECT_GT(mean(35, 40, "mean_positive_cosine"), mean(0, 5, "mean_positive_cosine") + 0.05);
 }
 
@@ -179,7 +196,8 @@ TEST_F(TrainTest, ResumeGivesTheSameNextLossesAsNotStopping) {
   ASSERT_EQ(full.size(), 12u);
 
   // From the middle of epoch 0 (4 steps done).
-  RunGang("resume.mid", 1, path, {"--checkpoint-dir", dir_->Sub("resume.mid.ckpt"), "--resume", ckpt + "/ckpt-r0-e0-s4"});
+  RunGang("resume.mid", 1, path,
+          {"--checkpoint-dir", dir_->Sub("resume.mid.ckpt"), "--resume", ckpt + "/ckpt-r0-e0-s4"});
   auto mid = Losses("resume.mid");
   ASSERT_EQ(mid.size(), 8u);
   for (const auto& [step, loss] : mid) {
@@ -189,11 +207,12 @@ TEST_F(TrainTest, ResumeGivesTheSameNextLossesAsNotStopping) {
   EXPECT_EQ(mid.begin()->first, 5);
   // From the end of epoch 0 (the coordinator's next assignment: epochs [1, 2)).
   RunGang("resume.epoch", 1, path,
-          {"--checkpoint-dir", dir_->Sub("resume.epoch.ckpt"), "--resume", ckpt + "/ckpt-r0-e0-s6", "--first-epoch",
-           "1", "--end-epoch", "2"});
+          {"--checkpoint-dir", dir_->Sub("resume.epoch.ckpt"), "--resume", ckpt + "/ckpt-r0-e0-s6",
+           "--first-epoch", "1", "--end-epoch", "2"});
   auto next = Losses("resume.epoch");
   ASSERT_EQ(next.size(), 6u);
-  for (const auto& [step, loss] : next) EXPECT_NEAR(loss, full[step], 1e-5 * std::max(1.0, std::abs(loss))) << step;
+  for (const auto& [step, loss] : next)
+    EXPECT_NEAR(loss, full[step], 1e-5 * std::max(1.0, std::abs(loss))) << step;
 }
 
 TEST_F(TrainTest, TwoRankCheckpointContinuesOnThreeRanks) {
@@ -209,7 +228,8 @@ TEST_F(TrainTest, TwoRankCheckpointContinuesOnThreeRanks) {
   int ranges = 0;
   for (const auto& entry : std::filesystem::directory_iterator(ckpt2 + "/ckpt-r0-e0-s6")) {
     const std::string f = entry.path().filename().string();
-    ranges += f.rfind("class_centres.", 0) == 0 && f.size() > 5 && f.substr(f.size() - 5) == ".json";
+    ranges +=
+        f.rfind("class_centres.", 0) == 0 && f.size() > 5 && f.substr(f.size() - 5) == ".json";
   }
   EXPECT_EQ(ranges, 2);
 
@@ -262,22 +282,26 @@ TEST_F(TrainTest, ModelFeatureRoundsStartTheirCentresAtTheCentroids) {
   for (int64_t c = 0; c < k; ++c) {
     double norm = 0;
     for (int64_t j = 0; j < d; ++j) {
-      const double v = std::sin(0.7 * static_cast<double>(c * d + j) + 0.3 * static_cast<double>(c));
+      const double v =
+          std::sin(0.7 * static_cast<double>(c * d + j) + 0.3 * static_cast<double>(c));
       centroids[static_cast<size_t>(c * d + j)] = static_cast<float>(v);
       norm += v * v;
     }
-    for (int64_t j = 0; j < d; ++j) centroids[static_cast<size_t>(c * d + j)] /= static_cast<float>(std::sqrt(norm));
+    for (int64_t j = 0; j < d; ++j)
+      centroids[static_cast<size_t>(c * d + j)] /= static_cast<float>(std::sqrt(norm));
   }
   const std::string centroids_path = dir_->Sub("centroids.npy");
   ASSERT_TRUE(WriteNpy(centroids_path, NpyDtype::kFloat32, {k, d}, centroids.data()).ok());
   // The class centres of the newest checkpoint under `root`, assembled from the ranks' ranges.
   auto saved_centres = [&](const std::string& root) {
     std::string latest = ReadFileToString(root + "/LATEST").value();
-    while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) latest.pop_back();
+    while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back())))
+      latest.pop_back();
     std::vector<float> all(static_cast<size_t>(k * d), NAN);
     for (const auto& entry : std::filesystem::directory_iterator(root + "/" + latest)) {
       const std::string name = entry.path().filename().string();
-      if (name.rfind("class_centres.", 0) != 0 || name.find(".weight.npy") == std::string::npos) continue;
+      if (name.rfind("class_centres.", 0) != 0 || name.find(".weight.npy") == std::string::npos)
+        continue;
       const int64_t begin = std::stoll(name.substr(std::string("class_centres.").size(), 12));
       auto rows = ReadNpyAsFloat32(entry.path().string());
       EXPECT_TRUE(rows.ok()) << rows.status().ToString();
@@ -290,7 +314,8 @@ TEST_F(TrainTest, ModelFeatureRoundsStartTheirCentresAtTheCentroids) {
     double worst = 0;
     for (int64_t c = 0; c < k; ++c) {
       double norm = 0;
-      for (int64_t j = 0; j < d; ++j) norm += saved[static_cast<size_t>(c * d + j)] * saved[static_cast<size_t>(c * d + j)];
+      for (int64_t j = 0; j < d; ++j)
+        norm += saved[static_cast<size_t>(c * d + j)] * saved[static_cast<size_t>(c * d + j)];
       for (int64_t j = 0; j < d; ++j) {
         const size_t i = static_cast<size_t>(c * d + j);
         const double diff = std::abs(saved[i] / std::sqrt(norm) - centroids[i]);
@@ -300,7 +325,8 @@ TEST_F(TrainTest, ModelFeatureRoundsStartTheirCentresAtTheCentroids) {
     return worst;
   };
   const std::string ckpt1 = dir_->Sub("centroids.r1.ckpt");
-  RunGang("centroids.r1", 2, path, {"--checkpoint-dir", ckpt1, "--round", "1", "--centroids", centroids_path});
+  RunGang("centroids.r1", 2, path,
+          {"--checkpoint-dir", ckpt1, "--round", "1", "--centroids", centroids_path});
   EXPECT_LT(max_difference(saved_centres(ckpt1)), 1e-5);
 
   const std::string ckpt0 = dir_->Sub("centroids.r0.ckpt");
@@ -317,7 +343,9 @@ TEST_F(TrainTest, ModelFeatureRoundsStartTheirCentresAtTheCentroids) {
   StartRank(&p, "centroids.strict", 0, 1, strict, "", {"--round", "1", "--centroids", narrow_path});
   int status = p.Wait(std::chrono::seconds(120));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << p.Log();
-  EXPECT_NE(p.Log().find("holds 16 x 8 centroids but the class centres are 16 x 32"), std::string::npos) << p.Log();
+  EXPECT_NE(p.Log().find("holds 16 x 8 centroids but the class centres are 16 x 32"),
+            std::string::npos)
+      << p.Log();
 }
 
 TEST_F(TrainTest, ADeadPeerFailsTheGangWithAnError) {
@@ -330,7 +358,8 @@ TEST_F(TrainTest, ADeadPeerFailsTheGangWithAnError) {
   StartRank(&r1, "dead", 1, 2, path, rendezvous, {});
   // Wait for training to be under way, then kill rank 1.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (train_testing::EventsOf(train_testing::ReadEvents(Events("dead", 1)), "progress").size() < 2) {
+  while (train_testing::EventsOf(train_testing::ReadEvents(Events("dead", 1)), "progress").size() <
+         2) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << r1.Log();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -358,42 +387,56 @@ TEST_F(TrainTest, BadInputsGetClearErrors) {
   v1::JobSpec too_many = ok;
   too_many.mutable_dataset()->set_limit(600);
   std::vector<Case> cases = {
-      {"odd_batch", odd_batch, {"--world-size", "3", "--rendezvous", "127.0.0.1:1"}, "divisible by world_size"},
+      {"odd_batch",
+       odd_batch,
+       {"--world-size", "3", "--rendezvous", "127.0.0.1:1"},
+       "divisible by world_size"},
       {"wrong_k", wrong_k, {}, "k=16"},
       {"too_many", too_many, {}, "holds labels for 480 samples"},
       {"no_set", ok, {"--label-set", "test/none"}, "NOT_FOUND"},
       {"bad_round", ok, {"--round", "3"}, "--round 3"},
   };
   for (auto& c : cases) {
-    std::vector<std::string> args = {"train", "--spec", Spec(c.name, c.spec), "--labelstore", store_->address(),
-                                     "--progress-jsonl", dir_->Sub(std::string(c.name) + ".jsonl")};
+    std::vector<std::string> args = {"train",
+                                     "--spec",
+                                     Spec(c.name, c.spec),
+                                     "--labelstore",
+                                     store_->address(),
+                                     "--progress-jsonl",
+                                     dir_->Sub(std::string(c.name) + ".jsonl")};
     args.insert(args.end(), c.args.begin(), c.args.end());
-    if (std::find(args.begin(), args.end(), "--label-set") == args.end()) args.insert(args.end(), {"--label-set", "test/r0"});
+    if (std::find(args.begin(), args.end(), "--label-set") == args.end())
+      args.insert(args.end(), {"--label-set", "test/r0"});
     std::string out;
     int rc = mlcd::testing::RunCommand(BinPath("mlcd-worker"), args, &out);
     EXPECT_EQ(rc, 1) << c.name << ": " << out;
-    auto errors = train_testing::EventsOf(train_testing::ReadEvents(dir_->Sub(std::string(c.name) + ".jsonl")), "error");
+    auto errors = train_testing::EventsOf(
+        train_testing::ReadEvents(dir_->Sub(std::string(c.name) + ".jsonl")), "error");
     ASSERT_EQ(errors.size(), 1u) << c.name << ": " << out;
     EXPECT_NE(errors[0]["message"].get<std::string>().find(c.expect), std::string::npos)
         << c.name << ": " << errors[0]["message"];
   }
   std::string out;
-  EXPECT_EQ(mlcd::testing::RunCommand(BinPath("mlcd-worker"), {"train", "--spec", dir_->Sub("missing.json")}, &out), 1);
+  EXPECT_EQ(mlcd::testing::RunCommand(BinPath("mlcd-worker"),
+                                      {"train", "--spec", dir_->Sub("missing.json")}, &out),
+            1);
   EXPECT_NE(out.find("missing.json"), std::string::npos) << out;
   const std::string garbage = dir_->Sub("garbage.json");
   ASSERT_TRUE(WriteFileAtomically(garbage, "{\"training\": {\"batch_size\": \"many\"}}").ok());
-  EXPECT_EQ(mlcd::testing::RunCommand(BinPath("mlcd-worker"), {"train", "--spec", garbage}, &out), 1);
+  EXPECT_EQ(mlcd::testing::RunCommand(BinPath("mlcd-worker"), {"train", "--spec", garbage}, &out),
+            1);
   EXPECT_NE(out.find("mlcd.v1.JobSpec"), std::string::npos) << out;
 }
 
 TEST(LoadJobSpecFileTest, YamlAndJsonFormsAgreeAndErrorsNameTheFile) {
   TempDir dir;
   const std::string yaml = dir.Sub("job.yaml");
-  ASSERT_TRUE(WriteFileAtomically(yaml,
-                                  "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata: {name: t}\nspec:\n"
-                                  "  dataset: {limit: 480}\n  clustering: {k: 16, l: 2}\n"
-                                  "  model: {preset: vit-tiny, width: 32, depth: 1, heads: 2, embed_dim: 32}\n"
-                                  "  training: {batch_size: 48, seed: 42}\n")
+  ASSERT_TRUE(WriteFileAtomically(
+                  yaml,
+                  "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata: {name: t}\nspec:\n"
+                  "  dataset: {limit: 480}\n  clustering: {k: 16, l: 2}\n"
+                  "  model: {preset: vit-tiny, width: 32, depth: 1, heads: 2, embed_dim: 32}\n"
+                  "  training: {batch_size: 48, seed: 42}\n")
                   .ok());
   auto from_yaml = LoadJobSpecFile(yaml);
   ASSERT_TRUE(from_yaml.ok()) << from_yaml.status().ToString();
@@ -406,8 +449,10 @@ TEST(LoadJobSpecFileTest, YamlAndJsonFormsAgreeAndErrorsNameTheFile) {
   ASSERT_TRUE(from_json.ok()) << from_json.status().ToString();
   EXPECT_EQ(from_json->SerializeAsString(), from_yaml->SerializeAsString());
 
-  ASSERT_TRUE(WriteFileAtomically(yaml, "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  training: {batch_sze: 4}\n")
-                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(
+          yaml, "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  training: {batch_sze: 4}\n")
+          .ok());
   auto bad = LoadJobSpecFile(yaml);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(yaml), std::string::npos) << bad.status().ToString();
@@ -466,12 +511,13 @@ TEST_F(TrainTest, InProcessTrainerExportsMetrics) {
   const std::string labels = "{job_id=\"standalone\",rank=\"0\",round=\"0\",variant=\"mlcd\"}";
   for (const std::string& series :
        {"mlcd_worker_loss" + labels, "mlcd_worker_samples_per_second" + labels,
-        std::string("mlcd_worker_mean_positive_cosine{"), std::string("mlcd_worker_mean_negative_cosine{"),
-        std::string("mlcd_worker_learning_rate{"), "mlcd_worker_label_wait_seconds_count" + labels + " 6",
+        std::string("mlcd_worker_mean_positive_cosine{"),
+        std::string("mlcd_worker_mean_negative_cosine{"), std::string("mlcd_worker_learning_rate{"),
+        "mlcd_worker_label_wait_seconds_count" + labels + " 6",
         "mlcd_worker_backbone_seconds_count" + labels + " 6",
         std::string("mlcd_worker_classification_layer_seconds_count{"),
-        std::string("mlcd_worker_collective_seconds_count{"), "mlcd_worker_steps_total" + labels + " 6",
-        "mlcd_worker_samples_total" + labels + " 288"}) {
+        std::string("mlcd_worker_collective_seconds_count{"),
+        "mlcd_worker_steps_total" + labels + " 6", "mlcd_worker_samples_total" + labels + " 288"}) {
     EXPECT_NE(page.find(series), std::string::npos) << series << "\n" << page;
   }
   EXPECT_EQ(events.back()["event"], "finished");

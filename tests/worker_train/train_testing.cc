@@ -18,14 +18,15 @@ namespace mlcd::worker::train_testing {
 
 Status LabelStoreProcess::Start(const mlcd::testing::TempDir& dir) {
   address_ = "127.0.0.1:" + std::to_string(PickFreePort());
-  MLCD_RETURN_IF_ERROR(process_.Start(mlcd::testing::BinPath("mlcd-labelstore"),
-                                      {"--listen", address_, "--metrics-listen", "", "--data-dir", dir.Sub("labelstore")},
-                                      dir.Sub("labelstore.log")));
+  MLCD_RETURN_IF_ERROR(process_.Start(
+      mlcd::testing::BinPath("mlcd-labelstore"),
+      {"--listen", address_, "--metrics-listen", "", "--data-dir", dir.Sub("labelstore")},
+      dir.Sub("labelstore.log")));
   return mlcd::testing::WaitForServing(address_, std::chrono::seconds(30));
 }
 
-Status WriteKMeansLabelSet(const std::string& address, const std::string& name, int64_t n, int k, int l,
-                           const std::vector<int64_t>& skip) {
+Status WriteKMeansLabelSet(const std::string& address, const std::string& name, int64_t n, int k,
+                           int l, const std::vector<int64_t>& skip) {
   std::string images_path, labels_path;
   MLCD_RETURN_IF_ERROR(FindMnistSplit(kFashionMnistDir, "train", &images_path, &labels_path));
   MLCD_ASSIGN_OR_RETURN(IdxImages images, ReadIdxImages(images_path, n));
@@ -60,7 +61,8 @@ Status WriteKMeansLabelSet(const std::string& address, const std::string& name, 
   for (int64_t i = 0; i < n; ++i) {
     if (skipped.count(i)) continue;
     ids.push_back(static_cast<uint64_t>(i));
-    for (int j = 0; j < l; ++j) rows.push_back(static_cast<int32_t>(nearest[static_cast<size_t>(i * l + j)]));
+    for (int j = 0; j < l; ++j)
+      rows.push_back(static_cast<int32_t>(nearest[static_cast<size_t>(i * l + j)]));
   }
   labelstore::LabelStoreClient client(address);
   labelstore::LabelSetSpec spec;
@@ -112,7 +114,8 @@ std::vector<nlohmann::json> ReadEvents(const std::string& path) {
   return out;
 }
 
-std::vector<nlohmann::json> EventsOf(const std::vector<nlohmann::json>& events, const std::string& kind) {
+std::vector<nlohmann::json> EventsOf(const std::vector<nlohmann::json>& events,
+                                     const std::string& kind) {
   std::vector<nlohmann::json> out;
   for (const auto& e : events) {
     if (e.value("event", "") == kind) out.push_back(e);

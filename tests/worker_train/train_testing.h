@@ -29,8 +29,8 @@ class LabelStoreProcess {
 // Writes and seals label set `name`: spherical k-means (FAISS, `k` centres, 10 iterations)
 // over the L2-normalised pixels of the first `n` Fashion-MNIST training images, then each
 // image's `l` most similar centres. Sample ids 0..n-1 except those in `skip`.
-Status WriteKMeansLabelSet(const std::string& address, const std::string& name, int64_t n, int k, int l,
-                           const std::vector<int64_t>& skip = {});
+Status WriteKMeansLabelSet(const std::string& address, const std::string& name, int64_t n, int k,
+                           int l, const std::vector<int64_t>& skip = {});
 
 // A small CPU job: Fashion-MNIST subset of n images, a ViT of width 32, depth 1, 2 heads,
 // embedding 32; k, l, global batch, epochs as given; MLCD loss with r = sample_ratio.
@@ -41,6 +41,7 @@ Status WriteSpecJson(const std::string& path, const v1::JobSpec& spec);
 // The JSON objects of a progress file, in order.
 std::vector<nlohmann::json> ReadEvents(const std::string& path);
 // Events of one kind.
-std::vector<nlohmann::json> EventsOf(const std::vector<nlohmann::json>& events, const std::string& kind);
+std::vector<nlohmann::json> EventsOf(const std::vector<nlohmann::json>& events,
+                                     const std::string& kind);
 
 }  // namespace mlcd::worker::train_testing

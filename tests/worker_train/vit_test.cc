@@ -40,9 +40,10 @@ TEST(VitOptionsTest, PresetsFollowTheSpecAndPaperTable8) {
     const char* preset;
     int width, depth, heads, patch, image, tokens;
   };
-  for (const Expect& e : {Expect{"vit-tiny", 192, 6, 3, 7, 28, 17}, Expect{"vit-small", 384, 12, 6, 7, 28, 17},
-                          Expect{"vit-b32", 768, 12, 12, 32, 224, 50}, Expect{"vit-b16", 768, 12, 12, 16, 224, 197},
-                          Expect{"vit-l14", 1024, 24, 16, 14, 224, 257}}) {
+  for (const Expect& e :
+       {Expect{"vit-tiny", 192, 6, 3, 7, 28, 17}, Expect{"vit-small", 384, 12, 6, 7, 28, 17},
+        Expect{"vit-b32", 768, 12, 12, 32, 224, 50}, Expect{"vit-b16", 768, 12, 12, 16, 224, 197},
+        Expect{"vit-l14", 1024, 24, 16, 14, 224, 257}}) {
     v1::JobSpec spec;
     spec.mutable_model()->set_preset(e.preset);
     ApplyJobSpecDefaults(&spec);
@@ -71,7 +72,8 @@ TEST(VitOptionsTest, BadSizesAreRejectedWithTheField) {
   m.set_embed_dim(8);
   auto o = VitOptionsFromSpec(m);
   ASSERT_FALSE(o.ok());
-  EXPECT_NE(o.status().message().find("divisible by model.heads"), std::string::npos) << o.status().ToString();
+  EXPECT_NE(o.status().message().find("divisible by model.heads"), std::string::npos)
+      << o.status().ToString();
   m.set_width(32);
   m.set_patch_size(5);
   o = VitOptionsFromSpec(m);
@@ -94,7 +96,8 @@ TEST(VitOptionsTest, BadSizesAreRejectedWithTheField) {
   m.set_patch_size(3);  // 7 per side; 2 halvings give ceil(21 / 4) = 6
   o = VitOptionsFromSpec(m);
   ASSERT_FALSE(o.ok());
-  EXPECT_NE(o.status().message().find("model.stem \"conv\" cannot reach 7 tokens per side"), std::string::npos)
+  EXPECT_NE(o.status().message().find("model.stem \"conv\" cannot reach 7 tokens per side"),
+            std::string::npos)
       << o.status().ToString();
   m.set_image_size(28);
   m.set_patch_size(7);
@@ -109,12 +112,14 @@ TEST(VitTest, OutputShapesAndParameterCount) {
     torch::Tensor y = model->forward(torch::randn({5, 1, 28, 28}));
     EXPECT_EQ(y.sizes(), (std::vector<int64_t>{5, 24}));
     const int64_t d = 32, h = 128, tokens = o.tokens();
-    const int64_t per_block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * h + h) + (h * d + d);
-    const int64_t expected = (d * 49 + d) + (pooling == VitPooling::kCls ? d : 0) + tokens * d + 2 * per_block +
-                             2 * d + 24 * d;
+    const int64_t per_block =
+        2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * h + h) + (h * d + d);
+    const int64_t expected = (d * 49 + d) + (pooling == VitPooling::kCls ? d : 0) + tokens * d +
+                             2 * per_block + 2 * d + 24 * d;
     EXPECT_EQ(model->NumParameters(), expected);
-    EXPECT_EQ(static_cast<int64_t>(model->DecayParameters().size() + model->NoDecayParameters().size()),
-              static_cast<int64_t>(model->parameters().size()));
+    EXPECT_EQ(
+        static_cast<int64_t>(model->DecayParameters().size() + model->NoDecayParameters().size()),
+        static_cast<int64_t>(model->parameters().size()));
   }
   // A larger image, 3 channels, patch 4.
   VitOptions o = Small();
@@ -128,9 +133,11 @@ TEST(VitTest, OutputShapesAndParameterCount) {
 
 // The rest of Small()'s forward pass (2 blocks, width 32, 4 heads, 17 tokens) from the
 // embedded patches t [B, 16, 32], in plain ATen ops with the model's named parameters.
-torch::Tensor ReferenceForwardFromPatches(torch::Tensor t, torch::OrderedDict<std::string, torch::Tensor>& params) {
+torch::Tensor ReferenceForwardFromPatches(torch::Tensor t,
+                                          torch::OrderedDict<std::string, torch::Tensor>& params) {
   const int64_t batch = t.size(0);
-  t = torch::cat({params["cls_token"].view({1, 1, 32}).expand({batch, 1, 32}), t}, 1) + params["pos_embed"];
+  t = torch::cat({params["cls_token"].view({1, 1, 32}).expand({batch, 1, 32}), t}, 1) +
+      params["pos_embed"];
   for (int b = 0; b < 2; ++b) {
     const std::string p = "block" + std::to_string(b) + ".";
     auto ln = [&](const torch::Tensor& v, const std::string& n) {
@@ -139,13 +146,16 @@ torch::Tensor ReferenceForwardFromPatches(torch::Tensor t, torch::OrderedDict<st
     auto lin = [&](const torch::Tensor& v, const std::string& n) {
       return torch::linear(v, params[p + n + ".weight"], params[p + n + ".bias"]);
     };
-    torch::Tensor qkv = lin(ln(t, "norm1"), "qkv").view({batch, 17, 3, 4, 8}).permute({2, 0, 3, 1, 4});
-    torch::Tensor a = torch::softmax(torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(8.0), -1);
+    torch::Tensor qkv =
+        lin(ln(t, "norm1"), "qkv").view({batch, 17, 3, 4, 8}).permute({2, 0, 3, 1, 4});
+    torch::Tensor a =
+        torch::softmax(torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(8.0), -1);
     torch::Tensor attn = torch::matmul(a, qkv[2]).permute({0, 2, 1, 3}).reshape({batch, 17, 32});
     t = t + lin(attn, "proj");
     t = t + lin(torch::gelu(lin(ln(t, "norm2"), "fc1")), "fc2");
   }
-  torch::Tensor pooled = torch::layer_norm(t.select(1, 0), {32}, params["norm.weight"], params["norm.bias"], 1e-6);
+  torch::Tensor pooled =
+      torch::layer_norm(t.select(1, 0), {32}, params["norm.weight"], params["norm.bias"], 1e-6);
   return torch::linear(pooled, params["head"]);
 }
 
@@ -159,7 +169,8 @@ TEST(VitTest, PatchEmbeddingIsAStridedConvolution) {
   model->ResetParameters(3);
   torch::Tensor x = torch::randn({3, 1, 28, 28});
   auto params = model->named_parameters();
-  torch::Tensor t = torch::conv2d(x, params["patch_weight"], params["patch_bias"], 7).flatten(2).transpose(1, 2);
+  torch::Tensor t =
+      torch::conv2d(x, params["patch_weight"], params["patch_bias"], 7).flatten(2).transpose(1, 2);
   EXPECT_LT(MaxAbsDiff(model->forward(x), ReferenceForwardFromPatches(t, params)), 1e-5);
 }
 
@@ -180,12 +191,15 @@ TEST(VitTest, ConvStemIsStridedConvolutionsThenAProjection) {
     torch::Tensor h = x;
     for (int i = 0; i < 3; ++i) {
       const std::string n = "stem" + std::to_string(i);
-      EXPECT_EQ(params[n + "_conv.weight"].sizes(), (std::vector<int64_t>{8 << i, i == 0 ? 1 : 4 << i, 3, 3}));
+      EXPECT_EQ(params[n + "_conv.weight"].sizes(),
+                (std::vector<int64_t>{8 << i, i == 0 ? 1 : 4 << i, 3, 3}));
       h = torch::conv2d(h, params[n + "_conv.weight"], {}, 2, 1);
-      h = torch::gelu(torch::group_norm(h, 1, params[n + "_norm.weight"], params[n + "_norm.bias"], 1e-5));
+      h = torch::gelu(
+          torch::group_norm(h, 1, params[n + "_norm.weight"], params[n + "_norm.bias"], 1e-5));
     }
     ASSERT_EQ(h.sizes(), (std::vector<int64_t>{3, 32, 4, 4}));
-    torch::Tensor t = torch::conv2d(h, params["patch_weight"], params["patch_bias"]).flatten(2).transpose(1, 2);
+    torch::Tensor t =
+        torch::conv2d(h, params["patch_weight"], params["patch_bias"]).flatten(2).transpose(1, 2);
     EXPECT_LT(MaxAbsDiff(model->forward(x), ReferenceForwardFromPatches(t, params)), 1e-5);
     // Gradients equal autograd's through the hand-built forward.
     torch::Tensor w = torch::randn({3, 24});
@@ -201,9 +215,12 @@ TEST(VitTest, ConvStemIsStridedConvolutionsThenAProjection) {
       for (int i = 0; i < 3; ++i) {
         const std::string n = "stem" + std::to_string(i);
         h2 = torch::conv2d(h2, params[n + "_conv.weight"], {}, 2, 1);
-        h2 = torch::gelu(torch::group_norm(h2, 1, params[n + "_norm.weight"], params[n + "_norm.bias"], 1e-5));
+        h2 = torch::gelu(
+            torch::group_norm(h2, 1, params[n + "_norm.weight"], params[n + "_norm.bias"], 1e-5));
       }
-      torch::Tensor t2 = torch::conv2d(h2, params["patch_weight"], params["patch_bias"]).flatten(2).transpose(1, 2);
+      torch::Tensor t2 = torch::conv2d(h2, params["patch_weight"], params["patch_bias"])
+                             .flatten(2)
+                             .transpose(1, 2);
       (ReferenceForwardFromPatches(t2, params) * w).sum().backward();
     }
     for (const auto& item : params) {
@@ -213,13 +230,15 @@ TEST(VitTest, ConvStemIsStridedConvolutionsThenAProjection) {
           << item.value().grad().abs().max().item<double>() << " by hand";
     }
     // He-scaled convolutions: std sqrt(2 / fan_in), truncated at 2 std (which keeps 0.88 of it).
-    EXPECT_NEAR(params["stem1_conv.weight"].std().item<double>(), std::sqrt(2.0 / (8 * 9)) * 0.88, 0.03);
+    EXPECT_NEAR(params["stem1_conv.weight"].std().item<double>(), std::sqrt(2.0 / (8 * 9)) * 0.88,
+                0.03);
     // Every stem parameter is trained: it gets a gradient (defined: checked above), and the
     // conv weights get decay.
     for (const auto& [name, grad] : grads) {
       if (name.rfind("stem", 0) == 0) EXPECT_GT(grad.abs().sum().item<double>(), 0) << name;
     }
-    EXPECT_EQ(model->DecayParameters().size() + model->NoDecayParameters().size(), model->parameters().size());
+    EXPECT_EQ(model->DecayParameters().size() + model->NoDecayParameters().size(),
+              model->parameters().size());
     size_t conv_in_decay = 0;
     for (const auto& w : model->DecayParameters()) conv_in_decay += w.dim() == 4 && w.size(2) == 3;
     EXPECT_EQ(conv_in_decay, 3u);
@@ -335,8 +354,11 @@ TEST(VitTest, EvaluationFeaturesFollowTheirDefinitions) {
   torch::Tensor tokens = model->Features(images, VitFeatures::kTokens);
   EXPECT_EQ(tokens.size(1), model->FeatureDim(VitFeatures::kTokens));
   EXPECT_EQ(tokens.size(1), 32 * t);
-  EXPECT_LT(MaxAbsDiff(tokens.narrow(1, 0, 32) * std::sqrt(static_cast<double>(t)), unit(pooled)), 1e-5);
-  EXPECT_LT(MaxAbsDiff(tokens.view({4, t, 32}).norm(2, {2}), torch::full({4, t}, 1.0 / std::sqrt(t))), 1e-5);
+  EXPECT_LT(MaxAbsDiff(tokens.narrow(1, 0, 32) * std::sqrt(static_cast<double>(t)), unit(pooled)),
+            1e-5);
+  EXPECT_LT(
+      MaxAbsDiff(tokens.view({4, t, 32}).norm(2, {2}), torch::full({4, t}, 1.0 / std::sqrt(t))),
+      1e-5);
   EXPECT_LT(MaxAbsDiff(tokens.norm(2, {1}), torch::ones({4})), 1e-5);
   EXPECT_EQ(mean_model->FeatureDim(VitFeatures::kTokens), 32 * 16);
 
@@ -365,18 +387,22 @@ TEST(VitTest, TokenFeaturesOfIdentityBlocksAreTheNormalisedPatchEmbedding) {
     auto params = model->named_parameters();
     for (int i = 0; i < o.depth; ++i) {
       const std::string block = "block" + std::to_string(i) + ".";
-      for (const char* name : {"proj.weight", "proj.bias", "fc2.weight", "fc2.bias"}) params[block + name].zero_();
+      for (const char* name : {"proj.weight", "proj.bias", "fc2.weight", "fc2.bias"})
+        params[block + name].zero_();
     }
     params["norm.weight"].copy_(torch::rand({o.width}) + 0.5);
     params["norm.bias"].copy_(torch::randn({o.width}));
     torch::Tensor images = torch::randn({3, 1, 28, 28});
 
     const int64_t t = o.tokens(), d = o.width;
-    torch::Tensor grid = torch::conv2d(images, params["patch_weight"], params["patch_bias"], o.patch_size);
+    torch::Tensor grid =
+        torch::conv2d(images, params["patch_weight"], params["patch_bias"], o.patch_size);
     torch::Tensor x = grid.flatten(2).transpose(1, 2);  // [B, 16, d], raster order
-    x = torch::cat({params["cls_token"].view({1, 1, d}).expand({3, 1, d}), x}, 1) + params["pos_embed"];
+    x = torch::cat({params["cls_token"].view({1, 1, d}).expand({3, 1, d}), x}, 1) +
+        params["pos_embed"];
     x = torch::layer_norm(x, {d}, params["norm.weight"], params["norm.bias"], o.layer_norm_eps);
-    torch::Tensor expected = (x / x.norm(2, {2}, true) / std::sqrt(static_cast<double>(t))).reshape({3, t * d});
+    torch::Tensor expected =
+        (x / x.norm(2, {2}, true) / std::sqrt(static_cast<double>(t))).reshape({3, t * d});
 
     EXPECT_LT(MaxAbsDiff(model->Features(images, VitFeatures::kTokens), expected), 1e-5);
   }
@@ -404,7 +430,8 @@ struct AttnShape {
 
 TEST(FusedAttentionTest, MatchesReferenceForwardAndBackward) {
   torch::manual_seed(123);
-  for (AttnShape s : {AttnShape{2, 17, 3, 8}, AttnShape{3, 5, 2, 16}, AttnShape{1, 50, 4, 12}, AttnShape{4, 1, 1, 3}}) {
+  for (AttnShape s : {AttnShape{2, 17, 3, 8}, AttnShape{3, 5, 2, 16}, AttnShape{1, 50, 4, 12},
+                      AttnShape{4, 1, 1, 3}}) {
     const int64_t width = s.heads * s.head_dim;
     torch::Tensor qkv = torch::randn({s.batch * s.tokens, 3 * width}).mul_(1.5);
     torch::Tensor a = qkv.clone().requires_grad_(true), b = qkv.clone().requires_grad_(true);
@@ -415,9 +442,12 @@ TEST(FusedAttentionTest, MatchesReferenceForwardAndBackward) {
     EXPECT_LT(MaxAbsDiff(ya, yb) / std::max(1.0, yb.abs().max().item<double>()), 2e-6) << s.tokens;
     (ya * g).sum().backward();
     (yb * g).sum().backward();
-    EXPECT_LT(MaxAbsDiff(a.grad(), b.grad()) / std::max(1.0, b.grad().abs().max().item<double>()), 1e-5) << s.tokens;
+    EXPECT_LT(MaxAbsDiff(a.grad(), b.grad()) / std::max(1.0, b.grad().abs().max().item<double>()),
+              1e-5)
+        << s.tokens;
     // Double precision agrees to rounding.
-    torch::Tensor ad = qkv.to(torch::kDouble).requires_grad_(true), bd = qkv.to(torch::kDouble).requires_grad_(true);
+    torch::Tensor ad = qkv.to(torch::kDouble).requires_grad_(true),
+                  bd = qkv.to(torch::kDouble).requires_grad_(true);
     (FusedSelfAttention(ad, s.batch, s.heads) * g.to(torch::kDouble)).sum().backward();
     (ReferenceSelfAttention(bd, s.batch, s.heads) * g.to(torch::kDouble)).sum().backward();
     EXPECT_LT(MaxAbsDiff(ad.grad(), bd.grad()), 1e-12);
@@ -428,7 +458,8 @@ TEST(FusedAttentionTest, GradientMatchesFiniteDifferences) {
   torch::manual_seed(124);
   // Central differences of L = <w, attention(qkv)> in double, entry by entry.
   const int64_t batch = 2, tokens = 4, heads = 2, hd = 3, width = heads * hd;
-  torch::Tensor qkv = torch::randn({batch * tokens, 3 * width}, torch::kDouble).requires_grad_(true);
+  torch::Tensor qkv =
+      torch::randn({batch * tokens, 3 * width}, torch::kDouble).requires_grad_(true);
   torch::Tensor w = torch::randn({batch * tokens, width}, torch::kDouble);
   (FusedSelfAttention(qkv, batch, heads) * w).sum().backward();
   torch::Tensor analytic = qkv.grad().clone();
@@ -444,7 +475,8 @@ TEST(FusedAttentionTest, GradientMatchesFiniteDifferences) {
     flat[i] = orig - eps;
     const double down = (FusedSelfAttention(x, batch, heads) * w).sum().item<double>();
     flat[i] = orig;
-    worst = std::max(worst, std::abs((up - down) / (2 * eps) - analytic.view({-1})[i].item<double>()));
+    worst =
+        std::max(worst, std::abs((up - down) / (2 * eps) - analytic.view({-1})[i].item<double>()));
   }
   EXPECT_LT(worst, 1e-7);
 }
@@ -472,10 +504,13 @@ torch::Tensor LayerNormInput(int64_t rows, int64_t cols, double offset, double s
 }
 
 // y, dL/dx, dL/dweight, dL/dbias of L = <g, LayerNorm(x)> with fresh leaves in `dtype`.
-std::vector<torch::Tensor> LayerNormAndGradients(bool fused, const torch::Tensor& x, const torch::Tensor& weight,
+std::vector<torch::Tensor> LayerNormAndGradients(bool fused, const torch::Tensor& x,
+                                                 const torch::Tensor& weight,
                                                  const torch::Tensor& bias, const torch::Tensor& g,
                                                  torch::Dtype dtype) {
-  auto leaf = [dtype](const torch::Tensor& t) { return t.to(dtype, false, /*copy=*/true).requires_grad_(true); };
+  auto leaf = [dtype](const torch::Tensor& t) {
+    return t.to(dtype, false, /*copy=*/true).requires_grad_(true);
+  };
   torch::Tensor xv = leaf(x), wv = leaf(weight), bv = leaf(bias);
   torch::Tensor y =
       fused ? FusedLayerNorm(xv, wv, bv, 1e-6) : torch::layer_norm(xv, {x.size(-1)}, wv, bv, 1e-6);
@@ -491,7 +526,8 @@ TEST(FusedLayerNormTest, MatchesAtenLayerNormForwardAndBackward) {
     // Row 1: mean 100, spread 0.1 (var / mean^2 = 1e-6: a float sum-of-squares formula
     // would lose most digits).
     torch::Tensor x = LayerNormInput(301, cols, 100, 0.1);
-    torch::Tensor weight = torch::randn({cols}), bias = torch::randn({cols}), g = torch::randn({301, cols});
+    torch::Tensor weight = torch::randn({cols}), bias = torch::randn({cols}),
+                  g = torch::randn({301, cols});
     auto fused = LayerNormAndGradients(true, x, weight, bias, g, torch::kFloat);
     auto aten = LayerNormAndGradients(false, x, weight, bias, g, torch::kFloat);
     for (size_t i = 0; i < aten.size(); ++i) {
@@ -499,13 +535,15 @@ TEST(FusedLayerNormTest, MatchesAtenLayerNormForwardAndBackward) {
       // on rows 1 and 2 (its mean's rounding times rstd); ours is within 1e-6 of double
       // (next test).
       const double scale = std::max(1.0, aten[i].abs().max().item<double>());
-      EXPECT_LT(MaxAbsDiff(fused[i], aten[i]) / scale, 1e-4) << kLayerNormOutputs[i] << " cols " << cols;
+      EXPECT_LT(MaxAbsDiff(fused[i], aten[i]) / scale, 1e-4)
+          << kLayerNormOutputs[i] << " cols " << cols;
     }
   }
   // One column: every row normalises to 0, so y = bias and the gradients of x and weight
   // vanish (ATen's float kernel is off by its mean's rounding times rstd = 1000 here).
   torch::Tensor x = LayerNormInput(50, 1, 100, 0.1), g = torch::randn({50, 1});
-  auto fused = LayerNormAndGradients(true, x, torch::tensor({1.5f}), torch::tensor({-0.25f}), g, torch::kFloat);
+  auto fused = LayerNormAndGradients(true, x, torch::tensor({1.5f}), torch::tensor({-0.25f}), g,
+                                     torch::kFloat);
   EXPECT_TRUE(torch::all(fused[0] == -0.25f).item<bool>());
   // dx: float rounding of dy * weight, times rstd.
   EXPECT_LT(fused[1].abs().max().item<double>(), 1e-6 * 1000 * 1.5 * g.abs().max().item<double>());
@@ -519,7 +557,8 @@ TEST(FusedLayerNormTest, FloatMatchesDoublePrecisionAndIsDeterministic) {
   // ours keeps float rounding relative to the spread, so compare with ATen in double.
   const int64_t rows = 2176, cols = 384;
   torch::Tensor x = LayerNormInput(rows, cols, 1000, 0.01);
-  torch::Tensor weight = torch::randn({cols}), bias = torch::randn({cols}), g = torch::randn({rows, cols});
+  torch::Tensor weight = torch::randn({cols}), bias = torch::randn({cols}),
+                g = torch::randn({rows, cols});
   auto fused = LayerNormAndGradients(true, x, weight, bias, g, torch::kFloat);
   auto expected = LayerNormAndGradients(false, x, weight, bias, g, torch::kDouble);
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -537,7 +576,8 @@ TEST(FusedLayerNormTest, FloatMatchesDoublePrecisionAndIsDeterministic) {
     at::set_num_threads(n);
     auto again = LayerNormAndGradients(true, x, weight, bias, g, torch::kFloat);
     for (size_t i = 0; i < fused.size(); ++i) {
-      EXPECT_TRUE(torch::equal(again[i], fused[i])) << kLayerNormOutputs[i] << ", " << n << " threads";
+      EXPECT_TRUE(torch::equal(again[i], fused[i]))
+          << kLayerNormOutputs[i] << ", " << n << " threads";
     }
   }
   at::set_num_threads(threads);
@@ -565,7 +605,8 @@ TEST(FusedLayerNormTest, GradientMatchesFiniteDifferences) {
       flat[i] = orig - eps;
       const double down = (FusedLayerNorm(x, weight, bias, 1e-5) * w).sum().item<double>();
       flat[i] = orig;
-      worst = std::max(worst, std::abs((up - down) / (2 * eps) - analytic.view({-1})[i].item<double>()));
+      worst = std::max(worst,
+                       std::abs((up - down) / (2 * eps) - analytic.view({-1})[i].item<double>()));
     }
     EXPECT_LT(worst, 1e-7) << param.sizes();
   }
@@ -577,7 +618,8 @@ TEST(FusedLayerNormTest, AddsParameterGradientsIntoExistingGradientTensors) {
   // it in place; without one, autograd gets the gradient as usual.
   const int64_t rows = 50, cols = 24;
   torch::Tensor x = torch::randn({rows, cols}), g = torch::randn({rows, cols});
-  torch::Tensor weight = torch::randn({cols}).requires_grad_(true), bias = torch::randn({cols}).requires_grad_(true);
+  torch::Tensor weight = torch::randn({cols}).requires_grad_(true),
+                bias = torch::randn({cols}).requires_grad_(true);
   (FusedLayerNorm(x, weight, bias, 1e-6) * g).sum().backward();
   torch::Tensor once_w = weight.grad().clone(), once_b = bias.grad().clone();
   torch::Tensor buffer = torch::zeros({2 * cols});
@@ -609,12 +651,14 @@ TEST(BackboneAdamWTest, MatchesTorchAdamWAndClipsTheGlobalNorm) {
   opts.grad_clip_norm = -1;
   BackboneAdamW mine(&flat, opts);
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<torch::Tensor>{w2},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.98}).eps(1e-6).weight_decay(0.2)));
-  groups.emplace_back(std::vector<torch::Tensor>{b2},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.98}).eps(1e-6).weight_decay(0.0)));
+  groups.emplace_back(
+      std::vector<torch::Tensor>{w2},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(0.01).betas({0.9, 0.98}).eps(1e-6).weight_decay(0.2)));
+  groups.emplace_back(
+      std::vector<torch::Tensor>{b2},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(0.01).betas({0.9, 0.98}).eps(1e-6).weight_decay(0.0)));
   torch::optim::AdamW theirs(groups, torch::optim::AdamWOptions(0.01));
   torch::Tensor x = torch::randn({3, 5});
   for (int step = 0; step < 5; ++step) {
@@ -670,7 +714,8 @@ TEST(KernelsTest, SumOfSquaresIsExactEnough) {
     v[i] = static_cast<float>(std::sin(i * 0.37));
     expected += double(v[i]) * v[i];
   }
-  EXPECT_NEAR(kernels::SumOfSquares(v.data(), static_cast<int64_t>(v.size())), expected, expected * 1e-6);
+  EXPECT_NEAR(kernels::SumOfSquares(v.data(), static_cast<int64_t>(v.size())), expected,
+              expected * 1e-6);
 }
 
 }  // namespace
