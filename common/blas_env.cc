@@ -72,4 +72,17 @@ void SelectOpenblasCoretype(int argc, char** argv) {
                     << std::strerror(errno);
 }
 
+ScopedOmpThreads::ScopedOmpThreads(int threads) {
+  static auto set = reinterpret_cast<SetThreadsFn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  static auto get = reinterpret_cast<GetThreadsFn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  if (threads <= 0 || set == nullptr || get == nullptr) return;
+  saved_ = get();
+  set_ = set;
+  if (saved_ != threads) set(threads);
+}
+
+ScopedOmpThreads::~ScopedOmpThreads() {
+  if (set_ != nullptr) set_(saved_);
+}
+
 }  // namespace mlcd

@@ -21,4 +21,20 @@ int BlasThreads();
 // Sets OpenBLAS's thread count (no-op for other BLAS libraries or threads <= 0).
 void SetBlasThreads(int threads);
 
+// Sets the OpenMP thread count of the calling thread (omp_set_num_threads acts on the calling
+// thread's ICV, which ATen's parallel_for and FAISS read) for the object's lifetime and puts
+// the previous count back after. threads <= 0 changes nothing; so does a process without
+// libgomp. libgomp is looked up at run time, so callers need not link OpenMP.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int threads);
+  ~ScopedOmpThreads();
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  void (*set_)(int) = nullptr;
+  int saved_ = 0;
+};
+
 }  // namespace mlcd

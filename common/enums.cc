@@ -1,0 +1,57 @@
+#include "common/enums.h"
+
+#include <cstddef>
+
+namespace mlcd {
+namespace {
+
+// The spellings of enum E, indexed by its value.
+template <typename E>
+StatusOr<E> ParseByName(const std::vector<std::string>& names, const std::string& what,
+                        const std::string& name) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<E>(i);
+  }
+  std::string expected;
+  for (size_t i = 0; i < names.size(); ++i) {
+    expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return Status::InvalidArgument("unknown " + what + " '" + name + "'; expected " + expected);
+}
+
+template <typename E>
+const char* NameOf(const std::vector<std::string>& names, E value) {
+  const size_t i = static_cast<size_t>(value);
+  return i < names.size() ? names[i].c_str() : "?";
+}
+
+}  // namespace
+
+const std::vector<std::string>& LossVariantNames() {
+  static const std::vector<std::string> names = {"mlcd", "mlc", "softmax"};
+  return names;
+}
+const std::vector<std::string>& MarginTypeNames() {
+  static const std::vector<std::string> names = {"arc", "cos", "none"};
+  return names;
+}
+const std::vector<std::string>& SearchMethodNames() {
+  static const std::vector<std::string> names = {"exact", "hnsw", "ivf"};
+  return names;
+}
+
+StatusOr<LossVariant> ParseLossVariant(const std::string& name) {
+  return ParseByName<LossVariant>(LossVariantNames(), "loss variant", name);
+}
+StatusOr<MarginType> ParseMarginType(const std::string& name) {
+  return ParseByName<MarginType>(MarginTypeNames(), "margin type", name);
+}
+StatusOr<SearchMethod> ParseSearchMethod(const std::string& name) {
+  return ParseByName<SearchMethod>(SearchMethodNames(), "search method", name);
+}
+
+const char* LossVariantName(LossVariant value) { return NameOf(LossVariantNames(), value); }
+const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
+const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }
+
+}  // namespace mlcd

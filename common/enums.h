@@ -1,0 +1,34 @@
+// The enumerations of job specs and requests, and their one spelling each. Strings are
+// parsed into these once, at the edge (spec validation, flags, request decoding); code
+// behind the edge passes the enums. Every Parse* returns INVALID_ARGUMENT naming the
+// accepted spellings.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mlcd {
+
+// The classification loss (paper Eq. 6, Eq. 4, Eq. 3): "mlcd" | "mlc" | "softmax".
+enum class LossVariant { kMlcd, kMlc, kSoftmax };
+// The margin on positive logits: "arc" | "cos" | "none".
+enum class MarginType { kArc, kCos, kNone };
+// How clusterd finds an embedding's nearest centres: "exact" | "hnsw" | "ivf".
+enum class SearchMethod { kExact, kHnsw, kIvf };
+
+StatusOr<LossVariant> ParseLossVariant(const std::string& name);
+StatusOr<MarginType> ParseMarginType(const std::string& name);
+StatusOr<SearchMethod> ParseSearchMethod(const std::string& name);
+
+const char* LossVariantName(LossVariant value);
+const char* MarginTypeName(MarginType value);
+const char* SearchMethodName(SearchMethod value);
+
+// Every spelling, in declaration order (for validation messages and CLI choices).
+const std::vector<std::string>& LossVariantNames();
+const std::vector<std::string>& MarginTypeNames();
+const std::vector<std::string>& SearchMethodNames();
+
+}  // namespace mlcd
