@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "mlcd/v1/labelstore.pb.h"
 
@@ -18,8 +19,8 @@ namespace mlcd::labelstore {
 // Label set names: [A-Za-z0-9._/-]{1,200}, not starting with '/' and without "//", e.g.
 // "job/abc123/r0".
 constexpr size_t kMaxNameLength = 200;
-// l: labels per sample.
-constexpr int32_t kMaxLabelsPerSample = 1024;
+// l: labels per sample (common/limits.h).
+using ::mlcd::kMaxLabelsPerSample;
 // Ids per GetLabels request (the client library splits larger reads).
 constexpr size_t kMaxIdsPerRead = 65536;
 // Rows per WriteLabels message (the client library splits larger writes).
