@@ -9,8 +9,8 @@
 //   opt.labels_out = dir + "/classes.labels.npy";   // optional, evaluation only
 //   MLCD_ASSIGN_OR_RETURN(FeatureFileInfo info, WriteFashionMnistFeatures(opt));
 //
-// Row i of every file written is sample id i: the i-th image of the split (see NOTES'
-// contract "sample ids are the row index in the training split").
+// Row i of every file written is sample id i: the i-th image of the split (docs/contracts.md,
+// "sample id = row index").
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,19 @@
 # Builds a GoogleTest binary linked with gtest_main and registers it with CTest. Every test
 # gets MLCD_BIN_DIR (where the service binaries are) and MLCD_SOURCE_DIR as definitions, and
 # MLCD_NO_BLAS_TUNING=1 in its environment so results never depend on the CPU's BLAS kernels.
+#
+# The tests named in MLCD_SANITIZE_TESTS also get the label `sanitize`: the unit tests of the
+# threaded parts (prefetch queue and the rest of common/, the label store's storage, the
+# coordinator's persisted state and gang scheduler), which scripts/run_sanitizer_tests.sh
+# builds and runs under ASan+UBSan and under TSan. They need no torch, so a sanitizer build
+# compiles only them.
+set(MLCD_SANITIZE_TESTS common_test labelstore_storage_test coordinator_state_test)
+# Sanitizer runtime options for every test of a sanitizer build: stop at the first report.
+set(MLCD_SANITIZER_ENV
+    "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1"
+    "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
+    "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1")
+
 function(mlcd_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT MLCD_BUILD_TESTS)
@@ -20,7 +33,13 @@ function(mlcd_add_test)
   if(NOT T_LABELS)
     set(T_LABELS unit)
   endif()
+  if(T_NAME IN_LIST MLCD_SANITIZE_TESTS)
+    list(APPEND T_LABELS sanitize)
+  endif()
+  set(env "MLCD_NO_BLAS_TUNING=1" "OMP_NUM_THREADS=2")
+  if(MLCD_SANITIZE)
+    list(APPEND env ${MLCD_SANITIZER_ENV})
+  endif()
   set_tests_properties(${T_NAME} PROPERTIES
-    TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}"
-    ENVIRONMENT "MLCD_NO_BLAS_TUNING=1;OMP_NUM_THREADS=2")
+    TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}" ENVIRONMENT "${env}")
 endfunction()

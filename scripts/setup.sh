@@ -5,6 +5,8 @@
 #   scripts/setup.sh            # install what is missing, configure, build
 #   MLCD_BUILD_DIR=dir MLCD_JOBS=n scripts/setup.sh
 #   MLCD_SETUP_PACKAGES_ONLY=1 scripts/setup.sh   # only the packages (deploy/Dockerfile)
+#   MLCD_CMAKE_ARGS="-DMLCD_WERROR=ON" scripts/setup.sh   # extra configure options (kept in
+#                                                         # the build dir's cache)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,8 +56,12 @@ if [ "${MLCD_SETUP_PACKAGES_ONLY:-0}" = 1 ]; then
   exit 0
 fi
 
+# shellcheck disable=SC2206
+extra_args=(${MLCD_CMAKE_ARGS:-})
 if [ ! -f "$build_dir/build.ninja" ]; then
-  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${extra_args[@]}" >/dev/null
+elif ((${#extra_args[@]})); then
+  cmake -S "$root" -B "$build_dir" "${extra_args[@]}" >/dev/null
 fi
 echo "setup: building in $build_dir with $jobs jobs"
 cmake --build "$build_dir" -j "$jobs"

@@ -5,7 +5,7 @@
 //   TRAIN    -> mlcd-worker train --assignment A.json --progress-jsonl P.jsonl
 //   EXTRACT  -> mlcd-worker embed --assignment A.json --progress-jsonl P.jsonl
 //   EVALUATE -> mlcd-worker eval  --assignment A.json --progress-jsonl P.jsonl
-// (A.json is the protobuf JSON of mlcd.v1.Assignment; see NOTES' train contract and
+// (A.json is the protobuf JSON of mlcd.v1.Assignment; see docs/contracts.md and
 // docs/coordinator.md for the embed/eval contracts). While the child runs, the agent follows
 // its progress file and heartbeats the latest progress (immediately on started, checkpoint,
 // finished and error events, at the assignment's heartbeat interval otherwise). A heartbeat

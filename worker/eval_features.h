@@ -8,9 +8,8 @@
 //   DIR/embeddings-00000-of-00002.labels.npy  int64   [n_0]     class labels (evaluation only)
 //   DIR/embeddings-00001-of-00002.npy         ... rank 1's contiguous part, and so on.
 // Rank ρ of W holds rows [N·ρ/W, N·(ρ+1)/W) of the split, so the shards sorted by name are
-// the split in order and a shard's global row index equals the sample id (the NOTES
-// contract). mlcd-clusterd reads such a directory directly: its listing skips *.ids.npy and
-// *.labels.npy.
+// the split in order and a shard's global row index equals the sample id (docs/contracts.md).
+// mlcd-clusterd reads such a directory directly: its listing skips *.ids.npy and *.labels.npy.
 //
 // No torch here: this header is cheap to include.
 #pragma once

@@ -1,4 +1,4 @@
-// The deterministic order in which training visits samples (the NOTES contract, shared by
+// The deterministic order in which training visits samples (docs/contracts.md, shared by
 // the data loader, the label prefetcher, checkpoints and the coordinator):
 //   * an epoch e of round r is a permutation of the N sample ids 0..N-1 seeded by
 //     (seed, r, e) (Fisher-Yates over SplitMix64/Lemire draws: the same on every machine);

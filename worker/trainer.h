@@ -10,7 +10,7 @@
 //   BackboneAdamW.Step(lr)  (clipping folded in);  PartialFc.OptimizerStep(lr * centre_mult)
 // with lr from the job-wide warmup + cosine schedule of the global step. Checkpoints at
 // every epoch end and every checkpoint_every_steps (a collective; worker/checkpoint.h).
-// Progress goes to a callback as JSON events (the NOTES contract), metrics to Prometheus.
+// Progress goes to a callback as JSON events (docs/contracts.md), metrics to Prometheus.
 #pragma once
 
 #include <nlohmann/json.hpp>
