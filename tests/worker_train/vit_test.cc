@@ -235,7 +235,9 @@ TEST(VitTest, ConvStemIsStridedConvolutionsThenAProjection) {
     // Every stem parameter is trained: it gets a gradient (defined: checked above), and the
     // conv weights get decay.
     for (const auto& [name, grad] : grads) {
-      if (name.rfind("stem", 0) == 0) EXPECT_GT(grad.abs().sum().item<double>(), 0) << name;
+      if (name.rfind("stem", 0) == 0) {
+        EXPECT_GT(grad.abs().sum().item<double>(), 0) << name;
+      }
     }
     EXPECT_EQ(model->DecayParameters().size() + model->NoDecayParameters().size(),
               model->parameters().size());
