@@ -43,6 +43,10 @@ inline void CopyRow(void* dst, const char* src, size_t bytes) {
 
 // A located row waiting to be copied into the response.
 struct RowCopy {
+  // A constructor, so that emplace_back builds the entry in place: a temporary copied in with
+  // 16-byte moves stalls the locate loop on store forwarding (~4% of a batch-8192 read).
+  RowCopy(uint32_t pos, const char* labels, const char* scores)
+      : pos(pos), labels(labels), scores(scores) {}
   uint32_t pos;        // request position
   const char* labels;  // in the pinned block
   const char* scores;  // nullptr unless scores were asked for

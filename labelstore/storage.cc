@@ -549,7 +549,7 @@ Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, siz
       const char* scores = out_scores ? view.scores + rank * row_bytes : nullptr;
       Prefetch(labels, row_bytes);
       if (scores) Prefetch(scores, row_bytes);
-      s.copies.push_back(RowCopy{pos, labels, scores});
+      s.copies.emplace_back(pos, labels, scores);
     }
   }
   if (status.ok()) {
