@@ -29,6 +29,7 @@
 #include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/job_spec.h"
+#include "common/subprocess.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 
 namespace mlcd::cli {
@@ -106,26 +107,19 @@ StatusOr<v1::EvaluationResult> RunWorkerEval(const EvalOptions& o,
   argv.insert(argv.end(), args.begin(), args.end());
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) return Status::Internal("pipe() failed");
-  pid_t pid = ::fork();
-  if (pid < 0) return Status::Internal("fork() failed");
-  if (pid == 0) {
-    ::dup2(pipe_fds[1], 1);
-    ::close(pipe_fds[0]);
-    ::close(pipe_fds[1]);
-    if (!o.verbose) {
-      int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 2);
-        ::close(fd);
-      }
-    }
-    std::vector<char*> cargv;
-    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-    cargv.push_back(nullptr);
-    ::execvp(cargv[0], cargv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", binary.c_str(), std::strerror(errno));
-    ::_exit(127);
+  SpawnOptions spawn;
+  spawn.argv = argv;
+  spawn.search_path = true;
+  spawn.stdout_fd = pipe_fds[1];
+  spawn.close_fds = {pipe_fds[0], pipe_fds[1]};
+  if (!o.verbose) {
+    spawn.log_path = log_path;
+    spawn.log_stdout = false;
   }
+  spawn.exec_error_prefix = "cannot run " + binary;
+  StatusOr<pid_t> spawned = Spawn(spawn);
+  if (!spawned.ok()) return Status::Internal("fork() failed");
+  const pid_t pid = *spawned;
   ::close(pipe_fds[1]);
   FILE* in = ::fdopen(pipe_fds[0], "r");
   ProgressDisplay display("eval");

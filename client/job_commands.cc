@@ -10,6 +10,7 @@
 
 #include "client/cli.h"
 #include "common/file_util.h"
+#include "common/format.h"
 #include "common/grpc_server.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 
@@ -45,12 +46,6 @@ int ExitCodeForJob(const v1::Job& job) {
     default:
       return kExitOk;
   }
-}
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
 }
 
 std::string TimeOfDay(int64_t unix_ms) {

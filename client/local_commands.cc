@@ -33,6 +33,7 @@
 #include "common/flags.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
+#include "common/subprocess.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 
@@ -147,36 +148,15 @@ std::string LocalCluster::Port(int default_port) {
 }
 
 Status LocalCluster::StartProc(Proc* p) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(p->binary.c_str()));
-  for (auto& a : p->args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) return Status::Internal(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) _exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    int fd = ::open(p->log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::close(fd);
-    }
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) {
-      ::dup2(devnull, 0);
-      ::close(devnull);
-    }
-    ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "exec %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  p->pid = pid;
+  SpawnOptions spawn;
+  spawn.argv = {p->binary};
+  spawn.argv.insert(spawn.argv.end(), p->args.begin(), p->args.end());
+  spawn.log_path = p->log;
+  spawn.stdin_from_dev_null = true;
+  spawn.parent_death_signal = SIGTERM;
+  spawn.clear_signal_mask = true;
+  spawn.default_sigpipe = true;
+  MLCD_ASSIGN_OR_RETURN(p->pid, Spawn(spawn));
   return Status::Ok();
 }
 

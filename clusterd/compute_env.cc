@@ -2,7 +2,6 @@
 
 #include <faiss/impl/AuxIndexStructures.h>
 #include <faiss/utils/distances.h>
-#include <omp.h>
 
 #include <mutex>
 
@@ -33,9 +32,8 @@ ComputeScope::ComputeScope(int threads, std::function<bool()> should_stop)
     faiss::distance_compute_blas_database_bs = kDatabaseBlock;
   if (threads > 0) {
     set_threads_ = true;
-    saved_omp_threads_ = omp_get_max_threads();
     saved_blas_threads_ = BlasThreads();
-    omp_set_num_threads(threads);
+    omp_threads_.emplace(threads);
     SetBlasThreads(threads);
   }
   if (should_stop_) {
@@ -60,7 +58,7 @@ ComputeScope::~ComputeScope() {
     g_interrupt_owner = nullptr;
   }
   if (set_threads_) {
-    omp_set_num_threads(saved_omp_threads_);
+    omp_threads_.reset();
     if (saved_blas_threads_ > 0) SetBlasThreads(saved_blas_threads_);
   }
 }

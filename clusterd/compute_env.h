@@ -22,6 +22,9 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
+
+#include "common/blas_env.h"
 
 namespace mlcd::clusterd {
 
@@ -45,7 +48,7 @@ class ComputeScope {
   std::function<bool()> should_stop_;
   std::atomic<bool> stopped_{false};
   bool installed_interrupt_ = false;
-  int saved_omp_threads_ = 0;
+  std::optional<ScopedOmpThreads> omp_threads_;
   int saved_blas_threads_ = 0;
   int saved_database_block_ = 0;
   bool set_threads_ = false;

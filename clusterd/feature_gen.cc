@@ -5,43 +5,16 @@
 #include <cstdio>
 
 #include "common/file_util.h"
+#include "common/random.h"
 
 namespace mlcd::clusterd {
 namespace {
 
-// A small counter-based generator (splitmix64): the stream of row i depends only on (seed, i),
-// so files come out the same whatever the thread count or chunking.
-class SplitMix {
- public:
-  explicit SplitMix(uint64_t state) : state_(state) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in (0, 1].
-  double Uniform() {
-    return (static_cast<double>(Next() >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-  }
-  double Gaussian() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    double u1 = Uniform(), u2 = Uniform();
-    double r = std::sqrt(-2.0 * std::log(u1));
-    spare_ = r * std::sin(2 * M_PI * u2);
-    has_spare_ = true;
-    return r * std::cos(2 * M_PI * u2);
-  }
+// Rows draw from mlcd::SplitMix (common/random.h), a counter-based generator: the stream of
+// row i depends only on (seed, i), so files come out the same whatever the thread count or
+// chunking.
 
- private:
-  uint64_t state_;
-  double spare_ = 0;
-  bool has_spare_ = false;
-};
-
+// The seed of the stream of `b` within the stream family `a`.
 uint64_t Mix(uint64_t a, uint64_t b) {
   SplitMix m(a * 0x9e3779b97f4a7c15ULL + b);
   m.Next();

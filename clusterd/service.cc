@@ -9,6 +9,7 @@
 #include "clusterd/kmeans.h"
 #include "clusterd/quality.h"
 #include "common/file_util.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "common/npy.h"
 #include "labelstore/client.h"
@@ -19,12 +20,6 @@ namespace {
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
 }
 
 void FillSizes(const ClusterSizeSummary& s, v1::ClusterSizeSummary* out) {

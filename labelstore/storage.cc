@@ -9,13 +9,15 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "common/clock.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "labelstore/block_format.h"
+#include "labelstore/read_batch.h"
 
 namespace mlcd::labelstore {
 namespace {
@@ -23,52 +25,9 @@ namespace {
 constexpr char kSetsFamily[] = "sets";
 constexpr char kBlocksFamily[] = "blocks";
 constexpr char kNextSetIdKey[] = "next_set_id";
-constexpr char kRecordMagic[4] = {'L', 'S', 'R', '1'};
-constexpr int32_t kMinBlockRows = 64;
-constexpr int32_t kMaxBlockRows = 16384;
 
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-inline void PutBigEndian64(char* out, uint64_t v) {
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
-}
-inline uint64_t GetBigEndian64(const char* in) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(in[i]);
-  return v;
-}
-inline uint64_t Load64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-inline uint32_t Load32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-// Keys of the blocks column family: be64(set id) + be64(block number). Big-endian so a set is
-// one contiguous range and its blocks are in sample-id order.
-constexpr size_t kBlockKeyBytes = 16;
-inline void EncodeBlockKey(char* out, uint64_t set_id, uint64_t block) {
-  PutBigEndian64(out, set_id);
-  PutBigEndian64(out + 8, block);
-}
-// [begin, end) covering every block of a set.
-std::pair<std::string, std::string> SetRange(uint64_t set_id) {
-  std::string begin(8, '\0'), end(8, '\0');
-  PutBigEndian64(begin.data(), set_id);
-  PutBigEndian64(end.data(), set_id + 1);
-  return {begin, end};
-}
+static_assert((size_t{1} << kIndexBits) > kMaxIdsPerRead,
+              "request index must fit the packed sort key");
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
@@ -82,177 +41,6 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.IsIOError() || s.IsNoSpace()) return Status::Unavailable(what + ": " + s.ToString());
   return Status::Internal(what + ": " + s.ToString());
 }
-
-// ---------------------------------------------------------------------------------------
-// Block encoding.
-//
-//   u32 present | u32 reserved (0)
-//   u64 bitmap[W]           bit j of word w: sample id b*B + 64*w + j has a row (W = B/64)
-//   u32 rank[W]             set bits in words [0, w)
-//   i32 labels[present][l]  rows of the present ids, ascending
-//   f32 scores[present][l]  only for sets with scores
-// A block's size is fully determined by (B, l, scores, present), which decoding checks.
-
-struct BlockLayout {
-  int32_t block_rows;  // B
-  int32_t l;
-  bool scores;
-  size_t words() const { return static_cast<size_t>(block_rows) / 64; }
-  size_t header_bytes() const { return 8 + words() * 12; }
-  size_t row_bytes() const { return static_cast<size_t>(l) * 4 * (scores ? 2 : 1); }
-  size_t encoded_bytes(uint32_t present) const { return header_bytes() + present * row_bytes(); }
-};
-
-// A parsed view of an encoded block (pointers into the pinned value).
-struct BlockView {
-  uint32_t present = 0;
-  const char* bitmap = nullptr;
-  const char* rank = nullptr;
-  const char* labels = nullptr;
-  const char* scores = nullptr;
-};
-
-bool ParseBlock(const rocksdb::Slice& value, const BlockLayout& layout, BlockView* view) {
-  if (value.size() < layout.header_bytes()) return false;
-  const char* p = value.data();
-  view->present = Load32(p);
-  if (view->present > static_cast<uint32_t>(layout.block_rows)) return false;
-  if (value.size() != layout.encoded_bytes(view->present)) return false;
-  view->bitmap = p + 8;
-  view->rank = view->bitmap + layout.words() * 8;
-  view->labels = view->rank + layout.words() * 4;
-  view->scores = view->labels + static_cast<size_t>(view->present) * layout.l * 4;
-  return true;
-}
-
-// Rank of the row at `offset` within the block, or -1 when the id has no row.
-inline int64_t FindRow(const BlockView& view, uint32_t offset) {
-  const uint32_t w = offset >> 6, bit = offset & 63;
-  const uint64_t word = Load64(view.bitmap + w * 8);
-  if (((word >> bit) & 1) == 0) return -1;
-  const uint64_t below = bit == 0 ? 0 : (word & ((uint64_t{1} << bit) - 1));
-  return static_cast<int64_t>(Load32(view.rank + w * 4)) + __builtin_popcountll(below);
-}
-
-// A block expanded for read-modify-write: every slot has room for a row.
-struct DenseBlock {
-  std::vector<uint64_t> bits;
-  std::vector<int32_t> labels;
-  std::vector<float> scores;
-  uint32_t present = 0;
-
-  void Reset(const BlockLayout& layout) {
-    bits.assign(layout.words(), 0);
-    labels.assign(static_cast<size_t>(layout.block_rows) * layout.l, -1);
-    scores.assign(layout.scores ? labels.size() : 0, 0.0f);
-    present = 0;
-  }
-};
-
-bool DecodeDense(const rocksdb::Slice& value, const BlockLayout& layout, DenseBlock* dense) {
-  BlockView view;
-  if (!ParseBlock(value, layout, &view)) return false;
-  dense->Reset(layout);
-  const size_t l = static_cast<size_t>(layout.l);
-  uint32_t rank = 0;
-  for (size_t w = 0; w < layout.words(); ++w) {
-    uint64_t word = Load64(view.bitmap + w * 8);
-    dense->bits[w] = word;
-    while (word != 0) {
-      const size_t offset = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
-      word &= word - 1;
-      if (rank >= view.present) return false;
-      std::memcpy(&dense->labels[offset * l], view.labels + rank * l * 4, l * 4);
-      if (layout.scores) std::memcpy(&dense->scores[offset * l], view.scores + rank * l * 4, l * 4);
-      ++rank;
-    }
-  }
-  if (rank != view.present) return false;
-  dense->present = rank;
-  return true;
-}
-
-void EncodeDense(const DenseBlock& dense, const BlockLayout& layout, std::string* out) {
-  const size_t l = static_cast<size_t>(layout.l);
-  out->assign(layout.encoded_bytes(dense.present), '\0');
-  char* p = out->data();
-  std::memcpy(p, &dense.present, 4);
-  char* bitmap = p + 8;
-  char* rank = bitmap + layout.words() * 8;
-  char* labels = rank + layout.words() * 4;
-  char* scores = labels + static_cast<size_t>(dense.present) * l * 4;
-  uint32_t count = 0;
-  for (size_t w = 0; w < layout.words(); ++w) {
-    uint64_t word = dense.bits[w];
-    std::memcpy(bitmap + w * 8, &word, 8);
-    std::memcpy(rank + w * 4, &count, 4);
-    while (word != 0) {
-      const size_t offset = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
-      word &= word - 1;
-      std::memcpy(labels + count * l * 4, &dense.labels[offset * l], l * 4);
-      if (layout.scores) std::memcpy(scores + count * l * 4, &dense.scores[offset * l], l * 4);
-      ++count;
-    }
-  }
-}
-
-int32_t ChooseBlockRows(size_t target_block_bytes, int32_t l, bool scores) {
-  const size_t row_bytes = static_cast<size_t>(l) * 4 * (scores ? 2 : 1);
-  int32_t rows = kMinBlockRows;
-  while (rows < kMaxBlockRows && static_cast<size_t>(rows) * 2 * row_bytes <= target_block_bytes)
-    rows *= 2;
-  return rows;
-}
-
-// Prefetches the cache lines of [p, p + bytes) (the first 256 bytes of long rows).
-inline void Prefetch(const char* p, size_t bytes) {
-  const size_t span = std::min<size_t>(bytes, 256);
-  for (size_t off = 0; off < span; off += 64) __builtin_prefetch(p + off);
-  __builtin_prefetch(p + span - 1);
-}
-
-// memcpy with the common row sizes as compile-time constants (inlined moves).
-inline void CopyRow(void* dst, const char* src, size_t bytes) {
-  switch (bytes) {
-    case 16:
-      std::memcpy(dst, src, 16);
-      break;
-    case 32:
-      std::memcpy(dst, src, 32);
-      break;
-    case 64:
-      std::memcpy(dst, src, 64);
-      break;
-    default:
-      std::memcpy(dst, src, bytes);
-  }
-}
-
-// A located row waiting to be copied into the response.
-struct RowCopy {
-  uint32_t pos;        // request position
-  const char* labels;  // in the pinned block
-  const char* scores;  // nullptr unless scores were asked for
-};
-
-// Per-thread buffers of the read path, kept between calls so a steady read allocates nothing.
-struct ReadScratch {
-  std::vector<uint64_t> packed;                      // (block << kIndexBits) | request index
-  std::vector<std::pair<uint64_t, uint32_t>> pairs;  // fallback when blocks are huge
-  std::vector<uint32_t> cursor;                      // counting sort: per-block write offsets
-  std::vector<uint32_t> order;                       // request positions grouped by block
-  std::vector<uint64_t> blocks;                      // unique block numbers, ascending
-  std::vector<uint32_t> group_begin;                 // first entry of each unique block
-  std::string key_bytes;
-  std::vector<rocksdb::Slice> keys;
-  std::vector<rocksdb::PinnableSlice> values;
-  std::vector<rocksdb::Status> statuses;
-  std::vector<uint32_t> missing;
-  std::vector<RowCopy> copies;
-};
-constexpr int kIndexBits = 20;  // > log2(kMaxIdsPerRead)
-static_assert((size_t{1} << kIndexBits) > kMaxIdsPerRead,
-              "request index must fit the packed sort key");
 
 }  // namespace
 
@@ -363,14 +151,15 @@ Status LabelStorage::LoadSets() {
     const rocksdb::Slice value = it->value();
     auto set = std::make_shared<SetState>();
     set->name = it->key().ToString();
-    if (value.size() < 16 || std::memcmp(value.data(), kRecordMagic, 4) != 0 ||
-        !set->info.ParseFromArray(value.data() + 16, static_cast<int>(value.size() - 16))) {
+    SetRecord record;
+    if (!DecodeSetRecord(value.data(), value.size(), &record)) {
       return Status::DataLoss("label set record '" + set->name + "' in " + options_.data_dir +
                               " is corrupt");
     }
-    set->set_id = GetBigEndian64(value.data() + 4);
-    set->block_rows = static_cast<int32_t>(Load32(value.data() + 12));
-    if (set->block_rows < kMinBlockRows || (set->block_rows & (set->block_rows - 1)) != 0) {
+    set->info = std::move(record.info);
+    set->set_id = record.set_id;
+    set->block_rows = record.block_rows;
+    if (!ValidBlockRows(set->block_rows)) {
       return Status::DataLoss("label set record '" + set->name + "' has block size " +
                               std::to_string(set->block_rows));
     }
@@ -419,18 +208,12 @@ Status LabelStorage::NotFound(const std::string& name) const {
 }
 
 std::string LabelStorage::EncodeRecord(const SetState& set, const v1::LabelSetInfo& info) const {
-  std::string record(16, '\0');
-  std::memcpy(record.data(), kRecordMagic, 4);
-  PutBigEndian64(record.data() + 4, set.set_id);
-  uint32_t rows = static_cast<uint32_t>(set.block_rows);
-  std::memcpy(record.data() + 12, &rows, 4);
-  info.AppendToString(&record);
-  return record;
+  return EncodeSetRecord(set.set_id, set.block_rows, info);
 }
 
 v1::LabelSetInfo LabelStorage::InfoWithSize(const SetState& set) const {
   v1::LabelSetInfo info = set.Info();
-  auto [begin, end] = SetRange(set.set_id);
+  auto [begin, end] = SetKeyRange(set.set_id);
   rocksdb::Range range(begin, end);
   rocksdb::SizeApproximationOptions size_options;
   size_options.include_memtables = true;
@@ -545,7 +328,7 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
   uint64_t new_samples = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
     if (statuses[b].ok()) {
-      if (!DecodeDense(values[b], layout, &dense)) {
+      if (!DecodeDense(values[b].data(), values[b].size(), layout, &dense)) {
         return Status::DataLoss("block " + std::to_string(blocks[b]) + " of label set '" + name +
                                 "' is corrupt");
       }
@@ -558,15 +341,8 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
     for (size_t i = group_begin[b]; i < group_begin[b + 1]; ++i) {
       const size_t offset = order[i].first & static_cast<uint64_t>(set->block_rows - 1);
       const size_t row = order[i].second;
-      uint64_t& word = dense.bits[offset >> 6];
-      const uint64_t bit = uint64_t{1} << (offset & 63);
-      if ((word & bit) == 0) {
-        word |= bit;
-        ++dense.present;
+      if (dense.SetRow(layout, offset, labels + row * l, scores ? scores + row * l : nullptr))
         ++new_samples;
-      }
-      std::memcpy(&dense.labels[offset * l], labels + row * l, l * 4);
-      if (scores) std::memcpy(&dense.scores[offset * l], scores + row * l, l * 4);
     }
     EncodeDense(dense, layout, &encoded);
     batch.Put(blocks_cf_, keys[b], encoded);
@@ -675,7 +451,7 @@ StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& nam
       if (allow_missing) return response;
       return NotFound(name);
     }
-    auto [begin, end] = SetRange(set->set_id);
+    auto [begin, end] = SetKeyRange(set->set_id);
     rocksdb::WriteBatch batch;
     batch.DeleteRange(blocks_cf_, begin, end);
     batch.Delete(sets_cf_, name);
@@ -723,59 +499,7 @@ Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, siz
   }
 
   thread_local ReadScratch s;
-  // Group request positions by block (s.order: positions, block by block, blocks ascending).
-  //  - blocks spanning a small range (the usual case: dense ids): counting sort, O(n + span);
-  //  - else sort (block, position) packed into one u64 (ids < 2^44 * B), else as pairs.
-  uint64_t min_block = ~uint64_t{0}, max_block = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t block = ids[i] >> shift;
-    min_block = std::min(min_block, block);
-    max_block = std::max(max_block, block);
-  }
-  const uint64_t span = max_block - min_block + 1;
-  s.blocks.clear();
-  s.group_begin.clear();
-  s.order.resize(n);
-  if (span <= std::max<uint64_t>(4096, 4 * static_cast<uint64_t>(n))) {
-    s.cursor.assign(span, 0);
-    for (size_t i = 0; i < n; ++i) ++s.cursor[(ids[i] >> shift) - min_block];
-    uint32_t offset = 0;
-    for (uint64_t b = 0; b < span; ++b) {
-      const uint32_t count = s.cursor[b];
-      s.cursor[b] = offset;
-      if (count > 0) {
-        s.blocks.push_back(min_block + b);
-        s.group_begin.push_back(offset);
-        offset += count;
-      }
-    }
-    for (size_t i = 0; i < n; ++i)
-      s.order[s.cursor[(ids[i] >> shift) - min_block]++] = static_cast<uint32_t>(i);
-  } else if (max_block < (uint64_t{1} << (64 - kIndexBits))) {
-    s.packed.resize(n);
-    for (size_t i = 0; i < n; ++i) s.packed[i] = ((ids[i] >> shift) << kIndexBits) | i;
-    std::sort(s.packed.begin(), s.packed.end());
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t block = s.packed[i] >> kIndexBits;
-      s.order[i] = static_cast<uint32_t>(s.packed[i] & ((uint64_t{1} << kIndexBits) - 1));
-      if (s.blocks.empty() || s.blocks.back() != block) {
-        s.blocks.push_back(block);
-        s.group_begin.push_back(static_cast<uint32_t>(i));
-      }
-    }
-  } else {
-    s.pairs.resize(n);
-    for (size_t i = 0; i < n; ++i) s.pairs[i] = {ids[i] >> shift, static_cast<uint32_t>(i)};
-    std::sort(s.pairs.begin(), s.pairs.end());
-    for (size_t i = 0; i < n; ++i) {
-      s.order[i] = s.pairs[i].second;
-      if (s.blocks.empty() || s.blocks.back() != s.pairs[i].first) {
-        s.blocks.push_back(s.pairs[i].first);
-        s.group_begin.push_back(static_cast<uint32_t>(i));
-      }
-    }
-  }
-  s.group_begin.push_back(static_cast<uint32_t>(n));
+  GroupByBlock(ids, n, shift, &s);
   const size_t num_blocks = s.blocks.size();
 
   s.key_bytes.resize(num_blocks * kBlockKeyBytes);
@@ -807,7 +531,7 @@ Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, siz
       break;
     }
     BlockView view;
-    if (!ParseBlock(s.values[b], layout, &view)) {
+    if (!ParseBlock(s.values[b].data(), s.values[b].size(), layout, &view)) {
       status = Status::DataLoss("block " + std::to_string(s.blocks[b]) + " of label set '" + name +
                                 "' is corrupt");
       break;
@@ -825,7 +549,7 @@ Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, siz
       const char* scores = out_scores ? view.scores + rank * row_bytes : nullptr;
       Prefetch(labels, row_bytes);
       if (scores) Prefetch(scores, row_bytes);
-      s.copies.push_back(RowCopy{pos, labels, scores});
+      s.copies.emplace_back(pos, labels, scores);
     }
   }
   if (status.ok()) {
@@ -869,7 +593,7 @@ void LabelStorage::BackgroundLoop() {
     bg_queue_.pop_front();
     bg_busy_ = true;
     lock.unlock();
-    auto [begin, end] = SetRange(set_id);
+    auto [begin, end] = SetKeyRange(set_id);
     rocksdb::Slice begin_slice(begin), end_slice(end);
     rocksdb::CompactRangeOptions compact_options;
     compact_options.exclusive_manual_compaction = false;

@@ -1,6 +1,6 @@
 // The label store's storage layer: label sets in one embedded RocksDB.
 //
-// Layout (docs/labelstore.md explains the choices):
+// Layout (docs/labelstore.md explains the choices; labelstore/block_format.h has the bytes):
 //   column family "sets":    name -> set record (set id, block size, v1::LabelSetInfo)
 //   column family "blocks":  be64(set id) + be64(block number) -> one block, holding the rows
 //                            of B consecutive sample ids [b*B, (b+1)*B): a presence bitmap,

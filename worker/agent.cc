@@ -20,6 +20,7 @@
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/subprocess.h"
 
 namespace mlcd::worker {
 namespace {
@@ -304,39 +305,16 @@ Status Agent::Run() {
 
 Status Agent::StartChild(const std::vector<std::string>& argv, const std::string& log_path,
                          pid_t* pid_out) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // Built before fork: the child of a multi-threaded process may only call async-signal-safe
-  // functions, so it does not touch the environment itself.
-  const std::vector<std::string> env = ChildEnvironment();
-  std::vector<char*> envp;
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) return Status::Internal(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    // Own process group (so a stop reaches the child's children too), dies with the agent.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) _exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::close(fd);
-    }
-    ::execve(args[0], args.data(), envp.data());
-    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  ::setpgid(pid, pid);
-  *pid_out = pid;
+  SpawnOptions spawn;
+  spawn.argv = argv;
+  spawn.env = ChildEnvironment();
+  spawn.log_path = log_path;
+  // Own process group (so a stop reaches the child's children too), dies with the agent.
+  spawn.new_process_group = true;
+  spawn.parent_death_signal = SIGKILL;
+  spawn.clear_signal_mask = true;
+  spawn.default_sigpipe = true;
+  MLCD_ASSIGN_OR_RETURN(*pid_out, Spawn(spawn));
   return Status::Ok();
 }
 

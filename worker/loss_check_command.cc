@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/npy.h"
+#include "common/subprocess.h"
 #include "worker/collectives.h"
 #include "worker/command.h"
 #include "worker/partial_fc.h"
@@ -260,23 +261,18 @@ int RunRanks(const LossCheckArgs& a) {
   const std::string rendezvous = "127.0.0.1:" + std::to_string(port);
   std::vector<pid_t> children;
   for (int r = 0; r < a.world_size; ++r) {
-    std::vector<std::string> args = ChildArgs(a, r, rendezvous);
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::execv("/proc/self/exe", argv.data());
-      std::perror("loss-check: exec of a rank failed");
-      ::_exit(127);
-    }
-    if (pid < 0) {
-      std::perror("loss-check: fork failed");
+    SpawnOptions spawn;
+    spawn.argv = ChildArgs(a, r, rendezvous);
+    spawn.executable = "/proc/self/exe";
+    spawn.exec_error_prefix = "loss-check: exec of a rank failed";
+    StatusOr<pid_t> pid = Spawn(spawn);
+    if (!pid.ok()) {
+      std::cerr << "loss-check: " << pid.status().message() << "\n";
       for (pid_t c : children) ::kill(c, SIGTERM);
-      for (pid_t c : children) ::waitpid(c, nullptr, 0);
+      for (pid_t c : children) WaitForExit(c);
       return 1;
     }
-    children.push_back(pid);
+    children.push_back(*pid);
   }
   int exit_code = 0;
   size_t remaining = children.size();

@@ -21,7 +21,6 @@
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,10 +41,9 @@
 #include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
+#include "common/subprocess.h"
 #include "labelstore/client.h"
 #include "labelstore/storage.h"
-
-extern char** environ;
 
 namespace {
 
@@ -187,18 +185,15 @@ class ServerProcess {
   ~ServerProcess() { Stop(); }
   void Start(const std::string& binary, const std::vector<std::string>& args,
              const std::string& log) {
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    if (posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
-      Check(mlcd::Status::Unavailable("cannot start " + binary), "spawn");
-    }
-    posix_spawn_file_actions_destroy(&actions);
+    mlcd::SpawnOptions spawn;
+    spawn.argv = {binary};
+    spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
+    spawn.log_path = log;
+    // posix_spawn reported a program it could not run; a forked child would exit 127 instead.
+    const bool runnable = access(binary.c_str(), X_OK) == 0;
+    mlcd::StatusOr<pid_t> pid = runnable ? mlcd::Spawn(spawn) : mlcd::Status::NotFound(binary);
+    if (!pid.ok()) Check(mlcd::Status::Unavailable("cannot start " + binary), "spawn");
+    pid_ = *pid;
   }
   pid_t pid() const { return pid_; }
   // CPU seconds (user + system) the server has used so far.
@@ -218,8 +213,7 @@ class ServerProcess {
   void Stop() {
     if (pid_ <= 0) return;
     kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
+    mlcd::WaitForExit(pid_);
     pid_ = -1;
   }
 

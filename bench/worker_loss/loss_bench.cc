@@ -30,6 +30,7 @@
 #include "common/file_util.h"
 #include "common/malloc_env.h"
 #include "common/net.h"
+#include "common/subprocess.h"
 #include "worker/collectives.h"
 #include "worker/partial_fc.h"
 
@@ -269,20 +270,15 @@ int RunRankProcesses(const Args& a, const std::string& rank_mode, int world,
                                      std::to_string(a.steps),
                                      "--warmup",
                                      std::to_string(a.warmup)};
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    pid_t pid = fork();
-    if (pid == 0) {
-      execv("/proc/self/exe", argv.data());
-      _exit(127);
-    }
-    pids.push_back(pid);
+    SpawnOptions spawn;
+    spawn.argv = std::move(args);
+    spawn.executable = "/proc/self/exe";
+    StatusOr<pid_t> pid = Spawn(spawn);
+    pids.push_back(pid.ok() ? *pid : -1);
   }
   int failures = 0;
   for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const int status = pid > 0 ? WaitForExit(pid) : -1;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
   }
   for (const std::string& p : paths) {

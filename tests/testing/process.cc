@@ -1,18 +1,16 @@
 #include "tests/testing/process.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <thread>
 
 #include "common/file_util.h"
 #include "common/grpc_server.h"
+#include "common/subprocess.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace mlcd::testing {
@@ -47,8 +45,7 @@ std::string BinPath(const std::string& name) {
 ChildProcess::~ChildProcess() {
   if (pid_ > 0) {
     ::kill(pid_, SIGKILL);
-    int status;
-    ::waitpid(pid_, &status, 0);
+    WaitForExit(pid_);
   }
 }
 
@@ -57,40 +54,22 @@ Status ChildProcess::Start(const std::string& binary, const std::vector<std::str
   if (::access(binary.c_str(), X_OK) != 0)
     return Status::NotFound(binary + ": not an executable (built?)");
   log_path_ = log_path;
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) return Status::Internal(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) _exit(127);
-    // Undo any signal mask inherited from a test that blocks SIGTERM/SIGINT.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::close(fd);
-    }
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(binary.c_str(), argv.data());
-    std::fprintf(stderr, "execv %s: %s\n", binary.c_str(), std::strerror(errno));
-    _exit(127);
-  }
-  pid_ = pid;
+  SpawnOptions spawn;
+  spawn.argv = {binary};
+  spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
+  spawn.set_env = env;
+  spawn.log_path = log_path;
+  spawn.parent_death_signal = SIGKILL;
+  // Undo any signal mask inherited from a test that blocks SIGTERM/SIGINT.
+  spawn.clear_signal_mask = true;
+  spawn.exec_error_prefix = "execv " + binary;
+  MLCD_ASSIGN_OR_RETURN(pid_, Spawn(spawn));
   return Status::Ok();
 }
 
 bool ChildProcess::running() {
   if (pid_ <= 0) return false;
-  int status;
-  pid_t r = ::waitpid(pid_, &status, WNOHANG);
-  if (r == pid_) {
+  if (TryWait(pid_)) {
     pid_ = -1;
     return false;
   }
@@ -103,17 +82,10 @@ void ChildProcess::Signal(int signal) {
 
 int ChildProcess::Wait(std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return 0;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    int status;
-    pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      pid_ = -1;
-      return status;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const std::optional<int> status = WaitForExitFor(pid_, timeout);
+  if (!status) return -1;
+  pid_ = -1;
+  return *status;
 }
 
 int ChildProcess::Stop(std::chrono::milliseconds grace) {

@@ -1,0 +1,136 @@
+#include "common/spec_defaults.h"
+
+#include <algorithm>
+
+#include "common/enums.h"
+#include "common/idx.h"
+
+namespace mlcd {
+namespace {
+
+// Images in the Fashion-MNIST training split.
+constexpr uint64_t kFashionMnistTrainImages = 60000;
+
+}  // namespace
+
+const std::vector<ModelPreset>& ModelPresets() {
+  static const std::vector<ModelPreset> kPresets = {
+      // CPU-sized models for 28x28 Fashion-MNIST: patch 7 gives 16 tokens.
+      {"vit-tiny", 192, 6, 3, 7, 0},
+      {"vit-small", 384, 12, 6, 7, 0},
+      // Paper Table 8.
+      {"vit-b32", 768, 12, 12, 32, 224},
+      {"vit-b16", 768, 12, 12, 16, 224},
+      {"vit-l14", 1024, 24, 16, 14, 224},
+  };
+  return kPresets;
+}
+
+StatusOr<ModelPreset> FindModelPreset(const std::string& name) {
+  std::string known;
+  for (const auto& p : ModelPresets()) {
+    if (name == p.name) return p;
+    known += known.empty() ? p.name : std::string(", ") + p.name;
+  }
+  return Status::InvalidArgument("unknown model preset '" + name + "'; known presets: " + known);
+}
+
+int ConvStemLayers(int image_size, int patch_size) {
+  if (image_size < 1 || patch_size < 1 || image_size % patch_size != 0) return -1;
+  int layers = 0;
+  while ((1 << layers) < patch_size) ++layers;
+  int side = image_size;
+  for (int i = 0; i < layers; ++i) side = (side + 1) / 2;
+  return side == image_size / patch_size ? layers : -1;
+}
+
+const std::vector<std::string>& EvaluationFeatureKinds() {
+  static const std::vector<std::string> kinds = {"embedding", "pooled", "blocks", "tokens"};
+  return kinds;
+}
+
+void ApplyJobSpecDefaults(v1::JobSpec* spec) {
+  auto* data = spec->mutable_dataset();
+  if (data->format().empty()) data->set_format("fashion-mnist");
+  if (data->path().empty()) data->set_path(kFashionMnistDir);
+  if (!data->has_augment()) data->set_augment(true);
+
+  auto* clustering = spec->mutable_clustering();
+  auto* features = clustering->mutable_features();
+  if (features->kind().empty()) features->set_kind("pixels");
+  if (features->kind() == "random-projection" && features->dim() == 0) features->set_dim(256);
+  if (clustering->k() == 0) clustering->set_k(1000);
+  if (clustering->l() == 0) clustering->set_l(8);
+  if (clustering->niter() == 0) clustering->set_niter(20);
+  if (clustering->max_points_per_centroid() == 0) clustering->set_max_points_per_centroid(256);
+  if (clustering->search().empty()) clustering->set_search(SearchMethodName(SearchMethod::kExact));
+
+  auto* loss = spec->mutable_loss();
+  if (loss->variant().empty()) loss->set_variant(LossVariantName(LossVariant::kMlcd));
+  if (loss->sample_ratio() == 0) loss->set_sample_ratio(0.1);
+  if (loss->scale() == 0) loss->set_scale(32);
+  if (!loss->has_margin()) loss->set_margin(0.3);
+  if (loss->margin_type().empty()) loss->set_margin_type(MarginTypeName(MarginType::kArc));
+
+  auto* model = spec->mutable_model();
+  if (model->preset().empty()) model->set_preset("vit-tiny");
+  auto preset = FindModelPreset(model->preset());
+  if (preset.ok()) {
+    if (model->width() == 0) model->set_width(preset->width);
+    if (model->depth() == 0) model->set_depth(preset->depth);
+    if (model->heads() == 0) model->set_heads(preset->heads);
+    if (model->patch_size() == 0) model->set_patch_size(preset->patch_size);
+    if (model->image_size() == 0 && preset->image_size) model->set_image_size(preset->image_size);
+  }
+  if (data->format() == "fashion-mnist") {
+    if (model->image_size() == 0) model->set_image_size(28);
+    if (model->channels() == 0) model->set_channels(1);
+  }
+  if (model->mlp_ratio() == 0) model->set_mlp_ratio(4);
+  if (model->embed_dim() == 0) model->set_embed_dim(512);
+  if (model->pooling().empty()) model->set_pooling("cls");
+  if (model->stem().empty()) model->set_stem("patch");
+
+  auto* opt = spec->mutable_optimizer();
+  if (opt->name().empty()) opt->set_name("adamw");
+  if (opt->lr() == 0) opt->set_lr(1e-3);
+  if (!opt->has_weight_decay()) opt->set_weight_decay(0.2);
+  if (opt->beta1() == 0) opt->set_beta1(0.9);
+  if (opt->beta2() == 0) opt->set_beta2(0.98);
+  if (!opt->has_warmup_fraction()) opt->set_warmup_fraction(0.05);
+  if (opt->schedule().empty()) opt->set_schedule("cosine");
+  if (opt->centre_lr_multiplier() == 0) opt->set_centre_lr_multiplier(1);
+  if (opt->grad_clip_norm() == 0) opt->set_grad_clip_norm(5);
+
+  auto* training = spec->mutable_training();
+  if (training->epochs_per_round() == 0) training->set_epochs_per_round(1);
+  if (training->batch_size() == 0) training->set_batch_size(256);
+  if (training->world_size() == 0) training->set_world_size(1);
+  if (!training->has_max_restarts()) training->set_max_restarts(3);
+  if (training->heartbeat_timeout_seconds() == 0) training->set_heartbeat_timeout_seconds(30);
+  if (training->collective_timeout_seconds() == 0) training->set_collective_timeout_seconds(120);
+  if (training->label_prefetch_depth() == 0) training->set_label_prefetch_depth(4);
+  if (training->rounds() == 0) training->set_rounds(1);
+  if (training->centre_init().empty()) training->set_centre_init("auto");
+
+  auto* eval = spec->mutable_evaluation();
+  if (!eval->has_enabled()) eval->set_enabled(true);
+  if (!eval->has_linear_probe()) eval->set_linear_probe(true);
+  if (!eval->has_knn()) eval->set_knn(true);
+  if (eval->knn_k() == 0) eval->set_knn_k(20);
+  if (eval->knn_temperature() == 0) eval->set_knn_temperature(0.07);
+  if (eval->features().empty()) eval->set_features("embedding");
+  if (eval->feature_blocks() == 0)
+    eval->set_feature_blocks(std::min(4, model->depth() > 0 ? model->depth() : 4));
+  if (!eval->has_dataset()) *eval->mutable_dataset() = *data;
+}
+
+uint64_t DatasetTrainingImages(const v1::DatasetSpec& dataset) {
+  uint64_t split = 0;
+  if (dataset.format() == "fashion-mnist" || dataset.format().empty())
+    split = kFashionMnistTrainImages;
+  if (dataset.limit() == 0) return split;
+  return split ? std::min<uint64_t>(split, dataset.limit()) : dataset.limit();
+}
+
+}  // namespace mlcd

@@ -1,0 +1,282 @@
+#include "common/spec_validation.h"
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include "common/enums.h"
+#include "common/spec_defaults.h"
+
+namespace mlcd {
+namespace {
+
+// Collects the problems of one section of a spec; fields are named relative to `prefix`.
+class Checker {
+ public:
+  Checker(std::vector<SpecProblem>* problems, std::string prefix)
+      : problems_(problems), prefix_(std::move(prefix)) {}
+  void Add(const std::string& field, const std::string& message) {
+    problems_->push_back({prefix_.empty() ? field : prefix_ + "." + field, message});
+  }
+  template <typename T>
+  void AtLeast(const std::string& field, T value, T min) {
+    if (value < min) Add(field, Num(value) + " must be >= " + Num(min));
+  }
+  template <typename T>
+  void Positive(const std::string& field, T value) {
+    if (!(value > 0)) Add(field, Num(value) + " must be > 0");
+  }
+  void OneOf(const std::string& field, const std::string& value,
+             const std::vector<std::string>& allowed) {
+    if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
+    std::string list;
+    for (size_t i = 0; i < allowed.size(); ++i) list += (i ? ", " : "") + allowed[i];
+    Add(field, "'" + value + "' is not one of: " + list);
+  }
+  template <typename T>
+  static std::string Num(T v) {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+  }
+
+ private:
+  std::vector<SpecProblem>* problems_;
+  std::string prefix_;
+};
+
+// What the section checks share.
+struct SectionContext {
+  const v1::JobSpec& spec;
+  std::string prefix;       // "spec." (or "" without a path prefix)
+  uint64_t images;          // DatasetTrainingImages(spec.dataset()); 0 = unknown
+  std::string images_text;  // "500 training images (spec.dataset.limit)" for messages
+};
+
+// dataset: a known format, a path, crop_min_scale in [0, 1].
+void CheckDataset(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  Checker c(problems, s.prefix + "dataset");
+  c.OneOf("format", s.spec.dataset().format(), {"fashion-mnist"});
+  if (s.spec.dataset().path().empty())
+    c.Add("path", "empty; give the directory of the dataset's files");
+  const double crop = s.spec.dataset().crop_min_scale();
+  if (!(crop >= 0 && crop <= 1)) {
+    c.Add("crop_min_scale", Checker::Num(crop) +
+                                " is outside [0, 1]; 0 = pad-and-crop, e.g. 0.5 = random resized "
+                                "crops of 50% to 100% of the image area");
+  }
+}
+
+// clustering: the feature source, k and l (l <= k, l <= kMaxLabelsPerSample, k <= images),
+// the k-means settings and the search method.
+void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  const auto& cl = s.spec.clustering();
+  Checker c(problems, s.prefix + "clustering");
+  const auto& f = cl.features();
+  c.OneOf("features.kind", f.kind(), {"pixels", "random-projection", "npy", "model"});
+  if (f.kind() == "npy" && f.paths().empty()) {
+    c.Add("features.paths",
+          "empty; kind 'npy' needs at least one .npy file or directory of shards");
+  }
+  if (f.kind() != "npy" && !f.paths().empty()) {
+    c.Add("features.paths", "only read when features.kind is 'npy' (it is '" + f.kind() + "')");
+  }
+  for (int i = 0; i < f.paths_size(); ++i) {
+    if (f.paths(i).empty()) c.Add("features.paths[" + std::to_string(i) + "]", "empty path");
+  }
+  if (f.kind() == "random-projection") c.AtLeast("features.dim", f.dim(), 1);
+  c.AtLeast("k", cl.k(), 1);
+  c.AtLeast("l", cl.l(), 1);
+  if (cl.l() > kMaxLabelsPerSample) {
+    c.Add("l", Checker::Num(cl.l()) + " > " + Checker::Num(kMaxLabelsPerSample) +
+                   ", the most labels per sample the label store keeps");
+  }
+  if (cl.k() >= 1 && cl.l() > cl.k())
+    c.Add("l", Checker::Num(cl.l()) + " > k: " + Checker::Num(cl.k()));
+  if (s.images > 0 && cl.k() > 0 && static_cast<uint64_t>(cl.k()) > s.images) {
+    c.Add("k",
+          Checker::Num(cl.k()) + " > the " + s.images_text + "; k-means needs at least k points");
+  }
+  c.AtLeast("niter", cl.niter(), 1);
+  c.AtLeast("max_points_per_centroid", cl.max_points_per_centroid(), 1);
+  c.OneOf("search", cl.search(), SearchMethodNames());
+}
+
+// loss: the variant, sample ratio, scale and margin.
+void CheckLoss(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  const auto& loss = s.spec.loss();
+  Checker c(problems, s.prefix + "loss");
+  c.OneOf("variant", loss.variant(), LossVariantNames());
+  if (!(loss.sample_ratio() > 0 && loss.sample_ratio() <= 1)) {
+    c.Add("sample_ratio", Checker::Num(loss.sample_ratio()) + " is not in (0, 1]");
+  }
+  if (!(loss.scale() > 0 && loss.scale() <= kMaxLossScale)) {
+    c.Add("scale",
+          Checker::Num(loss.scale()) + " is not in (0, " + Checker::Num(kMaxLossScale) + "]");
+  }
+  if (!(loss.margin() >= 0 && loss.margin() <= 1))
+    c.Add("margin", Checker::Num(loss.margin()) + " is not in [0, 1]");
+  c.OneOf("margin_type", loss.margin_type(), MarginTypeNames());
+}
+
+// model: a known preset, a ViT shape that divides (width by heads, image by patch), pooling
+// and a stem that reaches the patch grid.
+void CheckModel(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  const auto& m = s.spec.model();
+  Checker c(problems, s.prefix + "model");
+  auto preset = FindModelPreset(m.preset());
+  if (!preset.ok()) c.Add("preset", preset.status().message());
+  c.AtLeast("width", m.width(), 1);
+  c.AtLeast("depth", m.depth(), 1);
+  c.AtLeast("heads", m.heads(), 1);
+  if (m.width() >= 1 && m.heads() >= 1 && m.width() % m.heads() != 0) {
+    c.Add("width",
+          Checker::Num(m.width()) + " is not divisible by heads: " + Checker::Num(m.heads()));
+  }
+  c.AtLeast("patch_size", m.patch_size(), 1);
+  c.AtLeast("image_size", m.image_size(), 1);
+  if (m.patch_size() >= 1 && m.image_size() >= 1 && m.image_size() % m.patch_size() != 0) {
+    c.Add("image_size", Checker::Num(m.image_size()) +
+                            " is not divisible by patch_size: " + Checker::Num(m.patch_size()));
+  }
+  c.AtLeast("channels", m.channels(), 1);
+  c.Positive("mlp_ratio", m.mlp_ratio());
+  c.AtLeast("embed_dim", m.embed_dim(), 1);
+  c.OneOf("pooling", m.pooling(), {"cls", "mean"});
+  c.OneOf("stem", m.stem(), {"patch", "conv"});
+  if (m.stem() == "conv" && m.patch_size() >= 1 && m.image_size() >= 1 &&
+      m.image_size() % m.patch_size() == 0 && ConvStemLayers(m.image_size(), m.patch_size()) < 0) {
+    c.Add("stem", "\"conv\" halves the image side with each layer and cannot reach " +
+                      Checker::Num(m.image_size() / m.patch_size()) +
+                      " tokens per side from image_size " + Checker::Num(m.image_size()) +
+                      " (patch_size " + Checker::Num(m.patch_size()) +
+                      "); use stem \"patch\" or a patch_size whose ceil(log2) halvings give "
+                      "image_size / patch_size");
+  }
+}
+
+// optimizer: name, learning rates, betas, warmup and schedule.
+void CheckOptimizer(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  const auto& o = s.spec.optimizer();
+  Checker c(problems, s.prefix + "optimizer");
+  c.OneOf("name", o.name(), {"adamw", "sgd"});
+  c.Positive("lr", o.lr());
+  if (o.weight_decay() < 0) c.Add("weight_decay", Checker::Num(o.weight_decay()) + " must be >= 0");
+  if (!(o.beta1() >= 0 && o.beta1() < 1))
+    c.Add("beta1", Checker::Num(o.beta1()) + " is not in [0, 1)");
+  if (!(o.beta2() >= 0 && o.beta2() < 1))
+    c.Add("beta2", Checker::Num(o.beta2()) + " is not in [0, 1)");
+  if (!(o.warmup_fraction() >= 0 && o.warmup_fraction() < 1)) {
+    c.Add("warmup_fraction", Checker::Num(o.warmup_fraction()) + " is not in [0, 1)");
+  }
+  c.OneOf("schedule", o.schedule(), {"cosine", "constant"});
+  c.Positive("centre_lr_multiplier", o.centre_lr_multiplier());
+}
+
+// training: batch and gang sizes and their relations, timeouts, rounds, centre init.
+void CheckTraining(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  const auto& t = s.spec.training();
+  Checker c(problems, s.prefix + "training");
+  c.AtLeast("epochs_per_round", t.epochs_per_round(), 1);
+  c.AtLeast("batch_size", t.batch_size(), 1);
+  c.AtLeast("world_size", t.world_size(), 1);
+  if (t.world_size() > kMaxWorldSize)
+    c.Add("world_size", Checker::Num(t.world_size()) + " > " + Checker::Num(kMaxWorldSize));
+  if (t.batch_size() >= 1 && t.world_size() >= 1 && t.batch_size() % t.world_size() != 0) {
+    c.Add("batch_size", Checker::Num(t.batch_size()) +
+                            " is not divisible by world_size: " + Checker::Num(t.world_size()));
+  }
+  if (s.images > 0 && t.batch_size() > 0 && static_cast<uint64_t>(t.batch_size()) > s.images) {
+    c.Add("batch_size", Checker::Num(t.batch_size()) + " > the " + s.images_text +
+                            "; an epoch drops its last partial batch, so it would have no step");
+  }
+  if (s.spec.clustering().k() > 0 && t.world_size() > s.spec.clustering().k()) {
+    c.Add("world_size", Checker::Num(t.world_size()) +
+                            " > clustering.k: " + Checker::Num(s.spec.clustering().k()) +
+                            "; every rank holds a shard of the class centres");
+  }
+  c.AtLeast("checkpoint_every_steps", t.checkpoint_every_steps(), 0);
+  c.AtLeast("threads_per_worker", t.threads_per_worker(), 0);
+  c.AtLeast("max_restarts", t.max_restarts(), 0);
+  c.AtLeast("heartbeat_timeout_seconds", t.heartbeat_timeout_seconds(), 1);
+  c.AtLeast("collective_timeout_seconds", t.collective_timeout_seconds(), 1);
+  c.AtLeast("label_prefetch_depth", t.label_prefetch_depth(), 1);
+  c.AtLeast("rounds", t.rounds(), 1);
+  if (t.rounds() > kMaxRounds)
+    c.Add("rounds", Checker::Num(t.rounds()) + " > " + Checker::Num(kMaxRounds));
+  c.AtLeast("max_steps_per_epoch", t.max_steps_per_epoch(), 0);
+  c.OneOf("centre_init", t.centre_init(), {"auto", "random", "centroids"});
+}
+
+// evaluation (when enabled): kNN settings, feature kind and blocks, dataset format.
+void CheckEvaluation(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  const auto& e = s.spec.evaluation();
+  Checker c(problems, s.prefix + "evaluation");
+  if (e.enabled()) {
+    c.AtLeast("knn_k", e.knn_k(), 1);
+    c.Positive("knn_temperature", e.knn_temperature());
+    c.OneOf("features", e.features(), EvaluationFeatureKinds());
+    c.AtLeast("feature_blocks", e.feature_blocks(), 1);
+    if (s.spec.model().depth() > 0 && e.feature_blocks() > s.spec.model().depth())
+      c.Add("feature_blocks", Checker::Num(e.feature_blocks()) + " > model.depth " +
+                                  Checker::Num(s.spec.model().depth()) +
+                                  "; use at most the model's depth");
+    c.OneOf("dataset.format", e.dataset().format(), {"fashion-mnist"});
+  }
+}
+
+}  // namespace
+
+std::vector<SpecProblem> JobMetadataProblems(const v1::JobMetadata& metadata,
+                                             const std::string& path_prefix) {
+  std::vector<SpecProblem> problems;
+  Checker c(&problems, path_prefix);
+  const std::string& name = metadata.name();
+  if (name.size() > kMaxJobNameLength)
+    c.Add("name", "longer than " + Checker::Num(kMaxJobNameLength) + " characters");
+  for (char ch : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
+      c.Add("name", "'" + name + "' may only hold letters, digits, '-', '_' and '.'");
+      break;
+    }
+  }
+  for (const auto& [key, value] : metadata.labels()) {
+    if (key.empty() || key.size() > kMaxJobLabelKeyLength) {
+      c.Add("labels",
+            "label keys must be 1 to " + Checker::Num(kMaxJobLabelKeyLength) + " characters");
+    }
+    if (value.size() > kMaxJobLabelValueLength) {
+      c.Add("labels." + key,
+            "value longer than " + Checker::Num(kMaxJobLabelValueLength) + " characters");
+    }
+  }
+  return problems;
+}
+
+std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::string& path_prefix) {
+  std::vector<SpecProblem> problems;
+  const std::string p = path_prefix.empty() ? "" : path_prefix + ".";
+  const uint64_t images = DatasetTrainingImages(spec.dataset());
+  const std::string images_text =
+      std::to_string(images) + " training images" +
+      (spec.dataset().limit() ? " (" + p + "dataset.limit)" : " of " + spec.dataset().format());
+  const SectionContext s{spec, p, images, images_text};
+  CheckDataset(s, &problems);
+  CheckClustering(s, &problems);
+  CheckLoss(s, &problems);
+  CheckModel(s, &problems);
+  CheckOptimizer(s, &problems);
+  CheckTraining(s, &problems);
+  CheckEvaluation(s, &problems);
+  return problems;
+}
+
+Status SpecProblemsToStatus(const std::vector<SpecProblem>& problems) {
+  if (problems.empty()) return Status::Ok();
+  std::string message = "invalid job spec (" + std::to_string(problems.size()) +
+                        (problems.size() == 1 ? " problem" : " problems") + "):";
+  for (const auto& p : problems) message += "\n  " + p.ToString();
+  return Status::InvalidArgument(message);
+}
+
+}  // namespace mlcd
