@@ -7,15 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <vector>
 
 namespace mlcd::cli {
 namespace {
-
-std::vector<std::pair<int, CommandRegistrar>>& Registry() {
-  static auto* registry = new std::vector<std::pair<int, CommandRegistrar>>();
-  return *registry;
-}
 
 // Set by the signal handler (async-signal-safe), picked up by InterruptGuard's thread.
 std::atomic<bool> g_interrupt_signal{false};
@@ -55,17 +49,6 @@ std::chrono::system_clock::time_point Context::Deadline() const {
 int Context::Fail(const Status& status) const {
   std::cerr << "error: " << status.ToString() << "\n";
   return ExitCodeFor(status);
-}
-
-CommandRegistration::CommandRegistration(int order, CommandRegistrar registrar) {
-  Registry().emplace_back(order, std::move(registrar));
-}
-
-void AddRegisteredCommands(CLI::App& app, Context& ctx) {
-  auto& registry = Registry();
-  std::stable_sort(registry.begin(), registry.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& entry : registry) entry.second(app, ctx);
 }
 
 bool StdoutIsTerminal() { return ::isatty(STDOUT_FILENO) == 1; }

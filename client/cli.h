@@ -1,5 +1,6 @@
-// The frame of mlcdctl: global flags, the command registry every command file adds to, exit
-// codes, output helpers and a progress display.
+// The frame of mlcdctl: global flags, the command registry every command file adds to
+// (common/command.h, with the Context below as the commands' argument), exit codes, output
+// helpers and a progress display.
 //
 // A command file (e.g. labels_commands.cc) registers itself:
 //   static mlcd::cli::CommandRegistration reg(10, [](CLI::App& app, mlcd::cli::Context& ctx) {
@@ -22,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "common/command.h"
 #include "common/status.h"
 
 namespace mlcd::cli {
@@ -60,15 +62,15 @@ struct Context {
   int Fail(const Status& status) const;
 };
 
-using CommandRegistrar = std::function<void(CLI::App& app, Context& ctx)>;
-
-// Registers `registrar` to add commands to the app; `order` sorts the commands in --help.
-struct CommandRegistration {
-  CommandRegistration(int order, CommandRegistrar registrar);
-};
+// mlcdctl's commands in the executables' one command registry (common/command.h), with the
+// Context as their argument. `order` sorts the commands in --help.
+using CommandRegistrar = ::mlcd::CommandRegistrar<Context&>;
+using CommandRegistration = ::mlcd::CommandRegistration<Context&>;
 
 // Runs every registration (sorted by order) against `app`.
-void AddRegisteredCommands(CLI::App& app, Context& ctx);
+inline void AddRegisteredCommands(CLI::App& app, Context& ctx) {
+  ::mlcd::AddRegisteredCommands<Context&>(app, ctx);
+}
 
 // True when stdout is a terminal (progress bars) rather than a pipe or file (plain lines).
 bool StdoutIsTerminal();

@@ -15,7 +15,7 @@
 #include <iostream>
 
 #include "client/cli.h"
-#include "clusterd/client.h"
+#include "clients/clusterd_client.h"
 #include "mlcd/v1/clusterd.pb.h"
 
 namespace mlcd::cli {

@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "client/cli.h"
+#include "clients/coordinator_client.h"
+#include "common/eval_flags.h"
 #include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/job_spec.h"
@@ -40,14 +42,7 @@ struct EvalOptions {
   std::string job;
   bool rerun = false;
   std::string spec;
-  int64_t train_limit = -1;
-  int64_t test_limit = -1;
-  bool no_probe = false;
-  bool no_knn = false;
-  double lambda = 0;
-  int knn_k = 0;
-  std::string features;
-  int feature_blocks = 0;
+  EvalSettingsFlags settings;  // forwarded to mlcd-worker eval (common/eval_flags.h)
   std::string out;
   int threads = 0;
   std::string worker_binary;
@@ -180,7 +175,7 @@ int RunEval(Context& ctx, const EvalOptions& o) {
   std::string source;
   std::string tmp_dir;
   if (!o.job.empty()) {
-    auto stub = v1::Coordinator::NewStub(MakeChannel(ctx.coordinator));
+    auto stub = coordinator::NewCoordinatorStub(ctx.coordinator);
     grpc::ClientContext context;
     context.set_deadline(ctx.Deadline());
     v1::GetJobRequest request;
@@ -216,15 +211,8 @@ int RunEval(Context& ctx, const EvalOptions& o) {
     if (!o.spec.empty()) args.insert(args.end(), {"--spec", o.spec});
   }
   if (!ctx.labelstore.empty()) args.insert(args.end(), {"--labelstore", ctx.labelstore});
-  if (o.train_limit >= 0) args.insert(args.end(), {"--train-limit", std::to_string(o.train_limit)});
-  if (o.test_limit >= 0) args.insert(args.end(), {"--test-limit", std::to_string(o.test_limit)});
-  if (o.no_probe) args.push_back("--no-linear-probe");
-  if (o.no_knn) args.push_back("--no-knn");
-  if (o.lambda > 0) args.insert(args.end(), {"--lambda", std::to_string(o.lambda)});
-  if (o.knn_k > 0) args.insert(args.end(), {"--knn-k", std::to_string(o.knn_k)});
-  if (!o.features.empty()) args.insert(args.end(), {"--features", o.features});
-  if (o.feature_blocks > 0)
-    args.insert(args.end(), {"--feature-blocks", std::to_string(o.feature_blocks)});
+  const std::vector<std::string> settings = EvalSettingsArgs(o.settings);
+  args.insert(args.end(), settings.begin(), settings.end());
   if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
   std::string out = o.out;
   if (out.empty()) {
@@ -267,19 +255,7 @@ CommandRegistration reg(60, [](CLI::App& app, Context& ctx) {
   cmd->add_option("--spec", o->spec,
                   "with --checkpoint: job spec for the evaluation dataset and settings (default: "
                   "the checkpoint's)");
-  cmd->add_option("--train-limit", o->train_limit, "only the first N train images (0 = all)");
-  cmd->add_option("--test-limit", o->test_limit, "only the first N test images (0 = all)");
-  cmd->add_flag("--no-linear-probe", o->no_probe, "skip the linear probe");
-  cmd->add_flag("--no-knn", o->no_knn, "skip kNN");
-  cmd->add_option("--lambda", o->lambda, "fixed L2 strength instead of the search");
-  cmd->add_option("--knn-k", o->knn_k, "kNN neighbours (default 20)");
-  cmd->add_option(
-         "--features", o->features,
-         "what the probe and kNN see: embedding, pooled, blocks or tokens (default: the spec's "
-         "evaluation.features; see docs/evaluation.md)")
-      ->check(CLI::IsMember(EvaluationFeatureKinds()));
-  cmd->add_option("--feature-blocks", o->feature_blocks, "blocks for --features blocks (default 4)")
-      ->check(CLI::PositiveNumber);
+  AddEvalSettingsFlags(cmd, &o->settings);
   cmd->add_option("--out", o->out,
                   "keep evaluation.json, evaluation-details.json and the log here");
   cmd->add_option("--threads", o->threads, "threads of the evaluation (default: all cores)");

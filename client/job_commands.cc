@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "client/cli.h"
+#include "clients/coordinator_client.h"
 #include "common/file_util.h"
 #include "common/format.h"
 #include "common/grpc_server.h"
@@ -97,7 +98,7 @@ double ProgressFraction(const v1::Job& job) {
 }
 
 std::unique_ptr<v1::Coordinator::Stub> Stub(const Context& ctx) {
-  return v1::Coordinator::NewStub(MakeChannel(ctx.coordinator));
+  return coordinator::NewCoordinatorStub(ctx.coordinator);
 }
 
 Status Call(const Context& ctx, const std::function<grpc::Status(grpc::ClientContext*)>& fn) {

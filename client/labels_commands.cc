@@ -29,8 +29,8 @@
 #include <sstream>
 
 #include "client/cli.h"
+#include "clients/labelstore_client.h"
 #include "common/npy.h"
-#include "labelstore/client.h"
 
 namespace mlcd::cli {
 namespace {

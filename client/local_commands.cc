@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "client/cli.h"
+#include "clients/coordinator_client.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
@@ -271,7 +272,7 @@ Status LocalCluster::WaitReady() {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  auto stub = v1::Coordinator::NewStub(MakeChannel(coordinator_));
+  auto stub = coordinator::NewCoordinatorStub(coordinator_);
   while (true) {
     MLCD_RETURN_IF_ERROR(exited());
     grpc::ClientContext context;

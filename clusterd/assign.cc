@@ -13,9 +13,11 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "clusterd/compute_env.h"
 #include "clusterd/kmeans.h"
+#include "common/limits.h"
 #include "common/npy.h"
 
 namespace mlcd::clusterd {
@@ -41,12 +43,12 @@ class SinkPipeline {
   void Abort() { (void)Close(/*abort=*/true); }
 
   // Queues a batch; false when the sink has failed (see status()).
-  bool Push(LabelBatch batch) {
+  bool Push(int64_t first_row, LabelBatch batch) {
     if (!sink_) return true;
     std::unique_lock<std::mutex> lock(mu_);
     space_.wait(lock, [&] { return static_cast<int>(queue_.size()) < depth_ || !status_.ok(); });
     if (!status_.ok()) return false;
-    queue_.push_back(std::move(batch));
+    queue_.emplace_back(first_row, std::move(batch));
     ready_.notify_one();
     return true;
   }
@@ -77,16 +79,18 @@ class SinkPipeline {
  private:
   void Loop() {
     for (;;) {
+      int64_t first_row = 0;
       LabelBatch batch;
       {
         std::unique_lock<std::mutex> lock(mu_);
         ready_.wait(lock, [&] { return !queue_.empty() || closing_; });
         if (queue_.empty() || aborted_ || !status_.ok()) return;
-        batch = std::move(queue_.front());
+        first_row = queue_.front().first;
+        batch = std::move(queue_.front().second);
         queue_.pop_front();
         space_.notify_one();
       }
-      Status st = sink_(std::move(batch));
+      Status st = sink_(first_row, std::move(batch));
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         status_ = st;
@@ -102,12 +106,43 @@ class SinkPipeline {
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable ready_, space_;
-  std::deque<LabelBatch> queue_;
+  std::deque<std::pair<int64_t, LabelBatch>> queue_;  // (first row, batch)
   Status status_;
   bool closing_ = false;
   bool aborted_ = false;
   bool closed_ = false;
 };
+
+// ValidateAssignParams with k (checks against k) or without (k null).
+Status CheckAssignParams(const AssignParams& params, const int* known_k) {
+  if (params.l < 1)
+    return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
+  if (params.l > kMaxLabelsPerSample)
+    return Status::InvalidArgument("l must be <= " + std::to_string(kMaxLabelsPerSample) +
+                                   " (the label store's limit), got " + std::to_string(params.l));
+  const int k = known_k ? *known_k : 0;
+  if (known_k && params.l > k) {
+    return Status::InvalidArgument(
+        "l = " + std::to_string(params.l) +
+        " is larger than the number of centroids k = " + std::to_string(k) + "; use l <= k");
+  }
+  if (params.search_effort < 0)
+    return Status::InvalidArgument("search_effort must be >= 0 (0 = default)");
+  if (params.method == SearchMethod::kHnsw && params.search_effort > 0 &&
+      params.search_effort < params.l) {
+    return Status::InvalidArgument("HNSW efSearch (search_effort) " +
+                                   std::to_string(params.search_effort) +
+                                   " must be at least l = " + std::to_string(params.l));
+  }
+  if (params.chunk_rows < 1) return Status::InvalidArgument("chunk_rows must be >= 1");
+  if (params.threads < 0) return Status::InvalidArgument("threads must be >= 0 (0 = all cores)");
+  if (params.recall_sample < 0) return Status::InvalidArgument("recall_sample must be >= 0");
+  if (params.hnsw_m < 2 || params.hnsw_ef_construction < 1)
+    return Status::InvalidArgument("bad HNSW build parameters");
+  if (params.ivf_nlist < 0 || (known_k && params.ivf_nlist > k))
+    return Status::InvalidArgument("ivf_nlist must be in [0, k] (0 = about sqrt(k))");
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -131,32 +166,11 @@ StatusOr<SearchMethod> ParseSearchMethod(const std::string& name) {
 }
 
 Status ValidateAssignParams(const AssignParams& params, int k) {
-  if (params.l < 1)
-    return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
-  if (params.l > 1024)
-    return Status::InvalidArgument("l must be <= 1024 (the label store's limit), got " +
-                                   std::to_string(params.l));
-  if (params.l > k) {
-    return Status::InvalidArgument(
-        "l = " + std::to_string(params.l) +
-        " is larger than the number of centroids k = " + std::to_string(k) + "; use l <= k");
-  }
-  if (params.search_effort < 0)
-    return Status::InvalidArgument("search_effort must be >= 0 (0 = default)");
-  if (params.method == SearchMethod::kHnsw && params.search_effort > 0 &&
-      params.search_effort < params.l) {
-    return Status::InvalidArgument("HNSW efSearch (search_effort) " +
-                                   std::to_string(params.search_effort) +
-                                   " must be at least l = " + std::to_string(params.l));
-  }
-  if (params.chunk_rows < 1) return Status::InvalidArgument("chunk_rows must be >= 1");
-  if (params.threads < 0) return Status::InvalidArgument("threads must be >= 0 (0 = all cores)");
-  if (params.recall_sample < 0) return Status::InvalidArgument("recall_sample must be >= 0");
-  if (params.hnsw_m < 2 || params.hnsw_ef_construction < 1)
-    return Status::InvalidArgument("bad HNSW build parameters");
-  if (params.ivf_nlist < 0 || params.ivf_nlist > k)
-    return Status::InvalidArgument("ivf_nlist must be in [0, k] (0 = about sqrt(k))");
-  return Status::Ok();
+  return CheckAssignParams(params, &k);
+}
+
+Status ValidateAssignParams(const AssignParams& params) {
+  return CheckAssignParams(params, nullptr);
 }
 
 CentroidIndex::~CentroidIndex() = default;
@@ -312,9 +326,7 @@ StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<
     const int64_t rows = end - begin;
     shards.ReadRows(begin, end, x.data());
     LabelBatch batch;
-    batch.first_row = begin;
-    batch.rows = rows;
-    batch.l = l;
+    batch.labels_per_sample = l;
     batch.labels.resize(static_cast<size_t>(rows) * l);
     batch.scores.resize(static_cast<size_t>(rows) * l);
     auto ts = std::chrono::steady_clock::now();
@@ -335,7 +347,7 @@ StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<
     if (sink) {
       batch.sample_ids.resize(static_cast<size_t>(rows));
       shards.SampleIds(begin, end, batch.sample_ids.data());
-      if (!pipeline.Push(std::move(batch))) break;
+      if (!pipeline.Push(begin, std::move(batch))) break;
     }
     if (callbacks.on_progress) callbacks.on_progress(end, n);
   }

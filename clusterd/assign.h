@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "clients/label_batch.h"
 #include "clusterd/feature_source.h"
 #include "common/status.h"
 
@@ -56,20 +57,19 @@ struct AssignParams {
 
 // Checks params for k centroids: INVALID_ARGUMENT saying what to change.
 Status ValidateAssignParams(const AssignParams& params, int k);
+// The same checks before k is known (a request is checked before it waits for its turn): all
+// but those against k.
+Status ValidateAssignParams(const AssignParams& params);
 
-// The top-l result of consecutive rows.
-struct LabelBatch {
-  int64_t first_row = 0;  // global row of the first row
-  int64_t rows = 0;
-  int l = 0;
-  std::vector<uint64_t> sample_ids;  // rows
-  std::vector<int32_t> labels;       // rows x l centroid ids, best first
-  std::vector<float> scores;         // rows x l inner products
-};
+// The top-l result of consecutive rows is the label store's row type (clients/label_batch.h):
+// labels_per_sample = l, labels and scores rows x l (centroid ids best first, their inner
+// products), sample_ids the rows' sample ids.
+using labelstore::LabelBatch;
 
-// Receives batches in row order, on one thread other than the caller's. A non-OK status stops
-// the pass and is returned by AssignTopL.
-using LabelBatchSink = std::function<Status(LabelBatch batch)>;
+// Receives batches in row order, on one thread other than the caller's; `first_row` is the
+// global row of the batch's first row. A non-OK status stops the pass and is returned by
+// AssignTopL.
+using LabelBatchSink = std::function<Status(int64_t first_row, LabelBatch batch)>;
 
 struct AssignCallbacks {
   // Polled between chunks (and inside FAISS searches); true ends the pass with CANCELLED.

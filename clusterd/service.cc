@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "clients/labelstore_client.h"
+#include "clients/labelstore_limits.h"
 #include "clusterd/assign.h"
 #include "clusterd/feature_source.h"
 #include "clusterd/kmeans.h"
@@ -12,8 +14,6 @@
 #include "common/format.h"
 #include "common/log.h"
 #include "common/npy.h"
-#include "labelstore/client.h"
-#include "labelstore/limits.h"
 
 namespace mlcd::clusterd {
 namespace {
@@ -425,7 +425,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   if (params.l < 1)
     return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
   if (params.recall_sample < 0) return Status::InvalidArgument("recall_sample must be >= 0");
-  MLCD_RETURN_IF_ERROR(ValidateAssignParams(params, 1024));
+  MLCD_RETURN_IF_ERROR(ValidateAssignParams(params));  // k is known once the centroids are read
 
   JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
   MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
@@ -503,9 +503,10 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   } cleanup{&store, &spec.name, &keep};
 
   std::unique_ptr<labelstore::LabelWriter> writer = store.OpenWriter(spec.name);
-  LabelBatchSink sink = [&](LabelBatch batch) -> Status {
-    if (quality) quality->Add(batch.first_row, batch.rows, batch.labels.data());
-    return writer->WriteRows(batch.sample_ids.data(), static_cast<size_t>(batch.rows), batch.l,
+  LabelBatchSink sink = [&](int64_t first_row, LabelBatch batch) -> Status {
+    const size_t rows = batch.num_rows();
+    if (quality) quality->Add(first_row, static_cast<int64_t>(rows), batch.labels.data());
+    return writer->WriteRows(batch.sample_ids.data(), rows, batch.labels_per_sample,
                              batch.labels.data(), batch.scores.data());
   };
   AssignCallbacks callbacks;

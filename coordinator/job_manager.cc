@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <functional>
 
-#include "clusterd/client.h"
+#include "clients/clusterd_client.h"
 #include "clusterd/feature_gen.h"
 #include "common/file_util.h"
 #include "common/idx.h"

@@ -32,8 +32,8 @@
 #include <thread>
 #include <vector>
 
+#include "clients/labelstore_limits.h"
 #include "common/status.h"
-#include "labelstore/limits.h"
 #include "mlcd/v1/labelstore.pb.h"
 
 namespace rocksdb {

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "clients/coordinator_client.h"
 #include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
@@ -178,7 +179,7 @@ bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOut
 
 Agent::Agent(AgentOptions options) : options_(std::move(options)) {
   channel_ = MakeChannel(options_.coordinator);
-  stub_ = v1::Coordinator::NewStub(channel_);
+  stub_ = coordinator::NewCoordinatorStub(channel_);
   if (options_.worker_binary.empty()) {
     char buf[4096];
     ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);

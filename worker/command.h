@@ -1,5 +1,6 @@
-// Subcommands of the mlcd-worker executable (train, loss-check, agent, embed, ...). Each
-// command file registers itself; main.cc only parses and dispatches:
+// Subcommands of the mlcd-worker executable (train, loss-check, agent, embed, ...), registered
+// in the executables' one command registry (common/command.h) with the exit code as their
+// argument. Each command file registers itself; main.cc only parses and dispatches:
 //   static mlcd::worker::CommandRegistration reg(20, [](CLI::App& app, int* exit_code) {
 //     auto* cmd = app.add_subcommand("loss-check", "...");
 //     cmd->callback([exit_code] { *exit_code = RunLossCheck(...); });
@@ -10,16 +11,15 @@
 
 #include <CLI/CLI.hpp>
 
-#include <functional>
+#include "common/command.h"
 
 namespace mlcd::worker {
 
-using CommandRegistrar = std::function<void(CLI::App& app, int* exit_code)>;
+using CommandRegistrar = ::mlcd::CommandRegistrar<int*>;
+using CommandRegistration = ::mlcd::CommandRegistration<int*>;
 
-struct CommandRegistration {
-  CommandRegistration(int order, CommandRegistrar registrar);
-};
-
-void AddRegisteredCommands(CLI::App& app, int* exit_code);
+inline void AddRegisteredCommands(CLI::App& app, int* exit_code) {
+  ::mlcd::AddRegisteredCommands<int*>(app, exit_code);
+}
 
 }  // namespace mlcd::worker

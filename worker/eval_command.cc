@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/blas_env.h"
+#include "common/eval_flags.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "worker/command.h"
@@ -38,15 +39,8 @@ struct EvalFlags {
   std::string checkpoint;
   bool random_init = false;
   std::vector<std::string> train_features, test_features, train_labels, test_labels;
-  int64_t train_limit = -1;
-  int64_t test_limit = -1;
-  bool no_probe = false;
-  bool no_knn = false;
-  int knn_k = 0;
+  EvalSettingsFlags settings;  // --train-limit ... --feature-blocks (common/eval_flags.h)
   double knn_temperature = 0;
-  std::string features;
-  int feature_blocks = 0;
-  double lambda = 0;
   int max_iterations = 1000;
   double validation_fraction = 0.2;
   std::string label_set;
@@ -129,15 +123,15 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
   }
   if (flags.random_init && !o.checkpoint.empty())
     return fail(Status::InvalidArgument("--random-init and a checkpoint exclude each other"));
-  o.train_limit = flags.train_limit;
-  o.test_limit = flags.test_limit;
-  if (flags.no_probe) o.run_probe = 0;
-  if (flags.no_knn) o.run_knn = 0;
-  o.knn_k = flags.knn_k;
+  o.train_limit = flags.settings.train_limit;
+  o.test_limit = flags.settings.test_limit;
+  if (flags.settings.no_probe) o.run_probe = 0;
+  if (flags.settings.no_knn) o.run_knn = 0;
+  o.knn_k = flags.settings.knn_k;
   o.knn_temperature = flags.knn_temperature;
-  o.features = flags.features;
-  o.feature_blocks = flags.feature_blocks;
-  o.probe.fixed_lambda = flags.lambda;
+  o.features = flags.settings.features;
+  o.feature_blocks = flags.settings.feature_blocks;
+  o.probe.fixed_lambda = flags.settings.lambda;
   o.probe.solver.max_iterations = flags.max_iterations;
   o.probe.validation_fraction = flags.validation_fraction;
   o.batch_size = flags.batch_size;
@@ -245,27 +239,8 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
       ->expected(1, 1 << 20);
   cmd->add_option("--test-labels", flags->test_labels, "class labels of the test features")
       ->expected(1, 1 << 20);
-  cmd->add_option("--train-limit", flags->train_limit,
-                  "only the first N train images (default: evaluation.train_limit; 0 = all)");
-  cmd->add_option("--test-limit", flags->test_limit,
-                  "only the first N test images (default: evaluation.test_limit; 0 = all)");
-  cmd->add_flag("--no-linear-probe", flags->no_probe, "skip the linear probe");
-  cmd->add_flag("--no-knn", flags->no_knn, "skip kNN");
-  cmd->add_option("--knn-k", flags->knn_k, "neighbours (default: evaluation.knn_k, 20)");
+  AddEvalSettingsFlags(cmd, &flags->settings);
   cmd->add_option("--knn-temperature", flags->knn_temperature, "vote temperature (default: 0.07)");
-  cmd->add_option(
-         "--features", flags->features,
-         "what the probe and kNN see: embedding (the projected embedding the loss trains), pooled "
-         "(the "
-         "pooled token before the projection), blocks (pooled tokens of the last --feature-blocks "
-         "blocks + mean patch token; DINO's protocol) or tokens (every token of the last block, "
-         "concatenated) (default: evaluation.features, embedding)")
-      ->check(CLI::IsMember(EvaluationFeatureKinds()));
-  cmd->add_option("--feature-blocks", flags->feature_blocks,
-                  "blocks for --features blocks (default: evaluation.feature_blocks, 4)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--lambda", flags->lambda,
-                  "use this L2 strength instead of the search (sklearn's 1/C)");
   cmd->add_option("--max-iterations", flags->max_iterations, "L-BFGS iteration cap per fit")
       ->capture_default_str();
   cmd->add_option("--validation-fraction", flags->validation_fraction,

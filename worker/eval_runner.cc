@@ -13,11 +13,11 @@
 #include <numeric>
 #include <set>
 
+#include "clients/labelstore_client.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/npy.h"
-#include "labelstore/client.h"
 #include "worker/checkpoint.h"
 #include "worker/collectives.h"
 #include "worker/dataset.h"

@@ -24,9 +24,9 @@
 #include <thread>
 #include <vector>
 
+#include "clients/labelstore_client.h"
 #include "common/prefetch_queue.h"
 #include "common/status.h"
-#include "labelstore/client.h"
 #include "worker/sample_order.h"
 
 namespace mlcd::worker {

@@ -9,12 +9,12 @@
 #include <iomanip>
 #include <sstream>
 
+#include "clients/labelstore_client.h"
 #include "common/blas_env.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/npy.h"
-#include "labelstore/client.h"
 #include "worker/backbone_optimizer.h"
 #include "worker/checkpoint.h"
 #include "worker/collectives.h"

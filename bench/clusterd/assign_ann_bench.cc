@@ -27,13 +27,13 @@
 #include <thread>
 
 #include "bench/clusterd/bench_common.h"
-#include "clusterd/client.h"
+#include "clients/clusterd_client.h"
+#include "clients/labelstore_client.h"
 #include "clusterd/feature_gen.h"
 #include "clusterd/feature_source.h"
 #include "common/blas_env.h"
 #include "common/malloc_env.h"
 #include "common/npy.h"
-#include "labelstore/client.h"
 
 namespace {
 

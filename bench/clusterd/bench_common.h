@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include "clusterd/client.h"
+#include "clients/clusterd_client.h"
+#include "clients/labelstore_client.h"
 #include "common/file_util.h"
 #include "common/net.h"
 #include "common/status.h"
-#include "labelstore/client.h"
 #include "tests/testing/process.h"
 
 namespace mlcd::bench {

@@ -35,14 +35,14 @@
 #include <thread>
 
 #include "bench/clusterd/bench_common.h"
-#include "clusterd/client.h"
+#include "clients/clusterd_client.h"
+#include "clients/labelstore_client.h"
 #include "clusterd/compute_env.h"
 #include "clusterd/feature_gen.h"
 #include "clusterd/feature_source.h"
 #include "common/blas_env.h"
 #include "common/malloc_env.h"
 #include "common/npy.h"
-#include "labelstore/client.h"
 
 extern "C" int sgemm_(const char* transa, const char* transb, const int* m, const int* n,
                       const int* k, const float* alpha, const float* a, const int* lda,

@@ -38,11 +38,11 @@
 #include <sstream>
 #include <thread>
 
+#include "clients/labelstore_client.h"
 #include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
 #include "common/subprocess.h"
-#include "labelstore/client.h"
 #include "labelstore/storage.h"
 
 namespace {

@@ -61,8 +61,8 @@ struct Collected {
 };
 
 LabelBatchSink Collect(Collected* out) {
-  return [out](LabelBatch b) {
-    out->first_rows.push_back(b.first_row);
+  return [out](int64_t first_row, LabelBatch b) {
+    out->first_rows.push_back(first_row);
     out->ids.insert(out->ids.end(), b.sample_ids.begin(), b.sample_ids.end());
     out->labels.insert(out->labels.end(), b.labels.begin(), b.labels.end());
     out->scores.insert(out->scores.end(), b.scores.begin(), b.scores.end());
@@ -221,7 +221,7 @@ TEST_F(AssignTest, SinkErrorStopsThePass) {
   p.l = 2;
   p.chunk_rows = 100;
   int calls = 0;
-  auto stats = AssignTopL(*shards, c_, kK, p, {}, [&](LabelBatch) {
+  auto stats = AssignTopL(*shards, c_, kK, p, {}, [&](int64_t, LabelBatch) {
     return ++calls == 3 ? Status::Unavailable("label store went away") : Status::Ok();
   });
   ASSERT_FALSE(stats.ok());

@@ -16,13 +16,13 @@
 #include <random>
 #include <thread>
 
-#include "clusterd/client.h"
+#include "clients/clusterd_client.h"
+#include "clients/labelstore_client.h"
 #include "clusterd/feature_gen.h"
 #include "clusterd/feature_source.h"
 #include "common/file_util.h"
 #include "common/net.h"
 #include "common/npy.h"
-#include "labelstore/client.h"
 #include "tests/testing/process.h"
 
 namespace mlcd::clusterd {

@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "clients/coordinator_client.h"
 #include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
@@ -26,7 +27,7 @@ TestCluster::TestCluster(const TempDir& dir) : dir_(dir.path()) {
   coordinator_metrics_ = Loopback();
   (void)MakeDirs(dir_ + "/logs");
   channel_ = MakeChannel(coordinator_address_);
-  stub_ = v1::Coordinator::NewStub(channel_);
+  stub_ = coordinator::NewCoordinatorStub(channel_);
 }
 
 TestCluster::~TestCluster() {

@@ -21,9 +21,9 @@
 #include <google/protobuf/text_format.h>
 #include <grpcpp/generic/generic_stub.h>
 
+#include "clients/labelstore_client.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
-#include "labelstore/client.h"
 #include "mlcd/v1/labelstore.grpc.pb.h"
 #include "tests/testing/process.h"
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "labelstore/limits.h"
+#include "clients/labelstore_limits.h"
 #include "tests/testing/process.h"
 
 namespace mlcd::labelstore {

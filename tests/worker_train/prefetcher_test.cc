@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "clients/labelstore_client.h"
 #include "common/file_util.h"
-#include "labelstore/client.h"
 #include "tests/worker_train/train_testing.h"
 #include "worker/label_prefetcher.h"
 

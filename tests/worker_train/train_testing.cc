@@ -9,10 +9,10 @@
 #include <fstream>
 #include <set>
 
+#include "clients/labelstore_client.h"
 #include "common/file_util.h"
 #include "common/idx.h"
 #include "common/net.h"
-#include "labelstore/client.h"
 
 namespace mlcd::worker::train_testing {
 

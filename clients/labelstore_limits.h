@@ -1,5 +1,6 @@
-// Limits and request validation of the label store, shared by the service and its client
-// library (no RocksDB here).
+// Limits and request validation of the label store (library mlcd_labelstore_client in
+// clients/, no RocksDB here), shared by the service (labelstore/) and its client library
+// (clients/labelstore_client.h). Namespace mlcd::labelstore, as the service's wire contract.
 //
 // Every function returns OK or INVALID_ARGUMENT with a message that says what was wrong and
 // how to fix it; the service returns these statuses to callers unchanged.

@@ -1,13 +1,20 @@
-// C++ client of mlcd-labelstore (library mlcd_labelstore_client: gRPC + protobuf, no RocksDB).
+// C++ client of mlcd-labelstore (library mlcd_labelstore_client in clients/: gRPC + protobuf,
+// no RocksDB; depends on proto/ and common/ only). Namespace mlcd::labelstore: the client
+// speaks the label store's wire contract (proto/mlcd/v1/labelstore.proto); its limits and
+// request checks are clients/labelstore_limits.h, the rows it reads clients/label_batch.h.
 //
 //   mlcd::labelstore::LabelStoreClient client("127.0.0.1:7610");
-//   LabelSetSpec spec;  spec.name = "job/abc/r0";  spec.num_classes = 1000;  spec.labels_per_sample
-//   = 8; MLCD_ASSIGN_OR_RETURN(auto info, client.CreateLabelSet(spec)); auto writer =
-//   client.OpenWriter(spec.name); MLCD_RETURN_IF_ERROR(writer->Write(ids, n, labels));      // one
-//   stream message per call MLCD_ASSIGN_OR_RETURN(auto written, writer->Finish());     // durable
-//   once this is OK MLCD_RETURN_IF_ERROR(client.Seal(spec.name).status()); LabelBatch batch; //
-//   reuse across steps MLCD_RETURN_IF_ERROR(client.GetLabels(spec.name, ids, n,
-//   /*with_scores=*/false, &batch));
+//   LabelSetSpec spec;
+//   spec.name = "job/abc/r0";
+//   spec.num_classes = 1000;
+//   spec.labels_per_sample = 8;
+//   MLCD_ASSIGN_OR_RETURN(auto info, client.CreateLabelSet(spec));
+//   auto writer = client.OpenWriter(spec.name);
+//   MLCD_RETURN_IF_ERROR(writer->Write(ids, n, labels));     // one stream message per call
+//   MLCD_ASSIGN_OR_RETURN(auto written, writer->Finish());  // durable once this is OK
+//   MLCD_RETURN_IF_ERROR(client.Seal(spec.name).status());
+//   LabelBatch batch;                                        // reuse across steps
+//   MLCD_RETURN_IF_ERROR(client.GetLabels(spec.name, ids, n, /*with_scores=*/false, &batch));
 //
 // Every call returns the server's status code and message unchanged (NOT_FOUND for an
 // unknown set, FAILED_PRECONDITION for writes to a sealed set, INVALID_ARGUMENT for bad
@@ -25,8 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "clients/label_batch.h"
+#include "clients/labelstore_limits.h"
 #include "common/status.h"
-#include "labelstore/limits.h"
 #include "mlcd/v1/labelstore.grpc.pb.h"
 
 namespace mlcd::labelstore {
@@ -45,26 +53,9 @@ struct LabelStoreClientOptions {
 struct LabelSetSpec {
   std::string name;               // [A-Za-z0-9._/-]{1,200}, e.g. "job/abc/r0"
   int32_t num_classes = 0;        // k: labels are in [0, k)
-  int32_t labels_per_sample = 0;  // l: 1 <= l <= min(k, 1024)
+  int32_t labels_per_sample = 0;  // l: 1 <= l <= min(k, kMaxLabelsPerSample)
   bool with_scores = false;       // rows carry one float score per label
   std::map<std::string, std::string> metadata;
-};
-
-// The rows of one GetLabels call, in request order. Reuse one across calls: its vectors keep
-// their capacity, so a steady-state read allocates nothing here.
-struct LabelBatch {
-  int32_t labels_per_sample = 0;
-  // n * l cluster ids, row-major; rows of missing ids are all -1.
-  std::vector<int32_t> labels;
-  // n * l scores when asked for (NaN rows for missing ids), else empty.
-  std::vector<float> scores;
-  // Positions in the request, ascending, of ids without a row, and those ids.
-  std::vector<uint32_t> missing_indices;
-  std::vector<uint64_t> missing_ids;
-
-  size_t num_rows() const { return labels_per_sample > 0 ? labels.size() / labels_per_sample : 0; }
-  const int32_t* row(size_t i) const { return labels.data() + i * labels_per_sample; }
-  void Clear();
 };
 
 // One WriteLabels client stream. Each Write() is one message, validated and committed

@@ -1,5 +1,6 @@
-// C++ client of mlcd-clusterd (library mlcd_clusterd_client: gRPC only, no FAISS), used by
-// mlcdctl and the coordinator.
+// C++ client of mlcd-clusterd (library mlcd_clusterd_client in clients/: gRPC only, no FAISS;
+// depends on proto/ and common/ only), used by mlcdctl and the coordinator. Namespace
+// mlcd::clusterd: the client speaks clusterd's wire contract (proto/mlcd/v1/clusterd.proto).
 //
 //   mlcd::clusterd::ClusterdClient client("127.0.0.1:7620");
 //   v1::ClusterRequest req;  req.mutable_features()->add_paths("/data/feats");  req.set_k(1000);
@@ -63,6 +64,14 @@ class ClusterdClient {
  private:
   void Prepare(grpc::ClientContext* context) const;
   Status FromRpc(const grpc::Status& status, const char* method) const;
+  // The one server-streaming call (Cluster and Assign): opens the stream with `open`, hands
+  // every progress message to `on_progress` and returns the result one of them carries.
+  template <typename Progress, typename Result>
+  StatusOr<Result> Stream(
+      const char* method,
+      const std::function<std::unique_ptr<grpc::ClientReader<Progress>>(grpc::ClientContext*)>&
+          open,
+      const std::function<void(const Progress&)>& on_progress, CallControl* control) const;
 
   std::string address_;
   ClusterdClientOptions options_;

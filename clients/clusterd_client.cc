@@ -1,4 +1,4 @@
-#include "clusterd/client.h"
+#include "clients/clusterd_client.h"
 
 #include "common/grpc_server.h"
 
@@ -46,17 +46,17 @@ Status ClusterdClient::FromRpc(const grpc::Status& status, const char* method) c
   return st;
 }
 
-StatusOr<v1::ClusterResult> ClusterdClient::Cluster(
-    const v1::ClusterRequest& request,
-    const std::function<void(const v1::ClusterProgress&)>& on_progress,
-    CallControl* control) const {
+template <typename Progress, typename Result>
+StatusOr<Result> ClusterdClient::Stream(
+    const char* method,
+    const std::function<std::unique_ptr<grpc::ClientReader<Progress>>(grpc::ClientContext*)>& open,
+    const std::function<void(const Progress&)>& on_progress, CallControl* control) const {
   grpc::ClientContext context;
   Prepare(&context);
   if (control) control->Attach(&context);
-  std::unique_ptr<grpc::ClientReader<v1::ClusterProgress>> reader =
-      stub_->Cluster(&context, request);
-  v1::ClusterProgress progress;
-  v1::ClusterResult result;
+  std::unique_ptr<grpc::ClientReader<Progress>> reader = open(&context);
+  Progress progress;
+  Result result;
   bool got_result = false;
   while (reader->Read(&progress)) {
     if (progress.has_result()) {
@@ -67,33 +67,27 @@ StatusOr<v1::ClusterResult> ClusterdClient::Cluster(
   }
   grpc::Status status = reader->Finish();
   if (control) control->Detach();
-  if (!status.ok()) return FromRpc(status, "Cluster");
-  if (!got_result) return Status::Internal("mlcd-clusterd ended Cluster without a result");
+  if (!status.ok()) return FromRpc(status, method);
+  if (!got_result)
+    return Status::Internal(std::string("mlcd-clusterd ended ") + method + " without a result");
   return result;
+}
+
+StatusOr<v1::ClusterResult> ClusterdClient::Cluster(
+    const v1::ClusterRequest& request,
+    const std::function<void(const v1::ClusterProgress&)>& on_progress,
+    CallControl* control) const {
+  return Stream<v1::ClusterProgress, v1::ClusterResult>(
+      "Cluster", [&](grpc::ClientContext* context) { return stub_->Cluster(context, request); },
+      on_progress, control);
 }
 
 StatusOr<v1::AssignResult> ClusterdClient::Assign(
     const v1::AssignRequest& request,
     const std::function<void(const v1::AssignProgress&)>& on_progress, CallControl* control) const {
-  grpc::ClientContext context;
-  Prepare(&context);
-  if (control) control->Attach(&context);
-  std::unique_ptr<grpc::ClientReader<v1::AssignProgress>> reader = stub_->Assign(&context, request);
-  v1::AssignProgress progress;
-  v1::AssignResult result;
-  bool got_result = false;
-  while (reader->Read(&progress)) {
-    if (progress.has_result()) {
-      result = progress.result();
-      got_result = true;
-    }
-    if (on_progress) on_progress(progress);
-  }
-  grpc::Status status = reader->Finish();
-  if (control) control->Detach();
-  if (!status.ok()) return FromRpc(status, "Assign");
-  if (!got_result) return Status::Internal("mlcd-clusterd ended Assign without a result");
-  return result;
+  return Stream<v1::AssignProgress, v1::AssignResult>(
+      "Assign", [&](grpc::ClientContext* context) { return stub_->Assign(context, request); },
+      on_progress, control);
 }
 
 }  // namespace mlcd::clusterd

@@ -1,4 +1,4 @@
-#include "labelstore/limits.h"
+#include "clients/labelstore_limits.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,18 +1,10 @@
-#include "labelstore/client.h"
+#include "clients/labelstore_client.h"
 
 #include <algorithm>
 
 #include "common/grpc_server.h"
 
 namespace mlcd::labelstore {
-
-void LabelBatch::Clear() {
-  labels_per_sample = 0;
-  labels.clear();
-  scores.clear();
-  missing_indices.clear();
-  missing_ids.clear();
-}
 
 // ---------------------------------------------------------------------------------------
 // LabelWriter
