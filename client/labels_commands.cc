@@ -25,11 +25,14 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 
 #include "client/cli.h"
+#include "client/sample_ids.h"
 #include "clients/labelstore_client.h"
+#include "common/format.h"
 #include "common/npy.h"
 
 namespace mlcd::cli {
@@ -53,29 +56,6 @@ const char* StateName(v1::LabelSetState state) {
     default:
       return "UNSPECIFIED";
   }
-}
-
-std::string FormatBytes(uint64_t bytes) {
-  char buf[32];
-  if (bytes < 1024)
-    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
-  else if (bytes < (1u << 20))
-    std::snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024.0);
-  else if (bytes < (1u << 30))
-    std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / 1048576.0);
-  else
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / 1073741824.0);
-  return buf;
-}
-
-std::string FormatTime(int64_t unix_ms) {
-  if (unix_ms <= 0) return "-";
-  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 Json InfoJson(const v1::LabelSetInfo& info) {
@@ -111,70 +91,10 @@ void PrintInfo(const Context& ctx, const v1::LabelSetInfo& info) {
               static_cast<unsigned long long>(info.num_samples()),
               static_cast<unsigned long long>(info.sample_id_end()));
   std::printf("size:        %s\n", FormatBytes(info.size_bytes()).c_str());
-  std::printf("created:     %s\n", FormatTime(info.created_unix_ms()).c_str());
-  std::printf("sealed:      %s\n", FormatTime(info.sealed_unix_ms()).c_str());
+  std::printf("created:     %s\n", FormatUtcTime(info.created_unix_ms()).c_str());
+  std::printf("sealed:      %s\n", FormatUtcTime(info.sealed_unix_ms()).c_str());
   std::map<std::string, std::string> sorted(info.metadata().begin(), info.metadata().end());
   for (const auto& [k, v] : sorted) std::printf("metadata:    %s=%s\n", k.c_str(), v.c_str());
-}
-
-// "0,17,4999" or with ranges "0:100,5000" (A:B = A..B-1).
-StatusOr<std::vector<uint64_t>> ParseIdList(const std::string& text) {
-  std::vector<uint64_t> ids;
-  std::stringstream stream(text);
-  std::string item;
-  auto parse_one = [&](const std::string& s, uint64_t* out) -> Status {
-    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) {
-      return Status::InvalidArgument("--ids: '" + s +
-                                     "' is not a sample id (use non-negative integers, e.g. "
-                                     "--ids 0,17,4999 or --ids 0:100)");
-    }
-    try {
-      *out = std::stoull(s);
-    } catch (const std::exception&) {
-      return Status::InvalidArgument("--ids: '" + s + "' is out of range for a uint64 sample id");
-    }
-    return Status::Ok();
-  };
-  while (std::getline(stream, item, ',')) {
-    auto colon = item.find(':');
-    if (colon == std::string::npos) {
-      uint64_t id;
-      MLCD_RETURN_IF_ERROR(parse_one(item, &id));
-      ids.push_back(id);
-      continue;
-    }
-    uint64_t begin, end;
-    MLCD_RETURN_IF_ERROR(parse_one(item.substr(0, colon), &begin));
-    MLCD_RETURN_IF_ERROR(parse_one(item.substr(colon + 1), &end));
-    if (end <= begin || end - begin > 100000000) {
-      return Status::InvalidArgument("--ids: range '" + item +
-                                     "' must be A:B with A < B (B exclusive) and at most 1e8 ids");
-    }
-    for (uint64_t id = begin; id < end; ++id) ids.push_back(id);
-  }
-  if (ids.empty())
-    return Status::InvalidArgument("--ids is empty; give ids like 0,17,4999 or 0:100");
-  return ids;
-}
-
-StatusOr<std::vector<uint64_t>> ReadIdsFile(const std::string& path) {
-  std::vector<int64_t> shape;
-  MLCD_ASSIGN_OR_RETURN(auto values, ReadNpyAsInt64(path, &shape));
-  if (shape.size() > 2 || (shape.size() == 2 && shape[1] != 1)) {
-    return Status::InvalidArgument(
-        path + ": ids must be a 1-d array (or n x 1), got " + std::to_string(shape.size()) +
-        "-d with " + (shape.size() == 2 ? std::to_string(shape[1]) : std::string("?")) +
-        " columns");
-  }
-  std::vector<uint64_t> ids(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (values[i] < 0) {
-      return Status::InvalidArgument(path + ": id " + std::to_string(values[i]) + " at position " +
-                                     std::to_string(i) + " is negative");
-    }
-    ids[i] = static_cast<uint64_t>(values[i]);
-  }
-  return ids;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -224,6 +144,148 @@ struct PutArgs {
   bool seal = false;
 };
 
+// The rows of one `put`, loaded and checked in full before anything is sent.
+struct PutRows {
+  std::vector<uint64_t> ids;
+  std::optional<MappedNpy> mapped;  // the labels file, used in place when it is int32
+  std::vector<int32_t> converted;   // the labels converted from another integer dtype
+  const int32_t* labels = nullptr;
+  std::vector<float> scores;  // empty: the set has no scores
+};
+
+// Labels: n x l integers (int32 used in place; other integer dtypes converted and checked).
+Status LoadPutLabels(const PutArgs& args, int32_t l, PutRows* rows) {
+  MLCD_ASSIGN_OR_RETURN(MappedNpy mapped, MappedNpy::Open(args.labels_path));
+  rows->mapped.emplace(std::move(mapped));
+  const auto& header = rows->mapped->header();
+  if (header.shape.empty() || header.shape.size() > 2) {
+    return Status::InvalidArgument(args.labels_path + ": labels must be an n x l array, got " +
+                                   std::to_string(header.shape.size()) + "-d");
+  }
+  const int64_t n = header.shape[0];
+  const int64_t cols = header.shape.size() == 2 ? header.shape[1] : 1;
+  if (cols != l) {
+    return Status::InvalidArgument(args.labels_path + " has " + std::to_string(cols) +
+                                   " columns but label set '" + args.name +
+                                   "' has l = " + std::to_string(l) + " labels per sample");
+  }
+  if (n == 0) return Status::InvalidArgument(args.labels_path + " has no rows");
+  if (header.dtype == NpyDtype::kInt32) {
+    rows->labels = rows->mapped->data_as<int32_t>();
+    return Status::Ok();
+  }
+  MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> values, ReadNpyAsInt64(args.labels_path));
+  rows->converted.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t v = values[i];
+    if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+      return Status::InvalidArgument(args.labels_path + ": label " + std::to_string(v) +
+                                     " at row " + std::to_string(i / l) + " does not fit int32");
+    }
+    rows->converted[i] = static_cast<int32_t>(v);
+  }
+  rows->labels = rows->converted.data();
+  return Status::Ok();
+}
+
+// Ids (0..n-1 without --ids) and scores, checked against the labels' n and the set's shape.
+Status LoadPutIdsAndScores(const PutArgs& args, const v1::LabelSetInfo& info, int64_t n,
+                           PutRows* rows) {
+  const int32_t l = info.labels_per_sample();
+  if (args.ids_path.empty()) {
+    rows->ids.resize(static_cast<size_t>(n));
+    std::iota(rows->ids.begin(), rows->ids.end(), 0);
+  } else {
+    MLCD_ASSIGN_OR_RETURN(rows->ids, ReadIdsFile(args.ids_path));
+    if (static_cast<int64_t>(rows->ids.size()) != n) {
+      return Status::InvalidArgument(args.ids_path + " has " + std::to_string(rows->ids.size()) +
+                                     " ids but " + args.labels_path + " has " + std::to_string(n) +
+                                     " rows");
+    }
+  }
+  if (!args.scores_path.empty()) {
+    std::vector<int64_t> shape;
+    MLCD_ASSIGN_OR_RETURN(rows->scores, ReadNpyAsFloat32(args.scores_path, &shape));
+    if (rows->scores.size() != static_cast<size_t>(n * l)) {
+      return Status::InvalidArgument(
+          args.scores_path + " has " + std::to_string(rows->scores.size()) +
+          " values; it must be the same n x l shape as " + args.labels_path);
+    }
+  }
+  if (info.with_scores() && rows->scores.empty()) {
+    return Status::InvalidArgument(
+        "label set '" + args.name +
+        "' stores scores; pass them with --scores scores.npy (n x l float)");
+  }
+  if (!info.with_scores() && !rows->scores.empty()) {
+    return Status::InvalidArgument("label set '" + args.name +
+                                   "' was created without scores; drop --scores");
+  }
+  return Status::Ok();
+}
+
+// Every row checked before the stream opens: the store commits each message on its own, so a
+// bad row that only the server saw would leave the messages before it written.
+Status CheckPutRows(const PutArgs& args, const v1::LabelSetInfo& info, const PutRows& rows) {
+  const labelstore::LabelSetShape shape{info.num_classes(), info.labels_per_sample(),
+                                        info.with_scores()};
+  Status valid =
+      labelstore::ValidateLabelRows(rows.ids.data(), rows.ids.size(), rows.labels,
+                                    rows.scores.empty() ? nullptr : rows.scores.data(), shape);
+  if (valid.ok() && !args.ids_path.empty()) {
+    std::vector<uint64_t> scratch;
+    valid = labelstore::CheckUniqueIds(rows.ids.data(), rows.ids.size(), args.ids_path, &scratch);
+  }
+  if (valid.ok()) return valid;
+  const std::string files =
+      args.labels_path + (args.scores_path.empty() ? "" : " / " + args.scores_path);
+  return Status::InvalidArgument(files + ": " + valid.message() + "; nothing was written to '" +
+                                 args.name + "'");
+}
+
+// Streams the rows in messages of at most `batch_rows`, with a progress bar unless quiet.
+StatusOr<v1::WriteLabelsResponse> StreamPutRows(LabelStoreClient* client, const PutArgs& args,
+                                                int32_t l, const PutRows& rows, bool quiet,
+                                                double* seconds) {
+  const size_t step = std::min(args.batch_rows, labelstore::MaxRowsPerMessage(l));
+  const auto& ids = rows.ids;
+  std::unique_ptr<ProgressDisplay> progress;
+  if (!quiet) progress = std::make_unique<ProgressDisplay>("put " + args.name);
+  auto writer = client->OpenWriter(args.name);
+  const auto start = std::chrono::steady_clock::now();
+  const float* scores = rows.scores.empty() ? nullptr : rows.scores.data();
+  for (size_t begin = 0; begin < ids.size(); begin += step) {
+    const size_t count = std::min(step, ids.size() - begin);
+    Status s = writer->Write(ids.data() + begin, count, rows.labels + begin * l, count * l,
+                             scores ? scores + begin * l : nullptr, scores ? count * l : 0);
+    if (!s.ok()) {
+      if (progress) progress->Finish("failed");
+      return s;
+    }
+    if (progress) {
+      progress->Update(static_cast<double>(begin + count) / ids.size(),
+                       std::to_string(begin + count) + "/" + std::to_string(ids.size()) + " rows");
+    }
+  }
+  auto result = writer->Finish();
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!result.ok()) {
+    if (progress) progress->Finish("failed");
+    return result.status();
+  }
+  if (progress) {
+    char detail[160];
+    std::snprintf(
+        detail, sizeof(detail), "%llu rows in %llu messages, %s, %.0f rows/s; set has %llu samples",
+        static_cast<unsigned long long>(result->rows_written()),
+        static_cast<unsigned long long>(result->messages()), FormatDuration(*seconds).c_str(),
+        result->rows_written() / std::max(*seconds, 1e-9),
+        static_cast<unsigned long long>(result->num_samples()));
+    progress->Finish(detail);
+  }
+  return result;
+}
+
 int RunPut(const Context& ctx, const PutArgs& args) {
   auto client = MakeClient(ctx);
   auto info = client->Describe(args.name);
@@ -233,133 +295,16 @@ int RunPut(const Context& ctx, const PutArgs& args) {
     return ctx.Fail(Status::FailedPrecondition(
         "label set '" + args.name + "' is sealed and immutable; create a new set to write labels"));
   }
+  PutRows rows;
+  Status loaded = LoadPutLabels(args, l, &rows);
+  if (loaded.ok()) loaded = LoadPutIdsAndScores(args, *info, rows.mapped->header().shape[0], &rows);
+  if (loaded.ok()) loaded = CheckPutRows(args, *info, rows);
+  if (!loaded.ok()) return ctx.Fail(loaded);
 
-  // Labels: n x l integers (int32 used in place; other integer dtypes converted and checked).
-  auto mapped = MappedNpy::Open(args.labels_path);
-  if (!mapped.ok()) return ctx.Fail(mapped.status());
-  const auto& header = mapped->header();
-  if (header.shape.empty() || header.shape.size() > 2) {
-    return ctx.Fail(Status::InvalidArgument(args.labels_path +
-                                            ": labels must be an n x l array, got " +
-                                            std::to_string(header.shape.size()) + "-d"));
-  }
-  const int64_t n = header.shape[0];
-  const int64_t cols = header.shape.size() == 2 ? header.shape[1] : 1;
-  if (cols != l) {
-    return ctx.Fail(Status::InvalidArgument(
-        args.labels_path + " has " + std::to_string(cols) + " columns but label set '" + args.name +
-        "' has l = " + std::to_string(l) + " labels per sample"));
-  }
-  if (n == 0) return ctx.Fail(Status::InvalidArgument(args.labels_path + " has no rows"));
-  std::vector<int32_t> converted;
-  const int32_t* labels = nullptr;
-  if (header.dtype == NpyDtype::kInt32) {
-    labels = mapped->data_as<int32_t>();
-  } else {
-    auto values = ReadNpyAsInt64(args.labels_path);
-    if (!values.ok()) return ctx.Fail(values.status());
-    converted.resize(values->size());
-    for (size_t i = 0; i < values->size(); ++i) {
-      int64_t v = (*values)[i];
-      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
-        return ctx.Fail(Status::InvalidArgument(args.labels_path + ": label " + std::to_string(v) +
-                                                " at row " + std::to_string(i / l) +
-                                                " does not fit int32"));
-      }
-      converted[i] = static_cast<int32_t>(v);
-    }
-    labels = converted.data();
-  }
-
-  std::vector<uint64_t> ids;
-  if (args.ids_path.empty()) {
-    ids.resize(static_cast<size_t>(n));
-    std::iota(ids.begin(), ids.end(), 0);
-  } else {
-    auto read = ReadIdsFile(args.ids_path);
-    if (!read.ok()) return ctx.Fail(read.status());
-    ids = std::move(read).value();
-    if (static_cast<int64_t>(ids.size()) != n) {
-      return ctx.Fail(Status::InvalidArgument(args.ids_path + " has " + std::to_string(ids.size()) +
-                                              " ids but " + args.labels_path + " has " +
-                                              std::to_string(n) + " rows"));
-    }
-  }
-
-  std::vector<float> scores;
-  if (!args.scores_path.empty()) {
-    std::vector<int64_t> shape;
-    auto read = ReadNpyAsFloat32(args.scores_path, &shape);
-    if (!read.ok()) return ctx.Fail(read.status());
-    scores = std::move(read).value();
-    if (scores.size() != static_cast<size_t>(n * l)) {
-      return ctx.Fail(Status::InvalidArgument(
-          args.scores_path + " has " + std::to_string(scores.size()) +
-          " values; it must be the same n x l shape as " + args.labels_path));
-    }
-  }
-  if (info->with_scores() && scores.empty()) {
-    return ctx.Fail(Status::InvalidArgument(
-        "label set '" + args.name +
-        "' stores scores; pass them with --scores scores.npy (n x l float)"));
-  }
-  if (!info->with_scores() && !scores.empty()) {
-    return ctx.Fail(Status::InvalidArgument("label set '" + args.name +
-                                            "' was created without scores; drop --scores"));
-  }
-  // Check every row before opening the stream: the store commits each message on its own, so a
-  // bad row that only the server saw would leave the messages before it written.
-  const labelstore::LabelSetShape shape{info->num_classes(), l, info->with_scores()};
-  Status valid = labelstore::ValidateLabelRows(ids.data(), ids.size(), labels,
-                                               scores.empty() ? nullptr : scores.data(), shape);
-  if (valid.ok() && !args.ids_path.empty()) {
-    std::vector<uint64_t> scratch;
-    valid = labelstore::CheckUniqueIds(ids.data(), ids.size(), args.ids_path, &scratch);
-  }
-  if (!valid.ok()) {
-    const std::string files =
-        args.labels_path + (args.scores_path.empty() ? "" : " / " + args.scores_path);
-    return ctx.Fail(Status::InvalidArgument(files + ": " + valid.message() +
-                                            "; nothing was written to '" + args.name + "'"));
-  }
-
-  const size_t step = std::min(args.batch_rows, labelstore::MaxRowsPerMessage(l));
   const bool quiet = ctx.format() == OutputFormat::kJson;
-  std::unique_ptr<ProgressDisplay> progress;
-  if (!quiet) progress = std::make_unique<ProgressDisplay>("put " + args.name);
-  auto writer = client->OpenWriter(args.name);
-  const auto start = std::chrono::steady_clock::now();
-  for (size_t begin = 0; begin < ids.size(); begin += step) {
-    const size_t count = std::min(step, ids.size() - begin);
-    Status s = writer->Write(ids.data() + begin, count, labels + begin * l, count * l,
-                             scores.empty() ? nullptr : scores.data() + begin * l,
-                             scores.empty() ? 0 : count * l);
-    if (!s.ok()) {
-      if (progress) progress->Finish("failed");
-      return ctx.Fail(s);
-    }
-    if (progress) {
-      progress->Update(static_cast<double>(begin + count) / ids.size(),
-                       std::to_string(begin + count) + "/" + std::to_string(ids.size()) + " rows");
-    }
-  }
-  auto result = writer->Finish();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!result.ok()) {
-    if (progress) progress->Finish("failed");
-    return ctx.Fail(result.status());
-  }
-  if (progress) {
-    char detail[160];
-    std::snprintf(detail, sizeof(detail),
-                  "%llu rows in %llu messages, %s, %.0f rows/s; set has %llu samples",
-                  static_cast<unsigned long long>(result->rows_written()),
-                  static_cast<unsigned long long>(result->messages()),
-                  FormatDuration(seconds).c_str(), result->rows_written() / std::max(seconds, 1e-9),
-                  static_cast<unsigned long long>(result->num_samples()));
-    progress->Finish(detail);
-  }
+  double seconds = 0;
+  auto result = StreamPutRows(client.get(), args, l, rows, quiet, &seconds);
+  if (!result.ok()) return ctx.Fail(result.status());
   v1::LabelSetInfo final_info;
   if (args.seal) {
     auto sealed = client->Seal(args.name);
