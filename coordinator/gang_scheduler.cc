@@ -15,6 +15,16 @@ void PublishGauges(const JobTable& jobs, const WorkerRegistry& workers,
   metrics->SetGangSize(jobs.GangMembers());
 }
 
+std::vector<std::string> GangOutputs(const v1::GangAttempt& attempt) {
+  std::vector<std::string> outputs;
+  for (const auto& m : attempt.members()) {
+    for (const auto& p : m.output_paths()) outputs.push_back(p);
+  }
+  std::sort(outputs.begin(), outputs.end());
+  outputs.erase(std::unique(outputs.begin(), outputs.end()), outputs.end());
+  return outputs;
+}
+
 void GangScheduler::Reattach(JobEntry* job, Clock::time_point now) {
   const auto& attempt = job->rec.attempt();
   for (const auto& member : attempt.members()) {

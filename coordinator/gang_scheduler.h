@@ -96,6 +96,9 @@ class GangScheduler {
   std::vector<std::string> abort_order_;
 };
 
+// The output paths the gang's members reported, sorted, each once.
+std::vector<std::string> GangOutputs(const v1::GangAttempt& attempt);
+
 // Publishes the job, worker and gang-size gauges.
 void PublishGauges(const JobTable& jobs, const WorkerRegistry& workers,
                    CoordinatorMetrics* metrics);

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "common/clock.h"
 #include "common/file_util.h"
 #include "common/idx.h"
 
@@ -185,6 +186,26 @@ std::string JobIdFor(const std::string& name, int64_t seq) {
   if (base.empty()) base = "job";
   if (base.size() > 60) base = base.substr(0, 60);
   return base + "-" + std::to_string(seq);
+}
+
+std::unique_ptr<JobEntry> NewJobEntry(const v1::SubmitJobRequest& request, const ParsedJob& parsed,
+                                      int64_t seq) {
+  auto job = std::make_unique<JobEntry>();
+  v1::Job& j = job->job();
+  j.set_id(request.dry_run() ? "" : JobIdFor(parsed.metadata.name(), seq));
+  *j.mutable_metadata() = parsed.metadata;
+  *j.mutable_spec() = parsed.spec;
+  j.set_state(v1::JOB_STATE_PENDING);
+  j.set_request_id(request.request_id());
+  j.set_created_unix_ms(NowUnixMs());
+  j.set_updated_unix_ms(j.created_unix_ms());
+  j.mutable_progress()->set_rounds(parsed.spec.training().rounds());
+  j.mutable_progress()->set_epochs_per_round(parsed.spec.training().epochs_per_round());
+  j.set_message("submitted");
+  job->rec.set_seq(seq);
+  job->rec.set_state_entered_unix_ms(j.created_unix_ms());
+  job->state_entered = Clock::now();
+  return job;
 }
 
 }  // namespace mlcd::coordinator

@@ -1,4 +1,5 @@
-// The coordinator's checks of what callers send, before anything changes: the files a job
+// The coordinator's checks of what callers send, before anything changes, and the job a
+// checked submission becomes: the files a job
 // spec names, whether the registered workers can run the job, and the fields of the worker
 // RPCs. Each returns INVALID_ARGUMENT / FAILED_PRECONDITION naming the field and what to
 // change. Pure functions: no state, no locks (CheckWorkerSupport reads the registry and so
@@ -6,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,5 +52,10 @@ Status CheckPoll(const v1::GetAssignmentRequest& request, int max_poll_seconds);
 // The id a job named `name` gets as the seq-th submission: the name's allowed characters
 // (at most 60; "job" when none) + "-" + seq.
 std::string JobIdFor(const std::string& name, int64_t seq);
+
+// The job a checked submission creates (PENDING, "submitted", not yet stored); its id is
+// JobIdFor(metadata.name, seq), empty for a dry run.
+std::unique_ptr<JobEntry> NewJobEntry(const v1::SubmitJobRequest& request, const ParsedJob& parsed,
+                                      int64_t seq);
 
 }  // namespace mlcd::coordinator

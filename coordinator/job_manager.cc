@@ -219,12 +219,7 @@ void JobManager::FinishGang(JobEntry* job) {
     return;
   }
   if (attempt.kind() == v1::ASSIGNMENT_KIND_EXTRACT) {
-    std::vector<std::string> outputs;
-    for (const auto& m : attempt.members()) {
-      for (const auto& p : m.output_paths()) outputs.push_back(p);
-    }
-    std::sort(outputs.begin(), outputs.end());
-    outputs.erase(std::unique(outputs.begin(), outputs.end()), outputs.end());
+    const std::vector<std::string> outputs = GangOutputs(attempt);
     if (outputs.empty()) {
       AbortGang(job, "feature extraction finished without reporting any feature shard", true);
       return;
@@ -277,26 +272,6 @@ void JobManager::AfterRoundTrained(JobEntry* job) {
 // ---------------------------------------------------------------------------------------
 // User API.
 
-std::unique_ptr<JobEntry> JobManager::NewJob(const v1::SubmitJobRequest& request,
-                                             const ParsedJob& parsed, int64_t seq) const {
-  auto job = std::make_unique<JobEntry>();
-  v1::Job& j = job->job();
-  j.set_id(request.dry_run() ? "" : JobIdFor(parsed.metadata.name(), seq));
-  *j.mutable_metadata() = parsed.metadata;
-  *j.mutable_spec() = parsed.spec;
-  j.set_state(v1::JOB_STATE_PENDING);
-  j.set_request_id(request.request_id());
-  j.set_created_unix_ms(NowUnixMs());
-  j.set_updated_unix_ms(j.created_unix_ms());
-  j.mutable_progress()->set_rounds(parsed.spec.training().rounds());
-  j.mutable_progress()->set_epochs_per_round(parsed.spec.training().epochs_per_round());
-  j.set_message("submitted");
-  job->rec.set_seq(seq);
-  job->rec.set_state_entered_unix_ms(j.created_unix_ms());
-  job->state_entered = Clock::now();
-  return job;
-}
-
 StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
   MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed, ParseSubmission(request));
 
@@ -328,7 +303,7 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
     MLCD_RETURN_IF_ERROR(CheckWorkerSupport(parsed.spec, workers_, Clock::now()));
 
   const int64_t seq = next_job_seq_;
-  std::unique_ptr<JobEntry> entry = NewJob(request, parsed, seq);
+  std::unique_ptr<JobEntry> entry = NewJobEntry(request, parsed, seq);
   JobEntry* job = entry.get();
   v1::Job& j = job->job();
   if (request.dry_run()) {

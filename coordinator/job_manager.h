@@ -44,7 +44,8 @@
 // held). RPC handlers and the scheduler thread take mu_; phase threads take it to publish
 // progress and to hand in their outcome. mu_ is released while a WatchJob sends, while
 // GetAssignment and WatchJob wait (work_cv_, watch_cv_), while the scheduler thread sleeps
-// (tick_cv_) and while phase threads call clusterd. The store has its own lock (store.h).
+// (tick_cv_) and while phase threads call clusterd. The store is RocksDB, safe to use from
+// any thread: GetJob reads history without mu_, as before.
 #pragma once
 
 #include <chrono>
@@ -155,9 +156,6 @@ class JobManager {
   StatusOr<v1::Assignment> WaitForAssignment(WorkerEntry* worker, Clock::time_point deadline,
                                              const std::function<bool()>& is_cancelled,
                                              std::unique_lock<std::mutex>* lock);
-  // The job a submission creates (not yet stored), as job->job().
-  std::unique_ptr<JobEntry> NewJob(const v1::SubmitJobRequest& request, const ParsedJob& parsed,
-                                   int64_t seq) const;
   void UpdateGauges();
 
   JobManagerOptions options_;
