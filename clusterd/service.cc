@@ -500,6 +500,33 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
   return Status::Ok();
 }
 
+std::function<void(int64_t, int64_t)> ClusterdService::AssignProgressReporter(
+    const std::function<void(const v1::AssignProgress&)>& emit,
+    std::chrono::steady_clock::time_point t0) {
+  struct State {
+    std::chrono::steady_clock::time_point t_pass;
+    std::chrono::steady_clock::time_point last_progress;
+    int64_t rows_counted = 0;
+  };
+  auto state = std::make_shared<State>();
+  state->t_pass = std::chrono::steady_clock::now();
+  state->last_progress = state->t_pass - options_.progress_interval;
+  return [this, state, emit, t0](int64_t done, int64_t total) {
+    metrics_->assign_rows.Increment(static_cast<double>(done - state->rows_counted));
+    state->rows_counted = done;
+    double seconds = Since(state->t_pass);
+    metrics_->assign_rate.Set(done / std::max(1e-9, seconds));
+    auto now = std::chrono::steady_clock::now();
+    if (now - state->last_progress < options_.progress_interval && done < total) return;
+    state->last_progress = now;
+    v1::AssignProgress p;
+    p.mutable_status()->set_rows_done(static_cast<uint64_t>(done));
+    p.mutable_status()->set_rows_total(static_cast<uint64_t>(total));
+    p.mutable_status()->set_seconds(Since(t0));
+    emit(p);
+  };
+}
+
 Status ClusterdService::RunAssign(const v1::AssignRequest& request,
                                   const std::function<bool()>& should_stop,
                                   const std::function<void(const v1::AssignProgress&)>& emit,
@@ -571,23 +598,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   AssignCallbacks callbacks;
   callbacks.should_stop = should_stop;
   callbacks.on_note = note;
-  auto t_pass = std::chrono::steady_clock::now();
-  auto last_progress = t_pass - options_.progress_interval;
-  int64_t rows_counted = 0;
-  callbacks.on_progress = [&](int64_t done, int64_t total) {
-    metrics_->assign_rows.Increment(static_cast<double>(done - rows_counted));
-    rows_counted = done;
-    double seconds = Since(t_pass);
-    metrics_->assign_rate.Set(done / std::max(1e-9, seconds));
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_progress < options_.progress_interval && done < total) return;
-    last_progress = now;
-    v1::AssignProgress p;
-    p.mutable_status()->set_rows_done(static_cast<uint64_t>(done));
-    p.mutable_status()->set_rows_total(static_cast<uint64_t>(total));
-    p.mutable_status()->set_seconds(Since(t0));
-    emit(p);
-  };
+  callbacks.on_progress = AssignProgressReporter(emit, t0);
   note("assigning " + std::to_string(shards.rows()) + " rows to their top-" +
        std::to_string(params.l) + " of " + std::to_string(k) + " centroids (" +
        SearchMethodName(params.method) + ")");
