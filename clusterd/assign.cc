@@ -146,25 +146,6 @@ Status CheckAssignParams(const AssignParams& params, const int* known_k) {
 
 }  // namespace
 
-const char* SearchMethodName(SearchMethod method) {
-  switch (method) {
-    case SearchMethod::kExact:
-      return "exact";
-    case SearchMethod::kHnsw:
-      return "hnsw";
-    case SearchMethod::kIvf:
-      return "ivf";
-  }
-  return "exact";
-}
-
-StatusOr<SearchMethod> ParseSearchMethod(const std::string& name) {
-  if (name == "exact") return SearchMethod::kExact;
-  if (name == "hnsw") return SearchMethod::kHnsw;
-  if (name == "ivf") return SearchMethod::kIvf;
-  return Status::InvalidArgument("unknown search method '" + name + "'; use exact, hnsw or ivf");
-}
-
 Status ValidateAssignParams(const AssignParams& params, int k) {
   return CheckAssignParams(params, &k);
 }

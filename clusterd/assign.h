@@ -19,6 +19,7 @@
 
 #include "clients/label_batch.h"
 #include "clusterd/feature_source.h"
+#include "common/enums.h"
 #include "common/status.h"
 
 namespace faiss {
@@ -27,11 +28,10 @@ struct Index;
 
 namespace mlcd::clusterd {
 
-enum class SearchMethod { kExact, kHnsw, kIvf };
-// "exact", "hnsw", "ivf".
-const char* SearchMethodName(SearchMethod method);
-// Parses the names above; INVALID_ARGUMENT otherwise.
-StatusOr<SearchMethod> ParseSearchMethod(const std::string& name);
+// The search method and its spellings ("exact", "hnsw", "ivf") are common/enums.h's.
+using SearchMethod = mlcd::SearchMethod;
+using mlcd::ParseSearchMethod;
+using mlcd::SearchMethodName;
 
 struct AssignParams {
   // Labels per row, 1 <= l <= k.

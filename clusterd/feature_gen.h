@@ -2,7 +2,8 @@
 // Fashion-MNIST (from the Debian package dataset-fashion-mnist) and synthetic mixtures of
 // Gaussians on the unit sphere with known centres (tests, demos, benchmarks).
 //
-// This interface is stable: the coordinator writes round-0 "pixels" features through it.
+// This interface is stable: clusterd's service writes round-0 features through it when a
+// request asks for them (FeatureSource.generate, clusterd/feature_request.h).
 //
 //   FashionMnistFeatureOptions opt;
 //   opt.features_out = dir + "/features.npy";

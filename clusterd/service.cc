@@ -7,6 +7,7 @@
 #include "clients/labelstore_client.h"
 #include "clients/labelstore_limits.h"
 #include "clusterd/assign.h"
+#include "clusterd/feature_request.h"
 #include "clusterd/feature_source.h"
 #include "clusterd/kmeans.h"
 #include "clusterd/quality.h"
@@ -29,6 +30,133 @@ void FillSizes(const ClusterSizeSummary& s, v1::ClusterSizeSummary* out) {
   out->set_stddev(s.stddev);
   out->set_empty_clusters(static_cast<uint64_t>(s.empty_clusters));
   out->set_imbalance_factor(s.imbalance_factor);
+}
+
+// The k-means parameters of a request; zero fields keep SphericalKMeansParams' defaults.
+StatusOr<SphericalKMeansParams> KMeansParamsFrom(const v1::ClusterRequest& request) {
+  SphericalKMeansParams params;
+  params.k = request.k();
+  if (request.niter() != 0) params.niter = request.niter();
+  if (request.seed() != 0) params.seed = request.seed();
+  if (request.max_points_per_centroid() != 0)
+    params.max_points_per_centroid = request.max_points_per_centroid();
+  params.threads = request.threads();
+  if (params.k < 1)
+    return Status::InvalidArgument("k must be >= 1, got " + std::to_string(params.k));
+  MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, INT64_MAX));
+  return params;
+}
+
+// The assignment parameters of a request; zero fields keep AssignParams' defaults.
+StatusOr<AssignParams> AssignParamsFrom(const v1::AssignRequest& request) {
+  AssignParams params;
+  params.l = request.l();
+  switch (request.method()) {
+    case v1::SEARCH_METHOD_UNSPECIFIED:
+    case v1::SEARCH_METHOD_EXACT:
+      params.method = SearchMethod::kExact;
+      break;
+    case v1::SEARCH_METHOD_HNSW:
+      params.method = SearchMethod::kHnsw;
+      break;
+    case v1::SEARCH_METHOD_IVF:
+      params.method = SearchMethod::kIvf;
+      break;
+    default:
+      return Status::InvalidArgument("unknown search method " + std::to_string(request.method()));
+  }
+  params.threads = request.threads();
+  params.search_effort = request.search_effort();
+  if (request.recall_sample() != 0) params.recall_sample = request.recall_sample();
+  if (request.chunk_rows() != 0) params.chunk_rows = request.chunk_rows();
+  if (request.seed() != 0) params.seed = request.seed();
+  if (params.l < 1)
+    return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
+  if (params.recall_sample < 0) return Status::InvalidArgument("recall_sample must be >= 0");
+  return params;
+}
+
+// The label set an Assign creates: k classes, l labels with scores per sample, the request's
+// metadata plus where the labels came from.
+labelstore::LabelSetSpec LabelSetSpecFor(const v1::AssignRequest& request,
+                                         const AssignParams& params, int k,
+                                         const std::string& centroids_path,
+                                         const std::vector<std::string>& paths) {
+  labelstore::LabelSetSpec spec;
+  spec.name = request.label_set();
+  spec.num_classes = k;
+  spec.labels_per_sample = params.l;
+  spec.with_scores = true;
+  for (const auto& [key, value] : request.metadata()) spec.metadata[key] = value;
+  spec.metadata["centroids"] = centroids_path;
+  spec.metadata["features"] =
+      paths.front() + (paths.size() > 1 ? " (+" + std::to_string(paths.size() - 1) + ")" : "");
+  spec.metadata["method"] = SearchMethodName(params.method);
+  spec.metadata["producer"] = "mlcd-clusterd";
+  return spec;
+}
+
+// Creates the set (deleting an existing one first when `replace_existing`).
+Status CreateLabelSet(labelstore::LabelStoreClient* store, const labelstore::LabelSetSpec& spec,
+                      bool replace_existing, const std::function<void(const std::string&)>& note) {
+  if (replace_existing) {
+    MLCD_ASSIGN_OR_RETURN(v1::DeleteLabelSetResponse deleted,
+                          store->Delete(spec.name, /*allow_missing=*/true));
+    if (deleted.deleted()) {
+      note("deleted the existing label set " + spec.name + " (" +
+           std::to_string(deleted.rows_deleted()) + " rows)");
+    }
+  }
+  StatusOr<v1::LabelSetInfo> created = store->CreateLabelSet(spec);
+  if (!created.ok()) {
+    if (created.status().code() == StatusCode::kAlreadyExists) {
+      return Status::AlreadyExists(
+          "label set " + spec.name +
+          " already exists; delete it (mlcdctl labels delete) or set replace_existing");
+    }
+    return created.status().WithContext("creating label set " + spec.name);
+  }
+  return Status::Ok();
+}
+
+// Deletes the label set at the end of its scope unless *keep.
+struct UnfinishedLabelSet {
+  labelstore::LabelStoreClient* store;
+  const std::string* name;
+  bool* keep;
+  ~UnfinishedLabelSet() {
+    if (*keep) return;
+    StatusOr<v1::DeleteLabelSetResponse> del = store->Delete(*name, /*allow_missing=*/true);
+    if (!del.ok()) {
+      MLCD_LOG(WARNING) << "could not delete the unfinished label set " << *name << ": "
+                        << del.status().ToString();
+    }
+  }
+};
+
+void FillAssignResult(const v1::AssignRequest& request, const std::string& label_set, int64_t rows,
+                      int k, int l, const AssignStats& stats, const v1::LabelSetInfo& sealed,
+                      const std::optional<LabelQuality>& label_quality, v1::AssignResult* result) {
+  result->set_label_set(label_set);
+  result->set_num_samples(static_cast<uint64_t>(rows));
+  result->set_l(l);
+  result->set_k(k);
+  result->set_approx_recall(stats.approx_recall);
+  result->set_recall_rows(static_cast<uint64_t>(stats.recall_rows));
+  FillSizes(SummarizeClusterSizes(stats.top1_sizes), result->mutable_sizes());
+  result->set_search_seconds(stats.search_seconds);
+  result->set_method(request.method() == v1::SEARCH_METHOD_UNSPECIFIED ? v1::SEARCH_METHOD_EXACT
+                                                                       : request.method());
+  result->set_label_set_samples(sealed.num_samples());
+  if (label_quality) {
+    const LabelQuality& q = *label_quality;
+    auto* out = result->mutable_quality();
+    out->set_top1_recall(q.top1_recall);
+    out->set_topl_recall(q.topl_recall);
+    out->set_nmi(q.nmi);
+    out->set_num_classes(static_cast<uint64_t>(q.num_classes));
+    out->set_clusters_used(static_cast<uint64_t>(q.clusters_used));
+  }
 }
 
 }  // namespace
@@ -261,21 +389,11 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
     emit(p);
   };
   // Request checks that need no data.
-  if (request.features().paths_size() == 0)
-    return Status::InvalidArgument("features.paths is empty: give .npy shard files or directories");
+  MLCD_RETURN_IF_ERROR(CheckFeatureSource(request.features()));
   if (request.centroids_out().empty())
     return Status::InvalidArgument(
         "centroids_out is required: the .npy path to write the k x d centroids to");
-  SphericalKMeansParams params;
-  params.k = request.k();
-  params.niter = request.niter() == 0 ? 20 : request.niter();
-  params.seed = request.seed() == 0 ? 1234 : request.seed();
-  params.max_points_per_centroid =
-      request.max_points_per_centroid() == 0 ? 256 : request.max_points_per_centroid();
-  params.threads = request.threads();
-  if (params.k < 1)
-    return Status::InvalidArgument("k must be >= 1, got " + std::to_string(params.k));
-  MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, INT64_MAX));
+  MLCD_ASSIGN_OR_RETURN(const SphericalKMeansParams params, KMeansParamsFrom(request));
   const std::string out_path = Resolve(request.centroids_out());
   if (IsDirectory(out_path))
     return Status::InvalidArgument(out_path + ": centroids_out is a directory; give a file path");
@@ -288,11 +406,10 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
                  << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ")
                  << "k=" << params.k << " niter=" << params.niter << " -> " << out_path;
 
-  std::vector<std::string> paths, ids_paths;
-  for (const auto& p : request.features().paths()) paths.push_back(Resolve(p));
-  for (const auto& p : request.features().ids_paths()) ids_paths.push_back(Resolve(p));
+  const auto resolve = [this](const std::string& path) { return Resolve(path); };
+  MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
-  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(paths, ids_paths));
+  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
   note("features: " + shards.Describe() + "; checking values");
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, shards.rows()));
@@ -378,6 +495,33 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
   return Status::Ok();
 }
 
+std::function<void(int64_t, int64_t)> ClusterdService::AssignProgressReporter(
+    const std::function<void(const v1::AssignProgress&)>& emit,
+    std::chrono::steady_clock::time_point t0) {
+  struct State {
+    std::chrono::steady_clock::time_point t_pass;
+    std::chrono::steady_clock::time_point last_progress;
+    int64_t rows_counted = 0;
+  };
+  auto state = std::make_shared<State>();
+  state->t_pass = std::chrono::steady_clock::now();
+  state->last_progress = state->t_pass - options_.progress_interval;
+  return [this, state, emit, t0](int64_t done, int64_t total) {
+    metrics_->assign_rows.Increment(static_cast<double>(done - state->rows_counted));
+    state->rows_counted = done;
+    double seconds = Since(state->t_pass);
+    metrics_->assign_rate.Set(done / std::max(1e-9, seconds));
+    auto now = std::chrono::steady_clock::now();
+    if (now - state->last_progress < options_.progress_interval && done < total) return;
+    state->last_progress = now;
+    v1::AssignProgress p;
+    p.mutable_status()->set_rows_done(static_cast<uint64_t>(done));
+    p.mutable_status()->set_rows_total(static_cast<uint64_t>(total));
+    p.mutable_status()->set_seconds(Since(t0));
+    emit(p);
+  };
+}
+
 Status ClusterdService::RunAssign(const v1::AssignRequest& request,
                                   const std::function<bool()>& should_stop,
                                   const std::function<void(const v1::AssignProgress&)>& emit,
@@ -388,8 +532,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
     p.set_note(text);
     emit(p);
   };
-  if (request.features().paths_size() == 0)
-    return Status::InvalidArgument("features.paths is empty: give .npy shard files or directories");
+  MLCD_RETURN_IF_ERROR(CheckFeatureSource(request.features()));
   if (request.centroids_path().empty())
     return Status::InvalidArgument("centroids_path is required");
   if (request.label_set().empty())
@@ -401,30 +544,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
     return Status::InvalidArgument(
         "no label store address: set labelstore in the request or start mlcd-clusterd "
         "with --labelstore");
-  AssignParams params;
-  params.l = request.l();
-  switch (request.method()) {
-    case v1::SEARCH_METHOD_UNSPECIFIED:
-    case v1::SEARCH_METHOD_EXACT:
-      params.method = SearchMethod::kExact;
-      break;
-    case v1::SEARCH_METHOD_HNSW:
-      params.method = SearchMethod::kHnsw;
-      break;
-    case v1::SEARCH_METHOD_IVF:
-      params.method = SearchMethod::kIvf;
-      break;
-    default:
-      return Status::InvalidArgument("unknown search method " + std::to_string(request.method()));
-  }
-  params.threads = request.threads();
-  params.search_effort = request.search_effort();
-  params.recall_sample = request.recall_sample() == 0 ? 10000 : request.recall_sample();
-  params.chunk_rows = request.chunk_rows() == 0 ? 16384 : request.chunk_rows();
-  params.seed = request.seed() == 0 ? 1234 : request.seed();
-  if (params.l < 1)
-    return Status::InvalidArgument("l must be >= 1, got " + std::to_string(params.l));
-  if (params.recall_sample < 0) return Status::InvalidArgument("recall_sample must be >= 0");
+  MLCD_ASSIGN_OR_RETURN(AssignParams params, AssignParamsFrom(request));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params));  // k is known once the centroids are read
 
   JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
@@ -436,11 +556,10 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
                  << "l=" << params.l << " method=" << SearchMethodName(params.method) << " -> "
                  << request.label_set() << " at " << labelstore_address;
 
-  std::vector<std::string> paths, ids_paths;
-  for (const auto& p : request.features().paths()) paths.push_back(Resolve(p));
-  for (const auto& p : request.features().ids_paths()) ids_paths.push_back(Resolve(p));
+  const auto resolve = [this](const std::string& path) { return Resolve(path); };
+  MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
-  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(paths, ids_paths));
+  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
   note("features: " + shards.Describe() + "; checking values");
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   int k = 0, d = 0;
@@ -458,49 +577,12 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   // The label set.
   labelstore::LabelStoreClient store(labelstore_address);
   MLCD_RETURN_IF_ERROR(store.WaitUntilReachable(options_.labelstore_connect_timeout));
-  if (request.replace_existing()) {
-    MLCD_ASSIGN_OR_RETURN(v1::DeleteLabelSetResponse deleted,
-                          store.Delete(request.label_set(), /*allow_missing=*/true));
-    if (deleted.deleted()) {
-      note("deleted the existing label set " + request.label_set() + " (" +
-           std::to_string(deleted.rows_deleted()) + " rows)");
-    }
-  }
-  labelstore::LabelSetSpec spec;
-  spec.name = request.label_set();
-  spec.num_classes = k;
-  spec.labels_per_sample = params.l;
-  spec.with_scores = true;
-  for (const auto& [key, value] : request.metadata()) spec.metadata[key] = value;
-  spec.metadata["centroids"] = centroids_path;
-  spec.metadata["features"] =
-      paths.front() + (paths.size() > 1 ? " (+" + std::to_string(paths.size() - 1) + ")" : "");
-  spec.metadata["method"] = SearchMethodName(params.method);
-  spec.metadata["producer"] = "mlcd-clusterd";
-  StatusOr<v1::LabelSetInfo> created = store.CreateLabelSet(spec);
-  if (!created.ok()) {
-    if (created.status().code() == StatusCode::kAlreadyExists) {
-      return Status::AlreadyExists(
-          "label set " + spec.name +
-          " already exists; delete it (mlcdctl labels delete) or set replace_existing");
-    }
-    return created.status().WithContext("creating label set " + spec.name);
-  }
+  const labelstore::LabelSetSpec spec =
+      LabelSetSpecFor(request, params, k, centroids_path, inputs.paths);
+  MLCD_RETURN_IF_ERROR(CreateLabelSet(&store, spec, request.replace_existing(), note));
   // From here on a failure deletes the set again.
   bool keep = false;
-  struct Cleanup {
-    labelstore::LabelStoreClient* store;
-    const std::string* name;
-    bool* keep;
-    ~Cleanup() {
-      if (*keep) return;
-      StatusOr<v1::DeleteLabelSetResponse> del = store->Delete(*name, /*allow_missing=*/true);
-      if (!del.ok()) {
-        MLCD_LOG(WARNING) << "could not delete the unfinished label set " << *name << ": "
-                          << del.status().ToString();
-      }
-    }
-  } cleanup{&store, &spec.name, &keep};
+  UnfinishedLabelSet cleanup{&store, &spec.name, &keep};
 
   std::unique_ptr<labelstore::LabelWriter> writer = store.OpenWriter(spec.name);
   LabelBatchSink sink = [&](int64_t first_row, LabelBatch batch) -> Status {
@@ -512,23 +594,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   AssignCallbacks callbacks;
   callbacks.should_stop = should_stop;
   callbacks.on_note = note;
-  auto t_pass = std::chrono::steady_clock::now();
-  auto last_progress = t_pass - options_.progress_interval;
-  int64_t rows_counted = 0;
-  callbacks.on_progress = [&](int64_t done, int64_t total) {
-    metrics_->assign_rows.Increment(static_cast<double>(done - rows_counted));
-    rows_counted = done;
-    double seconds = Since(t_pass);
-    metrics_->assign_rate.Set(done / std::max(1e-9, seconds));
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_progress < options_.progress_interval && done < total) return;
-    last_progress = now;
-    v1::AssignProgress p;
-    p.mutable_status()->set_rows_done(static_cast<uint64_t>(done));
-    p.mutable_status()->set_rows_total(static_cast<uint64_t>(total));
-    p.mutable_status()->set_seconds(Since(t0));
-    emit(p);
-  };
+  callbacks.on_progress = AssignProgressReporter(emit, t0);
   note("assigning " + std::to_string(shards.rows()) + " rows to their top-" +
        std::to_string(params.l) + " of " + std::to_string(k) + " centroids (" +
        SearchMethodName(params.method) + ")");
@@ -553,26 +619,11 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   }
   keep = true;
 
-  result->set_label_set(spec.name);
-  result->set_num_samples(static_cast<uint64_t>(shards.rows()));
-  result->set_l(params.l);
-  result->set_k(k);
-  result->set_approx_recall(stats.approx_recall);
-  result->set_recall_rows(static_cast<uint64_t>(stats.recall_rows));
-  FillSizes(SummarizeClusterSizes(stats.top1_sizes), result->mutable_sizes());
-  result->set_search_seconds(stats.search_seconds);
-  result->set_method(request.method() == v1::SEARCH_METHOD_UNSPECIFIED ? v1::SEARCH_METHOD_EXACT
-                                                                       : request.method());
-  result->set_label_set_samples(sealed.num_samples());
+  FillAssignResult(request, spec.name, shards.rows(), k, params.l, stats, sealed, label_quality,
+                   result);
   if (params.method != SearchMethod::kExact) metrics_->approx_recall.Set(stats.approx_recall);
   if (label_quality) {
     const LabelQuality& q = *label_quality;
-    auto* out = result->mutable_quality();
-    out->set_top1_recall(q.top1_recall);
-    out->set_topl_recall(q.topl_recall);
-    out->set_nmi(q.nmi);
-    out->set_num_classes(static_cast<uint64_t>(q.num_classes));
-    out->set_clusters_used(static_cast<uint64_t>(q.clusters_used));
     metrics_->top1_recall.Set(q.top1_recall);
     metrics_->topl_recall.Set(q.topl_recall);
     metrics_->nmi.Set(q.nmi);
@@ -591,45 +642,50 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   return Status::Ok();
 }
 
-grpc::Status ClusterdService::Cluster(grpc::ServerContext* context,
-                                      const v1::ClusterRequest* request,
-                                      grpc::ServerWriter<v1::ClusterProgress>* writer) {
-  RpcTimer timer(&rpc_metrics_, "Cluster");
+namespace {
+
+// One server-streaming call: `run` gets should_stop (the client cancelled, disconnected or
+// stopped reading) and emit (writes one progress message). Progress is written from the job
+// thread only (Assign's label-store sink runs elsewhere but does not emit), so Write needs no
+// lock.
+template <typename Progress, typename Run>
+grpc::Status ServeStream(RpcMetrics* rpc_metrics, const char* method, grpc::ServerContext* context,
+                         grpc::ServerWriter<Progress>* writer, const Run& run) {
+  RpcTimer timer(rpc_metrics, method);
   std::atomic<bool> gone{false};
-  auto should_stop = [&] { return gone.load() || context->IsCancelled(); };
-  auto emit = [&](const v1::ClusterProgress& p) {
+  const std::function<bool()> should_stop = [&] { return gone.load() || context->IsCancelled(); };
+  const std::function<void(const Progress&)> emit = [&](const Progress& p) {
     if (!gone.load() && !writer->Write(p)) gone.store(true);
   };
-  v1::ClusterResult result;
-  Status st = RunCluster(*request, should_stop, emit, &result);
+  Status st = run(should_stop, emit);
   if (!st.ok() && should_stop() && st.code() != StatusCode::kCancelled) {
-    st = Status::Cancelled("Cluster cancelled by the client (" + st.message() + ")");
+    st = Status::Cancelled(std::string(method) + " cancelled by the client (" + st.message() + ")");
   }
   if (!st.ok()) {
-    MLCD_LOG(WARNING) << "Cluster failed: " << st.ToString();
+    MLCD_LOG(WARNING) << method << " failed: " << st.ToString();
   }
   return ToGrpcStatus(timer.Done(st));
 }
 
+}  // namespace
+
+grpc::Status ClusterdService::Cluster(grpc::ServerContext* context,
+                                      const v1::ClusterRequest* request,
+                                      grpc::ServerWriter<v1::ClusterProgress>* writer) {
+  return ServeStream(&rpc_metrics_, "Cluster", context, writer,
+                     [&](const auto& should_stop, const auto& emit) {
+                       v1::ClusterResult result;
+                       return RunCluster(*request, should_stop, emit, &result);
+                     });
+}
+
 grpc::Status ClusterdService::Assign(grpc::ServerContext* context, const v1::AssignRequest* request,
                                      grpc::ServerWriter<v1::AssignProgress>* writer) {
-  RpcTimer timer(&rpc_metrics_, "Assign");
-  std::atomic<bool> gone{false};
-  auto should_stop = [&] { return gone.load() || context->IsCancelled(); };
-  // Progress is written from the job thread only (the label-store sink runs elsewhere but
-  // does not emit), so Write needs no lock.
-  auto emit = [&](const v1::AssignProgress& p) {
-    if (!gone.load() && !writer->Write(p)) gone.store(true);
-  };
-  v1::AssignResult result;
-  Status st = RunAssign(*request, should_stop, emit, &result);
-  if (!st.ok() && should_stop() && st.code() != StatusCode::kCancelled) {
-    st = Status::Cancelled("Assign cancelled by the client (" + st.message() + ")");
-  }
-  if (!st.ok()) {
-    MLCD_LOG(WARNING) << "Assign failed: " << st.ToString();
-  }
-  return ToGrpcStatus(timer.Done(st));
+  return ServeStream(&rpc_metrics_, "Assign", context, writer,
+                     [&](const auto& should_stop, const auto& emit) {
+                       v1::AssignResult result;
+                       return RunAssign(*request, should_stop, emit, &result);
+                     });
 }
 
 }  // namespace mlcd::clusterd

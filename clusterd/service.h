@@ -96,6 +96,11 @@ class ClusterdService final : public v1::Clusterd::Service {
  private:
   struct Metrics;
   std::string Resolve(const std::string& path) const;
+  // AssignCallbacks::on_progress of an Assign pass started now: counts rows in the metrics and
+  // emits an AssignStatus (seconds since t0) at most every progress_interval and at the end.
+  std::function<void(int64_t, int64_t)> AssignProgressReporter(
+      const std::function<void(const v1::AssignProgress&)>& emit,
+      std::chrono::steady_clock::time_point t0);
 
   ClusterdOptions options_;
   JobGate gate_;

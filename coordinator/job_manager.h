@@ -1,5 +1,5 @@
-// The coordinator's core: jobs, their persisted state machine, worker registry, gangs and
-// failure handling. The gRPC service (service.h) is a thin layer over this class.
+// The coordinator's core: the user and worker API and the jobs' persisted state machine.
+// The gRPC service (service.h) is a thin layer over this class.
 //
 // A job moves through
 //   PENDING -> CLUSTERING -> ASSIGNING -> TRAINING -> [EXTRACTING -> CLUSTERING -> ...]
@@ -11,8 +11,8 @@
 // is reattached when its workers keep heartbeating its assignments within the job's
 // heartbeat timeout, and restarted from the last committed checkpoint otherwise.
 //
-// Gangs: a phase that needs workers (TRAIN epochs of a round, EXTRACT features, EVALUATE)
-// starts when enough idle workers that can run it are registered, in job submission order
+// Gangs (gang_scheduler.h): a phase that needs workers (TRAIN epochs of a round, EXTRACT features,
+// EVALUATE) starts when enough idle workers that can run it are registered, in job submission order
 // (FIFO: a job waiting for idle workers holds back the jobs behind it; a job that needs more
 // workers than are registered for its kind cannot start and does not). Rank 0's host and
 // the rendezvous port it offered in its latest poll form the rendezvous address. A member
@@ -24,39 +24,56 @@
 // fewer, it uses the largest number available that divides batch_size (the worker contract
 // makes a resumed run take the same samples and steps on any world size).
 //
-// Commit points: an epoch is committed when rank 0 reports (heartbeat or final report) the
-// checkpoint written at the end of that epoch; mid-epoch checkpoints are committed as resume
-// points. A restarted gang resumes from the latest committed checkpoint, so no committed
+// Commit points (progress_tracker.h): an epoch is committed when rank 0 reports (heartbeat or final
+// report) the checkpoint written at the end of that epoch; mid-epoch checkpoints are committed as
+// resume points. A restarted gang resumes from the latest committed checkpoint, so no committed
 // epoch runs twice.
+//
+// The parts, each owned here and calling only down (none calls the JobManager):
+//   JobTable        job_table.h        the jobs in memory; persisting and watch wake-ups
+//   WorkerRegistry  worker_registry.h  registration and liveness of workers
+//   GangScheduler   gang_scheduler.h   gang starts, assignments, aborts' bookkeeping
+//   ProgressTracker progress_tracker.h rank 0's progress and checkpoint commits
+//   PhaseRunner     phase_runner.h     the clusterd phases on their own threads
+//   input_checks.h                     checks of specs and RPC fields
+// The JobManager alone changes a job's state (Transition) and decides what a phase's end,
+// a gang's end or abort, or an unrunnable job leads to.
+//
+// Locking: one mutex, mu_, guards all coordinator state: the JobManager's own fields and
+// everything in the parts above (they have no mutex of their own and are called with mu_
+// held). RPC handlers and the scheduler thread take mu_; phase threads take it to publish
+// progress and to hand in their outcome. mu_ is released while a WatchJob sends, while
+// GetAssignment and WatchJob wait (work_cv_, watch_cv_), while the scheduler thread sleeps
+// (tick_cv_) and while phase threads call clusterd. The store is RocksDB, safe to use from
+// any thread: GetJob reads history without mu_, as before.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/job_spec.h"
 #include "common/status.h"
+#include "coordinator/gang_scheduler.h"
+#include "coordinator/job_entry.h"
+#include "coordinator/job_table.h"
 #include "coordinator/metrics.h"
+#include "coordinator/phase_runner.h"
+#include "coordinator/progress_tracker.h"
 #include "coordinator/store.h"
+#include "coordinator/worker_registry.h"
 #include "mlcd/v1/coordinator.pb.h"
-
-namespace mlcd::clusterd {
-class CallControl;
-}
 
 namespace mlcd::coordinator {
 
 struct JobManagerOptions {
-  // Where the database (db/), round-0 features (features/) and per-job files (jobs/<id>/:
-  // centroids, extracted features, default checkpoints, evaluation) live.
+  // Where the database (db/), round-0 features (features/, written by clusterd) and per-job
+  // files (jobs/<id>/: centroids, extracted features, default checkpoints, evaluation) live.
   std::string data_dir;
   // mlcd-labelstore address handed to workers and to clusterd's Assign.
   std::string labelstore_address = "127.0.0.1:7610";
@@ -108,20 +125,15 @@ class JobManager {
   StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request);
 
  private:
-  struct WorkerEntry;
-  struct JobEntry;
-  using Clock = std::chrono::steady_clock;
-
-  JobManager(JobManagerOptions options, CoordinatorMetrics* metrics);
+  JobManager(JobManagerOptions options, CoordinatorMetrics* metrics,
+             std::unique_ptr<CoordinatorStore> store);
   Status Load();
+  void Recover(JobEntry* job, Clock::time_point now, int* recovered);
 
   void SchedulerLoop();
   void Tick();
-  void CheckWorkers(Clock::time_point now);
-  void CheckGangs(Clock::time_point now);
+  void ApplyPhaseOutcomes();
   void AdvanceJobs(Clock::time_point now);
-  void ScheduleGangs(Clock::time_point now);
-  void JoinFinishedThreads();
 
   // State machine (all with mu_ held). Each persists before returning; a failed write is
   // fatal for the coordinator (state on disk would no longer match what it does).
@@ -129,48 +141,22 @@ class JobManager {
   // gang abort that leads to it), so a crash never persists one without the other.
   void Transition(JobEntry* job, v1::JobState state, const std::string& message,
                   std::vector<v1::JobHistoryEntry> before = {});
-  void Persist(JobEntry* job, std::vector<v1::JobHistoryEntry> history = {});
-  v1::JobHistoryEntry NewHistory(JobEntry* job, const std::string& kind,
-                                 const std::string& message = "");
-  void Touch(JobEntry* job);
-  void StartGang(JobEntry* job, v1::AssignmentKind kind, std::vector<WorkerEntry*> workers);
   // Aborts the running gang and persists it (with the FAILED that follows when it uses up
   // max_restarts, in the same write).
   void AbortGang(JobEntry* job, const std::string& reason, bool counts_as_restart);
-  // The in-memory part of an abort (members told ABORT, undelivered assignments withdrawn);
-  // returns the history entry for the caller to persist with what follows.
-  v1::JobHistoryEntry DetachGang(JobEntry* job, const std::string& reason, bool counts_as_restart);
   // Ends an unfinished job FAILED or CANCELLED; aborting its gang is part of the same write.
   void EndJob(JobEntry* job, v1::JobState state, const std::string& message);
-  void FinishGang(JobEntry* job);
-  void MaybeCommitCheckpoint(JobEntry* job, const v1::WorkerProgress& progress);
-  void UpdateProgress(JobEntry* job, const v1::WorkerProgress& progress, Clock::time_point now);
-  void AfterRoundTrained(JobEntry* job);
   void FailJob(JobEntry* job, const std::string& message);
-
-  // Phases run on their own threads (clusterd calls can take minutes).
-  void LaunchPhase(JobEntry* job);
-  void RunClusteringPhase(std::string job_id, uint64_t phase_generation, v1::JobRecord snapshot,
-                          std::shared_ptr<clusterd::CallControl> control);
-  void RunAssigningPhase(std::string job_id, uint64_t phase_generation, v1::JobRecord snapshot,
-                         std::shared_ptr<clusterd::CallControl> control);
-  // Applies the outcome of a phase thread (mu_ held by the caller).
-  JobEntry* PhaseStillCurrent(const std::string& job_id, uint64_t phase_generation);
-  void PhaseError(JobEntry* job, const std::string& what, const Status& status);
-
-  // Helpers (mu_ held).
-  JobEntry* FindJob(const std::string& id);
-  WorkerEntry* FindWorker(const std::string& id);
-  bool WorkerAlive(const WorkerEntry& worker, Clock::time_point now) const;
-  v1::AssignmentKind KindFor(const JobEntry& job) const;
-  int WantedGangSize(JobEntry* job, int available, Clock::time_point now);
-  // Sets the job's progress detail; watchers hear of it when it changed.
-  void SetDetail(JobEntry* job, const std::string& detail);
-  Status CheckWorkerSupport(const v1::JobSpec& spec) const;
-  v1::Job PublicJob(const JobEntry& job) const;
-  std::string JobDir(const std::string& job_id) const;
+  // Every member of the gang reported success: the round is trained, the features extracted
+  // or the evaluation done.
+  void FinishGang(JobEntry* job);
+  void AfterRoundTrained(JobEntry* job);
+  // The long poll: waits (mu_ released) until the worker has an assignment, the deadline
+  // passes, the client gives up or the manager shuts down.
+  StatusOr<v1::Assignment> WaitForAssignment(WorkerEntry* worker, Clock::time_point deadline,
+                                             const std::function<bool()>& is_cancelled,
+                                             std::unique_lock<std::mutex>* lock);
   void UpdateGauges();
-  void ReleaseWorker(WorkerEntry* worker);
 
   JobManagerOptions options_;
   CoordinatorMetrics* metrics_;
@@ -182,20 +168,13 @@ class JobManager {
   std::condition_variable tick_cv_;   // wakes the scheduler early
   bool shutting_down_ = false;
   int64_t next_job_seq_ = 1;
-  std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
-  std::map<std::string, std::unique_ptr<WorkerEntry>> workers_;
-  // assignment id -> job id, for the gangs running now.
-  std::map<std::string, std::string> assignment_jobs_;
-  // Why recently aborted assignments were stopped (told to their workers); bounded.
-  std::map<std::string, std::string> abort_reasons_;
-  std::vector<std::string> abort_order_;
+  JobTable jobs_;
+  WorkerRegistry workers_;
+  GangScheduler gangs_;
+  ProgressTracker progress_;
+  PhaseRunner phases_;
 
   std::thread scheduler_;
-  struct PhaseThread {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::vector<PhaseThread> phase_threads_;
 };
 
 }  // namespace mlcd::coordinator

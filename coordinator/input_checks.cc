@@ -1,0 +1,211 @@
+#include "coordinator/input_checks.h"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+
+#include "common/clock.h"
+#include "common/file_util.h"
+#include "common/idx.h"
+
+namespace mlcd::coordinator {
+namespace {
+
+bool ValidName(const std::string& name, size_t max_size) {
+  if (name.empty() || name.size() > max_size) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return false;
+  }
+  return true;
+}
+
+Status CheckRendezvousPort(int port) {
+  if (port < 0 || port > 65535) {
+    return Status::InvalidArgument("rendezvous_port: " + std::to_string(port) +
+                                   " is not in [0, 65535]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request) {
+  MLCD_RETURN_IF_ERROR(CheckRequestId(request.request_id()));
+  ParsedJob parsed;
+  if (!request.spec_yaml().empty()) {
+    if (request.has_spec() || request.has_metadata()) {
+      return Status::InvalidArgument(
+          "spec_yaml and spec/metadata are both set; send the job either as YAML text or as "
+          "messages");
+    }
+    MLCD_ASSIGN_OR_RETURN(parsed, LoadJobSpecYaml(request.spec_yaml()));
+  } else {
+    if (!request.has_spec()) {
+      return Status::InvalidArgument(
+          "empty request: set spec_yaml (the job as YAML, e.g. `mlcdctl submit job.yaml`) or spec");
+    }
+    parsed.spec = request.spec();
+    parsed.metadata = request.metadata();
+    ApplyJobSpecDefaults(&parsed.spec);
+    std::vector<SpecProblem> problems = JobMetadataProblems(parsed.metadata);
+    for (auto& p : JobSpecProblems(parsed.spec)) problems.push_back(std::move(p));
+    MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(problems));
+  }
+  MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(InputProblems(parsed.spec)));
+  return parsed;
+}
+
+StatusOr<ListJobsQuery> ParseListJobs(const v1::ListJobsRequest& request) {
+  if (request.page_size() < 0)
+    return Status::InvalidArgument("page_size: " + std::to_string(request.page_size()) +
+                                   " must be >= 0");
+  ListJobsQuery query;
+  query.page_size = request.page_size() == 0 ? 100 : std::min(request.page_size(), 1000);
+  for (int s : request.states()) {
+    if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
+      return Status::InvalidArgument("states: " + std::to_string(s) + " is not a job state");
+    }
+    query.states.insert(s);
+  }
+  if (!request.page_token().empty()) {
+    char* end = nullptr;
+    long long v = std::strtoll(request.page_token().c_str(), &end, 10);
+    if (*end != '\0' || v <= 0) {
+      return Status::InvalidArgument(
+          "page_token: '" + request.page_token() +
+          "' is not a token this server returned (pass next_page_token unchanged)");
+    }
+    query.before_seq = v;
+  }
+  return query;
+}
+
+std::vector<SpecProblem> InputProblems(const v1::JobSpec& spec) {
+  std::vector<SpecProblem> problems;
+  std::string images, labels;
+  Status s = FindMnistSplit(spec.dataset().path(), "train", &images, &labels);
+  if (!s.ok()) problems.push_back({"spec.dataset.path", s.message()});
+  if (spec.evaluation().enabled() && spec.evaluation().dataset().path() != spec.dataset().path()) {
+    Status e = FindMnistSplit(spec.evaluation().dataset().path(), "test", &images, &labels);
+    if (!e.ok()) problems.push_back({"spec.evaluation.dataset.path", e.message()});
+  }
+  const auto& features = spec.clustering().features();
+  if (features.kind() == "npy") {
+    for (int i = 0; i < features.paths_size(); ++i) {
+      if (!PathExists(features.paths(i))) {
+        problems.push_back(
+            {"spec.clustering.features.paths[" + std::to_string(i) + "]",
+             "'" + features.paths(i) + "' does not exist (paths are read on the cluster's hosts)"});
+      }
+    }
+  }
+  const std::string& ckpt = spec.training().checkpoint_dir();
+  if (!ckpt.empty() && ckpt[0] != '/') {
+    problems.push_back({"spec.training.checkpoint_dir", "'" + ckpt + "' must be an absolute path"});
+  }
+  return problems;
+}
+
+Status CheckWorkerSupport(const v1::JobSpec& spec, const WorkerRegistry& workers,
+                          Clock::time_point now) {
+  auto check = [&](v1::AssignmentKind kind, const std::string& field,
+                   const std::string& hint) -> Status {
+    int alive = 0, capable = 0;
+    workers.Count(kind, now, &alive, &capable);
+    if (alive > 0 && capable == 0) {
+      return Status::FailedPrecondition(field + " needs workers that can " + KindName(kind) +
+                                        ", and none of the " + std::to_string(alive) +
+                                        " registered workers can; " + hint);
+    }
+    return Status::Ok();
+  };
+  if (spec.training().rounds() > 1) {
+    MLCD_RETURN_IF_ERROR(
+        check(v1::ASSIGNMENT_KIND_EXTRACT,
+              "spec.training.rounds: " + std::to_string(spec.training().rounds()),
+              "set rounds: 1 or start workers whose mlcd-worker has the embed command"));
+  }
+  if (spec.clustering().features().kind() == "model") {
+    MLCD_RETURN_IF_ERROR(check(v1::ASSIGNMENT_KIND_EXTRACT, "spec.clustering.features.kind: model",
+                               "use features kind pixels, random-projection or npy"));
+  }
+  if (spec.evaluation().enabled()) {
+    MLCD_RETURN_IF_ERROR(
+        check(v1::ASSIGNMENT_KIND_EVALUATE, "spec.evaluation.enabled: true",
+              "set evaluation.enabled: false or start workers whose mlcd-worker has the eval "
+              "command"));
+  }
+  return Status::Ok();
+}
+
+Status CheckRequestId(const std::string& request_id) {
+  if (request_id.size() > 200) {
+    return Status::InvalidArgument("request_id: longer than 200 characters");
+  }
+  for (char c : request_id) {
+    if (!std::isprint(static_cast<unsigned char>(c))) {
+      return Status::InvalidArgument("request_id: only printable characters are allowed");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
+  if (!ValidName(request.name(), 100)) {
+    return Status::InvalidArgument(
+        "name: '" + request.name() +
+        "' must be 1 to 100 letters, digits, '-', '_' or '.' (stable per worker slot)");
+  }
+  if (request.host().empty())
+    return Status::InvalidArgument("host: empty; give the host other workers reach this one at");
+  MLCD_RETURN_IF_ERROR(CheckRendezvousPort(request.rendezvous_port()));
+  for (int kind : request.kinds()) {
+    if (!v1::AssignmentKind_IsValid(kind) || kind == v1::ASSIGNMENT_KIND_NONE) {
+      return Status::InvalidArgument("kinds: " + std::to_string(kind) +
+                                     " is not an assignment kind");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckPoll(const v1::GetAssignmentRequest& request, int max_poll_seconds) {
+  if (request.wait_seconds() < 0 || request.wait_seconds() > max_poll_seconds) {
+    return Status::InvalidArgument("wait_seconds: " + std::to_string(request.wait_seconds()) +
+                                   " is not in [0, " + std::to_string(max_poll_seconds) + "]");
+  }
+  return CheckRendezvousPort(request.rendezvous_port());
+}
+
+std::string JobIdFor(const std::string& name, int64_t seq) {
+  std::string base;
+  for (char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') base += c;
+  }
+  if (base.empty()) base = "job";
+  if (base.size() > 60) base = base.substr(0, 60);
+  return base + "-" + std::to_string(seq);
+}
+
+std::unique_ptr<JobEntry> NewJobEntry(const v1::SubmitJobRequest& request, const ParsedJob& parsed,
+                                      int64_t seq) {
+  auto job = std::make_unique<JobEntry>();
+  v1::Job& j = job->job();
+  j.set_id(request.dry_run() ? "" : JobIdFor(parsed.metadata.name(), seq));
+  *j.mutable_metadata() = parsed.metadata;
+  *j.mutable_spec() = parsed.spec;
+  j.set_state(v1::JOB_STATE_PENDING);
+  j.set_request_id(request.request_id());
+  j.set_created_unix_ms(NowUnixMs());
+  j.set_updated_unix_ms(j.created_unix_ms());
+  j.mutable_progress()->set_rounds(parsed.spec.training().rounds());
+  j.mutable_progress()->set_epochs_per_round(parsed.spec.training().epochs_per_round());
+  j.set_message("submitted");
+  job->rec.set_seq(seq);
+  job->rec.set_state_entered_unix_ms(j.created_unix_ms());
+  job->state_entered = Clock::now();
+  return job;
+}
+
+}  // namespace mlcd::coordinator

@@ -1,0 +1,351 @@
+#include "coordinator/phase_runner.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "clients/clusterd_client.h"
+#include "common/enums.h"
+#include "common/file_util.h"
+#include "common/format.h"
+#include "common/log.h"
+#include "common/npy.h"
+
+namespace mlcd::coordinator {
+namespace {
+
+// For feature shards `<name>.npy` that each have `<name>.labels.npy` beside them (mlcd-worker
+// embed writes the images' class labels there), writes their concatenation, in shard order,
+// to `out` and returns true; returns false, writing nothing, when any shard has none.
+StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<std::string>& shards,
+                                      const std::string& out) {
+  std::vector<int64_t> all;
+  for (const std::string& shard : shards) {
+    const std::string suffix = ".npy";
+    if (shard.size() <= suffix.size() ||
+        shard.compare(shard.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      return false;  // a directory of shards: their labels are not gathered
+    }
+    const std::string labels = shard.substr(0, shard.size() - suffix.size()) + ".labels.npy";
+    if (!PathExists(labels)) return false;
+    MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> part, ReadNpyAsInt64(labels));
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  if (all.empty()) return false;
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(out, NpyDtype::kInt64, {static_cast<int64_t>(all.size())}, all.data()));
+  return true;
+}
+
+// Codes after which a clusterd call is retried (the service is restarting or overloaded).
+bool IsTransient(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kAborted:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+v1::SearchMethod ToProto(SearchMethod method) {
+  switch (method) {
+    case SearchMethod::kHnsw:
+      return v1::SEARCH_METHOD_HNSW;
+    case SearchMethod::kIvf:
+      return v1::SEARCH_METHOD_IVF;
+    default:
+      return v1::SEARCH_METHOD_EXACT;
+  }
+}
+
+}  // namespace
+
+struct PhaseRunner::Slot {
+  bool done = false;  // guarded by the JobManager's mutex
+  PhaseOutcome outcome;
+};
+
+PhaseRunner::PhaseRunner(PhaseRunnerOptions options, JobTable* jobs, std::mutex* mu,
+                         std::condition_variable* tick)
+    : options_(std::move(options)), jobs_(jobs), mu_(mu), tick_(tick) {}
+
+void PhaseRunner::Launch(JobEntry* job) {
+  job->phase_running = true;
+  job->control = std::make_shared<clusterd::CallControl>();
+  auto slot = std::make_shared<Slot>();
+  PhaseOutcome& outcome = slot->outcome;
+  outcome.job_id = job->job().id();
+  outcome.generation = job->phase_generation;
+  outcome.clustering = job->state() == v1::JOB_STATE_CLUSTERING;
+  outcome.round = job->job().rounds_size() - 1;
+  const std::string round_text = RoundText(outcome.round, job->spec().training().rounds());
+  outcome.what =
+      outcome.clustering ? "clustering " + round_text : "assigning labels of " + round_text;
+  v1::JobRecord snapshot = job->rec;
+  auto control = job->control;
+  PhaseThread t;
+  t.slot = slot;
+  t.thread = std::thread([this, slot, snapshot = std::move(snapshot), control]() {
+    if (slot->outcome.clustering) {
+      RunClustering(snapshot, control.get(), &slot->outcome);
+    } else {
+      RunAssigning(snapshot, control.get(), &slot->outcome);
+    }
+    {
+      std::lock_guard<std::mutex> lock(*mu_);
+      slot->done = true;
+    }
+    tick_->notify_all();
+  });
+  threads_.push_back(std::move(t));
+}
+
+std::vector<PhaseOutcome> PhaseRunner::CollectFinished() {
+  std::vector<PhaseOutcome> outcomes;
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    if (it->slot->done) {
+      it->thread.join();
+      outcomes.push_back(std::move(it->slot->outcome));
+      it = threads_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return outcomes;
+}
+
+void PhaseRunner::JoinAll() {
+  std::vector<PhaseThread> threads;
+  {
+    std::lock_guard<std::mutex> lock(*mu_);
+    threads.swap(threads_);
+  }
+  for (auto& t : threads) {
+    if (t.thread.joinable()) t.thread.join();
+  }
+}
+
+JobEntry* PhaseRunner::StillCurrent(const std::string& job_id, uint64_t generation) {
+  if (stopping_) return nullptr;
+  JobEntry* job = jobs_->Find(job_id);
+  if (!job || job->phase_generation != generation || IsTerminal(job->state())) return nullptr;
+  return job;
+}
+
+void PhaseRunner::Publish(const PhaseOutcome& phase, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(*mu_);
+  if (JobEntry* job = StillCurrent(phase.job_id, phase.generation)) {
+    job->job().mutable_progress()->set_detail(detail);
+    jobs_->Touch(job);
+  }
+}
+
+bool PhaseRunner::HandleError(JobEntry* job, const std::string& what, const Status& status) {
+  job->phase_running = false;
+  job->control.reset();
+  if (!IsTransient(status)) return false;
+  job->transient_failures = std::min(job->transient_failures + 1, 6);
+  const int delay = 1 << (job->transient_failures - 1);  // 1, 2, 4 ... 32 s
+  job->retry_after = Clock::now() + std::chrono::seconds(delay);
+  job->job().mutable_progress()->set_detail(what + " failed, retrying in " + std::to_string(delay) +
+                                            " s: " + status.ToString());
+  job->job().set_message(job->job().progress().detail());
+  MLCD_LOG(WARNING) << "job " << job->job().id() << ": " << job->job().progress().detail();
+  jobs_->Touch(job);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// CLUSTERING.
+
+Status PhaseRunner::PlanFeatures(const v1::JobSpec& spec, int r, v1::RoundStatus* round,
+                                 v1::FeatureSource* source) const {
+  if (!round->feature_paths().empty()) {
+    for (const auto& p : round->feature_paths()) source->add_paths(p);
+    return Status::Ok();
+  }
+  const auto& features = spec.clustering().features();
+  if (features.kind() == "npy") {
+    for (const auto& p : features.paths()) {
+      round->add_feature_paths(p);
+      source->add_paths(p);
+    }
+    round->set_feature_source("npy");
+    return Status::Ok();
+  }
+  if (features.kind() != "pixels" && features.kind() != "random-projection")
+    return Status::Internal("round " + std::to_string(r) + " has no features to cluster");
+  // Round-0 features of the dataset, written by clusterd into a cache shared by jobs.
+  char name[160];
+  std::snprintf(name, sizeof(name), "%s-%s-d%d-s%llu-n%llu-%016llx",
+                spec.dataset().format().c_str(), features.kind().c_str(),
+                features.kind() == "pixels" ? 784 : features.dim(),
+                static_cast<unsigned long long>(features.seed()),
+                static_cast<unsigned long long>(spec.dataset().limit()),
+                static_cast<unsigned long long>(Fnv1a(spec.dataset().path())));
+  const std::string dir = options_.data_dir + "/features/" + name;
+  v1::GeneratedFeatures* generate = source->mutable_generate();
+  generate->set_kind(features.kind());
+  generate->set_dataset_format(spec.dataset().format());
+  generate->set_dataset_path(spec.dataset().path());
+  generate->set_limit(spec.dataset().limit());
+  generate->set_dim(features.dim());
+  generate->set_seed(features.seed());
+  generate->set_features_out(dir + "/features.npy");
+  generate->set_labels_out(dir + "/classes.labels.npy");
+  round->add_feature_paths(generate->features_out());
+  round->set_class_labels_path(generate->labels_out());
+  round->set_feature_source(features.kind() + " (" + dir + ")");
+  return Status::Ok();
+}
+
+void PhaseRunner::RunClustering(const v1::JobRecord& snapshot, clusterd::CallControl* control,
+                                PhaseOutcome* out) {
+  const v1::JobSpec& spec = snapshot.job().spec();
+  const int r = out->round;
+  v1::RoundStatus round = snapshot.job().rounds(r);
+  v1::ClusterRequest request;
+  const std::string dir = JobDir(options_.data_dir, snapshot.job().id()) + "/r" + std::to_string(r);
+  Status status = PlanFeatures(spec, r, &round, request.mutable_features());
+  if (status.ok()) status = MakeDirs(dir);
+  if (status.ok() && round.class_labels_path().empty()) {
+    // Extracted shards carry their images' class labels when the dataset has them: gather
+    // them so a model-feature round reports label quality (A.8) like round 0 does.
+    auto gathered = GatherShardClassLabels(round.feature_paths(), dir + "/class-labels.npy");
+    if (!gathered.ok()) {
+      MLCD_LOG(WARNING) << "round " << r << " of job " << snapshot.job().id()
+                        << ": no label quality report: " << gathered.status().ToString();
+    } else if (*gathered) {
+      round.set_class_labels_path(dir + "/class-labels.npy");
+    }
+  }
+  if (status.ok()) {
+    round.set_centroids_path(dir + "/centroids.npy");
+    request.set_k(spec.clustering().k());
+    request.set_niter(spec.clustering().niter());
+    request.set_seed(spec.clustering().seed() + static_cast<uint64_t>(r));
+    request.set_max_points_per_centroid(spec.clustering().max_points_per_centroid());
+    request.set_centroids_out(round.centroids_path());
+    request.set_request_id(snapshot.job().id() + "/r" + std::to_string(r));
+    // ASSIGNING comes next and its top-1 labels give the same size summary: one pass less.
+    request.set_skip_size_pass(true);
+    Publish(*out, "k-means: k " + std::to_string(spec.clustering().k()) + " on " +
+                      std::to_string(round.feature_paths_size()) + " feature shards");
+    clusterd::ClusterdClient client(options_.clusterd_address);
+    const int niter = spec.clustering().niter();
+    auto res = client.Cluster(
+        request,
+        [&](const v1::ClusterProgress& p) {
+          if (p.has_iteration()) {
+            Publish(*out, "k-means iteration " + std::to_string(p.iteration().iteration() + 1) +
+                              "/" + std::to_string(niter) + ", objective " +
+                              Fixed(p.iteration().objective(), 1));
+          } else if (!p.note().empty()) {
+            // clusterd's own words while it writes round-0 features; k-means notes otherwise.
+            const bool as_is =
+                p.note().rfind("k-means", 0) == 0 || p.note().rfind("writing round-0", 0) == 0;
+            Publish(*out, as_is ? p.note() : "k-means: " + p.note());
+          }
+        },
+        control);
+    if (res.ok()) {
+      out->cluster = *res;
+    } else {
+      status = res.status();
+    }
+  }
+  out->status = status;
+  out->round_record = std::move(round);
+}
+
+// ---------------------------------------------------------------------------------------
+// ASSIGNING.
+
+void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallControl* control,
+                               PhaseOutcome* out) {
+  const v1::JobSpec& spec = snapshot.job().spec();
+  const int r = out->round;
+  const v1::RoundStatus& round = snapshot.job().rounds(r);
+  const std::string label_set = "job/" + snapshot.job().id() + "/r" + std::to_string(r);
+  out->label_set = label_set;
+  v1::AssignRequest request;
+  for (const auto& p : round.feature_paths()) request.mutable_features()->add_paths(p);
+  request.set_centroids_path(round.centroids_path());
+  request.set_l(spec.clustering().l());
+  request.set_label_set(label_set);
+  request.set_labelstore(options_.labelstore_address);
+  // The spec was validated: an unknown spelling cannot reach here (exact when empty).
+  const StatusOr<SearchMethod> method = ParseSearchMethod(spec.clustering().search());
+  request.set_method(method.ok() ? ToProto(*method) : v1::SEARCH_METHOD_EXACT);
+  // An orphan of an earlier attempt (crash, failure) is replaced, never duplicated.
+  request.set_replace_existing(true);
+  if (!round.class_labels_path().empty()) request.set_class_labels_path(round.class_labels_path());
+  (*request.mutable_metadata())["job"] = snapshot.job().id();
+  (*request.mutable_metadata())["round"] = std::to_string(r);
+  (*request.mutable_metadata())["centroids"] = round.centroids_path();
+  request.set_request_id(label_set);
+  Publish(*out, "assigning the top-" + std::to_string(spec.clustering().l()) +
+                    " centres of every sample into " + label_set);
+  clusterd::ClusterdClient client(options_.clusterd_address);
+  auto result = client.Assign(
+      request,
+      [&](const v1::AssignProgress& p) {
+        if (!p.has_status()) return;
+        Publish(*out, "assigning labels: " + std::to_string(p.status().rows_done()) + "/" +
+                          std::to_string(p.status().rows_total()) + " samples");
+      },
+      control);
+  if (result.ok()) {
+    out->assign = *result;
+  } else {
+    out->status = result.status();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Applying outcomes.
+
+PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
+  const int r = outcome.round;
+  const std::string round_text = RoundText(r, job->spec().training().rounds());
+  v1::RoundStatus* live = job->job().mutable_rounds(r);
+  if (outcome.clustering) {
+    const v1::ClusterResult& result = outcome.cluster;
+    *live = outcome.round_record;
+    *live->mutable_cluster() = result;
+    live->set_clustered(true);
+    return {v1::JOB_STATE_ASSIGNING,
+            round_text + ": clustered " + std::to_string(result.num_points()) + " points into " +
+                std::to_string(result.k()) + " centres in " + Fixed(result.seconds(), 1) + " s"};
+  }
+  const v1::AssignResult& result = outcome.assign;
+  *live->mutable_assign() = result;
+  // The cluster record's size summary comes from this pass (CLUSTERING skipped its own).
+  if (!live->cluster().has_sizes() && result.has_sizes())
+    *live->mutable_cluster()->mutable_sizes() = result.sizes();
+  live->set_label_set(result.label_set().empty() ? outcome.label_set : result.label_set());
+  live->set_assigned(true);
+  job->job().set_label_set(live->label_set());
+  std::string quality;
+  if (result.has_quality()) {
+    quality = "; true class among top-1 / top-l clusters: " +
+              Fixed(100 * result.quality().top1_recall(), 1) + "% / " +
+              Fixed(100 * result.quality().topl_recall(), 1) + "%";
+  }
+  return {v1::JOB_STATE_TRAINING, round_text + ": " + std::to_string(result.num_samples()) +
+                                      " samples labelled in " + live->label_set() + quality};
+}
+
+}  // namespace mlcd::coordinator

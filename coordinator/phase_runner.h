@@ -1,0 +1,120 @@
+// The phases without workers: CLUSTERING (Clusterd.Cluster) and ASSIGNING (Clusterd.Assign),
+// each run on a thread of its own (clusterd calls can take minutes) through clusterd's client
+// library. The coordinator writes no features itself: round-0 pixels / random-projection
+// features are described in the ClusterRequest (FeatureSource.generate) and clusterd writes
+// them, once, into <data_dir>/features/<dataset-kind-dim-seed-limit-hash>/ (a cache shared
+// by jobs); `npy` features and extracted shards are sent as paths.
+//
+// A phase thread works on a snapshot of the job record and only reports back: progress
+// details while it runs (when its job is still in the phase it was started for), and one
+// PhaseOutcome when it ends. The JobManager collects outcomes on its scheduler thread and
+// applies them (Apply, then its own transition; or HandleError). An outcome of a phase whose
+// job has moved on since (a transition bumped phase_generation, the job ended, the
+// coordinator shuts down) is dropped: StillCurrent() returns null for it.
+//
+// Locking: the runner uses the JobManager's mutex (passed in) and has none of its own. Every
+// method except JoinAll() runs with that mutex held; JoinAll() must be called without it.
+// Phase threads take it to publish details and to hand in their outcome; the thread list and
+// `stopping_` are guarded by it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "coordinator/job_entry.h"
+#include "coordinator/job_table.h"
+#include "mlcd/v1/clusterd.pb.h"
+
+namespace mlcd::coordinator {
+
+struct PhaseRunnerOptions {
+  // Round-0 features go under <data_dir>/features/, centroids under <data_dir>/jobs/<id>/.
+  std::string data_dir;
+  std::string clusterd_address;
+  // The label store clusterd's Assign writes into.
+  std::string labelstore_address;
+};
+
+// How a phase thread ended.
+struct PhaseOutcome {
+  std::string job_id;
+  uint64_t generation = 0;
+  bool clustering = false;
+  int round = 0;
+  // Not OK: `what` failed with it.
+  Status status;
+  std::string what;
+  // CLUSTERING: the round as it is to be stored (features, centroids path, labels path).
+  v1::RoundStatus round_record;
+  v1::ClusterResult cluster;
+  // ASSIGNING: the label set asked for, and the result.
+  std::string label_set;
+  v1::AssignResult assign;
+};
+
+// The transition an applied outcome leads to.
+struct PhaseNext {
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  std::string message;
+};
+
+class PhaseRunner {
+ public:
+  // `jobs`, `mu` (the JobManager's mutex) and `tick` (notified when a thread ends) outlive
+  // the runner.
+  PhaseRunner(PhaseRunnerOptions options, JobTable* jobs, std::mutex* mu,
+              std::condition_variable* tick);
+
+  // Starts the phase of the job's state (CLUSTERING or ASSIGNING) on a new thread; sets
+  // phase_running and the job's call control (cancelled by any transition).
+  void Launch(JobEntry* job);
+  // Joins the threads that ended and returns their outcomes.
+  std::vector<PhaseOutcome> CollectFinished();
+  // The job when it is still in the phase `generation` was started for, else null.
+  JobEntry* StillCurrent(const std::string& job_id, uint64_t generation);
+  // Stores a successful outcome in the job's round; returns the transition that follows.
+  PhaseNext Apply(JobEntry* job, const PhaseOutcome& outcome);
+  // After a failed phase: clears the running phase; a transient status (clusterd restarting
+  // or busy, the call cancelled) schedules a retry with backoff (1, 2, 4 ... 32 s) and
+  // returns true; otherwise returns false and the caller fails the job.
+  bool HandleError(JobEntry* job, const std::string& what, const Status& status);
+
+  // Outcomes and details from now on are dropped.
+  void BeginShutdown() { stopping_ = true; }
+  bool idle() const { return threads_.empty(); }
+  // Joins every phase thread (call without the mutex; after BeginShutdown).
+  void JoinAll();
+
+ private:
+  struct Slot;
+  struct PhaseThread {
+    std::thread thread;
+    std::shared_ptr<Slot> slot;
+  };
+
+  void RunClustering(const v1::JobRecord& snapshot, clusterd::CallControl* control,
+                     PhaseOutcome* outcome);
+  void RunAssigning(const v1::JobRecord& snapshot, clusterd::CallControl* control,
+                    PhaseOutcome* outcome);
+  // The feature source of round r's ClusterRequest; fills the round's feature paths, class
+  // labels and source description when the round had none.
+  Status PlanFeatures(const v1::JobSpec& spec, int r, v1::RoundStatus* round,
+                      v1::FeatureSource* source) const;
+  // Sets the job's progress detail if the phase is still current (takes the mutex).
+  void Publish(const PhaseOutcome& phase, const std::string& detail);
+
+  PhaseRunnerOptions options_;
+  JobTable* jobs_;
+  std::mutex* mu_;
+  std::condition_variable* tick_;
+  bool stopping_ = false;
+  std::vector<PhaseThread> threads_;
+};
+
+}  // namespace mlcd::coordinator
