@@ -3,8 +3,7 @@
 //
 //   mlcd-clusterd --listen 127.0.0.1:7620 --labelstore 127.0.0.1:7610
 //   mlcd-clusterd features --kind pixels --out feats/train.npy --labels-out feats/train.labels.npy
-//   mlcd-clusterd features --kind synthetic --rows 500000 --dim 128 --centres 4096 --shards 4 --out
-//   feats/
+//   mlcd-clusterd features --kind synthetic --rows 500000 --dim 128 --centres 4096 --shards 4 --out feats/
 #include <iostream>
 
 #include "clusterd/feature_gen.h"

@@ -382,150 +382,140 @@ void Agent::Report(const v1::ReportAssignmentRequest& request) {
   }
 }
 
-void Agent::RunAssignment(const v1::Assignment& assignment) {
-  const std::string dir = options_.data_dir + "/assignments/" + SafeFileName(assignment.id());
-  const std::string json_path = dir + "/assignment.json";
-  const std::string progress_path = dir + "/progress.jsonl";
-  const std::string log_path = dir + "/worker.log";
-  MLCD_LOG(INFO) << "assignment " << assignment.id() << ": " << CommandFor(assignment.kind())
-                 << " rank " << assignment.rank() << "/" << assignment.world_size() << " of job "
-                 << assignment.job_id() << " (rendezvous " << assignment.rendezvous_address()
-                 << ")";
+// Follows a child's progress file as it grows: each complete line is one event.
+class ProgressFollower {
+ public:
+  ProgressFollower(std::string path, std::string assignment_id)
+      : path_(std::move(path)), assignment_id_(std::move(assignment_id)) {}
 
-  v1::ReportAssignmentRequest report;
-  report.set_worker_id(worker_id_);
-  report.set_assignment_id(assignment.id());
-  v1::WorkerProgress progress;
-  progress.set_phase("starting");
-  progress.set_round(assignment.round());
-  progress.set_epoch(assignment.first_epoch());
-  progress.set_total_steps(assignment.start_global_step());
-
-  auto set_status = [&](const std::string& state, pid_t pid) {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_.set_state(state);
-    status_.set_assignment_id(state == "idle" ? "" : assignment.id());
-    status_.set_job_id(state == "idle" ? "" : assignment.job_id());
-    status_.set_rank(assignment.rank());
-    status_.set_world_size(assignment.world_size());
-    status_.set_kind(assignment.kind());
-    status_.set_child_pid(pid);
-    status_.set_assignment_dir(dir);
-    *status_.mutable_progress() = progress;
-  };
-
-  const std::string command = CommandFor(assignment.kind());
-  const bool supported = std::find(options_.kinds.begin(), options_.kinds.end(),
-                                   assignment.kind()) != options_.kinds.end();
-  Status s =
-      supported
-          ? MakeDirs(dir)
-          : Status::Unimplemented("this mlcd-worker has no '" + command + "' command for " +
-                                  v1::AssignmentKind_Name(assignment.kind()) + " assignments");
-  if (s.ok()) {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    options.add_whitespace = true;
-    auto js = google::protobuf::util::MessageToJsonString(assignment, &json, options);
-    s = js.ok() ? WriteFileAtomically(json_path, json)
-                : Status::Internal("assignment to JSON: " + js.ToString());
-  }
-  // A fresh progress file (the id is unique per gang attempt; this only matters on reuse).
-  if (s.ok()) s = WriteFileAtomically(progress_path, "");
-  pid_t pid = -1;
-  if (s.ok()) {
-    std::vector<std::string> argv = {options_.worker_binary, command,
-                                     "--assignment",         json_path,
-                                     "--progress-jsonl",     progress_path};
-    if (assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN && !options_.child_metrics_listen.empty()) {
-      argv.push_back("--metrics-listen");
-      argv.push_back(options_.child_metrics_listen);
+  // Applies the lines written since the last call. True when one of them is urgent.
+  bool Poll(v1::WorkerProgress* progress, ChildOutcome* outcome) {
+    if (!in_.is_open()) {
+      in_.open(path_);
+      if (!in_.is_open()) return false;
     }
-    s = StartChild(argv, log_path, &pid);
-  }
-  if (!s.ok()) {
-    MLCD_LOG(ERROR) << "assignment " << assignment.id() << ": " << s.ToString();
-    report.set_succeeded(false);
-    report.set_message(s.ToString());
-    *report.mutable_progress() = progress;
-    Report(report);
-    std::lock_guard<std::mutex> lock(mu_);
-    status_.set_assignments_finished(status_.assignments_finished() + 1);
-    status_.set_assignments_failed(status_.assignments_failed() + 1);
-    return;
-  }
-  set_status("running", pid);
-
-  ChildOutcome outcome;
-  std::ifstream in;
-  std::string partial;
-  auto read_progress = [&]() -> bool {
-    bool urgent_any = false;
-    if (!in.is_open()) {
-      in.open(progress_path);
-      if (!in.is_open()) return false;
-    }
-    in.clear();
-    std::string chunk;
+    in_.clear();
     char buf[8192];
-    while (in.read(buf, sizeof(buf)) || in.gcount() > 0)
-      chunk.append(buf, static_cast<size_t>(in.gcount()));
-    in.clear();
-    partial += chunk;
+    while (in_.read(buf, sizeof(buf)) || in_.gcount() > 0)
+      partial_.append(buf, static_cast<size_t>(in_.gcount()));
+    in_.clear();
+    bool urgent_any = false;
     size_t start = 0, nl;
-    while ((nl = partial.find('\n', start)) != std::string::npos) {
-      std::string line = partial.substr(start, nl - start);
+    while ((nl = partial_.find('\n', start)) != std::string::npos) {
+      std::string line = partial_.substr(start, nl - start);
       start = nl + 1;
       if (line.empty()) continue;
       bool urgent = false;
-      if (!ApplyProgressEvent(line, &progress, &outcome, &urgent)) {
-        MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": ignoring progress line '"
+      if (!ApplyProgressEvent(line, progress, outcome, &urgent)) {
+        MLCD_LOG(WARNING) << "assignment " << assignment_id_ << ": ignoring progress line '"
                           << line.substr(0, 200) << "'";
         continue;
       }
       urgent_any = urgent_any || urgent;
     }
-    partial.erase(0, start);
+    partial_.erase(0, start);
     return urgent_any;
-  };
+  }
 
+ private:
+  const std::string path_;
+  const std::string assignment_id_;
+  std::ifstream in_;
+  std::string partial_;
+};
+
+namespace {
+
+// The one-line failure message of a child that exited with `wait_status`.
+std::string ChildFailureMessage(const std::string& command, int wait_status,
+                                const ChildOutcome& outcome, const std::string& log_path) {
+  std::string how = WIFEXITED(wait_status) ? "exit code " + std::to_string(WEXITSTATUS(wait_status))
+                    : WIFSIGNALED(wait_status)
+                        ? "killed by signal " + std::to_string(WTERMSIG(wait_status))
+                        : "ended";
+  // One line: the child's own error event, else the last line of its log.
+  std::string why = outcome.error_message;
+  if (why.empty()) why = LastLines(log_path, 1);
+  for (char& c : why) c = c == '\n' ? ' ' : c;
+  std::string message = "mlcd-worker " + command + " " + how;
+  if (!why.empty()) message += ": " + why;
+  return message + " (log: " + log_path + ")";
+}
+
+}  // namespace
+
+Status Agent::StartAssignment(const v1::Assignment& assignment, const AssignmentFiles& files,
+                              pid_t* pid) {
+  const std::string command = CommandFor(assignment.kind());
+  if (std::find(options_.kinds.begin(), options_.kinds.end(), assignment.kind()) ==
+      options_.kinds.end()) {
+    return Status::Unimplemented("this mlcd-worker has no '" + command + "' command for " +
+                                 v1::AssignmentKind_Name(assignment.kind()) + " assignments");
+  }
+  MLCD_RETURN_IF_ERROR(MakeDirs(files.dir));
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = true;
+  auto js = google::protobuf::util::MessageToJsonString(assignment, &json, options);
+  if (!js.ok()) return Status::Internal("assignment to JSON: " + js.ToString());
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(files.json, json));
+  // A fresh progress file (the id is unique per gang attempt; this only matters on reuse).
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(files.progress, ""));
+  std::vector<std::string> argv = {options_.worker_binary, command,
+                                   "--assignment",         files.json,
+                                   "--progress-jsonl",     files.progress};
+  if (assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN && !options_.child_metrics_listen.empty()) {
+    argv.push_back("--metrics-listen");
+    argv.push_back(options_.child_metrics_listen);
+  }
+  return StartChild(argv, files.log, pid);
+}
+
+void Agent::PublishStatus(const v1::Assignment& assignment, const std::string& dir,
+                          const std::string& state, pid_t pid, const v1::WorkerProgress& progress) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.set_state(state);
+  status_.set_assignment_id(state == "idle" ? "" : assignment.id());
+  status_.set_job_id(state == "idle" ? "" : assignment.job_id());
+  status_.set_rank(assignment.rank());
+  status_.set_world_size(assignment.world_size());
+  status_.set_kind(assignment.kind());
+  status_.set_child_pid(pid);
+  status_.set_assignment_dir(dir);
+  *status_.mutable_progress() = progress;
+}
+
+std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
+                                  ProgressFollower* follower, v1::WorkerProgress* progress,
+                                  ChildOutcome* outcome, int* wait_status) {
   const int interval_ms = assignment.heartbeat_interval_ms() > 0
                               ? assignment.heartbeat_interval_ms()
                               : heartbeat_interval_ms_;
   auto last_heartbeat = Clock::now() - std::chrono::hours(1);
   bool coordinator_reachable = true;
-  int wait_status = 0;
-  bool exited = false;
-  std::string abort_reason;
   while (true) {
-    const bool urgent = read_progress();
-    pid_t r = ::waitpid(pid, &wait_status, WNOHANG);
-    if (r == pid) {
-      exited = true;
-      read_progress();
-      break;
+    const bool urgent = follower->Poll(progress, outcome);
+    if (::waitpid(pid, wait_status, WNOHANG) == pid) {
+      follower->Poll(progress, outcome);
+      return "";
     }
-    if (stop_) {
-      abort_reason = "the worker agent is shutting down";
-      break;
-    }
+    if (stop_) return "the worker agent is shutting down";
     {
       std::lock_guard<std::mutex> lock(mu_);
-      *status_.mutable_progress() = progress;
+      *status_.mutable_progress() = *progress;
     }
     const auto now = Clock::now();
     if (urgent || now - last_heartbeat >= std::chrono::milliseconds(interval_ms)) {
       last_heartbeat = now;
       v1::HeartbeatResponse response;
-      if (SendHeartbeat(assignment, progress, &response)) {
+      if (SendHeartbeat(assignment, *progress, &response)) {
         if (!coordinator_reachable) {
           MLCD_LOG(INFO) << "coordinator reachable again";
         }
         coordinator_reachable = true;
         if (response.action() == v1::WORKER_ACTION_ABORT) {
-          abort_reason = "aborted by the coordinator: " + response.reason();
-          break;
+          return "aborted by the coordinator: " + response.reason();
         }
         if (response.action() == v1::WORKER_ACTION_REREGISTER) {
           MLCD_LOG(WARNING) << "coordinator asks to register again: " << response.reason();
@@ -543,40 +533,9 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
 
-  if (!exited) {
-    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": stopping child " << pid << ": "
-                      << abort_reason;
-    set_status("stopping", pid);
-    StopChild(pid);
-    report.set_succeeded(false);
-    report.set_message(abort_reason);
-  } else {
-    const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
-    report.set_succeeded(ok);
-    if (!ok) {
-      std::string how =
-          WIFEXITED(wait_status)     ? "exit code " + std::to_string(WEXITSTATUS(wait_status))
-          : WIFSIGNALED(wait_status) ? "killed by signal " + std::to_string(WTERMSIG(wait_status))
-                                     : "ended";
-      // One line: the child's own error event, else the last line of its log.
-      std::string why = outcome.error_message;
-      if (why.empty()) why = LastLines(log_path, 1);
-      for (char& c : why) c = c == '\n' ? ' ' : c;
-      std::string message = "mlcd-worker " + command + " " + how;
-      if (!why.empty()) message += ": " + why;
-      message += " (log: " + log_path + ")";
-      report.set_message(message);
-    } else {
-      report.set_message("finished at global step " + std::to_string(progress.total_steps()));
-    }
-  }
-  for (const auto& o : outcome.outputs) report.add_output_paths(o);
-  if (outcome.has_evaluation) *report.mutable_evaluation() = outcome.evaluation;
-  *report.mutable_progress() = progress;
-  MLCD_LOG(INFO) << "assignment " << assignment.id() << " "
-                 << (report.succeeded() ? "succeeded" : "failed") << ": " << report.message();
-  set_status("reporting", 0);
+void Agent::FinishAssignment(const v1::ReportAssignmentRequest& report) {
   Report(report);
   std::lock_guard<std::mutex> lock(mu_);
   status_.set_assignments_finished(status_.assignments_finished() + 1);
@@ -585,6 +544,71 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   status_.set_assignment_id("");
   status_.set_job_id("");
   status_.set_child_pid(0);
+}
+
+void Agent::RunAssignment(const v1::Assignment& assignment) {
+  AssignmentFiles files;
+  files.dir = options_.data_dir + "/assignments/" + SafeFileName(assignment.id());
+  files.json = files.dir + "/assignment.json";
+  files.progress = files.dir + "/progress.jsonl";
+  files.log = files.dir + "/worker.log";
+  const std::string command = CommandFor(assignment.kind());
+  MLCD_LOG(INFO) << "assignment " << assignment.id() << ": " << command << " rank "
+                 << assignment.rank() << "/" << assignment.world_size() << " of job "
+                 << assignment.job_id() << " (rendezvous " << assignment.rendezvous_address()
+                 << ")";
+
+  v1::ReportAssignmentRequest report;
+  report.set_worker_id(worker_id_);
+  report.set_assignment_id(assignment.id());
+  v1::WorkerProgress progress;
+  progress.set_phase("starting");
+  progress.set_round(assignment.round());
+  progress.set_epoch(assignment.first_epoch());
+  progress.set_total_steps(assignment.start_global_step());
+
+  pid_t pid = -1;
+  Status s = StartAssignment(assignment, files, &pid);
+  if (!s.ok()) {
+    MLCD_LOG(ERROR) << "assignment " << assignment.id() << ": " << s.ToString();
+    report.set_succeeded(false);
+    report.set_message(s.ToString());
+    *report.mutable_progress() = progress;
+    // As before: a child that never started leaves the agent's state as it was.
+    Report(report);
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.set_assignments_finished(status_.assignments_finished() + 1);
+    status_.set_assignments_failed(status_.assignments_failed() + 1);
+    return;
+  }
+  PublishStatus(assignment, files.dir, "running", pid, progress);
+
+  ChildOutcome outcome;
+  ProgressFollower follower(files.progress, assignment.id());
+  int wait_status = 0;
+  const std::string abort_reason =
+      SuperviseChild(assignment, pid, &follower, &progress, &outcome, &wait_status);
+  if (!abort_reason.empty()) {
+    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": stopping child " << pid << ": "
+                      << abort_reason;
+    PublishStatus(assignment, files.dir, "stopping", pid, progress);
+    StopChild(pid);
+    report.set_succeeded(false);
+    report.set_message(abort_reason);
+  } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
+    report.set_succeeded(true);
+    report.set_message("finished at global step " + std::to_string(progress.total_steps()));
+  } else {
+    report.set_succeeded(false);
+    report.set_message(ChildFailureMessage(command, wait_status, outcome, files.log));
+  }
+  for (const auto& o : outcome.outputs) report.add_output_paths(o);
+  if (outcome.has_evaluation) *report.mutable_evaluation() = outcome.evaluation;
+  *report.mutable_progress() = progress;
+  MLCD_LOG(INFO) << "assignment " << assignment.id() << " "
+                 << (report.succeeded() ? "succeeded" : "failed") << ": " << report.message();
+  PublishStatus(assignment, files.dir, "reporting", 0, progress);
+  FinishAssignment(report);
 }
 
 }  // namespace mlcd::worker

@@ -76,6 +76,8 @@ struct ChildOutcome {
 bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* progress,
                         ChildOutcome* outcome, bool* urgent);
 
+class ProgressFollower;
+
 class Agent {
  public:
   explicit Agent(AgentOptions options);
@@ -94,8 +96,27 @@ class Agent {
   v1::WorkerStatus Snapshot();
 
  private:
+  // Where one assignment's files live: <data-dir>/assignments/<id>/.
+  struct AssignmentFiles {
+    std::string dir, json, progress, log;
+  };
+
   Status Register();
+  // Runs one assignment to its report: start the child, supervise it, report the outcome.
   void RunAssignment(const v1::Assignment& assignment);
+  // Checks the kind is supported, writes the assignment's files and starts the child.
+  Status StartAssignment(const v1::Assignment& assignment, const AssignmentFiles& files,
+                         pid_t* pid);
+  // Follows the child's progress and heartbeats it until the child exits ("" returned,
+  // `wait_status` set) or must be stopped (the reason returned: shutdown or abort).
+  std::string SuperviseChild(const v1::Assignment& assignment, pid_t pid,
+                             ProgressFollower* follower, v1::WorkerProgress* progress,
+                             ChildOutcome* outcome, int* wait_status);
+  // status_ as the assignment runs (state "running", "stopping", "reporting").
+  void PublishStatus(const v1::Assignment& assignment, const std::string& dir,
+                     const std::string& state, pid_t pid, const v1::WorkerProgress& progress);
+  // Delivers the report and puts the agent back to idle.
+  void FinishAssignment(const v1::ReportAssignmentRequest& report);
   Status StartChild(const std::vector<std::string>& argv, const std::string& log_path, pid_t* pid);
   void StopChild(pid_t pid);
   bool SendHeartbeat(const v1::Assignment& assignment, const v1::WorkerProgress& progress,

@@ -5,14 +5,12 @@
 //
 //   mlcd-worker eval --checkpoint ckpt/                                # a trained model
 //   mlcd-worker eval --spec job.yaml --random-init                     # the random-ViT baseline
-//   mlcd-worker eval --train-features tr.npy --test-features te.npy    # any features (+
-//   .labels.npy) mlcd-worker eval --assignment a.json --progress-jsonl p.jsonl      # EVALUATE
-//   assignment
+//   mlcd-worker eval --train-features tr.npy --test-features te.npy    # any features (+ .labels.npy)
+//   mlcd-worker eval --assignment a.json --progress-jsonl p.jsonl      # EVALUATE assignment
 //
 // Progress events (one JSON object per line):
 //   {"event":"started","rank":0,"world_size":1,"model":"..."}
-//   {"event":"progress","phase":"embed train"|"embed test"|"linear
-//   probe"|"knn","rows_done":..,"rows_total":..}
+//   {"event":"progress","phase":"embed train"|"embed test"|"linear probe"|"knn","rows_done":..,"rows_total":..}
 //   {"event":"finished","evaluation":{<mlcd.v1.EvaluationResult>},"outputs":["<out>/evaluation.json",...]}
 //   {"event":"error","message":"..."}  (then exit status 1)
 #include <ATen/Parallel.h>
@@ -58,6 +56,129 @@ struct EvalFlags {
   std::string log_level = "info";
 };
 
+// The assignment's fields, where the flags leave them unset.
+Status ApplyAssignment(const EvalFlags& flags, const CLI::App& cmd, EvaluationOptions* o) {
+  auto read = cli::ReadAssignment(flags.assignment);
+  if (!read.ok()) return read.status().WithContext("--assignment");
+  const v1::Assignment& a = *read;
+  if (a.has_spec()) {
+    o->spec = a.spec();
+    o->has_spec = true;
+  }
+  if (o->checkpoint.empty()) o->checkpoint = a.resume_checkpoint();
+  if (o->output_dir.empty()) o->output_dir = a.output_dir();
+  if (o->label_set.empty()) o->label_set = a.label_set();
+  if (o->labelstore_address.empty()) o->labelstore_address = a.labelstore_address();
+  if (cmd.get_option("--rank")->count() == 0) o->rank = a.rank();
+  if (cmd.get_option("--world-size")->count() == 0)
+    o->world_size = a.world_size() > 0 ? a.world_size() : 1;
+  if (o->rendezvous.empty()) o->rendezvous = a.rendezvous_address();
+  if (o->checkpoint.empty() && o->has_spec)
+    return Status::InvalidArgument(
+        "the EVALUATE assignment names no checkpoint (resume_checkpoint)");
+  return Status::Ok();
+}
+
+// What to evaluate and how, from the flags (and the assignment or spec they name).
+StatusOr<EvaluationOptions> EvaluationOptionsFrom(const EvalFlags& flags, const CLI::App& cmd) {
+  EvaluationOptions o;
+  o.checkpoint = flags.checkpoint;
+  o.rank = flags.rank;
+  o.world_size = flags.world_size;
+  o.rendezvous = flags.rendezvous;
+  o.output_dir = flags.out;
+  o.label_set = flags.label_set;
+  o.labelstore_address = flags.labelstore;
+  if (!flags.assignment.empty()) MLCD_RETURN_IF_ERROR(ApplyAssignment(flags, cmd, &o));
+  if (!flags.spec.empty()) {
+    auto s = LoadJobSpecFile(flags.spec);
+    if (!s.ok()) return s.status().WithContext("--spec");
+    o.spec = *s;
+    o.has_spec = true;
+  }
+  o.train_features = flags.train_features;
+  o.test_features = flags.test_features;
+  o.train_labels = flags.train_labels;
+  o.test_labels = flags.test_labels;
+  const bool features = !o.train_features.empty() || !o.test_features.empty();
+  if (!features && o.checkpoint.empty()) {
+    if (!o.has_spec)
+      return Status::InvalidArgument(
+          "nothing to evaluate: pass --checkpoint DIR, --train-features and "
+          "--test-features, or --spec FILE --random-init");
+    if (!flags.random_init)
+      return Status::InvalidArgument(
+          "no checkpoint given: pass --checkpoint DIR, or --random-init to evaluate "
+          "a randomly initialised model of the spec");
+  }
+  if (flags.random_init && !o.checkpoint.empty())
+    return Status::InvalidArgument("--random-init and a checkpoint exclude each other");
+  o.train_limit = flags.settings.train_limit;
+  o.test_limit = flags.settings.test_limit;
+  if (flags.settings.no_probe) o.run_probe = 0;
+  if (flags.settings.no_knn) o.run_knn = 0;
+  o.knn_k = flags.settings.knn_k;
+  o.knn_temperature = flags.knn_temperature;
+  o.features = flags.settings.features;
+  o.feature_blocks = flags.settings.feature_blocks;
+  o.probe.fixed_lambda = flags.settings.lambda;
+  o.probe.solver.max_iterations = flags.max_iterations;
+  o.probe.validation_fraction = flags.validation_fraction;
+  o.batch_size = flags.batch_size;
+  o.keep_embeddings = flags.keep_embeddings;
+  return o;
+}
+
+// Threads: --threads; else, in a gang, training.threads_per_worker (the ranks share the
+// machines like a training gang); else all cores (one evaluation process runs alone).
+// Also sets the collective timeout from the spec.
+void ChooseThreads(const EvalFlags& flags, EvaluationOptions* o) {
+  int threads = flags.threads;
+  if (o->has_spec) {
+    v1::JobSpec defaulted = o->spec;
+    ApplyJobSpecDefaults(&defaulted);
+    o->collective_timeout = std::chrono::seconds(defaulted.training().collective_timeout_seconds());
+    if (threads <= 0 && o->world_size > 1) threads = defaulted.training().threads_per_worker();
+  }
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  SetBlasThreads(threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
+}
+
+// The result as a person reads it (text) or as one JSON document.
+void PrintEvaluation(const EvalFlags& flags, const EvaluationReport& report,
+                     const nlohmann::json& evaluation) {
+  const v1::EvaluationResult& r = report.result;
+  if (flags.output == "json") {
+    nlohmann::json j = {{"evaluation", evaluation}, {"details", report.details}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  const auto& d = report.details;
+  std::printf("model         %s\n", d.value("model", "").c_str());
+  std::printf("samples       %llu train, %llu test, embedding dim %d\n",
+              static_cast<unsigned long long>(r.train_samples()),
+              static_cast<unsigned long long>(r.test_samples()), d.value("embedding_dim", 0));
+  if (d.contains("linear_probe")) {
+    const auto& p = d["linear_probe"];
+    std::printf(
+        "linear probe  %.2f%% test accuracy (lambda %g chosen on %lld validation images, %zu "
+        "fits, %.1f s)\n",
+        100 * r.linear_probe_accuracy(), r.linear_probe_lambda(),
+        static_cast<long long>(p.value("validation_samples", 0)), p["trials"].size(),
+        p.value("seconds", 0.0));
+  }
+  if (d.contains("knn"))
+    std::printf("kNN           %.2f%% (k %d, T %g, %.1f s)\n", 100 * r.knn_accuracy(),
+                d["knn"].value("k", 0), d["knn"].value("temperature", 0.0),
+                d["knn"].value("seconds", 0.0));
+  if (d.contains("fig3"))
+    std::printf("cosines       mean positive %.4f, mean negative %.4f (paper Fig. 3)\n",
+                r.mean_positive_cosine(), r.mean_negative_cosine());
+  if (!report.outputs.empty()) std::printf("written       %s\n", report.outputs[0].c_str());
+  std::printf("time          %.1f s\n", r.seconds());
+}
+
 int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
   cli::JsonLines progress;
   auto fail = [&](const Status& st) {
@@ -72,82 +193,11 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
   }
   Status st = progress.Open(flags.progress_jsonl);
   if (!st.ok()) return fail(st);
-
-  EvaluationOptions o;
-  o.checkpoint = flags.checkpoint;
-  o.rank = flags.rank;
-  o.world_size = flags.world_size;
-  o.rendezvous = flags.rendezvous;
-  o.output_dir = flags.out;
-  o.label_set = flags.label_set;
-  o.labelstore_address = flags.labelstore;
-  if (!flags.assignment.empty()) {
-    auto a = cli::ReadAssignment(flags.assignment);
-    if (!a.ok()) return fail(a.status().WithContext("--assignment"));
-    if (a->has_spec()) {
-      o.spec = a->spec();
-      o.has_spec = true;
-    }
-    if (o.checkpoint.empty()) o.checkpoint = a->resume_checkpoint();
-    if (o.output_dir.empty()) o.output_dir = a->output_dir();
-    if (o.label_set.empty()) o.label_set = a->label_set();
-    if (o.labelstore_address.empty()) o.labelstore_address = a->labelstore_address();
-    if (cmd.get_option("--rank")->count() == 0) o.rank = a->rank();
-    if (cmd.get_option("--world-size")->count() == 0)
-      o.world_size = a->world_size() > 0 ? a->world_size() : 1;
-    if (o.rendezvous.empty()) o.rendezvous = a->rendezvous_address();
-    if (o.checkpoint.empty() && o.has_spec)
-      return fail(Status::InvalidArgument(
-          "the EVALUATE assignment names no checkpoint (resume_checkpoint)"));
-  }
-  if (!flags.spec.empty()) {
-    auto s = LoadJobSpecFile(flags.spec);
-    if (!s.ok()) return fail(s.status().WithContext("--spec"));
-    o.spec = *s;
-    o.has_spec = true;
-  }
-  o.train_features = flags.train_features;
-  o.test_features = flags.test_features;
-  o.train_labels = flags.train_labels;
-  o.test_labels = flags.test_labels;
+  auto options = EvaluationOptionsFrom(flags, cmd);
+  if (!options.ok()) return fail(options.status());
+  EvaluationOptions& o = *options;
   const bool features = !o.train_features.empty() || !o.test_features.empty();
-  if (!features && o.checkpoint.empty()) {
-    if (!o.has_spec)
-      return fail(Status::InvalidArgument(
-          "nothing to evaluate: pass --checkpoint DIR, --train-features and "
-          "--test-features, or --spec FILE --random-init"));
-    if (!flags.random_init)
-      return fail(Status::InvalidArgument(
-          "no checkpoint given: pass --checkpoint DIR, or --random-init to evaluate "
-          "a randomly initialised model of the spec"));
-  }
-  if (flags.random_init && !o.checkpoint.empty())
-    return fail(Status::InvalidArgument("--random-init and a checkpoint exclude each other"));
-  o.train_limit = flags.settings.train_limit;
-  o.test_limit = flags.settings.test_limit;
-  if (flags.settings.no_probe) o.run_probe = 0;
-  if (flags.settings.no_knn) o.run_knn = 0;
-  o.knn_k = flags.settings.knn_k;
-  o.knn_temperature = flags.knn_temperature;
-  o.features = flags.settings.features;
-  o.feature_blocks = flags.settings.feature_blocks;
-  o.probe.fixed_lambda = flags.settings.lambda;
-  o.probe.solver.max_iterations = flags.max_iterations;
-  o.probe.validation_fraction = flags.validation_fraction;
-  o.batch_size = flags.batch_size;
-  o.keep_embeddings = flags.keep_embeddings;
-  // Threads: --threads; else, in a gang, training.threads_per_worker (the ranks share the
-  // machines like a training gang); else all cores (one evaluation process runs alone).
-  int threads = flags.threads;
-  if (o.has_spec) {
-    v1::JobSpec defaulted = o.spec;
-    ApplyJobSpecDefaults(&defaulted);
-    o.collective_timeout = std::chrono::seconds(defaulted.training().collective_timeout_seconds());
-    if (threads <= 0 && o.world_size > 1) threads = defaulted.training().threads_per_worker();
-  }
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(threads);
-  SetBlasThreads(threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
+  ChooseThreads(flags, &o);
   SetLogComponent("eval r" + std::to_string(o.rank));
   o.on_event = [&progress](const nlohmann::json& e) { progress.Write(e); };
   progress.Write({{"event", "started"},
@@ -166,38 +216,7 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
       st = WriteFileAtomically(flags.result, report->details.dump(2) + "\n");
       if (!st.ok()) return fail(st.WithContext("--result"));
     }
-    const v1::EvaluationResult& r = report->result;
-    if (!progress.to_stdout()) {
-      if (flags.output == "json") {
-        nlohmann::json j = {{"evaluation", done["evaluation"]}, {"details", report->details}};
-        std::printf("%s\n", j.dump(2).c_str());
-      } else {
-        const auto& d = report->details;
-        std::printf("model         %s\n", d.value("model", "").c_str());
-        std::printf("samples       %llu train, %llu test, embedding dim %d\n",
-                    static_cast<unsigned long long>(r.train_samples()),
-                    static_cast<unsigned long long>(r.test_samples()), d.value("embedding_dim", 0));
-        if (d.contains("linear_probe")) {
-          const auto& p = d["linear_probe"];
-          std::printf(
-              "linear probe  %.2f%% test accuracy (lambda %g chosen on %lld validation images, %zu "
-              "fits, "
-              "%.1f s)\n",
-              100 * r.linear_probe_accuracy(), r.linear_probe_lambda(),
-              static_cast<long long>(p.value("validation_samples", 0)), p["trials"].size(),
-              p.value("seconds", 0.0));
-        }
-        if (d.contains("knn"))
-          std::printf("kNN           %.2f%% (k %d, T %g, %.1f s)\n", 100 * r.knn_accuracy(),
-                      d["knn"].value("k", 0), d["knn"].value("temperature", 0.0),
-                      d["knn"].value("seconds", 0.0));
-        if (d.contains("fig3"))
-          std::printf("cosines       mean positive %.4f, mean negative %.4f (paper Fig. 3)\n",
-                      r.mean_positive_cosine(), r.mean_negative_cosine());
-        if (!report->outputs.empty()) std::printf("written       %s\n", report->outputs[0].c_str());
-        std::printf("time          %.1f s\n", r.seconds());
-      }
-    }
+    if (!progress.to_stdout()) PrintEvaluation(flags, *report, done["evaluation"]);
   }
   progress.Write(done);
   return 0;

@@ -13,8 +13,7 @@
 // IndexFlatIP search done in the bench process.
 //
 //   build-*/bin/assign_ann_bench [--k 200000] [--queries 100000] [--dim 128] [--l 8]
-//                                [--methods exact,hnsw,ivf] [--json
-//                                bench/results/clusterd_ann.json]
+//                                [--methods exact,hnsw,ivf] [--json bench/results/clusterd_ann.json]
 #include <faiss/IndexFlat.h>
 
 #include <CLI/CLI.hpp>

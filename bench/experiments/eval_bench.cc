@@ -2,9 +2,8 @@
 // x 512 and 10000 test rows): one objective/gradient evaluation of the probe, the whole linear
 // probe (CLIP's λ search + refit) at given solver tolerances, and kNN (k 20).
 //
-//   eval_bench --train-features tr.npy --test-features te.npy [--threads 2] [--out
-//   bench/results/eval_bench.json] eval_bench --synthetic --rows 60000 --dim 512           (a
-//   Gaussian mixture, 10 classes)
+//   eval_bench --train-features tr.npy --test-features te.npy [--threads 2] [--out bench/results/eval_bench.json]
+//   eval_bench --synthetic --rows 60000 --dim 512           (a Gaussian mixture, 10 classes)
 //
 // Features come with <file>.labels.npy beside them (mlcd-clusterd features --labels-out writes
 // them; so does mlcd-worker embed).
