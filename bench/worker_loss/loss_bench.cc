@@ -30,8 +30,8 @@
 #include "common/file_util.h"
 #include "common/malloc_env.h"
 #include "common/net.h"
-#include "worker/collectives.h"
-#include "worker/partial_fc.h"
+#include "worker/loss/collectives.h"
+#include "worker/loss/partial_fc.h"
 
 namespace mlcd::worker {
 namespace {

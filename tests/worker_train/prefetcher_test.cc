@@ -11,7 +11,7 @@
 #include "common/file_util.h"
 #include "labelstore/client.h"
 #include "tests/worker_train/train_testing.h"
-#include "worker/label_prefetcher.h"
+#include "worker/train/label_prefetcher.h"
 
 namespace mlcd::worker {
 namespace {
