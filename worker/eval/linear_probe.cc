@@ -266,23 +266,6 @@ FeatureMatrix SelectRows(const FeatureMatrix& m, const std::vector<int64_t>& row
   return out;
 }
 
-}  // namespace
-
-double LogisticObjective(const FeatureMatrix& x, const std::vector<int64_t>& labels,
-                         int num_classes, double lambda, const std::vector<double>& theta,
-                         std::vector<double>* gradient) {
-  Problem p;
-  p.x = &x;
-  p.labels = &labels;
-  p.num_classes = num_classes;
-  p.n = x.rows;
-  p.d = x.cols;
-  p.lambda = lambda;
-  return p.Evaluate(theta, gradient);
-}
-
-namespace {
-
 // The checks of FitLogisticRegression's input (INVALID_ARGUMENT naming the problem).
 Status CheckFitInput(const FeatureMatrix& x, const std::vector<int64_t>& labels, int num_classes,
                      const LogisticRegressionOptions& options,
@@ -436,116 +419,6 @@ void MinimizeLbfgs(const Problem& problem, const LogisticRegressionOptions& opti
   model.objective = f;
 }
 
-}  // namespace
-
-StatusOr<LogisticRegressionModel> FitLogisticRegression(const FeatureMatrix& x,
-                                                        const std::vector<int64_t>& labels,
-                                                        int num_classes,
-                                                        const LogisticRegressionOptions& options,
-                                                        const LogisticRegressionModel* warm_start) {
-  auto start = Clock::now();
-  MLCD_RETURN_IF_ERROR(CheckFitInput(x, labels, num_classes, options, warm_start));
-  const int64_t K = num_classes, d = x.cols;
-
-  // Standardised coordinates (see LogisticRegressionOptions::standardize): x' = (x − μ)/σ,
-  // W' = W·diag(σ), b' = b + W μ, penalty weights 1/σ². The same model and objective.
-  std::vector<double> mu(static_cast<size_t>(d), 0.0), sigma(static_cast<size_t>(d), 1.0);
-  FeatureMatrix standardized;
-  const FeatureMatrix* xp = &x;
-  if (options.standardize) {
-    Standardize(x, &mu, &sigma, &standardized);
-    xp = &standardized;
-  }
-  Problem problem;
-  problem.x = xp;
-  problem.labels = &labels;
-  problem.num_classes = num_classes;
-  problem.n = x.rows;
-  problem.d = d;
-  problem.lambda = options.lambda;
-  if (options.standardize) {
-    problem.penalty_weight.resize(static_cast<size_t>(d));
-    for (int64_t j = 0; j < d; ++j) problem.penalty_weight[j] = 1.0 / (sigma[j] * sigma[j]);
-  }
-
-  std::vector<double> theta(problem.size(), 0.0);
-  if (warm_start) {
-    for (int64_t c = 0; c < K; ++c) {
-      double shift = 0;
-      for (int64_t j = 0; j < d; ++j) {
-        theta[c * d + j] = warm_start->weights[c * d + j] * sigma[j];
-        shift += warm_start->weights[c * d + j] * mu[j];
-      }
-      theta[K * d + c] = warm_start->bias[c] + shift;
-    }
-  }
-
-  LogisticRegressionModel model;
-  model.num_classes = num_classes;
-  model.dim = d;
-  std::vector<double> grad;
-  double f = problem.Evaluate(theta, &grad);
-  model.evaluations = 1;
-
-  MinimizeLbfgs(problem, options, &theta, &grad, &f, &model);
-  model.gradient_max = MaxAbs(grad);
-  model.weights.assign(static_cast<size_t>(K * d), 0.0);
-  model.bias.assign(static_cast<size_t>(K), 0.0);
-  for (int64_t c = 0; c < K; ++c) {
-    double shift = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      model.weights[c * d + j] = theta[c * d + j] / sigma[j];
-      shift += model.weights[c * d + j] * mu[j];
-    }
-    model.bias[c] = theta[K * d + c] - shift;
-  }
-  model.seconds = SecondsSince(start);
-  return model;
-}
-
-std::vector<int64_t> PredictClasses(const LogisticRegressionModel& model, const FeatureMatrix& x) {
-  if (x.cols != model.dim || model.num_classes < 1) return {};
-  std::vector<double> theta(model.weights);
-  theta.insert(theta.end(), model.bias.begin(), model.bias.end());
-  std::vector<float> logits = Logits(x, model.num_classes, theta.data());
-  const float* z = logits.data();
-  std::vector<int64_t> out(static_cast<size_t>(x.rows));
-  for (int64_t i = 0; i < x.rows; ++i) {
-    const float* zi = z + i * model.num_classes;
-    int best = 0;
-    for (int c = 1; c < model.num_classes; ++c)
-      if (zi[c] > zi[best]) best = c;
-    out[i] = best;
-  }
-  return out;
-}
-
-double MeanCrossEntropy(const LogisticRegressionModel& model, const FeatureMatrix& x,
-                        const std::vector<int64_t>& labels) {
-  std::vector<double> theta(model.weights);
-  theta.insert(theta.end(), model.bias.begin(), model.bias.end());
-  return LogisticObjective(x, labels, model.num_classes, 0.0, theta, nullptr);
-}
-
-double Accuracy(const std::vector<int64_t>& predictions, const std::vector<int64_t>& labels) {
-  if (labels.empty()) return 0;
-  int64_t correct = 0;
-  for (size_t i = 0; i < labels.size() && i < predictions.size(); ++i)
-    correct += predictions[i] == labels[i];
-  return static_cast<double>(correct) / static_cast<double>(labels.size());
-}
-
-std::vector<double> LambdaGrid(const LinearProbeOptions& options) {
-  double lo = std::log10(options.lambda_min), hi = std::log10(options.lambda_max);
-  int steps = static_cast<int>(std::lround((hi - lo) * options.steps_per_decade));
-  std::vector<double> grid;
-  for (int i = 0; i <= steps; ++i)
-    grid.push_back(std::pow(10.0, lo + static_cast<double>(i) / options.steps_per_decade));
-  return grid;
-}
-
-namespace {
-
 // CLIP's λ search: fits on a seeded random part of the training rows, scores on the rest,
 // coarse grid points then halved strides around the best; fills the result's λ, trials,
 // sample counts and search time, and *best_model (the warm start of the final fit).
@@ -643,6 +516,123 @@ Status SearchLambda(const FeatureMatrix& train_all, const std::vector<int64_t>& 
 
 }  // namespace
 
+double LogisticObjective(const FeatureMatrix& x, const std::vector<int64_t>& labels,
+                         int num_classes, double lambda, const std::vector<double>& theta,
+                         std::vector<double>* gradient) {
+  Problem p;
+  p.x = &x;
+  p.labels = &labels;
+  p.num_classes = num_classes;
+  p.n = x.rows;
+  p.d = x.cols;
+  p.lambda = lambda;
+  return p.Evaluate(theta, gradient);
+}
+
+StatusOr<LogisticRegressionModel> FitLogisticRegression(const FeatureMatrix& x,
+                                                        const std::vector<int64_t>& labels,
+                                                        int num_classes,
+                                                        const LogisticRegressionOptions& options,
+                                                        const LogisticRegressionModel* warm_start) {
+  auto start = Clock::now();
+  MLCD_RETURN_IF_ERROR(CheckFitInput(x, labels, num_classes, options, warm_start));
+  const int64_t K = num_classes, d = x.cols;
+  // Standardised coordinates (see LogisticRegressionOptions::standardize): x' = (x − μ)/σ,
+  // W' = W·diag(σ), b' = b + W μ, penalty weights 1/σ². The same model and objective.
+  std::vector<double> mu(static_cast<size_t>(d), 0.0), sigma(static_cast<size_t>(d), 1.0);
+  FeatureMatrix standardized;
+  const FeatureMatrix* xp = &x;
+  if (options.standardize) {
+    Standardize(x, &mu, &sigma, &standardized);
+    xp = &standardized;
+  }
+  Problem problem;
+  problem.x = xp;
+  problem.labels = &labels;
+  problem.num_classes = num_classes;
+  problem.n = x.rows;
+  problem.d = d;
+  problem.lambda = options.lambda;
+  if (options.standardize) {
+    problem.penalty_weight.resize(static_cast<size_t>(d));
+    for (int64_t j = 0; j < d; ++j) problem.penalty_weight[j] = 1.0 / (sigma[j] * sigma[j]);
+  }
+
+  std::vector<double> theta(problem.size(), 0.0);
+  if (warm_start) {
+    for (int64_t c = 0; c < K; ++c) {
+      double shift = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        theta[c * d + j] = warm_start->weights[c * d + j] * sigma[j];
+        shift += warm_start->weights[c * d + j] * mu[j];
+      }
+      theta[K * d + c] = warm_start->bias[c] + shift;
+    }
+  }
+
+  LogisticRegressionModel model;
+  model.num_classes = num_classes;
+  model.dim = d;
+  std::vector<double> grad;
+  double f = problem.Evaluate(theta, &grad);
+  model.evaluations = 1;
+  MinimizeLbfgs(problem, options, &theta, &grad, &f, &model);
+  model.gradient_max = MaxAbs(grad);
+  model.weights.assign(static_cast<size_t>(K * d), 0.0);
+  model.bias.assign(static_cast<size_t>(K), 0.0);
+  for (int64_t c = 0; c < K; ++c) {
+    double shift = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      model.weights[c * d + j] = theta[c * d + j] / sigma[j];
+      shift += model.weights[c * d + j] * mu[j];
+    }
+    model.bias[c] = theta[K * d + c] - shift;
+  }
+  model.seconds = SecondsSince(start);
+  return model;
+}
+
+std::vector<int64_t> PredictClasses(const LogisticRegressionModel& model, const FeatureMatrix& x) {
+  if (x.cols != model.dim || model.num_classes < 1) return {};
+  std::vector<double> theta(model.weights);
+  theta.insert(theta.end(), model.bias.begin(), model.bias.end());
+  std::vector<float> logits = Logits(x, model.num_classes, theta.data());
+  const float* z = logits.data();
+  std::vector<int64_t> out(static_cast<size_t>(x.rows));
+  for (int64_t i = 0; i < x.rows; ++i) {
+    const float* zi = z + i * model.num_classes;
+    int best = 0;
+    for (int c = 1; c < model.num_classes; ++c)
+      if (zi[c] > zi[best]) best = c;
+    out[i] = best;
+  }
+  return out;
+}
+
+double MeanCrossEntropy(const LogisticRegressionModel& model, const FeatureMatrix& x,
+                        const std::vector<int64_t>& labels) {
+  std::vector<double> theta(model.weights);
+  theta.insert(theta.end(), model.bias.begin(), model.bias.end());
+  return LogisticObjective(x, labels, model.num_classes, 0.0, theta, nullptr);
+}
+
+double Accuracy(const std::vector<int64_t>& predictions, const std::vector<int64_t>& labels) {
+  if (labels.empty()) return 0;
+  int64_t correct = 0;
+  for (size_t i = 0; i < labels.size() && i < predictions.size(); ++i)
+    correct += predictions[i] == labels[i];
+  return static_cast<double>(correct) / static_cast<double>(labels.size());
+}
+
+std::vector<double> LambdaGrid(const LinearProbeOptions& options) {
+  double lo = std::log10(options.lambda_min), hi = std::log10(options.lambda_max);
+  int steps = static_cast<int>(std::lround((hi - lo) * options.steps_per_decade));
+  std::vector<double> grid;
+  for (int i = 0; i <= steps; ++i)
+    grid.push_back(std::pow(10.0, lo + static_cast<double>(i) / options.steps_per_decade));
+  return grid;
+}
+
 StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train,
                                            const std::vector<int64_t>& train_labels,
                                            const FeatureMatrix& test,
@@ -674,7 +664,6 @@ StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train,
       return Status::InvalidArgument(
           "linear probe: steps_per_decade and initial_stride must be >= 1");
   }
-
   FeatureMatrix train_all = train, test_all = test;
   if (options.normalize) {
     L2NormalizeRows(&train_all);
@@ -686,7 +675,6 @@ StatusOr<LinearProbeResult> RunLinearProbe(const FeatureMatrix& train,
   LogisticRegressionOptions solver = options.solver;
   const LogisticRegressionModel* warm = nullptr;
   LogisticRegressionModel best_model;
-
   if (!search) {
     result.lambda = options.fixed_lambda;
     result.train_samples = train.rows;
