@@ -11,6 +11,7 @@
 
 #include "common/blas_env.h"
 #include "common/file_util.h"
+#include "common/format.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/npy.h"
@@ -405,8 +406,7 @@ StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
   const double seconds = Seconds(start, Clock::now());
   if (metrics) metrics->RecordCheckpoint(seconds);
   summary.last_checkpoint = *path;
-  MLCD_LOG(INFO) << "checkpoint " << *path << " (" << std::fixed << std::setprecision(2) << seconds
-                 << " s)";
+  MLCD_LOG(INFO) << "checkpoint " << *path << " (" << Fixed(seconds, 2) << " s)";
   Emit(json{{"event", "checkpoint"},
             {"path", *path},
             {"round", position.round},
