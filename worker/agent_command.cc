@@ -1,4 +1,4 @@
-// `mlcd-worker agent`: the worker slot's long-running process (worker/agent.h).
+// `mlcd-worker agent`: the worker slot's long-running process (worker/agent/agent.h).
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "mlcd/v1/worker.grpc.pb.h"
-#include "worker/agent.h"
+#include "worker/agent/agent.h"
 #include "worker/command.h"
 
 namespace mlcd::worker {

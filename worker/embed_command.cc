@@ -1,5 +1,5 @@
 // `mlcd-worker embed`: writes L2-normalised embeddings of a dataset split as .npy shards
-// (worker/eval_features.h layout), one shard per rank of the gang. What the coordinator's
+// (worker/eval/features.h layout), one shard per rank of the gang. What the coordinator's
 // EXTRACTING phase runs (via the worker agent) to get the features of the next clustering
 // round; also usable by hand (docs/evaluation.md).
 //
@@ -23,9 +23,9 @@
 #include "common/log.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
-#include "worker/dataset.h"
-#include "worker/eval_embed.h"
-#include "worker/trainer.h"
+#include "worker/eval/embed.h"
+#include "worker/train/dataset.h"
+#include "worker/train/trainer.h"
 
 namespace mlcd::worker {
 namespace {

@@ -1,4 +1,4 @@
-// `mlcd-worker eval`: the evaluation of a model (worker/eval_runner.h): linear probe (CLIP
+// `mlcd-worker eval`: the evaluation of a model (worker/eval/runner.h): linear probe (CLIP
 // protocol) and kNN on the labelled train/test splits, plus the paper's Fig. 3 cosines. What
 // the coordinator's EVALUATING phase runs (via the worker agent) and what `mlcdctl eval`
 // runs locally; docs/evaluation.md.
@@ -25,8 +25,8 @@
 #include "common/log.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
-#include "worker/eval_runner.h"
-#include "worker/trainer.h"
+#include "worker/eval/runner.h"
+#include "worker/train/trainer.h"
 
 namespace mlcd::worker {
 namespace {

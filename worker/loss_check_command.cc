@@ -28,9 +28,10 @@
 #include "common/net.h"
 #include "common/npy.h"
 #include "common/subprocess.h"
-#include "worker/collectives.h"
+#include "worker/loss/collectives.h"
 #include "worker/command.h"
-#include "worker/partial_fc.h"
+#include "worker/loss/collectives.h"
+#include "worker/loss/partial_fc.h"
 
 namespace mlcd::worker {
 namespace {

@@ -18,7 +18,7 @@
 #include "mlcd/v1/coordinator.pb.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
-#include "worker/trainer.h"
+#include "worker/train/trainer.h"
 
 namespace mlcd::worker {
 namespace {

@@ -18,9 +18,9 @@
 #include "common/blas_env.h"
 #include "common/file_util.h"
 #include "common/malloc_env.h"
-#include "worker/eval_features.h"
-#include "worker/eval_knn.h"
-#include "worker/eval_linear_probe.h"
+#include "worker/eval/features.h"
+#include "worker/eval/knn.h"
+#include "worker/eval/linear_probe.h"
 
 using namespace mlcd;
 using namespace mlcd::worker;

@@ -31,8 +31,8 @@
 #include "common/malloc_env.h"
 #include "common/net.h"
 #include "common/subprocess.h"
-#include "worker/collectives.h"
-#include "worker/partial_fc.h"
+#include "worker/loss/collectives.h"
+#include "worker/loss/partial_fc.h"
 
 namespace mlcd::worker {
 namespace {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Python anchor of the ViT train-step benchmark (bench/worker_vit).
 
-The same architecture as worker/vit.h written the idiomatic PyTorch way (timm-style
+The same architecture as worker/model/vit.h written the idiomatic PyTorch way (timm-style
 attention: fused qkv Linear, reshape/permute, q @ k^T, softmax, @ v), pre-norm blocks,
 class token, projection to the embedding size; AdamW with the worker's parameter groups
 (weight decay on matrices only), gradient-norm clipping and the same cheap surrogate loss.

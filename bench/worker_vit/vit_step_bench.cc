@@ -1,7 +1,7 @@
 // ViT train-step benchmark (bench/RESULTS.md, "ViT train step").
 //
 // Times one training step of the worker's backbone (forward, a cheap surrogate loss,
-// backward, global-norm clipping, AdamW: exactly what worker/trainer.cc does per step minus
+// backward, global-norm clipping, AdamW: exactly what worker/train/trainer.cc does per step minus
 // the classification layer and collectives) in images/s, then runs the same architecture
 // written in python3-torch (bench/worker_vit/vit_step.py) with the same threads, batch and
 // inputs' shapes, in the same run, and reports the ratio. Target: >= 1.2x.
@@ -25,8 +25,8 @@
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/malloc_env.h"
-#include "worker/backbone_optimizer.h"
-#include "worker/vit.h"
+#include "worker/model/vit.h"
+#include "worker/train/backbone_optimizer.h"
 
 namespace {
 

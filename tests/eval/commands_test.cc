@@ -12,7 +12,7 @@
 #include "common/file_util.h"
 #include "common/net.h"
 #include "tests/testing/process.h"
-#include "worker/eval_features.h"
+#include "worker/eval/features.h"
 
 namespace mlcd::testing {
 namespace {

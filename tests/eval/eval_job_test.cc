@@ -11,7 +11,7 @@
 
 #include "common/file_util.h"
 #include "tests/coordinator/harness.h"
-#include "worker/eval_features.h"
+#include "worker/eval/features.h"
 
 namespace mlcd::testing {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "common/npy.h"
 #include "tests/testing/process.h"
-#include "worker/eval_features.h"
+#include "worker/eval/features.h"
 
 namespace mlcd::worker {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "common/npy.h"
 #include "tests/testing/process.h"
-#include "worker/eval_runner.h"
+#include "worker/eval/runner.h"
 
 namespace mlcd::worker {
 namespace {

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "worker/eval_knn.h"
+#include "worker/eval/knn.h"
 
 namespace mlcd::worker {
 namespace {

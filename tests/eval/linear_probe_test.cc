@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "worker/eval_linear_probe.h"
+#include "worker/eval/linear_probe.h"
 
 namespace mlcd::worker {
 namespace {

@@ -2,7 +2,7 @@
 // precision transcription of the definitions, MLC(l=1) == softmax, stability at s = 128,
 // the sampling rule, the sparse AdamW, sharded (real Gloo groups, one thread per rank) ==
 // unsharded, and save/load with resharding 2 -> 3.
-#include "worker/partial_fc.h"
+#include "worker/loss/partial_fc.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

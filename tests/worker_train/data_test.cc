@@ -9,8 +9,8 @@
 #include <set>
 
 #include "common/idx.h"
-#include "worker/dataset.h"
-#include "worker/sample_order.h"
+#include "worker/train/dataset.h"
+#include "worker/train/sample_order.h"
 
 namespace mlcd::worker {
 namespace {

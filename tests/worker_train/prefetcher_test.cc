@@ -11,7 +11,7 @@
 #include "clients/labelstore_client.h"
 #include "common/file_util.h"
 #include "tests/worker_train/train_testing.h"
-#include "worker/label_prefetcher.h"
+#include "worker/train/label_prefetcher.h"
 
 namespace mlcd::worker {
 namespace {

@@ -28,7 +28,7 @@
 #include "common/net.h"
 #include "common/npy.h"
 #include "tests/worker_train/train_testing.h"
-#include "worker/trainer.h"
+#include "worker/train/trainer.h"
 
 namespace mlcd::worker {
 namespace {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "common/job_spec.h"
-#include "worker/backbone_optimizer.h"
-#include "worker/lr_schedule.h"
-#include "worker/vit.h"
-#include "worker/vit_kernels.h"
+#include "worker/model/vit.h"
+#include "worker/model/vit_kernels.h"
+#include "worker/train/backbone_optimizer.h"
+#include "worker/train/lr_schedule.h"
 
 namespace mlcd::worker {
 namespace {

@@ -1,0 +1,614 @@
+#include "worker/agent/agent.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "clients/coordinator_client.h"
+#include "common/file_util.h"
+#include "common/grpc_server.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/subprocess.h"
+
+namespace mlcd::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string CommandFor(v1::AssignmentKind kind) {
+  switch (kind) {
+    case v1::ASSIGNMENT_KIND_TRAIN:
+      return "train";
+    case v1::ASSIGNMENT_KIND_EXTRACT:
+      return "embed";
+    case v1::ASSIGNMENT_KIND_EVALUATE:
+      return "eval";
+    default:
+      return "";
+  }
+}
+
+std::string SafeFileName(const std::string& id) {
+  std::string out;
+  for (char c : id)
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return out.empty() ? "assignment" : out;
+}
+
+std::string LastLines(const std::string& path, int lines) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return "";
+  const std::string& s = *text;
+  size_t end = s.size();
+  while (end > 0 && s[end - 1] == '\n') --end;
+  size_t pos = end;
+  for (int i = 0; i < lines && pos > 0; ++i) {
+    size_t nl = s.rfind('\n', pos - 1);
+    if (nl == std::string::npos) {
+      pos = 0;
+      break;
+    }
+    pos = nl;
+  }
+  std::string tail = s.substr(pos, end - pos);
+  while (!tail.empty() && tail.front() == '\n') tail.erase(tail.begin());
+  if (tail.size() > 2000) tail = "..." + tail.substr(tail.size() - 2000);
+  return tail;
+}
+
+template <typename T>
+T Get(const nlohmann::json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+}
+
+// The variables through which a worker command takes its rank, gang and label store when run
+// by hand (MLCD_RANK, ...). An assignment carries all of them, and such a variable counts as
+// an explicit flag, so one left in the agent's own environment (say from a shell that sourced
+// another cluster's env file) would override the coordinator's values: a child dialling a
+// label store that is gone, or joining the wrong rendezvous. The agent's children run without
+// them.
+const char* const kAssignmentCarriedVariables[] = {"MLCD_RANK", "MLCD_WORLD_SIZE",
+                                                   "MLCD_RENDEZVOUS", "MLCD_LABELSTORE"};
+
+std::vector<std::string> ChildEnvironment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    bool carried = false;
+    for (const char* variable : kAssignmentCarriedVariables) carried = carried || name == variable;
+    if (!carried) env.push_back(entry);
+  }
+  return env;
+}
+
+}  // namespace
+
+bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOutcome* outcome,
+                        bool* urgent) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+  if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) return false;
+  const std::string event = j["event"].get<std::string>();
+  *urgent = false;
+  p->set_events(p->events() + 1);
+  if (event == "started") {
+    p->set_phase("running");
+    p->set_steps_per_epoch(Get<int64_t>(j, "steps_per_epoch", p->steps_per_epoch()));
+    p->set_job_total_steps(Get<int64_t>(j, "job_total_steps", p->job_total_steps()));
+    *urgent = true;
+  } else if (event == "progress") {
+    const bool first = p->total_steps() == 0 && p->step() == 0;
+    p->set_phase("running");
+    p->set_round(Get<int32_t>(j, "round", p->round()));
+    p->set_epoch(Get<int32_t>(j, "epoch", p->epoch()));
+    if (j.contains("phase") && j["phase"].is_string())
+      p->set_activity(j["phase"].get<std::string>());
+    if (j.contains("rows_done")) {
+      // embed / eval progress
+      p->set_step(Get<int64_t>(j, "rows_done", p->step()));
+      p->set_steps_per_epoch(Get<int64_t>(j, "rows_total", p->steps_per_epoch()));
+    } else {
+      p->set_step(Get<int64_t>(j, "step_in_epoch", p->step()));
+      p->set_steps_per_epoch(Get<int64_t>(j, "steps_per_epoch", p->steps_per_epoch()));
+      p->set_total_steps(Get<int64_t>(j, "global_step", p->total_steps()));
+    }
+    p->set_loss(Get<double>(j, "loss", p->loss()));
+    p->set_samples_per_second(Get<double>(j, "samples_per_second", p->samples_per_second()));
+    p->set_mean_positive_cosine(Get<double>(j, "mean_positive_cosine", p->mean_positive_cosine()));
+    p->set_mean_negative_cosine(Get<double>(j, "mean_negative_cosine", p->mean_negative_cosine()));
+    *urgent = first;
+  } else if (event == "checkpoint") {
+    p->set_checkpoint(Get<std::string>(j, "path", ""));
+    p->set_checkpoint_round(Get<int32_t>(j, "round", 0));
+    p->set_checkpoint_epoch(Get<int32_t>(j, "epoch", 0));
+    p->set_checkpoint_step(Get<int64_t>(j, "step_in_epoch", 0));
+    p->set_checkpoint_global_step(Get<int64_t>(j, "global_step", 0));
+    p->set_checkpoint_epoch_complete(Get<bool>(j, "epoch_complete", false));
+    p->set_total_steps(std::max(p->total_steps(), p->checkpoint_global_step()));
+    *urgent = true;
+  } else if (event == "finished") {
+    p->set_phase("finishing");
+    p->set_total_steps(Get<int64_t>(j, "global_step", p->total_steps()));
+    outcome->finished = true;
+    if (j.contains("outputs") && j["outputs"].is_array()) {
+      for (const auto& o : j["outputs"]) {
+        if (o.is_string()) outcome->outputs.push_back(o.get<std::string>());
+      }
+    }
+    if (j.contains("evaluation") && j["evaluation"].is_object()) {
+      google::protobuf::util::JsonParseOptions options;
+      options.ignore_unknown_fields = true;
+      if (google::protobuf::util::JsonStringToMessage(j["evaluation"].dump(), &outcome->evaluation,
+                                                      options)
+              .ok()) {
+        outcome->has_evaluation = true;
+      }
+    }
+    *urgent = true;
+  } else if (event == "error") {
+    outcome->error_message = Get<std::string>(j, "message", "error event without a message");
+    *urgent = true;
+  }
+  return true;
+}
+
+Agent::Agent(AgentOptions options) : options_(std::move(options)) {
+  channel_ = MakeChannel(options_.coordinator);
+  stub_ = coordinator::NewCoordinatorStub(channel_);
+  if (options_.worker_binary.empty()) {
+    char buf[4096];
+    ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n > 0) options_.worker_binary.assign(buf, static_cast<size_t>(n));
+  }
+  status_.set_name(options_.name);
+  status_.set_state("idle");
+  status_.set_coordinator(options_.coordinator);
+#ifdef MLCD_WITH_NCCL
+  status_.set_backend("cuda/nccl");
+#else
+  status_.set_backend("cpu/gloo");
+#endif
+}
+
+Agent::~Agent() = default;
+
+void Agent::Stop() {
+  stop_ = true;
+  std::lock_guard<std::mutex> lock(poll_mu_);
+  if (poll_context_) poll_context_->TryCancel();
+}
+
+void Agent::SleepUnlessStopped(std::chrono::milliseconds d) {
+  const auto end = Clock::now() + d;
+  while (!stop_ && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+v1::WorkerStatus Agent::Snapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+Status Agent::Register() {
+  v1::RegisterWorkerRequest request;
+  request.set_name(options_.name);
+  request.set_host(options_.host);
+  request.set_rendezvous_port(0);
+  request.mutable_capacity()->set_cpu_threads(
+      options_.cpu_threads > 0 ? options_.cpu_threads
+                               : static_cast<int>(std::thread::hardware_concurrency()));
+  request.mutable_capacity()->set_gpus(options_.gpus);
+  long pages = ::sysconf(_SC_PHYS_PAGES), page_size = ::sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0)
+    request.mutable_capacity()->set_memory_bytes(static_cast<int64_t>(pages) * page_size);
+  for (auto kind : options_.kinds) request.add_kinds(kind);
+  request.set_status_address(options_.listen);
+  request.set_metrics_address(options_.child_metrics_listen);
+  request.set_version(options_.version);
+  int backoff_ms = 200;
+  bool logged = false;
+  while (!stop_) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(options_.rpc_timeout));
+    v1::RegisterWorkerResponse response;
+    Status s = FromGrpcStatus(stub_->RegisterWorker(&context, request, &response));
+    if (s.ok()) {
+      worker_id_ = response.worker_id();
+      heartbeat_interval_ms_ = response.heartbeat_interval_ms() > 0
+                                   ? response.heartbeat_interval_ms()
+                                   : 1000 * std::max(1, response.heartbeat_interval_seconds());
+      std::lock_guard<std::mutex> lock(mu_);
+      status_.set_worker_id(worker_id_);
+      MLCD_LOG(INFO) << "registered with " << options_.coordinator << " as " << worker_id_;
+      return Status::Ok();
+    }
+    if (s.code() == StatusCode::kInvalidArgument)
+      return s.WithContext("registering with " + options_.coordinator);
+    if (!logged) {
+      MLCD_LOG(WARNING) << "cannot register with " << options_.coordinator << " yet ("
+                        << s.ToString() << "); retrying";
+      logged = true;
+    }
+    SleepUnlessStopped(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min(backoff_ms * 2, 5000);
+  }
+  return Status::Cancelled("stopped");
+}
+
+Status Agent::Run() {
+  if (options_.name.empty()) return Status::InvalidArgument("--name is required");
+  MLCD_RETURN_IF_ERROR(MakeDirs(options_.data_dir + "/assignments"));
+  MLCD_RETURN_IF_ERROR(Register());
+  int backoff_ms = 200;
+  while (!stop_) {
+    v1::GetAssignmentRequest request;
+    request.set_worker_id(worker_id_);
+    request.set_wait_seconds(options_.poll_seconds);
+    // A port free right now: if this poll makes us rank 0, the gang's TCPStore goes there.
+    request.set_rendezvous_port(PickFreePort());
+    v1::Assignment assignment;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(std::chrono::seconds(options_.poll_seconds + 15)));
+    {
+      std::lock_guard<std::mutex> lock(poll_mu_);
+      if (stop_) break;
+      poll_context_ = &context;
+    }
+    Status s = FromGrpcStatus(stub_->GetAssignment(&context, request, &assignment));
+    {
+      std::lock_guard<std::mutex> lock(poll_mu_);
+      poll_context_ = nullptr;
+    }
+    if (stop_) break;
+    if (!s.ok()) {
+      if (s.code() == StatusCode::kNotFound) {
+        MLCD_LOG(WARNING) << "the coordinator does not know this worker (" << s.message()
+                          << "); registering again";
+        MLCD_RETURN_IF_ERROR(Register());
+        continue;
+      }
+      MLCD_LOG(WARNING) << "polling " << options_.coordinator << ": " << s.ToString()
+                        << "; retrying";
+      SleepUnlessStopped(std::chrono::milliseconds(backoff_ms));
+      backoff_ms = std::min(backoff_ms * 2, 5000);
+      continue;
+    }
+    backoff_ms = 200;
+    if (assignment.kind() == v1::ASSIGNMENT_KIND_NONE) continue;
+    RunAssignment(assignment);
+  }
+  return Status::Ok();
+}
+
+Status Agent::StartChild(const std::vector<std::string>& argv, const std::string& log_path,
+                         pid_t* pid_out) {
+  SpawnOptions spawn;
+  spawn.argv = argv;
+  spawn.env = ChildEnvironment();
+  spawn.log_path = log_path;
+  // Own process group (so a stop reaches the child's children too), dies with the agent.
+  spawn.new_process_group = true;
+  spawn.parent_death_signal = SIGKILL;
+  spawn.clear_signal_mask = true;
+  spawn.default_sigpipe = true;
+  MLCD_ASSIGN_OR_RETURN(*pid_out, Spawn(spawn));
+  return Status::Ok();
+}
+
+void Agent::StopChild(pid_t pid) {
+  ::kill(-pid, SIGTERM);
+  ::kill(pid, SIGTERM);
+  const auto deadline = Clock::now() + options_.stop_grace;
+  int status = 0;
+  while (Clock::now() < deadline) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid || r < 0) {
+      ::kill(-pid, SIGKILL);  // stragglers of its group
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  MLCD_LOG(WARNING) << "child " << pid << " ignored SIGTERM for " << options_.stop_grace.count()
+                    << " ms; SIGKILL";
+  ::kill(-pid, SIGKILL);
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+}
+
+bool Agent::SendHeartbeat(const v1::Assignment& assignment, const v1::WorkerProgress& progress,
+                          v1::HeartbeatResponse* response) {
+  v1::HeartbeatRequest request;
+  request.set_worker_id(worker_id_);
+  request.set_assignment_id(assignment.id());
+  *request.mutable_progress() = progress;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(options_.rpc_timeout));
+  return stub_->Heartbeat(&context, request, response).ok();
+}
+
+void Agent::Report(const v1::ReportAssignmentRequest& request) {
+  int backoff_ms = 200;
+  bool logged = false;
+  // Retry until the coordinator has it (it may be restarting); give up only when stopping.
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(options_.rpc_timeout));
+    v1::ReportAssignmentResponse response;
+    Status s = FromGrpcStatus(stub_->ReportAssignment(&context, request, &response));
+    if (s.ok() || s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound ||
+        s.code() == StatusCode::kFailedPrecondition) {
+      if (!s.ok()) {
+        MLCD_LOG(WARNING) << "report of " << request.assignment_id()
+                          << " rejected: " << s.ToString();
+      }
+      return;
+    }
+    if (stop_ && attempt >= 1) {
+      MLCD_LOG(WARNING) << "stopping; report of " << request.assignment_id()
+                        << " not delivered: " << s.ToString();
+      return;
+    }
+    if (!logged) {
+      MLCD_LOG(WARNING) << "cannot report " << request.assignment_id() << " yet (" << s.ToString()
+                        << "); retrying";
+      logged = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = std::min(backoff_ms * 2, 5000);
+  }
+}
+
+// Follows a child's progress file as it grows: each complete line is one event.
+class ProgressFollower {
+ public:
+  ProgressFollower(std::string path, std::string assignment_id)
+      : path_(std::move(path)), assignment_id_(std::move(assignment_id)) {}
+
+  // Applies the lines written since the last call. True when one of them is urgent.
+  bool Poll(v1::WorkerProgress* progress, ChildOutcome* outcome) {
+    if (!in_.is_open()) {
+      in_.open(path_);
+      if (!in_.is_open()) return false;
+    }
+    in_.clear();
+    char buf[8192];
+    while (in_.read(buf, sizeof(buf)) || in_.gcount() > 0)
+      partial_.append(buf, static_cast<size_t>(in_.gcount()));
+    in_.clear();
+    bool urgent_any = false;
+    size_t start = 0, nl;
+    while ((nl = partial_.find('\n', start)) != std::string::npos) {
+      std::string line = partial_.substr(start, nl - start);
+      start = nl + 1;
+      if (line.empty()) continue;
+      bool urgent = false;
+      if (!ApplyProgressEvent(line, progress, outcome, &urgent)) {
+        MLCD_LOG(WARNING) << "assignment " << assignment_id_ << ": ignoring progress line '"
+                          << line.substr(0, 200) << "'";
+        continue;
+      }
+      urgent_any = urgent_any || urgent;
+    }
+    partial_.erase(0, start);
+    return urgent_any;
+  }
+
+ private:
+  const std::string path_;
+  const std::string assignment_id_;
+  std::ifstream in_;
+  std::string partial_;
+};
+
+namespace {
+
+// The one-line failure message of a child that exited with `wait_status`.
+std::string ChildFailureMessage(const std::string& command, int wait_status,
+                                const ChildOutcome& outcome, const std::string& log_path) {
+  std::string how = WIFEXITED(wait_status) ? "exit code " + std::to_string(WEXITSTATUS(wait_status))
+                    : WIFSIGNALED(wait_status)
+                        ? "killed by signal " + std::to_string(WTERMSIG(wait_status))
+                        : "ended";
+  // One line: the child's own error event, else the last line of its log.
+  std::string why = outcome.error_message;
+  if (why.empty()) why = LastLines(log_path, 1);
+  for (char& c : why) c = c == '\n' ? ' ' : c;
+  std::string message = "mlcd-worker " + command + " " + how;
+  if (!why.empty()) message += ": " + why;
+  return message + " (log: " + log_path + ")";
+}
+
+}  // namespace
+
+Status Agent::StartAssignment(const v1::Assignment& assignment, const AssignmentFiles& files,
+                              pid_t* pid) {
+  const std::string command = CommandFor(assignment.kind());
+  if (std::find(options_.kinds.begin(), options_.kinds.end(), assignment.kind()) ==
+      options_.kinds.end()) {
+    return Status::Unimplemented("this mlcd-worker has no '" + command + "' command for " +
+                                 v1::AssignmentKind_Name(assignment.kind()) + " assignments");
+  }
+  MLCD_RETURN_IF_ERROR(MakeDirs(files.dir));
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = true;
+  auto js = google::protobuf::util::MessageToJsonString(assignment, &json, options);
+  if (!js.ok()) return Status::Internal("assignment to JSON: " + js.ToString());
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(files.json, json));
+  // A fresh progress file (the id is unique per gang attempt; this only matters on reuse).
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(files.progress, ""));
+  std::vector<std::string> argv = {options_.worker_binary, command,
+                                   "--assignment",         files.json,
+                                   "--progress-jsonl",     files.progress};
+  if (assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN && !options_.child_metrics_listen.empty()) {
+    argv.push_back("--metrics-listen");
+    argv.push_back(options_.child_metrics_listen);
+  }
+  return StartChild(argv, files.log, pid);
+}
+
+void Agent::PublishStatus(const v1::Assignment& assignment, const std::string& dir,
+                          const std::string& state, pid_t pid, const v1::WorkerProgress& progress) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.set_state(state);
+  status_.set_assignment_id(state == "idle" ? "" : assignment.id());
+  status_.set_job_id(state == "idle" ? "" : assignment.job_id());
+  status_.set_rank(assignment.rank());
+  status_.set_world_size(assignment.world_size());
+  status_.set_kind(assignment.kind());
+  status_.set_child_pid(pid);
+  status_.set_assignment_dir(dir);
+  *status_.mutable_progress() = progress;
+}
+
+std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
+                                  ProgressFollower* follower, v1::WorkerProgress* progress,
+                                  ChildOutcome* outcome, int* wait_status) {
+  const int interval_ms = assignment.heartbeat_interval_ms() > 0
+                              ? assignment.heartbeat_interval_ms()
+                              : heartbeat_interval_ms_;
+  auto last_heartbeat = Clock::now() - std::chrono::hours(1);
+  bool coordinator_reachable = true;
+  while (true) {
+    const bool urgent = follower->Poll(progress, outcome);
+    if (::waitpid(pid, wait_status, WNOHANG) == pid) {
+      follower->Poll(progress, outcome);
+      return "";
+    }
+    if (stop_) return "the worker agent is shutting down";
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      *status_.mutable_progress() = *progress;
+    }
+    const auto now = Clock::now();
+    if (urgent || now - last_heartbeat >= std::chrono::milliseconds(interval_ms)) {
+      last_heartbeat = now;
+      v1::HeartbeatResponse response;
+      if (SendHeartbeat(assignment, *progress, &response)) {
+        if (!coordinator_reachable) {
+          MLCD_LOG(INFO) << "coordinator reachable again";
+        }
+        coordinator_reachable = true;
+        if (response.action() == v1::WORKER_ACTION_ABORT) {
+          return "aborted by the coordinator: " + response.reason();
+        }
+        if (response.action() == v1::WORKER_ACTION_REREGISTER) {
+          MLCD_LOG(WARNING) << "coordinator asks to register again: " << response.reason();
+          Status rs = Register();
+          if (!rs.ok()) {
+            MLCD_LOG(ERROR) << rs.ToString();
+          }
+        }
+      } else if (coordinator_reachable) {
+        // Keep training: the coordinator reattaches when it is back.
+        MLCD_LOG(WARNING) << "heartbeat to " << options_.coordinator
+                          << " failed; the child keeps running";
+        coordinator_reachable = false;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void Agent::FinishAssignment(const v1::ReportAssignmentRequest& report) {
+  Report(report);
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.set_assignments_finished(status_.assignments_finished() + 1);
+  if (!report.succeeded()) status_.set_assignments_failed(status_.assignments_failed() + 1);
+  status_.set_state("idle");
+  status_.set_assignment_id("");
+  status_.set_job_id("");
+  status_.set_child_pid(0);
+}
+
+void Agent::RunAssignment(const v1::Assignment& assignment) {
+  AssignmentFiles files;
+  files.dir = options_.data_dir + "/assignments/" + SafeFileName(assignment.id());
+  files.json = files.dir + "/assignment.json";
+  files.progress = files.dir + "/progress.jsonl";
+  files.log = files.dir + "/worker.log";
+  const std::string command = CommandFor(assignment.kind());
+  MLCD_LOG(INFO) << "assignment " << assignment.id() << ": " << command << " rank "
+                 << assignment.rank() << "/" << assignment.world_size() << " of job "
+                 << assignment.job_id() << " (rendezvous " << assignment.rendezvous_address()
+                 << ")";
+
+  v1::ReportAssignmentRequest report;
+  report.set_worker_id(worker_id_);
+  report.set_assignment_id(assignment.id());
+  v1::WorkerProgress progress;
+  progress.set_phase("starting");
+  progress.set_round(assignment.round());
+  progress.set_epoch(assignment.first_epoch());
+  progress.set_total_steps(assignment.start_global_step());
+
+  pid_t pid = -1;
+  Status s = StartAssignment(assignment, files, &pid);
+  if (!s.ok()) {
+    MLCD_LOG(ERROR) << "assignment " << assignment.id() << ": " << s.ToString();
+    report.set_succeeded(false);
+    report.set_message(s.ToString());
+    *report.mutable_progress() = progress;
+    // As before: a child that never started leaves the agent's state as it was.
+    Report(report);
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.set_assignments_finished(status_.assignments_finished() + 1);
+    status_.set_assignments_failed(status_.assignments_failed() + 1);
+    return;
+  }
+  PublishStatus(assignment, files.dir, "running", pid, progress);
+
+  ChildOutcome outcome;
+  ProgressFollower follower(files.progress, assignment.id());
+  int wait_status = 0;
+  const std::string abort_reason =
+      SuperviseChild(assignment, pid, &follower, &progress, &outcome, &wait_status);
+  if (!abort_reason.empty()) {
+    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": stopping child " << pid << ": "
+                      << abort_reason;
+    PublishStatus(assignment, files.dir, "stopping", pid, progress);
+    StopChild(pid);
+    report.set_succeeded(false);
+    report.set_message(abort_reason);
+  } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
+    report.set_succeeded(true);
+    report.set_message("finished at global step " + std::to_string(progress.total_steps()));
+  } else {
+    report.set_succeeded(false);
+    report.set_message(ChildFailureMessage(command, wait_status, outcome, files.log));
+  }
+  for (const auto& o : outcome.outputs) report.add_output_paths(o);
+  if (outcome.has_evaluation) *report.mutable_evaluation() = outcome.evaluation;
+  *report.mutable_progress() = progress;
+  MLCD_LOG(INFO) << "assignment " << assignment.id() << " "
+                 << (report.succeeded() ? "succeeded" : "failed") << ": " << report.message();
+  PublishStatus(assignment, files.dir, "reporting", 0, progress);
+  FinishAssignment(report);
+}
+
+}  // namespace mlcd::worker

@@ -1,0 +1,185 @@
+// The vision transformer the worker trains (the backbone of MLCD, paper appendix A.2).
+//
+//   images [B, C, H, W] float
+//     -> patch embedding (non-overlapping p x p patches, one Linear; same weights as a
+//        stride-p Conv2d, stored in that [width, C, p, p] shape), or with the "conv" stem:
+//        n = ceil(log2 p) x [3x3 stride-2 Conv2d (no bias) -> GroupNorm(1 group) -> GELU],
+//        channels width/2^(n-1), ..., width/2, width, then a 1x1 projection (patch_weight
+//        [width, width, 1, 1], patch_bias): the same (image/p)^2 tokens
+//     -> + class token ("cls" pooling) and learned position embedding
+//     -> depth x pre-norm block:  x += proj(attention(LN1(x)));  x += fc2(GELU(fc1(LN2(x))))
+//     -> pooling: the class token ("cls") or the mean of the patch tokens ("mean", no class
+//        token at all)
+//     -> final LayerNorm -> projection (no bias) to embed_dim.
+// The output is NOT L2-normalised; the classification layer normalises it.
+//
+// Speed (CPU): activations stay 2-D ([B*T, width]) so every Linear is one GEMM; the
+// attention reads q/k/v straight out of the fused qkv projection and writes heads already
+// concatenated (no permutes or copies), with a hand-written forward/backward kernel
+// (worker/model/vit_kernels.h) that keeps each (sample, head) in cache; GELU is computed once
+// together with its derivative and fused with fc2; LayerNorm keeps each row's mean and 1/std
+// and computes its input gradient in one pass per row; Linear and LayerNorm backward passes
+// accumulate weight and bias gradients straight into the parameters' gradient tensors (no
+// temporaries). Non-CPU tensors (CUDA) take the reference path of plain ATen ops, which is
+// also what the tests compare the fused path with.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "mlcd/v1/job.pb.h"
+
+namespace mlcd::worker {
+
+enum class VitPooling { kCls, kMean };
+// How images become tokens (ModelSpec.stem): kPatch "patch", kConv "conv" (see above).
+enum class VitStem { kPatch, kConv };
+// What VisionTransformerImpl::Features() returns for evaluation and feature extraction.
+enum class VitFeatures {
+  kEmbedding,  // the projected embedding the loss sees (forward()), [B, embed_dim]
+  kPooled,     // the pooled token after the final LayerNorm, before the projection, [B, width]
+  // DINO's linear-evaluation features: the pooled token of each of the last `blocks` blocks
+  // (class token, or mean of the tokens for "mean" pooling), each through the final
+  // LayerNorm, plus (class-token models) the mean of the last block's patch tokens through
+  // the same LayerNorm; every part L2-normalised, concatenated and scaled by
+  // 1/sqrt(parts), so the row has unit norm. [B, width * parts]
+  kBlocks,
+  // Every token of the last block (class token first for "cls" pooling, then the patch
+  // tokens in raster order), each through the final LayerNorm and L2-normalised,
+  // concatenated and scaled by 1/sqrt(tokens), so the row has unit norm: the spatial layout
+  // a linear probe on pixels sees, in the model's own features. [B, width * tokens]
+  kTokens,
+};
+
+// "embedding", "pooled", "blocks", "tokens" (the spelling of EvaluationSpec.features).
+StatusOr<VitFeatures> ParseVitFeatures(const std::string& name);
+const char* VitFeaturesName(VitFeatures features);
+
+enum class AttentionImpl {
+  kFused,      // the fused CPU kernels (falls back to kReference for non-CPU tensors)
+  kReference,  // plain ATen ops: matmul, softmax, permutes
+};
+
+struct VitOptions {
+  int image_size = 28;
+  int patch_size = 7;
+  int channels = 1;
+  int width = 192;
+  int depth = 6;
+  int heads = 3;
+  // MLP hidden size = round(mlp_ratio * width).
+  double mlp_ratio = 4.0;
+  int embed_dim = 512;
+  VitPooling pooling = VitPooling::kCls;
+  VitStem stem = VitStem::kPatch;
+  double layer_norm_eps = 1e-6;
+  AttentionImpl attention = AttentionImpl::kFused;
+
+  int patches_per_side() const { return image_size / patch_size; }
+  int num_patches() const { return patches_per_side() * patches_per_side(); }
+  // Sequence length inside the blocks (patches + class token for "cls" pooling).
+  int tokens() const { return num_patches() + (pooling == VitPooling::kCls ? 1 : 0); }
+  int head_dim() const { return width / heads; }
+  // Channels of the conv stem's layers (empty for the patch stem): width >> (n - 1 - i).
+  std::vector<int> stem_channels() const;
+  int mlp_hidden() const;
+};
+
+// Checks sizes: all positive, width divisible by heads, image_size divisible by
+// patch_size, a conv stem able to reach that grid (ConvStemLayers). INVALID_ARGUMENT naming
+// the field otherwise.
+Status ValidateVitOptions(const VitOptions& options);
+
+// Options from a model spec on which ApplyJobSpecDefaults() has run (preset already folded
+// in); validated.
+StatusOr<VitOptions> VitOptionsFromSpec(const v1::ModelSpec& spec);
+
+// "vit-small: width 384, depth 12, heads 6, patch 7, image 28x28x1, embed 512, cls".
+std::string DescribeVitOptions(const VitOptions& options);
+
+class VisionTransformerImpl : public torch::nn::Module {
+ public:
+  explicit VisionTransformerImpl(const VitOptions& options);
+
+  // images: [B, channels, image_size, image_size]. Returns [B, embed_dim].
+  torch::Tensor forward(const torch::Tensor& images);
+
+  // Features of `images` for evaluation (see VitFeatures); `blocks` (kBlocks only) in
+  // [1, depth]. With `embedding`, also stores forward()'s output there from the same pass.
+  torch::Tensor Features(const torch::Tensor& images, VitFeatures features, int blocks = 4,
+                         torch::Tensor* embedding = nullptr);
+  // Columns of Features(.., features, blocks).
+  int64_t FeatureDim(VitFeatures features, int blocks = 4) const;
+
+  // Deterministic initialisation from `seed` (independent of the global torch RNG and of
+  // the thread count): Linear/patch weights N(0, 0.02) truncated at 2 sigma, biases 0,
+  // LayerNorm 1/0, position embedding N(0, 0.02), class token N(0, 1e-6), projection
+  // N(0, width^-1/2). The constructor calls it with seed 0.
+  void ResetParameters(uint64_t seed);
+
+  const VitOptions& options() const { return options_; }
+  // Parameters that get weight decay (weight matrices of Linear layers and the patch
+  // embedding) and those that do not (biases, LayerNorm, class token, position embedding),
+  // each in named_parameters() order.
+  std::vector<torch::Tensor> DecayParameters();
+  std::vector<torch::Tensor> NoDecayParameters();
+  int64_t NumParameters();
+
+ private:
+  struct Block {
+    torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+    torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
+  };
+  torch::Tensor BlockForward(const Block& block, torch::Tensor x, int64_t batch);
+  // Patch embedding, class token and position embedding: [B*T, width].
+  torch::Tensor Tokens(const torch::Tensor& images);
+  // The token pooled as options().pooling says from x [B*T, width]: [B, width].
+  torch::Tensor Pool(const torch::Tensor& x, int64_t batch) const;
+  torch::Tensor Attention(const torch::Tensor& qkv, int64_t batch);
+  // LayerNorm over the width with the module's weight and bias: FusedLayerNorm on the fused
+  // path, at::layer_norm otherwise.
+  torch::Tensor LayerNorm(const torch::Tensor& x, const torch::nn::LayerNorm& norm);
+  // Whether the fused CPU kernels apply to tensors like t (kFused, CPU, float).
+  bool Fused(const torch::Tensor& t) const;
+  // x W^T + b; with the fused path, the backward accumulates straight into the parameters'
+  // gradient tensors (see FlatParameters).
+  // With `residual`, returns residual + x W^T + b.
+  torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& weight,
+                       const torch::Tensor& bias, const torch::Tensor& residual = torch::Tensor());
+
+  VitOptions options_;
+  torch::Tensor patch_weight_;  // [width, channels, p, p]; conv stem: [width, width, 1, 1]
+  torch::Tensor patch_bias_;    // [width]
+  torch::Tensor cls_token_;     // [width] (cls pooling only)
+  torch::Tensor pos_embed_;     // [tokens, width]
+  std::vector<Block> blocks_;
+  struct StemLayer {
+    torch::nn::Conv2d conv{nullptr};
+    torch::nn::GroupNorm norm{nullptr};
+  };
+  std::vector<StemLayer> stem_;  // conv stem only
+  torch::nn::LayerNorm norm_{nullptr};
+  torch::Tensor head_;  // [embed_dim, width]
+};
+TORCH_MODULE(VisionTransformer);
+
+// The fused operations as autograd functions, exposed for tests and benchmarks.
+// qkv [B*T, 3*width] -> [B*T, width]; CPU float or double.
+torch::Tensor FusedSelfAttention(const torch::Tensor& qkv, int64_t batch, int64_t heads);
+// The same with plain ATen ops (any device and dtype).
+torch::Tensor ReferenceSelfAttention(const torch::Tensor& qkv, int64_t batch, int64_t heads);
+// Exact GELU with the derivative saved in the forward pass; CPU float (other tensors use
+// at::gelu).
+torch::Tensor FusedGelu(const torch::Tensor& x);
+// LayerNorm over the last dimension (weight and bias of that size) that keeps each row's
+// mean and 1/std for the backward pass and adds the weight/bias gradients straight into
+// their existing gradient tensors (see VisionTransformerImpl::Linear); CPU float or double
+// (other tensors use at::layer_norm).
+torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps);
+
+}  // namespace mlcd::worker

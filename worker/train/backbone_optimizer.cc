@@ -1,0 +1,119 @@
+#include "worker/train/backbone_optimizer.h"
+
+#include <cmath>
+
+#include "worker/model/vit_kernels.h"
+
+namespace mlcd::worker {
+
+FlatParameters::FlatParameters(const std::vector<std::vector<torch::Tensor>>& groups) {
+  int64_t total = 0;
+  torch::TensorOptions options = torch::TensorOptions().dtype(torch::kFloat);
+  bool first = true;
+  for (const auto& group : groups) {
+    for (const auto& p : group) {
+      TORCH_CHECK(p.scalar_type() == torch::kFloat, "FlatParameters holds float parameters only");
+      if (first) options = options.device(p.device());
+      first = false;
+      param_offsets_.push_back(total);
+      params_.push_back(p);
+      total += p.numel();
+    }
+    group_offsets_.push_back(total);
+  }
+  values_ = torch::empty({total}, options);
+  grads_ = torch::zeros({total}, options);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    const int64_t off = param_offsets_[i];
+    torch::Tensor view = values_.slice(0, off, off + p.numel()).view(p.sizes());
+    view.copy_(p);
+    p.set_data(view);
+  }
+  ZeroGrad();
+}
+
+void FlatParameters::ZeroGrad() {
+  if (!grads_.defined()) return;
+  grads_.zero_();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    const int64_t off = param_offsets_[i];
+    torch::Tensor& g = p.mutable_grad();
+    if (!g.defined() || g.data_ptr() != grads_.data_ptr<float>() + off) {
+      g = grads_.slice(0, off, off + p.numel()).view(p.sizes());
+    }
+  }
+}
+
+BackboneAdamW::BackboneAdamW(FlatParameters* params, BackboneAdamWOptions options)
+    : params_(params), options_(std::move(options)) {
+  exp_avg_ = torch::zeros_like(params_->values());
+  exp_avg_sq_ = torch::zeros_like(params_->values());
+}
+
+BackboneStepStats BackboneAdamW::Step(double lr, double grad_scale) {
+  torch::NoGradGuard no_grad;
+  BackboneStepStats stats;
+  torch::Tensor& grads = params_->grads();
+  const bool cpu = grads.device().is_cpu();
+  const double sum_sq = cpu ? kernels::SumOfSquares(grads.data_ptr<float>(), grads.numel())
+                            : grads.pow(2).sum().to(torch::kDouble).item<double>();
+  stats.grad_norm = std::sqrt(sum_sq) * grad_scale;
+  if (options_.grad_clip_norm > 0) {
+    const double coef = options_.grad_clip_norm / (stats.grad_norm + 1e-6);
+    if (coef < 1) stats.clip_coef = coef;
+  }
+  ++step_;
+  for (int g = 0; g < params_->num_groups(); ++g) {
+    const int64_t begin = params_->group_begin(g), end = params_->group_end(g);
+    if (begin == end) continue;
+    const double wd =
+        static_cast<size_t>(g) < options_.weight_decay.size() ? options_.weight_decay[g] : 0.0;
+    if (cpu) {
+      kernels::AdamWHyper h;
+      h.lr = static_cast<float>(lr);
+      h.beta1 = static_cast<float>(options_.beta1);
+      h.beta2 = static_cast<float>(options_.beta2);
+      h.eps = static_cast<float>(options_.eps);
+      h.weight_decay = static_cast<float>(wd);
+      h.grad_scale = static_cast<float>(grad_scale * stats.clip_coef);
+      h.step = step_;
+      kernels::AdamWUpdate(params_->values().data_ptr<float>() + begin,
+                           grads.data_ptr<float>() + begin, exp_avg_.data_ptr<float>() + begin,
+                           exp_avg_sq_.data_ptr<float>() + begin, end - begin, h);
+    } else {
+      auto p = params_->values().slice(0, begin, end);
+      auto gr = grads.slice(0, begin, end) * (grad_scale * stats.clip_coef);
+      auto m = exp_avg_.slice(0, begin, end);
+      auto v = exp_avg_sq_.slice(0, begin, end);
+      const double bc1 = 1 - std::pow(options_.beta1, double(step_));
+      const double bc2 = 1 - std::pow(options_.beta2, double(step_));
+      p.mul_(1 - lr * wd);
+      m.mul_(options_.beta1).add_(gr, 1 - options_.beta1);
+      v.mul_(options_.beta2).addcmul_(gr, gr, 1 - options_.beta2);
+      auto denom = (v.sqrt() / std::sqrt(bc2)).add_(options_.eps);
+      p.addcdiv_(m, denom, -lr / bc1);
+    }
+  }
+  return stats;
+}
+
+Status BackboneAdamW::LoadState(int64_t step, const torch::Tensor& exp_avg,
+                                const torch::Tensor& exp_avg_sq) {
+  if (exp_avg.numel() != exp_avg_.numel() || exp_avg_sq.numel() != exp_avg_sq_.numel()) {
+    return Status::InvalidArgument("backbone optimizer state has " +
+                                   std::to_string(exp_avg.numel()) + " values but the model has " +
+                                   std::to_string(exp_avg_.numel()) +
+                                   " parameters (checkpoint of a different model?)");
+  }
+  if (step < 0) return Status::InvalidArgument("backbone optimizer step must be >= 0");
+  torch::NoGradGuard no_grad;
+  exp_avg_.copy_(exp_avg.reshape({-1}));
+  exp_avg_sq_.copy_(exp_avg_sq.reshape({-1}));
+  step_ = step;
+  return Status::Ok();
+}
+
+}  // namespace mlcd::worker

@@ -1,0 +1,86 @@
+// The backbone's parameters in one contiguous buffer, and AdamW over it.
+//
+// FlatParameters moves every parameter of the given groups into one contiguous float tensor
+// (each parameter becomes a view of it: same Variable, new storage) and gives each one a
+// gradient that is a view of one contiguous gradient tensor. Autograd then accumulates
+// straight into that buffer, so the data-parallel allreduce (worker/train/grad_sync.h) runs on
+// slices of it without copies, the global gradient norm is one pass, and the optimizer is
+// one fused pass per group. Do not call Module::zero_grad() on a model whose parameters are
+// flattened (it would drop the gradient views); use FlatParameters::ZeroGrad().
+//
+// BackboneAdamW: AdamW (decoupled weight decay, torch.optim.AdamW semantics) with a weight
+// decay per group, global-norm gradient clipping and a gradient scale (1/world size) folded
+// into the same pass. Its state (step count, first and second moments) is replicated on every
+// rank, since every rank holds the whole backbone.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mlcd::worker {
+
+class FlatParameters {
+ public:
+  FlatParameters() = default;
+  // `groups` are lists of parameters (float, same device); no parameter may repeat.
+  explicit FlatParameters(const std::vector<std::vector<torch::Tensor>>& groups);
+
+  torch::Tensor& values() { return values_; }
+  torch::Tensor& grads() { return grads_; }
+  int64_t numel() const { return values_.defined() ? values_.numel() : 0; }
+  int num_groups() const { return static_cast<int>(group_offsets_.size()) - 1; }
+  // Element range [begin, end) of group g inside values()/grads().
+  int64_t group_begin(int g) const { return group_offsets_[static_cast<size_t>(g)]; }
+  int64_t group_end(int g) const { return group_offsets_[static_cast<size_t>(g) + 1]; }
+
+  // Zeroes the gradient buffer (and re-attaches the gradient views should anything have
+  // replaced them).
+  void ZeroGrad();
+
+ private:
+  torch::Tensor values_, grads_;
+  std::vector<torch::Tensor> params_;
+  std::vector<int64_t> param_offsets_;
+  std::vector<int64_t> group_offsets_{0};
+};
+
+struct BackboneAdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.98;
+  double eps = 1e-6;
+  // Per group of the FlatParameters (missing entries = 0).
+  std::vector<double> weight_decay;
+  // Clip the global gradient norm (after `grad_scale`) to this; <= 0 = no clipping.
+  double grad_clip_norm = 5.0;
+};
+
+struct BackboneStepStats {
+  double grad_norm = 0;  // global norm after grad_scale, before clipping
+  double clip_coef = 1;  // factor applied to the gradient (<= 1)
+};
+
+class BackboneAdamW {
+ public:
+  BackboneAdamW(FlatParameters* params, BackboneAdamWOptions options);
+
+  // One update with learning rate `lr`; the gradient used is grads() * grad_scale, clipped.
+  BackboneStepStats Step(double lr, double grad_scale = 1.0);
+
+  int64_t step_count() const { return step_; }
+  torch::Tensor& exp_avg() { return exp_avg_; }
+  torch::Tensor& exp_avg_sq() { return exp_avg_sq_; }
+  // Restores state saved from exp_avg()/exp_avg_sq()/step_count(); sizes must match.
+  Status LoadState(int64_t step, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq);
+
+ private:
+  FlatParameters* params_;
+  BackboneAdamWOptions options_;
+  torch::Tensor exp_avg_, exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+}  // namespace mlcd::worker

@@ -1,0 +1,399 @@
+#include "worker/train/checkpoint.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <tuple>
+
+#include "common/clock.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/npy.h"
+
+namespace mlcd::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kLatest = "LATEST";
+constexpr const char* kMeta = "meta.json";
+constexpr const char* kSpec = "spec.json";
+constexpr const char* kBackboneJson = "backbone.json";
+constexpr const char* kWeights = "backbone.weights.npy";
+constexpr const char* kExpAvg = "backbone.exp_avg.npy";
+constexpr const char* kExpAvgSq = "backbone.exp_avg_sq.npy";
+constexpr const char* kRng = "rng_state.npy";
+
+json MetaToJson(const CheckpointMeta& m) {
+  return json{{"format_version", m.format_version},
+              {"round", m.round},
+              {"epoch", m.epoch},
+              {"step_in_epoch", m.step_in_epoch},
+              {"steps_per_epoch", m.steps_per_epoch},
+              {"epoch_complete", m.epoch_complete},
+              {"global_step", m.global_step},
+              {"world_size", m.world_size},
+              {"num_classes", m.num_classes},
+              {"embedding_dim", m.embedding_dim},
+              {"label_set", m.label_set},
+              {"seed", m.seed},
+              {"num_samples", m.num_samples},
+              {"global_batch_size", m.global_batch_size},
+              {"created_unix_ms", m.created_unix_ms}};
+}
+
+// Parameter names, shapes and their offsets in the flat buffer (or consecutive offsets when
+// the model is not flattened).
+struct ParamEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+
+std::vector<ParamEntry> ModelEntries(VisionTransformer& model, FlatParameters* flat) {
+  std::vector<ParamEntry> out;
+  int64_t running = 0;
+  for (const auto& item : model->named_parameters()) {
+    ParamEntry e;
+    e.name = item.key();
+    e.shape = item.value().sizes().vec();
+    e.numel = item.value().numel();
+    if (flat) {
+      e.offset = item.value().data_ptr<float>() - flat->values().data_ptr<float>();
+    } else {
+      e.offset = running;
+      running += e.numel;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+StatusOr<std::map<std::string, ParamEntry>> ReadBackboneEntries(const std::string& dir,
+                                                                int64_t* optimizer_step) {
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kBackboneJson));
+  std::map<std::string, ParamEntry> entries;
+  try {
+    json j = json::parse(text);
+    for (const auto& p : j.at("parameters")) {
+      ParamEntry e;
+      e.name = p.at("name").get<std::string>();
+      e.shape = p.at("shape").get<std::vector<int64_t>>();
+      e.offset = p.at("offset").get<int64_t>();
+      e.numel = p.at("numel").get<int64_t>();
+      entries[e.name] = e;
+    }
+    if (optimizer_step) *optimizer_step = j.at("optimizer_step").get<int64_t>();
+  } catch (const std::exception& e) {
+    return Status::DataLoss(dir + "/" + kBackboneJson + ": malformed (" + e.what() + ")");
+  }
+  return entries;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Copies, for every parameter of `model`, its saved slice of `file` into `dest` at the
+// parameter's offset in `mine`.
+Status CopyByName(const std::string& dir, const std::string& file,
+                  const std::map<std::string, ParamEntry>& saved,
+                  const std::vector<ParamEntry>& mine,
+                  const std::function<float*(const ParamEntry&)>& dest) {
+  MLCD_ASSIGN_OR_RETURN(MappedNpy npy, MappedNpy::Open(dir + "/" + file));
+  if (npy.dtype() != NpyDtype::kFloat32 || npy.header().shape.size() != 1) {
+    return Status::DataLoss(npy.path() + ": expected a 1-d float32 array");
+  }
+  const int64_t total = npy.header().shape[0];
+  const float* data = npy.data_as<float>();
+  for (const auto& e : mine) {
+    auto it = saved.find(e.name);
+    if (it == saved.end()) {
+      return Status::InvalidArgument("checkpoint " + dir + " has no backbone parameter '" + e.name +
+                                     "': it was written by a different model (see its spec.json)");
+    }
+    if (it->second.shape != e.shape) {
+      return Status::InvalidArgument(
+          "backbone parameter '" + e.name + "' has shape " + ShapeText(it->second.shape) +
+          " in checkpoint " + dir + " but " + ShapeText(e.shape) +
+          " in this model: the spec's model sizes differ from the checkpoint's");
+    }
+    if (it->second.offset < 0 || it->second.offset + e.numel > total) {
+      return Status::DataLoss(npy.path() + ": parameter '" + e.name + "' lies outside the array");
+    }
+    std::memcpy(dest(e), data + it->second.offset, static_cast<size_t>(e.numel) * sizeof(float));
+  }
+  if (saved.size() != mine.size()) {
+    for (const auto& [name, entry] : saved) {
+      bool found = std::any_of(mine.begin(), mine.end(),
+                               [&](const ParamEntry& e) { return e.name == name; });
+      if (!found) {
+        return Status::InvalidArgument(
+            "checkpoint " + dir + " has backbone parameter '" + name +
+            "' that this model lacks: it was written by a different model");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+bool ParseName(const std::string& name, int* r, int* e, long long* s) {
+  char tail = 0;
+  return std::sscanf(name.c_str(), "ckpt-r%d-e%d-s%lld%c", r, e, s, &tail) == 3;
+}
+
+// AllReduce(min) of a success flag: every rank learns whether all succeeded (and it is a
+// barrier).
+Status AgreeOnSuccess(Collectives* comm, const Status& local, const std::string& what) {
+  if (comm->world_size() <= 1) return local;
+  at::Tensor flag = torch::tensor({local.ok() ? 1 : 0}, torch::kInt);
+  Status st = comm->AllReduce(flag, ReduceOp::kMin);
+  if (!st.ok()) return st.WithContext(what);
+  if (!local.ok()) return local.WithContext(what);
+  if (flag.item<int>() == 0) return Status::Aborted(what + " failed on another rank (see its log)");
+  return Status::Ok();
+}
+
+Status WriteBackbone(const std::string& dir, const CheckpointState& state) {
+  std::vector<ParamEntry> entries =
+      ModelEntries(const_cast<VisionTransformer&>(state.model), state.flat);
+  json params = json::array();
+  for (const auto& e : entries) {
+    params.push_back(
+        {{"name", e.name}, {"shape", e.shape}, {"offset", e.offset}, {"numel", e.numel}});
+  }
+  const int64_t n = state.flat->numel();
+  auto write = [&](const char* file, const torch::Tensor& t) {
+    torch::Tensor c = t.contiguous();
+    return WriteNpy(dir + "/" + file, NpyDtype::kFloat32, {n}, c.data_ptr<float>());
+  };
+  MLCD_RETURN_IF_ERROR(write(kWeights, state.flat->values()));
+  MLCD_RETURN_IF_ERROR(write(kExpAvg, state.optimizer->exp_avg()));
+  MLCD_RETURN_IF_ERROR(write(kExpAvgSq, state.optimizer->exp_avg_sq()));
+  json j{{"parameters", params},
+         {"numel", n},
+         {"optimizer", "adamw"},
+         {"optimizer_step", state.optimizer->step_count()},
+         {"model", DescribeVitOptions(state.model->options())}};
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + kBackboneJson, j.dump(2) + "\n"));
+  // torch's default generator (unused by the training math, kept for completeness).
+  auto gen = at::detail::getDefaultCPUGenerator();
+  at::Tensor rng;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    rng = gen.get_state();
+  }
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(dir + "/" + kRng, NpyDtype::kUint8, {rng.numel()}, rng.data_ptr<uint8_t>()));
+  std::string spec_json;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.preserve_proto_field_names = true;
+  auto st = google::protobuf::util::MessageToJsonString(*state.spec, &spec_json, opts);
+  if (!st.ok()) return Status::Internal("cannot print the job spec as JSON: " + st.ToString());
+  return WriteFileAtomically(dir + "/" + kSpec, spec_json);
+}
+
+void RemoveTree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) MLCD_LOG(WARNING) << "could not remove " << path << ": " << ec.message();
+}
+
+}  // namespace
+
+std::string CheckpointName(const CheckpointMeta& meta) {
+  return "ckpt-r" + std::to_string(meta.round) + "-e" + std::to_string(meta.epoch) + "-s" +
+         std::to_string(meta.step_in_epoch);
+}
+
+StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointState& state,
+                                      Collectives* comm, int keep_last) {
+  const std::string name = CheckpointName(state.meta);
+  const std::string tmp = root + "/.tmp-" + name;
+  const std::string final_dir = root + "/" + name;
+  const bool leader = comm->rank() == 0;
+
+  // 1. Rank 0 makes a clean temporary directory.
+  Status local;
+  if (leader) {
+    local = MakeDirs(root);
+    if (local.ok() && PathExists(tmp)) RemoveTree(tmp);
+    if (local.ok()) local = MakeDirs(tmp);
+  }
+  MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "preparing the checkpoint directory"));
+
+  // 2. Every rank writes its class-centre range; rank 0 also the backbone.
+  local = state.partial_fc ? state.partial_fc->Save(tmp) : Status::Ok();
+  if (local.ok() && leader) local = WriteBackbone(tmp, state);
+  MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "writing checkpoint " + name));
+
+  // 3. Rank 0 seals it: meta.json last, fsync, rename, LATEST.
+  if (leader) {
+    CheckpointMeta meta = state.meta;
+    meta.created_unix_ms = NowUnixMs();
+    local = WriteFileAtomically(tmp + "/" + kMeta, MetaToJson(meta).dump(2) + "\n");
+    if (local.ok()) local = SyncDir(tmp);
+    std::string trash;
+    if (local.ok() && PathExists(final_dir)) {
+      // The same position written again (a re-run after a restart): move the old one aside.
+      trash = root + "/.old-" + name + "-" + std::to_string(meta.created_unix_ms);
+      if (std::rename(final_dir.c_str(), trash.c_str()) != 0) {
+        local = Status::Internal("cannot move the old " + final_dir +
+                                 " aside: " + std::strerror(errno));
+      }
+    }
+    if (local.ok() && std::rename(tmp.c_str(), final_dir.c_str()) != 0) {
+      local = Status::Internal("cannot rename " + tmp + " to " + final_dir + ": " +
+                               std::strerror(errno));
+    }
+    if (local.ok()) local = SyncDir(root);
+    if (local.ok()) local = WriteFileAtomically(root + "/" + kLatest, name + "\n");
+    if (local.ok() && !trash.empty()) RemoveTree(trash);
+    if (local.ok() && keep_last > 0) {
+      std::vector<std::string> all = ListCheckpoints(root);
+      for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
+        if (fs::path(all[i]).filename() != name) RemoveTree(all[i]);
+      }
+    }
+  }
+  MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "finalising the checkpoint"));
+  return final_dir;
+}
+
+StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
+  if (path.empty()) return Status::InvalidArgument("empty checkpoint path");
+  if (!IsDirectory(path))
+    return Status::NotFound("checkpoint " + path + " does not exist or is not a directory");
+  if (PathExists(path + "/" + kMeta)) return path;
+  if (PathExists(path + "/" + kLatest)) {
+    MLCD_ASSIGN_OR_RETURN(std::string latest, ReadFileToString(path + "/" + kLatest));
+    while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
+    const std::string dir = path + "/" + latest;
+    if (latest.empty() || !PathExists(dir + "/" + kMeta)) {
+      return Status::FailedPrecondition(path + "/LATEST names '" + latest +
+                                        "', which is not a complete checkpoint");
+    }
+    return dir;
+  }
+  return Status::FailedPrecondition(
+      path + " is neither a checkpoint (no meta.json) nor a checkpoint root (no LATEST)");
+}
+
+StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kMeta));
+  CheckpointMeta m;
+  try {
+    json j = json::parse(text);
+    m.format_version = j.at("format_version").get<int>();
+    if (m.format_version != kCheckpointFormatVersion) {
+      return Status::FailedPrecondition(
+          dir + " has checkpoint format " + std::to_string(m.format_version) +
+          "; this worker reads format " + std::to_string(kCheckpointFormatVersion));
+    }
+    m.round = j.at("round").get<int>();
+    m.epoch = j.at("epoch").get<int>();
+    m.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
+    m.steps_per_epoch = j.at("steps_per_epoch").get<int64_t>();
+    m.epoch_complete = j.at("epoch_complete").get<bool>();
+    m.global_step = j.at("global_step").get<int64_t>();
+    m.world_size = j.at("world_size").get<int>();
+    m.num_classes = j.at("num_classes").get<int64_t>();
+    m.embedding_dim = j.at("embedding_dim").get<int64_t>();
+    m.label_set = j.at("label_set").get<std::string>();
+    m.seed = j.at("seed").get<uint64_t>();
+    m.num_samples = j.at("num_samples").get<int64_t>();
+    m.global_batch_size = j.at("global_batch_size").get<int64_t>();
+    m.created_unix_ms = j.value("created_unix_ms", int64_t{0});
+  } catch (const std::exception& e) {
+    return Status::DataLoss(dir + "/" + kMeta + ": malformed (" + e.what() + ")");
+  }
+  return m;
+}
+
+StatusOr<v1::JobSpec> ReadCheckpointSpec(const std::string& dir) {
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kSpec));
+  v1::JobSpec spec;
+  auto st = google::protobuf::util::JsonStringToMessage(text, &spec);
+  if (!st.ok()) return Status::DataLoss(dir + "/" + kSpec + ": " + st.ToString());
+  return spec;
+}
+
+Status LoadBackboneWeights(const std::string& dir, VisionTransformer& model) {
+  MLCD_ASSIGN_OR_RETURN(auto saved, ReadBackboneEntries(dir, nullptr));
+  std::vector<ParamEntry> mine = ModelEntries(model, nullptr);
+  std::map<std::string, torch::Tensor> params;
+  for (const auto& item : model->named_parameters()) params[item.key()] = item.value();
+  // Stage through a CPU buffer so the model may live on any device.
+  std::map<std::string, torch::Tensor> staged;
+  for (const auto& e : mine) staged[e.name] = torch::empty(e.shape, torch::kFloat);
+  MLCD_RETURN_IF_ERROR(CopyByName(dir, kWeights, saved, mine, [&](const ParamEntry& e) {
+    return staged[e.name].data_ptr<float>();
+  }));
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : staged) params[name].copy_(t);
+  return Status::Ok();
+}
+
+Status LoadBackboneOptimizer(const std::string& dir, VisionTransformer& model, FlatParameters* flat,
+                             BackboneAdamW* optimizer) {
+  int64_t step = 0;
+  MLCD_ASSIGN_OR_RETURN(auto saved, ReadBackboneEntries(dir, &step));
+  std::vector<ParamEntry> mine = ModelEntries(model, flat);
+  torch::Tensor m = torch::zeros({flat->numel()}, torch::kFloat);
+  torch::Tensor v = torch::zeros({flat->numel()}, torch::kFloat);
+  MLCD_RETURN_IF_ERROR(CopyByName(dir, kExpAvg, saved, mine, [&](const ParamEntry& e) {
+    return m.data_ptr<float>() + e.offset;
+  }));
+  MLCD_RETURN_IF_ERROR(CopyByName(dir, kExpAvgSq, saved, mine, [&](const ParamEntry& e) {
+    return v.data_ptr<float>() + e.offset;
+  }));
+  return optimizer->LoadState(step, m, v);
+}
+
+Status LoadRngState(const std::string& dir) {
+  const std::string path = dir + "/" + kRng;
+  if (!PathExists(path)) return Status::Ok();
+  MLCD_ASSIGN_OR_RETURN(NpyArray arr, ReadNpy(path));
+  if (arr.header.dtype != NpyDtype::kUint8) return Status::DataLoss(path + ": expected uint8");
+  torch::Tensor state = torch::empty({static_cast<int64_t>(arr.bytes.size())}, torch::kUInt8);
+  std::memcpy(state.data_ptr<uint8_t>(), arr.bytes.data(), arr.bytes.size());
+  auto gen = at::detail::getDefaultCPUGenerator();
+  try {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  } catch (const std::exception& e) {
+    return Status::DataLoss(path + ": not a CPU generator state (" + e.what() + ")");
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> ListCheckpoints(const std::string& root) {
+  std::vector<std::tuple<int, int, long long, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    int r = 0, e = 0;
+    long long s = 0;
+    if (entry.is_directory() && ParseName(name, &r, &e, &s) &&
+        PathExists(entry.path().string() + "/" + kMeta)) {
+      found.emplace_back(r, e, s, entry.path().string());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::get<3>(f));
+  return out;
+}
+
+}  // namespace mlcd::worker

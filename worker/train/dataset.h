@@ -1,0 +1,167 @@
+// Training images: a dataset interface (so formats other than Fashion-MNIST can follow), the
+// Fashion-MNIST implementation (IDX files from Debian's dataset-fashion-mnist, held in
+// memory as uint8), batched augmentation, and a background loader that prepares the next
+// batches while the current step computes.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/prefetch_queue.h"
+#include "common/status.h"
+#include "mlcd/v1/job.pb.h"
+#include "worker/train/sample_order.h"
+
+namespace mlcd::worker {
+
+// Images addressed by sample id 0..size()-1 (the row index of the split; the same ids as
+// feature shards and label sets).
+class ImageDataset {
+ public:
+  virtual ~ImageDataset() = default;
+  // "fashion-mnist train (60000 images, 28x28x1)".
+  virtual std::string Describe() const = 0;
+  virtual int64_t size() const = 0;
+  virtual int channels() const = 0;
+  virtual int height() const = 0;
+  virtual int width() const = 0;
+  // Copies the pixels of `n` samples into `out` ([n, C, H, W] uint8, CHW per image).
+  // INVALID_ARGUMENT naming the id when one is out of range.
+  virtual Status Gather(const int64_t* ids, int64_t n, uint8_t* out) const = 0;
+  // Per-channel mean and standard deviation of the pixels scaled to [0, 1] (normalisation).
+  virtual std::vector<float> mean() const = 0;
+  virtual std::vector<float> stddev() const = 0;
+  // Ground-truth class of each sample when the dataset has one (evaluation), else empty.
+  virtual const std::vector<int32_t>& class_labels() const = 0;
+};
+
+// Opens `split` ("train" or "test") of the dataset a spec names. Fashion-MNIST: reads the
+// IDX files under dataset.path (gzipped or not), keeping the first dataset.limit images when
+// limit > 0 (the train split only; `test_limit` for the test split). NOT_FOUND with an
+// install hint when the files are missing; INVALID_ARGUMENT for an unknown format.
+StatusOr<std::unique_ptr<ImageDataset>> OpenImageDataset(const v1::DatasetSpec& dataset,
+                                                         const std::string& split,
+                                                         int64_t test_limit = 0);
+
+// An in-memory uint8 dataset (Fashion-MNIST uses it; tests can build one).
+class InMemoryImageDataset : public ImageDataset {
+ public:
+  InMemoryImageDataset(std::string name, int64_t count, int channels, int height, int width,
+                       std::vector<uint8_t> pixels, std::vector<int32_t> class_labels,
+                       std::vector<float> mean, std::vector<float> stddev);
+  std::string Describe() const override;
+  int64_t size() const override { return count_; }
+  int channels() const override { return channels_; }
+  int height() const override { return height_; }
+  int width() const override { return width_; }
+  Status Gather(const int64_t* ids, int64_t n, uint8_t* out) const override;
+  std::vector<float> mean() const override { return mean_; }
+  std::vector<float> stddev() const override { return stddev_; }
+  const std::vector<int32_t>& class_labels() const override { return class_labels_; }
+
+ private:
+  std::string name_;
+  int64_t count_;
+  int channels_, height_, width_;
+  std::vector<uint8_t> pixels_;
+  std::vector<int32_t> class_labels_;
+  std::vector<float> mean_, stddev_;
+};
+
+struct AugmentOptions {
+  bool enabled = true;
+  // Random crop: pad each side with `padding` zero pixels, then crop back to the original
+  // size at a uniform offset in [0, 2*padding]^2. -1 = by image size: clamp(round(H/10), 2, 4).
+  int padding = -1;
+  // Flip left-right with probability 1/2.
+  bool horizontal_flip = true;
+  // Random resized crop (the Inception / SimCLR crop) instead of pad-and-crop when > 0: a
+  // window covering a uniform fraction in [crop_min_scale, 1] of the image area, with a
+  // log-uniform aspect ratio in [3/4, 4/3] (clipped to the image), at a uniform position,
+  // resized bilinearly to the output size. 0 = pad-and-crop. In (0, 1].
+  double crop_min_scale = 0;
+  uint64_t seed = 0;
+};
+
+int EffectivePadding(const AugmentOptions& options, int image_height);
+
+// Turns uint8 images [n, C, H, W] into the model's float input [n, C, S, S]: augmentation
+// (one batched gather for crop + flip; the draws of sample `id` come from (seed, round,
+// epoch, id), so they do not depend on the batch, the rank or the world size), scaling to
+// [0, 1], per-channel normalisation, and a bilinear resize when S != H or W.
+torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64_t>& ids,
+                            const AugmentOptions& augment, int round, int epoch,
+                            const std::vector<float>& mean, const std::vector<float>& stddev,
+                            int image_size);
+
+// The crop offsets and flip drawn for one sample (exposed for tests).
+struct AugmentDraw {
+  int offset_y = 0;  // in [0, 2*padding]; padding = no shift
+  int offset_x = 0;
+  bool flip = false;
+};
+AugmentDraw DrawAugmentation(const AugmentOptions& options, int padding, int round, int epoch,
+                             int64_t id);
+
+// The window of a random resized crop drawn for one sample, in pixels of the source image
+// (exposed for tests): [y0, y0 + height) x [x0, x0 + width), real-valued.
+struct ResizedCropDraw {
+  double y0 = 0, x0 = 0, height = 0, width = 0;
+  bool flip = false;
+};
+ResizedCropDraw DrawResizedCrop(const AugmentOptions& options, int image_height, int image_width,
+                                int round, int epoch, int64_t id);
+
+// One prepared batch of this rank.
+struct LoadedBatch {
+  int64_t index = 0;  // position in the schedule
+  StepPosition position;
+  std::vector<int64_t> ids;
+  torch::Tensor images;  // float [n, C, S, S]
+};
+
+struct BatchLoaderOptions {
+  const ImageDataset* dataset = nullptr;  // must outlive the loader
+  ScheduleOptions schedule;
+  AugmentOptions augment;
+  int image_size = 28;
+  // Batches prepared ahead.
+  int queue_depth = 2;
+};
+
+// Prepares the batches of a BatchSchedule in a background thread (single-threaded ATen
+// there, so it does not compete with the step's intra-op threads for more than one core).
+class BatchLoader {
+ public:
+  explicit BatchLoader(const BatchLoaderOptions& options);
+  ~BatchLoader();  // stops the thread
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // The next batch in schedule order; OUT_OF_RANGE after the last one; the loader's error
+  // (e.g. a bad id) when preparing failed.
+  StatusOr<LoadedBatch> Next();
+  // Seconds Next() spent waiting for the background thread (data stalls), in total.
+  double wait_seconds() const { return wait_seconds_; }
+  int64_t num_batches() const { return num_batches_; }
+
+ private:
+  void Run();
+
+  BatchLoaderOptions options_;
+  int64_t num_batches_ = 0;
+  int64_t next_index_ = 0;
+  double wait_seconds_ = 0;
+  PrefetchQueue<StatusOr<LoadedBatch>> queue_;
+  std::thread thread_;
+};
+
+}  // namespace mlcd::worker

@@ -1,0 +1,89 @@
+#include "worker/train/train_metrics.h"
+
+namespace mlcd::worker {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+prometheus::Gauge* MakeGauge(prometheus::Registry& r, const char* name, const char* help,
+                             const Labels& labels) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(labels);
+}
+
+prometheus::Counter* MakeCounter(prometheus::Registry& r, const char* name, const char* help,
+                                 const Labels& labels) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(labels);
+}
+
+prometheus::Histogram* MakeHistogram(prometheus::Registry& r, const char* name, const char* help,
+                                     const Labels& labels) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add(labels,
+                                                                             LatencyBuckets());
+}
+
+}  // namespace
+
+TrainMetrics::TrainMetrics(prometheus::Registry& r, const std::string& job_id, int round, int rank,
+                           const std::string& variant) {
+  const Labels l{{"job_id", job_id},
+                 {"round", std::to_string(round)},
+                 {"rank", std::to_string(rank)},
+                 {"variant", variant}};
+  loss_ = MakeGauge(r, "mlcd_worker_loss",
+                    "Loss of the last training step (mean over the global batch).", l);
+  samples_per_second_ = MakeGauge(r, "mlcd_worker_samples_per_second",
+                                  "Global training samples per second of the last step.", l);
+  positive_cosine_ =
+      MakeGauge(r, "mlcd_worker_mean_positive_cosine",
+                "Mean cosine between embeddings and their positive class centres (last step).", l);
+  negative_cosine_ = MakeGauge(
+      r, "mlcd_worker_mean_negative_cosine",
+      "Mean cosine between embeddings and sampled negative class centres (last step).", l);
+  learning_rate_ =
+      MakeGauge(r, "mlcd_worker_learning_rate", "Backbone learning rate of the last step.", l);
+  grad_norm_ = MakeGauge(r, "mlcd_worker_grad_norm",
+                         "Backbone gradient norm before clipping (last step).", l);
+  global_step_ =
+      MakeGauge(r, "mlcd_worker_global_step", "Optimizer steps of the job so far (all rounds).", l);
+  steps_ = MakeCounter(r, "mlcd_worker_steps_total", "Training steps taken by this process.", l);
+  samples_ = MakeCounter(r, "mlcd_worker_samples_total",
+                         "Global batch samples processed by this process.", l);
+  step_seconds_ = MakeHistogram(r, "mlcd_worker_step_seconds", "Wall time of a training step.", l);
+  backbone_seconds_ = MakeHistogram(r, "mlcd_worker_backbone_seconds",
+                                    "ViT forward, backward and optimizer time per step.", l);
+  classification_seconds_ =
+      MakeHistogram(r, "mlcd_worker_classification_layer_seconds",
+                    "Classification layer (PartialFc) compute per step, without collectives.", l);
+  collective_seconds_ =
+      MakeHistogram(r, "mlcd_worker_collective_seconds",
+                    "Collectives per step: PartialFc exchanges and the gradient allreduce.", l);
+  label_wait_seconds_ =
+      MakeHistogram(r, "mlcd_worker_label_wait_seconds",
+                    "Time a step waited for its labels from the label store (prefetch stall).", l);
+  data_wait_seconds_ = MakeHistogram(r, "mlcd_worker_data_wait_seconds",
+                                     "Time a step waited for its images (loader stall).", l);
+  checkpoint_seconds_ =
+      MakeHistogram(r, "mlcd_worker_checkpoint_seconds", "Wall time of writing a checkpoint.", l);
+}
+
+void TrainMetrics::RecordStep(const StepReport& s) {
+  loss_->Set(s.loss);
+  samples_per_second_->Set(s.samples_per_second);
+  positive_cosine_->Set(s.mean_positive_cosine);
+  negative_cosine_->Set(s.mean_negative_cosine);
+  learning_rate_->Set(s.learning_rate);
+  grad_norm_->Set(s.grad_norm);
+  global_step_->Set(static_cast<double>(s.global_step));
+  steps_->Increment();
+  samples_->Increment(static_cast<double>(s.global_batch_size));
+  step_seconds_->Observe(s.timings.step);
+  backbone_seconds_->Observe(s.timings.backbone);
+  classification_seconds_->Observe(s.timings.classification_layer);
+  collective_seconds_->Observe(s.timings.collectives);
+  label_wait_seconds_->Observe(s.timings.label_wait);
+  data_wait_seconds_->Observe(s.timings.data_wait);
+}
+
+void TrainMetrics::RecordCheckpoint(double seconds) { checkpoint_seconds_->Observe(seconds); }
+
+}  // namespace mlcd::worker

@@ -1,0 +1,626 @@
+#include "worker/train/trainer.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+
+#include "clients/labelstore_client.h"
+#include "common/blas_env.h"
+#include "common/file_util.h"
+#include "common/format.h"
+#include "common/job_spec.h"
+#include "common/log.h"
+#include "common/npy.h"
+#include "worker/loss/collectives.h"
+#include "worker/loss/partial_fc.h"
+#include "worker/model/vit.h"
+#include "worker/train/backbone_optimizer.h"
+#include "worker/train/checkpoint.h"
+#include "worker/train/dataset.h"
+#include "worker/train/grad_sync.h"
+#include "worker/train/label_prefetcher.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/sample_order.h"
+#include "worker/train/train_metrics.h"
+
+namespace mlcd::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// training.centre_init: starts a fresh round's class centres (this rank's range) from the
+// round's k-means centroids when they live in the model's embedding space. Sets *used.
+Status InitCentresFromCentroids(const v1::JobSpec& spec, const TrainerOptions& options,
+                                PartialFc* layer, bool* used) {
+  *used = false;
+  const std::string& mode = spec.training().centre_init();
+  if (mode == "random") return Status::Ok();
+  const bool model_space = options.round > 0 || spec.clustering().features().kind() == "model";
+  if (mode == "auto" && (!model_space || options.centroids_path.empty())) return Status::Ok();
+  if (options.centroids_path.empty()) {
+    return Status::FailedPrecondition(
+        "training.centre_init is 'centroids' but no centroids file was given: pass --centroids "
+        "FILE (the round's "
+        "k-means centroids; the coordinator's assignments carry them)");
+  }
+  const int64_t k = spec.clustering().k();
+  const int64_t d = layer->options().embedding_dim;
+  MLCD_ASSIGN_OR_RETURN(MappedNpy centroids, MappedNpy::Open(options.centroids_path));
+  Status shape = centroids.Expect2d({NpyDtype::kFloat32});
+  if (shape.ok() && (centroids.rows() != k || centroids.cols() != d)) {
+    shape = Status::InvalidArgument(
+        options.centroids_path + " holds " + std::to_string(centroids.rows()) + " x " +
+        std::to_string(centroids.cols()) + " centroids but the class centres are " +
+        std::to_string(k) + " x " + std::to_string(d) + " (clustering.k x model.embed_dim)");
+  }
+  if (!shape.ok()) {
+    if (mode == "auto") {
+      MLCD_LOG(WARNING) << "class centres start at random: " << shape.message();
+      return Status::Ok();
+    }
+    return Status::FailedPrecondition(
+        shape.message() +
+        "; training.centre_init 'centroids' needs the round to cluster this model's "
+        "own embeddings (or use 'auto' / 'random')");
+  }
+  // Only this rank's rows are read from the mapping.
+  const ClassRange range = layer->class_range();
+  at::Tensor rows = at::from_blob(const_cast<float*>(centroids.data_as<float>()) + range.begin * d,
+                                  {range.size(), d}, at::kFloat);
+  if (!at::isfinite(rows).all().item<bool>()) {
+    return Status::InvalidArgument(
+        options.centroids_path + " has NaN or infinite values in rows [" +
+        std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+  }
+  layer->weight().copy_(rows);
+  *used = true;
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainerOptions options;
+  v1::JobSpec spec;
+  std::unique_ptr<ImageDataset> dataset;
+  VitOptions vit_options;
+  std::unique_ptr<Collectives> comm;
+  std::unique_ptr<labelstore::LabelStoreClient> labels_client;
+  VisionTransformer model{nullptr};
+  std::unique_ptr<FlatParameters> flat;
+  std::unique_ptr<BackboneAdamW> optimizer;
+  std::unique_ptr<GradSync> grad_sync;
+  std::unique_ptr<PartialFc> partial_fc;
+  std::unique_ptr<TrainMetrics> metrics;
+  LrScheduleOptions lr;
+  ScheduleOptions schedule;
+  std::string checkpoint_root;
+  std::string resumed_from;
+  int64_t steps_per_epoch = 0;
+  int64_t job_total_steps = 0;
+  TrainerSummary summary;
+
+  int64_t GlobalStep(int epoch, int64_t step_in_epoch) const {
+    const int64_t epochs = spec.training().epochs_per_round();
+    return (static_cast<int64_t>(options.round) * epochs + epoch) * steps_per_epoch + step_in_epoch;
+  }
+  void Emit(const json& event) {
+    if (options.on_event) options.on_event(event);
+  }
+  Status Init();
+  Status ResolveSpec();
+  Status SetUpSchedule();
+  Status RestoreOrInitialise();
+  Status Run();
+  LabelPrefetcherOptions PrefetcherOptions() const;
+  BatchLoaderOptions LoaderOptions() const;
+  void AnnounceStep(const StepPosition& pos, const StepReport& report, double loss,
+                    bool last_batch);
+  StatusOr<std::string> Checkpoint(const StepPosition& position, int64_t steps_done_in_epoch);
+};
+
+// The job spec with defaults, this gang's world size and the options checked against it.
+Status Trainer::Impl::ResolveSpec() {
+  spec = options.spec;
+  ApplyJobSpecDefaults(&spec);
+  if (options.world_size < 1) return Status::InvalidArgument("--world-size must be >= 1");
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return Status::InvalidArgument("--rank " + std::to_string(options.rank) + " is outside [0, " +
+                                   std::to_string(options.world_size) + ")");
+  }
+  if (spec.training().world_size() != options.world_size) {
+    MLCD_LOG(INFO) << "the spec says world_size " << spec.training().world_size()
+                   << "; this gang has " << options.world_size
+                   << " ranks (class centres are resharded by class range)";
+    spec.mutable_training()->set_world_size(options.world_size);
+  }
+  MLCD_RETURN_IF_ERROR(ValidateJobSpec(&spec));
+  const int epochs_per_round = spec.training().epochs_per_round();
+  if (options.end_epoch < 0) options.end_epoch = epochs_per_round;
+  if (options.round < 0 || options.round >= spec.training().rounds()) {
+    return Status::InvalidArgument(
+        "--round " + std::to_string(options.round) + " is outside the job's " +
+        std::to_string(spec.training().rounds()) + " rounds (training.rounds)");
+  }
+  if (options.first_epoch < 0 || options.end_epoch > epochs_per_round ||
+      options.first_epoch > options.end_epoch) {
+    return Status::InvalidArgument("epochs [" + std::to_string(options.first_epoch) + ", " +
+                                   std::to_string(options.end_epoch) + ") do not fit the round's " +
+                                   std::to_string(epochs_per_round) +
+                                   " epochs (training.epochs_per_round)");
+  }
+  if (options.label_set.empty()) {
+    return Status::InvalidArgument("no label set: pass --label-set NAME (e.g. job/<id>/r<round>)");
+  }
+  if (options.labelstore_address.empty())
+    return Status::InvalidArgument("no label store: pass --labelstore HOST:PORT");
+  return Status::Ok();
+}
+
+// The sample order of this run (sample_order.h) and the step counts derived from it.
+Status Trainer::Impl::SetUpSchedule() {
+  const int epochs_per_round = spec.training().epochs_per_round();
+  schedule.seed = spec.training().seed();
+  schedule.num_samples = dataset->size();
+  schedule.global_batch_size = spec.training().batch_size();
+  schedule.max_steps_per_epoch = spec.training().max_steps_per_epoch();
+  schedule.round = options.round;
+  schedule.first_epoch = options.first_epoch;
+  schedule.end_epoch = options.end_epoch;
+  schedule.rank = options.rank;
+  schedule.world_size = options.world_size;
+  MLCD_RETURN_IF_ERROR(ValidateSchedule(schedule));
+  steps_per_epoch =
+      StepsPerEpoch(schedule.num_samples, schedule.global_batch_size, schedule.max_steps_per_epoch);
+  job_total_steps =
+      static_cast<int64_t>(spec.training().rounds()) * epochs_per_round * steps_per_epoch;
+  return Status::Ok();
+}
+
+Status Trainer::Impl::Init() {
+  MLCD_RETURN_IF_ERROR(ResolveSpec());
+
+  int threads = options.threads > 0 ? options.threads : spec.training().threads_per_worker();
+  if (threads > 0) {
+    at::set_num_threads(threads);
+    SetBlasThreads(threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
+  }
+  torch::manual_seed(spec.training().seed());
+
+  MLCD_ASSIGN_OR_RETURN(dataset, OpenImageDataset(spec.dataset(), "train"));
+  MLCD_ASSIGN_OR_RETURN(vit_options, VitOptionsFromSpec(spec.model()));
+  if (vit_options.channels != dataset->channels()) {
+    return Status::InvalidArgument("model.channels is " + std::to_string(vit_options.channels) +
+                                   " but " + dataset->Describe() + " has " +
+                                   std::to_string(dataset->channels()) + " channels");
+  }
+
+  MLCD_RETURN_IF_ERROR(SetUpSchedule());
+
+  // The label set must be the one the spec describes.
+  labelstore::LabelStoreClientOptions client_options;
+  client_options.timeout =
+      std::chrono::seconds(std::max(30, spec.training().collective_timeout_seconds()));
+  labels_client =
+      std::make_unique<labelstore::LabelStoreClient>(options.labelstore_address, client_options);
+  MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo info, labels_client->Describe(options.label_set));
+  const auto& cl = spec.clustering();
+  if (info.num_classes() != cl.k() || info.labels_per_sample() != cl.l()) {
+    return Status::FailedPrecondition("label set '" + options.label_set +
+                                      "' has k=" + std::to_string(info.num_classes()) +
+                                      ", l=" + std::to_string(info.labels_per_sample()) +
+                                      " but the spec says clustering.k=" + std::to_string(cl.k()) +
+                                      ", clustering.l=" + std::to_string(cl.l()));
+  }
+  if (info.num_samples() < static_cast<uint64_t>(dataset->size())) {
+    return Status::FailedPrecondition(
+        "label set '" + options.label_set + "' holds labels for " +
+        std::to_string(info.num_samples()) + " samples but the training set has " +
+        std::to_string(dataset->size()) + " (" + dataset->Describe() +
+        "); write labels for every sample id 0.." + std::to_string(dataset->size() - 1));
+  }
+  if (info.state() != v1::LABEL_SET_STATE_SEALED) {
+    MLCD_LOG(WARNING) << "label set '" << options.label_set
+                      << "' is not sealed; it may still change";
+  }
+
+  // Join the gang.
+  CollectivesOptions copts;
+  copts.rank = options.rank;
+  copts.world_size = options.world_size;
+  copts.rendezvous = options.rendezvous;
+  copts.timeout = std::chrono::seconds(spec.training().collective_timeout_seconds());
+  copts.store_prefix = options.store_prefix;
+  if (options.world_size > 1 && options.rendezvous.empty()) {
+    return Status::InvalidArgument("world size " + std::to_string(options.world_size) +
+                                   " needs --rendezvous HOST:PORT (rank 0's TCPStore)");
+  }
+  MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(copts));
+
+  checkpoint_root =
+      options.checkpoint_dir.empty() ? spec.training().checkpoint_dir() : options.checkpoint_dir;
+  if (options.metrics) {
+    metrics = std::make_unique<TrainMetrics>(options.metrics->registry(),
+                                             options.job_id.empty() ? "standalone" : options.job_id,
+                                             options.round, options.rank, spec.loss().variant());
+  }
+  const auto& o = spec.optimizer();
+  lr.peak_lr = o.lr();
+  lr.warmup_fraction = o.warmup_fraction();
+  lr.total_steps = job_total_steps;
+  MLCD_ASSIGN_OR_RETURN(lr.decay, ParseLrDecay(o.schedule()));
+  if (o.name() != "adamw") {
+    return Status::InvalidArgument("optimizer.name \"" + o.name() +
+                                   "\" is not supported by the worker; use adamw");
+  }
+  return RestoreOrInitialise();
+}
+
+Status Trainer::Impl::RestoreOrInitialise() {
+  model = VisionTransformer(vit_options);
+  model->ResetParameters(spec.training().seed());
+  CheckpointMeta meta;
+  bool resume = !options.resume.empty();
+  if (resume) {
+    MLCD_ASSIGN_OR_RETURN(resumed_from, ResolveCheckpoint(options.resume));
+    MLCD_ASSIGN_OR_RETURN(meta, ReadCheckpointMeta(resumed_from));
+    if (meta.round > options.round) {
+      return Status::FailedPrecondition("checkpoint " + resumed_from + " is from round " +
+                                        std::to_string(meta.round) + ", after this run's round " +
+                                        std::to_string(options.round));
+    }
+    if (meta.round == options.round) {
+      if (meta.num_samples != schedule.num_samples ||
+          meta.global_batch_size != schedule.global_batch_size ||
+          meta.steps_per_epoch != steps_per_epoch) {
+        return Status::FailedPrecondition(
+            "checkpoint " + resumed_from + " was written for " + std::to_string(meta.num_samples) +
+            " samples, global batch " + std::to_string(meta.global_batch_size) + ", " +
+            std::to_string(meta.steps_per_epoch) + " steps per epoch; this run has " +
+            std::to_string(schedule.num_samples) + ", " +
+            std::to_string(schedule.global_batch_size) + ", " + std::to_string(steps_per_epoch) +
+            ": the sample order would not continue (dataset.limit, " +
+            "training.batch_size and training.max_steps_per_epoch must match)");
+      }
+      if (meta.label_set != options.label_set) {
+        return Status::FailedPrecondition(
+            "checkpoint " + resumed_from + " trained on label set '" + meta.label_set +
+            "' but this run of the same round uses '" + options.label_set + "'");
+      }
+    }
+    MLCD_RETURN_IF_ERROR(LoadBackboneWeights(resumed_from, model));
+    MLCD_RETURN_IF_ERROR(LoadRngState(resumed_from));
+  }
+  flat = std::make_unique<FlatParameters>(std::vector<std::vector<torch::Tensor>>{
+      model->DecayParameters(), model->NoDecayParameters()});
+  BackboneAdamWOptions aopts;
+  aopts.beta1 = spec.optimizer().beta1();
+  aopts.beta2 = spec.optimizer().beta2();
+  aopts.weight_decay = {spec.optimizer().weight_decay(), 0.0};
+  aopts.grad_clip_norm = spec.optimizer().grad_clip_norm();
+  optimizer = std::make_unique<BackboneAdamW>(flat.get(), aopts);
+  if (resume)
+    MLCD_RETURN_IF_ERROR(LoadBackboneOptimizer(resumed_from, model, flat.get(), optimizer.get()));
+  grad_sync = std::make_unique<GradSync>(comm.get(), flat.get());
+  // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
+  MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
+
+  PartialFcOptions popts;
+  popts.num_classes = spec.clustering().k();
+  popts.embedding_dim = vit_options.embed_dim;
+  popts.sample_ratio = spec.loss().sample_ratio();
+  MLCD_ASSIGN_OR_RETURN(popts.variant, ParseLossVariant(spec.loss().variant()));
+  MLCD_ASSIGN_OR_RETURN(popts.margin_type, ParseMarginType(spec.loss().margin_type()));
+  popts.scale = spec.loss().scale();
+  popts.margin = spec.loss().margin();
+  // Fresh centres for every round (the round's clusters are new).
+  popts.seed = HashValues(
+      {spec.training().seed(), 0x43454E54ull /* "CENT" */, static_cast<uint64_t>(options.round)});
+  popts.beta1 = spec.optimizer().beta1();
+  popts.beta2 = spec.optimizer().beta2();
+  popts.weight_decay = spec.optimizer().weight_decay();
+  MLCD_ASSIGN_OR_RETURN(partial_fc, PartialFc::Create(popts, comm.get()));
+
+  if (resume && meta.round == options.round) {
+    if (meta.num_classes != popts.num_classes || meta.embedding_dim != popts.embedding_dim) {
+      return Status::FailedPrecondition(
+          "checkpoint " + resumed_from + " has " + std::to_string(meta.num_classes) +
+          " class centres of size " + std::to_string(meta.embedding_dim) + "; this run needs " +
+          std::to_string(popts.num_classes) + " of size " + std::to_string(popts.embedding_dim));
+    }
+    MLCD_RETURN_IF_ERROR(partial_fc->Load(resumed_from));
+    schedule.first_epoch = meta.next_epoch();
+    schedule.first_step = meta.next_step_in_epoch();
+    if (schedule.first_epoch != options.first_epoch || schedule.first_step != 0) {
+      MLCD_LOG(INFO) << "resuming at round " << options.round << " epoch " << schedule.first_epoch
+                     << " step " << schedule.first_step << " from " << resumed_from
+                     << " (the assignment said epoch " << options.first_epoch << ")";
+    }
+    if (schedule.first_epoch > schedule.end_epoch) schedule.first_epoch = schedule.end_epoch;
+    if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
+  } else {
+    bool from_centroids = false;
+    MLCD_RETURN_IF_ERROR(
+        InitCentresFromCentroids(spec, options, partial_fc.get(), &from_centroids));
+    const std::string centres =
+        from_centroids ? "class centres from the k-means centroids " + options.centroids_path
+                       : "random class centres";
+    if (resume) {
+      MLCD_LOG(INFO) << "round " << options.round << " starts from the backbone of " << resumed_from
+                     << " (round " << meta.round << ") with " << centres << " for label set '"
+                     << options.label_set << "'";
+    } else if (from_centroids) {
+      MLCD_LOG(INFO) << "round " << options.round << " starts with " << centres;
+    }
+  }
+  MLCD_RETURN_IF_ERROR(ValidateSchedule(schedule));
+  summary.first_global_step = GlobalStep(schedule.first_epoch, schedule.first_step);
+  summary.global_step = summary.first_global_step;
+  summary.last_checkpoint = resumed_from;
+  MLCD_LOG(INFO) << "rank " << options.rank << "/" << options.world_size << " ("
+                 << comm->backend_name() << "), " << at::get_num_threads() << " threads; model "
+                 << DescribeVitOptions(vit_options) << " (" << model->NumParameters()
+                 << " parameters); " << dataset->Describe() << "; classes "
+                 << partial_fc->class_range().begin << ".." << partial_fc->class_range().end
+                 << " of " << spec.clustering().k() << "; " << steps_per_epoch
+                 << " steps per epoch, " << job_total_steps << " in the job";
+  return Status::Ok();
+}
+
+StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
+                                                int64_t steps_done_in_epoch) {
+  const auto start = Clock::now();
+  CheckpointState state;
+  state.meta.round = position.round;
+  state.meta.epoch = position.epoch;
+  state.meta.step_in_epoch = steps_done_in_epoch;
+  state.meta.steps_per_epoch = steps_per_epoch;
+  state.meta.epoch_complete = steps_done_in_epoch >= steps_per_epoch;
+  state.meta.global_step = GlobalStep(position.epoch, steps_done_in_epoch);
+  state.meta.world_size = options.world_size;
+  state.meta.num_classes = spec.clustering().k();
+  state.meta.embedding_dim = vit_options.embed_dim;
+  state.meta.label_set = options.label_set;
+  state.meta.seed = spec.training().seed();
+  state.meta.num_samples = schedule.num_samples;
+  state.meta.global_batch_size = schedule.global_batch_size;
+  state.spec = &spec;
+  state.model = model;
+  state.flat = flat.get();
+  state.optimizer = optimizer.get();
+  state.partial_fc = partial_fc.get();
+  auto path = WriteCheckpoint(checkpoint_root, state, comm.get(), options.keep_checkpoints);
+  if (!path.ok())
+    return path.status().WithContext("checkpoint at global step " +
+                                     std::to_string(state.meta.global_step));
+  const double seconds = Seconds(start, Clock::now());
+  if (metrics) metrics->RecordCheckpoint(seconds);
+  summary.last_checkpoint = *path;
+  MLCD_LOG(INFO) << "checkpoint " << *path << " (" << Fixed(seconds, 2) << " s)";
+  Emit(json{{"event", "checkpoint"},
+            {"path", *path},
+            {"round", position.round},
+            {"epoch", position.epoch},
+            {"step_in_epoch", steps_done_in_epoch},
+            {"global_step", state.meta.global_step},
+            {"epoch_complete", state.meta.epoch_complete},
+            {"seconds", seconds}});
+  return path;
+}
+
+// The label prefetcher and the image loader of this run (the same schedule).
+LabelPrefetcherOptions Trainer::Impl::PrefetcherOptions() const {
+  LabelPrefetcherOptions popts;
+  popts.client = labels_client.get();
+  popts.label_set = options.label_set;
+  popts.labels_per_sample = spec.clustering().l();
+  popts.schedule = schedule;
+  popts.depth = spec.training().label_prefetch_depth();
+  return popts;
+}
+
+BatchLoaderOptions Trainer::Impl::LoaderOptions() const {
+  BatchLoaderOptions lopts;
+  lopts.dataset = dataset.get();
+  lopts.schedule = schedule;
+  lopts.augment.enabled = spec.dataset().augment();
+  lopts.augment.seed = spec.training().seed();
+  lopts.augment.crop_min_scale = spec.dataset().crop_min_scale();
+  lopts.image_size = vit_options.image_size;
+  lopts.queue_depth = 2;
+  return lopts;
+}
+
+// The progress event of a finished step and, every options.log_every steps, its log line.
+void Trainer::Impl::AnnounceStep(const StepPosition& pos, const StepReport& report, double loss,
+                                 bool last_batch) {
+  Emit(json{{"event", "progress"},
+            {"round", pos.round},
+            {"epoch", pos.epoch},
+            {"step_in_epoch", pos.step_in_epoch + 1},
+            {"steps_per_epoch", steps_per_epoch},
+            {"global_step", report.global_step},
+            {"loss", loss},
+            {"samples_per_second", report.samples_per_second},
+            {"mean_positive_cosine", report.mean_positive_cosine},
+            {"mean_negative_cosine", report.mean_negative_cosine},
+            {"learning_rate", report.learning_rate},
+            {"label_wait_seconds", report.timings.label_wait},
+            {"step_seconds", report.timings.step}});
+  if (options.log_every > 0 && (summary.steps_run % options.log_every == 0 || last_batch)) {
+    MLCD_LOG(INFO) << "round " << pos.round << " epoch " << pos.epoch << " step "
+                   << pos.step_in_epoch + 1 << "/" << steps_per_epoch << " global "
+                   << report.global_step << "/" << job_total_steps << " loss "
+                   << std::setprecision(5) << loss << " lr " << report.learning_rate
+                   << " pos/neg cos " << report.mean_positive_cosine << "/"
+                   << report.mean_negative_cosine << ", " << std::setprecision(4)
+                   << report.samples_per_second << " samples/s (backbone "
+                   << report.timings.backbone << " s, classification "
+                   << report.timings.classification_layer << " s, collectives "
+                   << report.timings.collectives << " s, label wait " << report.timings.label_wait
+                   << " s, data wait " << report.timings.data_wait << " s)";
+  }
+}
+
+Status Trainer::Impl::Run() {
+  const auto run_start = Clock::now();
+  BatchSchedule plan(schedule);
+  const int64_t batches = plan.num_batches();
+  Emit(json{{"event", "started"},
+            {"rank", options.rank},
+            {"world_size", options.world_size},
+            {"steps_per_epoch", steps_per_epoch},
+            {"job_total_steps", job_total_steps},
+            {"round", options.round},
+            {"epoch", schedule.first_epoch},
+            {"step_in_epoch", schedule.first_step},
+            {"global_step", summary.first_global_step},
+            {"resumed_from", resumed_from}});
+
+  LabelPrefetcher prefetcher(PrefetcherOptions());
+  BatchLoader loader(LoaderOptions());
+
+  const double centre_lr_multiplier = spec.optimizer().centre_lr_multiplier();
+  const int64_t every = spec.training().checkpoint_every_steps();
+  for (int64_t index = 0; index < batches; ++index) {
+    const auto step_start = Clock::now();
+    MLCD_ASSIGN_OR_RETURN(BatchLabels labels, prefetcher.Next());
+    const double label_wait = prefetcher.last_wait_seconds();
+    const auto data_start = Clock::now();
+    MLCD_ASSIGN_OR_RETURN(LoadedBatch batch, loader.Next());
+    const double data_wait = Seconds(data_start, Clock::now());
+    if (labels.ids != batch.ids) return Status::Internal("label and image batches are out of step");
+    const StepPosition pos = batch.position;
+    const int64_t global_step = GlobalStep(pos.epoch, pos.step_in_epoch);
+    const double step_lr = LearningRateAt(lr, global_step);
+
+    const auto compute_start = Clock::now();
+    flat->ZeroGrad();
+    torch::Tensor embeddings = model->forward(batch.images);
+    const int64_t n = static_cast<int64_t>(labels.ids.size());
+    torch::Tensor label_tensor =
+        torch::from_blob(labels.labels.data(), {n, labels.labels_per_sample}, torch::kInt);
+    auto fc = partial_fc->ForwardBackward(embeddings.detach(), label_tensor);
+    if (!fc.ok()) {
+      return fc.status().WithContext("classification layer at round " + std::to_string(pos.round) +
+                                     " epoch " + std::to_string(pos.epoch) + " step " +
+                                     std::to_string(pos.step_in_epoch) + " (global step " +
+                                     std::to_string(global_step) + ")");
+    }
+    embeddings.backward(fc->grad_embeddings);
+    const auto backward_end = Clock::now();
+    MLCD_RETURN_IF_ERROR(grad_sync->AllReduceGradients());
+    const auto opt_start = Clock::now();
+    BackboneStepStats bstats = optimizer->Step(step_lr, 1.0);
+    const auto backbone_opt_end = Clock::now();
+    MLCD_RETURN_IF_ERROR(partial_fc->OptimizerStep(step_lr * centre_lr_multiplier));
+    const auto step_end = Clock::now();
+
+    StepReport report;
+    report.loss = fc->loss;
+    report.mean_positive_cosine = fc->stats.mean_positive_cosine;
+    report.mean_negative_cosine = fc->stats.mean_negative_cosine;
+    report.learning_rate = step_lr;
+    report.grad_norm = bstats.grad_norm;
+    report.global_step = global_step + 1;
+    report.global_batch_size = schedule.global_batch_size;
+    const double fc_total = fc->collective_seconds + fc->compute_seconds;
+    report.timings.step = Seconds(step_start, step_end);
+    report.timings.backbone = std::max(0.0, Seconds(compute_start, backward_end) - fc_total) +
+                              Seconds(opt_start, backbone_opt_end);
+    report.timings.classification_layer = fc->compute_seconds + Seconds(backbone_opt_end, step_end);
+    report.timings.collectives = fc->collective_seconds + grad_sync->last_seconds();
+    report.timings.label_wait = label_wait;
+    report.timings.data_wait = data_wait;
+    report.samples_per_second = schedule.global_batch_size / std::max(1e-9, report.timings.step);
+    if (metrics) metrics->RecordStep(report);
+    if (!std::isfinite(bstats.grad_norm)) {
+      return Status::InvalidArgument(
+          "the backbone gradient became non-finite at global step " + std::to_string(global_step) +
+          " (loss " + std::to_string(fc->loss) + "); lower optimizer.lr or loss.scale");
+    }
+
+    if (summary.steps_run == 0) summary.first_loss = fc->loss;
+    summary.last_loss = fc->loss;
+    ++summary.steps_run;
+    summary.global_step = global_step + 1;
+    AnnounceStep(pos, report, fc->loss, index + 1 == batches);
+
+    const int64_t done = pos.step_in_epoch + 1;
+    const bool epoch_end = done == steps_per_epoch;
+    const bool periodic = every > 0 && done % every == 0;
+    if (!checkpoint_root.empty() && (epoch_end || periodic)) {
+      MLCD_RETURN_IF_ERROR(Checkpoint(pos, done).status());
+    }
+  }
+  if (checkpoint_root.empty()) MLCD_LOG(WARNING) << "no checkpoint directory: nothing was saved";
+  summary.label_wait_seconds = prefetcher.total_wait_seconds();
+  summary.data_wait_seconds = loader.wait_seconds();
+  summary.seconds = Seconds(run_start, Clock::now());
+  MLCD_LOG(INFO) << "finished at global step " << summary.global_step << " after "
+                 << summary.steps_run << " steps in " << std::setprecision(4) << summary.seconds
+                 << " s (label wait " << summary.label_wait_seconds << " s, data wait "
+                 << summary.data_wait_seconds << " s)";
+  Emit(json{{"event", "finished"},
+            {"global_step", summary.global_step},
+            {"checkpoint", summary.last_checkpoint},
+            {"steps", summary.steps_run},
+            {"label_wait_seconds", summary.label_wait_seconds},
+            {"seconds", summary.seconds}});
+  return Status::Ok();
+}
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  try {
+    MLCD_RETURN_IF_ERROR(impl->Init());
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("setting up training failed: ") + e.what());
+  }
+  return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+Status Trainer::Run() {
+  try {
+    return impl_->Run();
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("training failed: ") + e.what());
+  }
+}
+
+const TrainerSummary& Trainer::summary() const { return impl_->summary; }
+
+StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  v1::JobSpec spec;
+  const bool is_json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (is_json) {
+    auto st = google::protobuf::util::JsonStringToMessage(text, &spec);
+    if (!st.ok()) {
+      return Status::InvalidArgument(path +
+                                     ": not protobuf JSON of mlcd.v1.JobSpec: " + st.ToString());
+    }
+    Status valid = ValidateJobSpec(&spec);
+    if (!valid.ok()) return valid.WithContext(path);
+    return spec;
+  }
+  auto parsed = LoadJobSpecYaml(text);
+  if (!parsed.ok()) return parsed.status().WithContext(path);
+  return parsed->spec;
+}
+
+}  // namespace mlcd::worker

@@ -1,0 +1,104 @@
+// The training loop of one rank (`mlcd-worker train`; docs/worker.md).
+//
+// Per step, on every rank of the gang:
+//   labels  <- LabelPrefetcher (background GetLabels from mlcd-labelstore, `depth` ahead)
+//   images  <- BatchLoader (background gather + augmentation)
+//   emb      = ViT(images)                               backbone forward
+//   r        = PartialFc.ForwardBackward(emb, labels)   sharded MLCD loss (collectives inside)
+//   emb.backward(r.grad_embeddings)                      backbone backward (flat gradient buffer)
+//   GradSync: bucketed allreduce (sum) of the backbone gradient
+//   BackboneAdamW.Step(lr)  (clipping folded in);  PartialFc.OptimizerStep(lr * centre_mult)
+// with lr from the job-wide warmup + cosine schedule of the global step. Checkpoints at
+// every epoch end and every checkpoint_every_steps (a collective; worker/train/checkpoint.h).
+// Progress goes to a callback as JSON events (docs/contracts.md), metrics to Prometheus.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/metrics.h"
+#include "common/status.h"
+#include "mlcd/v1/job.pb.h"
+
+namespace mlcd::worker {
+
+struct TrainerOptions {
+  // The job spec; ApplyJobSpecDefaults() is applied again by Create().
+  v1::JobSpec spec;
+  int rank = 0;
+  int world_size = 1;
+  // HOST:PORT of rank 0's TCPStore (may be empty at world size 1).
+  std::string rendezvous;
+  std::string labelstore_address;
+  std::string label_set;
+  // The round's k-means centroids (.npy, k x d) for training.centre_init (may be empty).
+  std::string centroids_path;
+  int round = 0;
+  // Job id, used only as the job_id label of the metrics (empty = "standalone").
+  std::string job_id;
+  // Epochs [first_epoch, end_epoch) of the round; end_epoch < 0 = training.epochs_per_round.
+  int first_epoch = 0;
+  int end_epoch = -1;
+  // Checkpoint root (empty = training.checkpoint_dir; both empty = no checkpoints).
+  std::string checkpoint_dir;
+  // Checkpoint directory, or a root with LATEST, to resume from (empty = fresh start).
+  std::string resume;
+  // Keep only the newest N checkpoints of the root (0 = keep all).
+  int keep_checkpoints = 3;
+  // Intra-op threads (0 = training.threads_per_worker, then all cores).
+  int threads = 0;
+  // Log a line every N steps (progress events are emitted every step).
+  int log_every = 10;
+  // Prefix of this gang's keys in the TCPStore.
+  std::string store_prefix = "mlcd";
+  // Where metrics go (may be null).
+  MetricsServer* metrics = nullptr;
+  // Receives every progress event (started, progress, checkpoint, finished). Errors are
+  // returned by Run(); the caller reports them.
+  std::function<void(const nlohmann::json&)> on_event;
+};
+
+// Training state after Run(), for callers and tests.
+struct TrainerSummary {
+  int64_t first_global_step = 0;
+  int64_t global_step = 0;  // optimizer steps of the job after the run
+  int64_t steps_run = 0;
+  double first_loss = 0;
+  double last_loss = 0;
+  std::string last_checkpoint;
+  double label_wait_seconds = 0;
+  double data_wait_seconds = 0;
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  // Validates the inputs (spec, ranks, label set against the spec, checkpoint), joins the
+  // gang (rendezvous: blocks until all ranks are there or the collective timeout passes),
+  // builds or restores the model and the classification shard. INVALID_ARGUMENT /
+  // FAILED_PRECONDITION / NOT_FOUND with a message naming what to fix.
+  static StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
+  ~Trainer();
+
+  // Trains the assigned epochs. Emits "started", "progress" per step, "checkpoint" per
+  // checkpoint, "finished" at the end.
+  Status Run();
+
+  const TrainerSummary& summary() const;
+
+ private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Loads a job spec file: protobuf JSON of mlcd.v1.JobSpec when the name ends in .json,
+// otherwise the YAML `mlcdctl submit` form. Defaults applied and validated.
+StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+}  // namespace mlcd::worker
