@@ -15,7 +15,6 @@
 //    the server's CPU time per call (from /proc); then two client threads at batch 1024.
 // Batches are consecutive slices of a random permutation of the sample ids (as a training
 // epoch reads them). Prints a table and writes JSON.
-#include <fcntl.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
