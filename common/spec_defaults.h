@@ -30,10 +30,10 @@ const std::vector<ModelPreset>& ModelPresets();
 StatusOr<ModelPreset> FindModelPreset(const std::string& name);
 
 // The spellings of EvaluationSpec.features ("embedding", "pooled", "blocks", "tokens";
-// worker/vit.h's VitFeatures): one list for the spec validator and the --features flags.
+// worker/model/vit.h's VitFeatures): one list for the spec validator and the --features flags.
 const std::vector<std::string>& EvaluationFeatureKinds();
 
-// ModelSpec.stem "conv" (worker/vit.h, VitStem::kConv): the number of 3x3 stride-2
+// ModelSpec.stem "conv" (worker/model/vit.h, VitStem::kConv): the number of 3x3 stride-2
 // convolutions (padding 1) that take an image of `image_size` to image_size / patch_size
 // tokens per side, ceil(log2(patch_size)); -1 when that many leave a different side
 // (each halves the side rounding up, so ceil(image_size / 2^n) must be image_size /
