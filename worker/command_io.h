@@ -41,6 +41,13 @@ class JsonLines {
   }
   bool to_stdout() const { return out_ == &std::cout; }
 
+  // A command's end on error: logs `st`, writes the `error` event, returns exit status 1.
+  int Fail(const Status& st) {
+    MLCD_LOG(ERROR) << st.ToString();
+    Write({{"event", "error"}, {"message", st.ToString()}});
+    return 1;
+  }
+
  private:
   std::mutex mu_;
   std::ostream* out_ = nullptr;

@@ -47,11 +47,7 @@ struct EmbedFlags {
 
 int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
   cli::JsonLines progress;
-  auto fail = [&](const Status& st) {
-    MLCD_LOG(ERROR) << st.ToString();
-    progress.Write({{"event", "error"}, {"message", st.ToString()}});
-    return 1;
-  };
+  auto fail = [&progress](const Status& st) { return progress.Fail(st); };
   if (!cli::ApplyLogLevelFlag(flags.log_level)) return 2;
   Status st = progress.Open(flags.progress_jsonl);
   if (!st.ok()) return fail(st);

@@ -181,11 +181,7 @@ void PrintEvaluation(const EvalFlags& flags, const EvaluationReport& report,
 
 int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
   cli::JsonLines progress;
-  auto fail = [&](const Status& st) {
-    MLCD_LOG(ERROR) << st.ToString();
-    progress.Write({{"event", "error"}, {"message", st.ToString()}});
-    return 1;
-  };
+  auto fail = [&progress](const Status& st) { return progress.Fail(st); };
   if (!cli::ApplyLogLevelFlag(flags.log_level)) return 2;
   if (flags.output != "text" && flags.output != "json") {
     std::cerr << "--output must be text or json\n";

@@ -28,7 +28,6 @@
 #include "common/net.h"
 #include "common/npy.h"
 #include "common/subprocess.h"
-#include "worker/loss/collectives.h"
 #include "worker/command.h"
 #include "worker/loss/collectives.h"
 #include "worker/loss/partial_fc.h"

@@ -51,11 +51,7 @@ bool Given(const CLI::Option* opt, const char* env) {
 
 int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   cli::JsonLines progress;
-  auto fail = [&](const Status& st) {
-    MLCD_LOG(ERROR) << st.ToString();
-    progress.Write(nlohmann::json{{"event", "error"}, {"message", st.ToString()}});
-    return 1;
-  };
+  auto fail = [&progress](const Status& st) { return progress.Fail(st); };
   if (!cli::ApplyLogLevelFlag(flags.log_level)) return 2;
   Status st = progress.Open(flags.progress_jsonl);
   if (!st.ok()) return fail(st);
