@@ -11,19 +11,7 @@
 namespace mlcd {
 namespace {
 
-// Sanitizer builds (scripts/run_sanitizer_tests.sh) replace glibc's malloc with their own
-// allocator, which has no mmap or trim threshold: mallopt fails and the call says so.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kGlibcMalloc = false;
-#else
-constexpr bool kGlibcMalloc = true;
-#endif
-
 TEST(MallocEnvTest, FreedBlocksStayInTheProcess) {
-  if (!kGlibcMalloc) {
-    EXPECT_FALSE(KeepFreedMemoryForReuse());
-    return;
-  }
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_") ||
       std::getenv("MLCD_NO_MALLOC_TUNING")) {
     // glibc already applied the user's settings at start-up: the call must leave them alone.
