@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "client/cli.h"
 #include "clients/clusterd_client.h"
@@ -180,9 +181,8 @@ int RunAssign(const Context& ctx, const AssignFlags& f) {
   req.set_l(f.l);
   req.set_label_set(f.label_set);
   req.set_labelstore(f.into_labelstore.empty() ? f.labelstore : f.into_labelstore);
-  req.set_method(f.method == "hnsw"  ? v1::SEARCH_METHOD_HNSW
-                 : f.method == "ivf" ? v1::SEARCH_METHOD_IVF
-                                     : v1::SEARCH_METHOD_EXACT);
+  auto method = ParseSearchMethod(f.method);  // --method is checked against SearchMethodNames()
+  req.set_method(method.ok() ? clusterd::SearchMethodToProto(*method) : v1::SEARCH_METHOD_EXACT);
   req.set_threads(f.features.threads);
   req.set_search_effort(f.search_effort);
   req.set_recall_sample(f.recall_sample);
@@ -252,7 +252,8 @@ int RunAssign(const Context& ctx, const AssignFlags& f) {
 }
 
 CommandRegistration reg(40, [](CLI::App& app, Context& ctx) {
-  auto* cluster_flags = new ClusterFlags();
+  // The callbacks own the flags (the options write into them while the app parses).
+  auto cluster_flags = std::make_shared<ClusterFlags>();
   auto* cluster = app.add_subcommand(
       "cluster",
       "spherical k-means of feature shards on mlcd-clusterd; writes k x d centroids (.npy)");
@@ -279,7 +280,7 @@ CommandRegistration reg(40, [](CLI::App& app, Context& ctx) {
       "no final pass over all rows for the cluster sizes (mlcdctl assign reports them)");
   cluster->callback([&ctx, cluster_flags] { ctx.exit_code = RunCluster(ctx, *cluster_flags); });
 
-  auto* assign_flags = new AssignFlags();
+  auto assign_flags = std::make_shared<AssignFlags>();
   auto* assign = app.add_subcommand("assign",
                                     "give every sample its top-l centroids on mlcd-clusterd and "
                                     "store them as a sealed label set");
@@ -296,7 +297,7 @@ CommandRegistration reg(40, [](CLI::App& app, Context& ctx) {
                    "name of the label set to create, e.g. demo/r0")
       ->required();
   assign->add_option("--method", assign_flags->method, "exact | hnsw | ivf")
-      ->check(CLI::IsMember({"exact", "hnsw", "ivf"}))
+      ->check(CLI::IsMember(SearchMethodNames()))
       ->capture_default_str();
   assign
       ->add_option("--search-effort", assign_flags->search_effort,

@@ -90,4 +90,30 @@ StatusOr<v1::AssignResult> ClusterdClient::Assign(
       on_progress, control);
 }
 
+v1::SearchMethod SearchMethodToProto(SearchMethod method) {
+  switch (method) {
+    case SearchMethod::kHnsw:
+      return v1::SEARCH_METHOD_HNSW;
+    case SearchMethod::kIvf:
+      return v1::SEARCH_METHOD_IVF;
+    case SearchMethod::kExact:
+      break;
+  }
+  return v1::SEARCH_METHOD_EXACT;
+}
+
+StatusOr<SearchMethod> SearchMethodFromProto(v1::SearchMethod method) {
+  switch (method) {
+    case v1::SEARCH_METHOD_UNSPECIFIED:
+    case v1::SEARCH_METHOD_EXACT:
+      return SearchMethod::kExact;
+    case v1::SEARCH_METHOD_HNSW:
+      return SearchMethod::kHnsw;
+    case v1::SEARCH_METHOD_IVF:
+      return SearchMethod::kIvf;
+    default:
+      return Status::InvalidArgument("unknown search method " + std::to_string(method));
+  }
+}
+
 }  // namespace mlcd::clusterd

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/enums.h"
 #include "common/status.h"
 #include "mlcd/v1/clusterd.grpc.pb.h"
 
@@ -78,5 +79,10 @@ class ClusterdClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Clusterd::Stub> stub_;
 };
+
+// The search method on the wire (mlcd.v1.SearchMethod) and back; UNSPECIFIED reads as exact,
+// an unknown number is INVALID_ARGUMENT.
+v1::SearchMethod SearchMethodToProto(SearchMethod method);
+StatusOr<SearchMethod> SearchMethodFromProto(v1::SearchMethod method);
 
 }  // namespace mlcd::clusterd

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "clients/clusterd_client.h"
 #include "clients/labelstore_client.h"
 #include "clients/labelstore_limits.h"
 #include "clusterd/assign.h"
@@ -51,20 +52,7 @@ StatusOr<SphericalKMeansParams> KMeansParamsFrom(const v1::ClusterRequest& reque
 StatusOr<AssignParams> AssignParamsFrom(const v1::AssignRequest& request) {
   AssignParams params;
   params.l = request.l();
-  switch (request.method()) {
-    case v1::SEARCH_METHOD_UNSPECIFIED:
-    case v1::SEARCH_METHOD_EXACT:
-      params.method = SearchMethod::kExact;
-      break;
-    case v1::SEARCH_METHOD_HNSW:
-      params.method = SearchMethod::kHnsw;
-      break;
-    case v1::SEARCH_METHOD_IVF:
-      params.method = SearchMethod::kIvf;
-      break;
-    default:
-      return Status::InvalidArgument("unknown search method " + std::to_string(request.method()));
-  }
+  MLCD_ASSIGN_OR_RETURN(params.method, SearchMethodFromProto(request.method()));
   params.threads = request.threads();
   params.search_effort = request.search_effort();
   if (request.recall_sample() != 0) params.recall_sample = request.recall_sample();

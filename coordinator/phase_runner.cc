@@ -59,17 +59,6 @@ uint64_t Fnv1a(const std::string& text) {
   return h;
 }
 
-v1::SearchMethod ToProto(SearchMethod method) {
-  switch (method) {
-    case SearchMethod::kHnsw:
-      return v1::SEARCH_METHOD_HNSW;
-    case SearchMethod::kIvf:
-      return v1::SEARCH_METHOD_IVF;
-    default:
-      return v1::SEARCH_METHOD_EXACT;
-  }
-}
-
 }  // namespace
 
 struct PhaseRunner::Slot {
@@ -288,7 +277,8 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
   request.set_labelstore(options_.labelstore_address);
   // The spec was validated: an unknown spelling cannot reach here (exact when empty).
   const StatusOr<SearchMethod> method = ParseSearchMethod(spec.clustering().search());
-  request.set_method(method.ok() ? ToProto(*method) : v1::SEARCH_METHOD_EXACT);
+  request.set_method(method.ok() ? clusterd::SearchMethodToProto(*method)
+                                 : v1::SEARCH_METHOD_EXACT);
   // An orphan of an earlier attempt (crash, failure) is replaced, never duplicated.
   request.set_replace_existing(true);
   if (!round.class_labels_path().empty()) request.set_class_labels_path(round.class_labels_path());
