@@ -12,6 +12,7 @@
 #include "mlcd/v1/worker.grpc.pb.h"
 #include "worker/agent/agent.h"
 #include "worker/command.h"
+#include "worker/command_io.h"
 
 namespace mlcd::worker {
 namespace {
@@ -115,8 +116,7 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--poll-seconds", options->poll_seconds, "length of an assignment long poll")
       ->check(CLI::Range(1, 60))
       ->capture_default_str();
-  cmd->add_option("--log-level", *log_level, "debug | info | warning | error")
-      ->capture_default_str();
+  cli::AddLogLevelFlag(cmd, log_level.get());
   CLI::App* root = &app;
   cmd->callback([options, log_level, exit_code, root] {
     if (options->name.empty()) options->name = HostName();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <google/protobuf/util/json_util.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -64,6 +65,16 @@ inline bool ApplyLogLevelFlag(const std::string& value) {
   }
   SetLogLevel(level);
   return true;
+}
+
+// The --progress-jsonl and --log-level flags, spelled the same in every command.
+inline void AddProgressJsonlFlag(CLI::App* cmd, std::string* path) {
+  cmd->add_option(
+      "--progress-jsonl", *path,
+      "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
+}
+inline void AddLogLevelFlag(CLI::App* cmd, std::string* level) {
+  cmd->add_option("--log-level", *level, "debug | info | warning | error")->capture_default_str();
 }
 
 // Reads protobuf JSON of mlcd.v1.Assignment.

@@ -187,11 +187,8 @@ CommandRegistration embed_registration(30, [](CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--threads", flags->threads,
                   "intra-op threads (default: training.threads_per_worker, else all)");
-  cmd->add_option(
-      "--progress-jsonl", flags->progress_jsonl,
-      "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
-  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")
-      ->capture_default_str();
+  cli::AddProgressJsonlFlag(cmd, &flags->progress_jsonl);
+  cli::AddLogLevelFlag(cmd, &flags->log_level);
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunEmbed(*flags, *cmd); });
 });
 

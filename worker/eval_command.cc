@@ -280,13 +280,10 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--threads", flags->threads,
                   "intra-op threads (default: all cores; in a gang, training.threads_per_worker)");
-  cmd->add_option(
-      "--progress-jsonl", flags->progress_jsonl,
-      "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
+  cli::AddProgressJsonlFlag(cmd, &flags->progress_jsonl);
   cmd->add_option("--output", flags->output, "result on stdout: text | json")
       ->capture_default_str();
-  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")
-      ->capture_default_str();
+  cli::AddLogLevelFlag(cmd, &flags->log_level);
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunEval(*flags, *cmd); });
 });
 

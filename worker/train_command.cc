@@ -166,9 +166,7 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
                   "checkpoint directory, or a checkpoint root with LATEST, to resume from");
   cmd->add_option("--metrics-listen", flags->metrics_listen,
                   "serve Prometheus /metrics on HOST:PORT");
-  cmd->add_option(
-      "--progress-jsonl", flags->progress_jsonl,
-      "write progress events as JSON lines to this file ('-' = stdout; logs go to stderr)");
+  cli::AddProgressJsonlFlag(cmd, &flags->progress_jsonl);
   cmd->add_option("--threads", flags->threads,
                   "intra-op threads (default: training.threads_per_worker, else all)");
   cmd->add_option("--keep-checkpoints", flags->keep_checkpoints,
@@ -176,8 +174,7 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--log-every", flags->log_every, "log a progress line every N steps")
       ->capture_default_str();
-  cmd->add_option("--log-level", flags->log_level, "debug | info | warning | error")
-      ->capture_default_str();
+  cli::AddLogLevelFlag(cmd, &flags->log_level);
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunTrain(*flags, *cmd); });
 });
 

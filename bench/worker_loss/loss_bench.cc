@@ -241,35 +241,25 @@ int RunRankProcesses(const Args& a, const std::string& rank_mode, int world,
   std::vector<std::string> paths;
   for (int r = 0; r < world; ++r) {
     paths.push_back(std::string(tmpl) + "/rank" + std::to_string(r) + ".json");
-    std::vector<std::string> args = {"bench_worker_loss",
-                                     "--mode",
-                                     rank_mode,
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--rendezvous",
-                                     rendezvous,
-                                     "--result",
-                                     paths.back(),
-                                     "--classes",
-                                     std::to_string(a.classes),
-                                     "--memory-classes",
-                                     std::to_string(a.memory_classes),
-                                     "--batch",
-                                     std::to_string(a.batch),
-                                     "--dim",
-                                     std::to_string(a.dim),
-                                     "--ratio",
-                                     std::to_string(a.ratio),
-                                     "--labels",
-                                     std::to_string(a.labels),
-                                     "--threads",
-                                     std::to_string(a.threads),
-                                     "--compute-threads",
-                                     std::to_string(a.compute_threads),
-                                     "--steps",
-                                     std::to_string(a.steps),
-                                     "--warmup",
-                                     std::to_string(a.warmup)};
+    std::vector<std::string> args = {"bench_worker_loss"};
+    for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+             {"--mode", rank_mode},
+             {"--rank", std::to_string(r)},
+             {"--rendezvous", rendezvous},
+             {"--result", paths.back()},
+             {"--classes", std::to_string(a.classes)},
+             {"--memory-classes", std::to_string(a.memory_classes)},
+             {"--batch", std::to_string(a.batch)},
+             {"--dim", std::to_string(a.dim)},
+             {"--ratio", std::to_string(a.ratio)},
+             {"--labels", std::to_string(a.labels)},
+             {"--threads", std::to_string(a.threads)},
+             {"--compute-threads", std::to_string(a.compute_threads)},
+             {"--steps", std::to_string(a.steps)},
+             {"--warmup", std::to_string(a.warmup)}}) {
+      args.push_back(flag);
+      args.push_back(value);
+    }
     SpawnOptions spawn;
     spawn.argv = std::move(args);
     spawn.executable = "/proc/self/exe";
