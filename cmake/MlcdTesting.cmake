@@ -16,6 +16,12 @@ set(MLCD_SANITIZE_TESTS common_test labelstore_storage_test coordinator_state_te
 # leaves them out: gRPC's own synchronisation is invisible to it in Debian's uninstrumented
 # library. clusterd_integration_test is not among them: its metrics scrapes overflow the fixed
 # 100 KiB thread stack of Debian's civetweb (glibc's printf under ASan's interceptor).
+# The tests named in MLCD_TORCH2_TESTS get the label `torch2`: the worker's suites that
+# scripts/run_torch2_tests.sh builds against the torch wheel's libtorch 2.x (CUDA, NCCL) and
+# runs on the CPU.
+set(MLCD_TORCH2_TESTS worker_vit_test worker_collectives_test worker_partial_fc_test
+    worker_loss_check_test worker_data_test worker_prefetcher_test worker_train_test
+    worker_train_step_test)
 set(MLCD_ASAN_TESTS labelstore_service_test labelstore_cli_test clusterd_test
     coordinator_job_spec_test coordinator_protocol_test)
 # Sanitizer runtime options for every test of a sanitizer build: stop at the first report;
@@ -50,6 +56,9 @@ function(mlcd_add_test)
   endif()
   if(T_NAME IN_LIST MLCD_ASAN_TESTS)
     list(APPEND T_LABELS asan)
+  endif()
+  if(T_NAME IN_LIST MLCD_TORCH2_TESTS)
+    list(APPEND T_LABELS torch2)
   endif()
   set(env "MLCD_NO_BLAS_TUNING=1" "OMP_NUM_THREADS=2")
   if(MLCD_SANITIZE)

@@ -39,6 +39,10 @@ const std::vector<std::string>& SearchMethodNames() {
   static const std::vector<std::string> names = {"exact", "hnsw", "ivf"};
   return names;
 }
+const std::vector<std::string>& PrecisionNames() {
+  static const std::vector<std::string> names = {"fp32", "bf16"};
+  return names;
+}
 
 StatusOr<LossVariant> ParseLossVariant(const std::string& name) {
   return ParseByName<LossVariant>(LossVariantNames(), "loss variant", name);
@@ -49,9 +53,13 @@ StatusOr<MarginType> ParseMarginType(const std::string& name) {
 StatusOr<SearchMethod> ParseSearchMethod(const std::string& name) {
   return ParseByName<SearchMethod>(SearchMethodNames(), "search method", name);
 }
+StatusOr<Precision> ParsePrecision(const std::string& name) {
+  return ParseByName<Precision>(PrecisionNames(), "precision", name);
+}
 
 const char* LossVariantName(LossVariant value) { return NameOf(LossVariantNames(), value); }
 const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
 const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }
+const char* PrecisionName(Precision value) { return NameOf(PrecisionNames(), value); }
 
 }  // namespace mlcd

@@ -17,18 +17,24 @@ enum class LossVariant { kMlcd, kMlc, kSoftmax };
 enum class MarginType { kArc, kCos, kNone };
 // How clusterd finds an embedding's nearest centres: "exact" | "hnsw" | "ivf".
 enum class SearchMethod { kExact, kHnsw, kIvf };
+// The backbone's arithmetic in training: "fp32" | "bf16" (autocast: matmuls and attention in
+// bfloat16; parameters, gradients, optimizer state, the class centres, logits and loss float32).
+enum class Precision { kFp32, kBf16 };
 
 StatusOr<LossVariant> ParseLossVariant(const std::string& name);
 StatusOr<MarginType> ParseMarginType(const std::string& name);
 StatusOr<SearchMethod> ParseSearchMethod(const std::string& name);
+StatusOr<Precision> ParsePrecision(const std::string& name);
 
 const char* LossVariantName(LossVariant value);
 const char* MarginTypeName(MarginType value);
 const char* SearchMethodName(SearchMethod value);
+const char* PrecisionName(Precision value);
 
 // Every spelling, in declaration order (for validation messages and CLI choices).
 const std::vector<std::string>& LossVariantNames();
 const std::vector<std::string>& MarginTypeNames();
 const std::vector<std::string>& SearchMethodNames();
+const std::vector<std::string>& PrecisionNames();
 
 }  // namespace mlcd

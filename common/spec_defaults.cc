@@ -112,6 +112,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (training->label_prefetch_depth() == 0) training->set_label_prefetch_depth(4);
   if (training->rounds() == 0) training->set_rounds(1);
   if (training->centre_init().empty()) training->set_centre_init("auto");
+  if (training->precision().empty()) training->set_precision(PrecisionName(Precision::kFp32));
 
   auto* eval = spec->mutable_evaluation();
   if (!eval->has_enabled()) eval->set_enabled(true);

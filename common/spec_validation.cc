@@ -206,6 +206,7 @@ void CheckTraining(const SectionContext& s, std::vector<SpecProblem>* problems) 
     c.Add("rounds", Checker::Num(t.rounds()) + " > " + Checker::Num(kMaxRounds));
   c.AtLeast("max_steps_per_epoch", t.max_steps_per_epoch(), 0);
   c.OneOf("centre_init", t.centre_init(), {"auto", "random", "centroids"});
+  c.OneOf("precision", t.precision(), PrecisionNames());
 }
 
 // evaluation (when enabled): kNN settings, feature kind and blocks, dataset format.

@@ -7,10 +7,22 @@
 #   MLCD_SETUP_PACKAGES_ONLY=1 scripts/setup.sh   # only the packages (deploy/Dockerfile)
 #   MLCD_CMAKE_ARGS="-DMLCD_WERROR=ON" scripts/setup.sh   # extra configure options (kept in
 #                                                         # the build dir's cache)
+#   MLCD_TORCH=pip scripts/setup.sh   # the second flavour (docs/torch-builds.md): the `torch`
+#       wheel (MLCD_TORCH_VERSION, default below) in a virtual environment under the build dir
+#       (default ./build-torch2), the worker built against its libtorch 2.x with CUDA and NCCL
+#       (-DMLCD_WITH_CUDA=ON; needs the CUDA toolkit's nvcc, no GPU)
+#   MLCD_SETUP_CONFIGURE_ONLY=1 scripts/setup.sh   # packages and configure, no build
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-build_dir=${MLCD_BUILD_DIR:-$root/build}
+torch_flavour=${MLCD_TORCH:-debian}
+case "$torch_flavour" in
+  debian) build_dir=${MLCD_BUILD_DIR:-$root/build} ;;
+  pip) build_dir=${MLCD_BUILD_DIR:-$root/build-torch2} ;;
+  *) echo "setup: MLCD_TORCH=$torch_flavour: use debian (default) or pip" >&2; exit 2 ;;
+esac
+# The wheel the pip flavour builds against (the GPU machines' PyTorch is 2.11.0+cu130).
+torch_version=${MLCD_TORCH_VERSION:-2.11.0}
 jobs=${MLCD_JOBS:-$(nproc)}
 
 packages=(
@@ -30,6 +42,8 @@ packages=(
   # real data
   dataset-fashion-mnist
 )
+# The pip flavour's virtual environment.
+[ "$torch_flavour" = pip ] && packages+=(python3-venv python3-pip)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -58,10 +72,30 @@ fi
 
 # shellcheck disable=SC2206
 extra_args=(${MLCD_CMAKE_ARGS:-})
+if [ "$torch_flavour" = pip ]; then
+  venv="$build_dir/venv"
+  if [ ! -x "$venv/bin/python3" ]; then
+    mkdir -p "$build_dir"
+    python3 -m venv "$venv"
+  fi
+  if ! "$venv/bin/python3" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
+    echo "setup: installing the torch $torch_version wheel into $venv (about 4.5 GB with its CUDA libraries)"
+    "$venv/bin/python3" -m pip install -q --disable-pip-version-check "torch==$torch_version"
+  fi
+  torch_dir=$("$venv/bin/python3" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)/Torch
+  if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    echo "setup: MLCD_TORCH=pip builds the CUDA worker and needs the CUDA toolkit (nvcc); none found" >&2
+    exit 1
+  fi
+  extra_args+=("-DTorch_DIR=$torch_dir" -DMLCD_WITH_CUDA=ON)
+fi
 if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${extra_args[@]}" >/dev/null
 elif ((${#extra_args[@]})); then
   cmake -S "$root" -B "$build_dir" "${extra_args[@]}" >/dev/null
+fi
+if [ "${MLCD_SETUP_CONFIGURE_ONLY:-0}" = 1 ]; then
+  exit 0
 fi
 echo "setup: building in $build_dir with $jobs jobs"
 cmake --build "$build_dir" -j "$jobs"

@@ -41,6 +41,7 @@ struct TrainFlags {
   std::string progress_jsonl;
   int threads = 0;
   int keep_checkpoints = 3;
+  std::string device = "auto";
   int log_every = 10;
   std::string log_level = "info";
 };
@@ -108,6 +109,7 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   if (!flags.resume.empty()) o.resume = flags.resume;
   o.threads = flags.threads;
   o.keep_checkpoints = flags.keep_checkpoints;
+  o.device = flags.device;
   o.log_every = flags.log_every;
   SetLogComponent("worker r" + std::to_string(o.rank));
 
@@ -167,6 +169,10 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--metrics-listen", flags->metrics_listen,
                   "serve Prometheus /metrics on HOST:PORT");
   cli::AddProgressJsonlFlag(cmd, &flags->progress_jsonl);
+  cmd->add_option("--device", flags->device,
+                  "where the backbone trains: auto (a CUDA device when there is one), cpu, cuda, "
+                  "cuda:N; the class centres stay in host memory")
+      ->capture_default_str();
   cmd->add_option("--threads", flags->threads,
                   "intra-op threads (default: training.threads_per_worker, else all)");
   cmd->add_option("--keep-checkpoints", flags->keep_checkpoints,

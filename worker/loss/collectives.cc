@@ -15,12 +15,13 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "worker/torch_compat.h"
 
 namespace mlcd::worker {
 
 struct Collectives::Group {
   c10::intrusive_ptr<::c10d::Store> store;
-  c10::intrusive_ptr<::c10d::ProcessGroup> pg;
+  compat::C10dGroupPtr pg;  // Gloo or NCCL (worker/torch_compat.h)
   bool nccl = false;
 };
 
@@ -112,8 +113,8 @@ Status ConnectStore(const CollectivesOptions& options, const std::string& host, 
 // This rank's process group over the store: NCCL, or Gloo on the device the options, the
 // environment (GLOO_SOCKET_IFNAME) or a loopback rendezvous name.
 Status JoinProcessGroup(const CollectivesOptions& options, const std::string& host, bool use_nccl,
-                        const c10::intrusive_ptr<::c10d::Store>& store,
-                        c10::intrusive_ptr<::c10d::ProcessGroup>* pg, bool* nccl) {
+                        const c10::intrusive_ptr<::c10d::Store>& store, compat::C10dGroupPtr* pg,
+                        bool* nccl) {
   (void)nccl;  // set only in a build with NCCL
   std::string message;
   bool ok = CatchAll(

@@ -8,6 +8,7 @@
 
 #include "common/job_spec.h"
 #include "worker/model/vit_kernels.h"
+#include "worker/torch_compat.h"
 
 namespace mlcd::worker {
 namespace {
@@ -266,9 +267,10 @@ torch::Tensor ReferenceSelfAttention(const torch::Tensor& qkv, int64_t batch, in
   const int64_t rows = qkv.size(0), width = qkv.size(1) / 3;
   const int64_t tokens = rows / batch, head_dim = width / heads;
   auto parts = qkv.view({batch, tokens, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  auto probs = torch::softmax(torch::matmul(parts[0], parts[1].transpose(-2, -1)) * scale, -1);
-  return torch::matmul(probs, parts[2]).permute({0, 2, 1, 3}).reshape({rows, width});
+  // libtorch 2.x: scaled_dot_product_attention (flash / memory-efficient kernels on CUDA).
+  return compat::ScaledDotProductAttention(parts[0], parts[1], parts[2])
+      .permute({0, 2, 1, 3})
+      .reshape({rows, width});
 }
 
 torch::Tensor FusedGelu(const torch::Tensor& x) {
@@ -462,9 +464,22 @@ void VisionTransformerImpl::ResetParameters(uint64_t seed) {
   });
 }
 
+namespace {
+
+// y + residual. The sum is formed in place in the Linear's output y, which no backward function
+// keeps -- unless autocast made y narrower than the residual stream (bf16 vs float32): then the
+// stream stays float32, as PyTorch's `x = x + f(x)` under autocast.
+torch::Tensor AddResidual(torch::Tensor y, const torch::Tensor& residual) {
+  if (y.scalar_type() == residual.scalar_type()) return y.add_(residual);
+  return residual + y;
+}
+
+}  // namespace
+
 bool VisionTransformerImpl::Fused(const torch::Tensor& t) const {
+  // The fused kernels are float32 CPU code: under autocast (bf16) ATen's own ops run instead.
   return options_.attention == AttentionImpl::kFused && t.device().is_cpu() &&
-         t.scalar_type() == torch::kFloat;
+         t.scalar_type() == torch::kFloat && !compat::AutocastEnabled(c10::DeviceType::CPU);
 }
 
 torch::Tensor VisionTransformerImpl::Linear(const torch::Tensor& x, const torch::Tensor& weight,
@@ -472,8 +487,7 @@ torch::Tensor VisionTransformerImpl::Linear(const torch::Tensor& x, const torch:
                                             const torch::Tensor& residual) {
   if (!Fused(x)) {
     torch::Tensor y = torch::linear(x, weight, bias);
-    // The sum is formed in place in the Linear's output, which no backward function keeps.
-    return residual.defined() ? y.add_(residual) : y;
+    return residual.defined() ? AddResidual(y, residual) : y;
   }
   torch::Tensor none = torch::empty({0}, x.options());
   return LinearFunction::apply(x, weight, bias.defined() ? bias : none,
@@ -488,7 +502,8 @@ torch::Tensor VisionTransformerImpl::LayerNorm(const torch::Tensor& x,
 
 torch::Tensor VisionTransformerImpl::Attention(const torch::Tensor& qkv, int64_t batch) {
   const bool fused = options_.attention == AttentionImpl::kFused && qkv.device().is_cpu() &&
-                     (qkv.scalar_type() == torch::kFloat || qkv.scalar_type() == torch::kDouble);
+                     (qkv.scalar_type() == torch::kFloat || qkv.scalar_type() == torch::kDouble) &&
+                     !compat::AutocastEnabled(c10::DeviceType::CPU);
   return fused ? FusedSelfAttention(qkv, batch, options_.heads)
                : ReferenceSelfAttention(qkv, batch, options_.heads);
 }
@@ -502,7 +517,7 @@ torch::Tensor VisionTransformerImpl::BlockForward(const Block& b, torch::Tensor 
   h = LayerNorm(x, b.norm2);
   torch::Tensor hidden = Linear(h, b.fc1->weight, b.fc1->bias);
   if (Fused(hidden)) return GeluLinearFunction::apply(hidden, b.fc2->weight, b.fc2->bias, x);
-  return torch::linear(torch::gelu(hidden), b.fc2->weight, b.fc2->bias).add_(x);
+  return AddResidual(torch::linear(torch::gelu(hidden), b.fc2->weight, b.fc2->bias), x);
 }
 
 torch::Tensor VisionTransformerImpl::Tokens(const torch::Tensor& images) {

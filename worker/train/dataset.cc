@@ -240,6 +240,7 @@ void BatchLoader::Run() {
         item->images =
             PrepareImages(pixels, item->ids, options_.augment, item->position.round,
                           item->position.epoch, ds.mean(), ds.stddev(), options_.image_size);
+        if (options_.pin_memory) item->images = item->images.pin_memory();
       } catch (const std::exception& e) {
         item = Status::Internal(std::string("preparing batch images failed: ") + e.what());
       }

@@ -27,6 +27,7 @@
 #include "worker/train/lr_schedule.h"
 #include "worker/train/sample_order.h"
 #include "worker/train/train_metrics.h"
+#include "worker/train/train_step.h"
 
 namespace mlcd::worker {
 namespace {
@@ -94,7 +95,12 @@ struct Trainer::Impl {
   v1::JobSpec spec;
   std::unique_ptr<ImageDataset> dataset;
   VitOptions vit_options;
-  std::unique_ptr<Collectives> comm;
+  std::unique_ptr<Collectives> comm;  // Gloo: the classification layer (host tensors)
+  // The backbone's gradient sync on a CUDA device at world size > 1 (NCCL); else comm.
+  std::unique_ptr<Collectives> backbone_comm;
+  torch::Device device{torch::kCPU};
+  Precision precision = Precision::kFp32;
+  std::unique_ptr<TrainStep> step;
   std::unique_ptr<labelstore::LabelStoreClient> labels_client;
   VisionTransformer model{nullptr};
   std::unique_ptr<FlatParameters> flat;
@@ -196,6 +202,8 @@ Status Trainer::Impl::Init() {
     SetBlasThreads(threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
   }
   torch::manual_seed(spec.training().seed());
+  MLCD_ASSIGN_OR_RETURN(device, ResolveDevice(options.device, options.rank));
+  MLCD_ASSIGN_OR_RETURN(precision, ParsePrecision(spec.training().precision()));
 
   MLCD_ASSIGN_OR_RETURN(dataset, OpenImageDataset(spec.dataset(), "train"));
   MLCD_ASSIGN_OR_RETURN(vit_options, VitOptionsFromSpec(spec.model()));
@@ -246,6 +254,12 @@ Status Trainer::Impl::Init() {
                                    " needs --rendezvous HOST:PORT (rank 0's TCPStore)");
   }
   MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(copts));
+  if (device.is_cuda() && options.world_size > 1) {
+    CollectivesOptions bopts = copts;
+    bopts.cuda = true;
+    bopts.store_prefix = options.store_prefix + "/backbone";
+    MLCD_ASSIGN_OR_RETURN(backbone_comm, Collectives::Create(bopts));
+  }
 
   checkpoint_root =
       options.checkpoint_dir.empty() ? spec.training().checkpoint_dir() : options.checkpoint_dir;
@@ -301,6 +315,9 @@ Status Trainer::Impl::RestoreOrInitialise() {
     MLCD_RETURN_IF_ERROR(LoadBackboneWeights(resumed_from, model));
     MLCD_RETURN_IF_ERROR(LoadRngState(resumed_from));
   }
+  // Initialised or loaded on the host in a fixed order (identical on every device), then
+  // moved; the flat buffers and the optimizer state follow the parameters' device.
+  model->to(device);
   flat = std::make_unique<FlatParameters>(std::vector<std::vector<torch::Tensor>>{
       model->DecayParameters(), model->NoDecayParameters()});
   BackboneAdamWOptions aopts;
@@ -311,7 +328,8 @@ Status Trainer::Impl::RestoreOrInitialise() {
   optimizer = std::make_unique<BackboneAdamW>(flat.get(), aopts);
   if (resume)
     MLCD_RETURN_IF_ERROR(LoadBackboneOptimizer(resumed_from, model, flat.get(), optimizer.get()));
-  grad_sync = std::make_unique<GradSync>(comm.get(), flat.get());
+  grad_sync =
+      std::make_unique<GradSync>(backbone_comm ? backbone_comm.get() : comm.get(), flat.get());
   // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
   MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
 
@@ -330,6 +348,13 @@ Status Trainer::Impl::RestoreOrInitialise() {
   popts.beta2 = spec.optimizer().beta2();
   popts.weight_decay = spec.optimizer().weight_decay();
   MLCD_ASSIGN_OR_RETURN(partial_fc, PartialFc::Create(popts, comm.get()));
+  TrainStepParts parts;
+  parts.model = model;
+  parts.flat = flat.get();
+  parts.optimizer = optimizer.get();
+  parts.grad_sync = grad_sync.get();
+  parts.partial_fc = partial_fc.get();
+  step = std::make_unique<TrainStep>(parts, device, precision);
 
   if (resume && meta.round == options.round) {
     if (meta.num_classes != popts.num_classes || meta.embedding_dim != popts.embedding_dim) {
@@ -368,12 +393,15 @@ Status Trainer::Impl::RestoreOrInitialise() {
   summary.global_step = summary.first_global_step;
   summary.last_checkpoint = resumed_from;
   MLCD_LOG(INFO) << "rank " << options.rank << "/" << options.world_size << " ("
-                 << comm->backend_name() << "), " << at::get_num_threads() << " threads; model "
-                 << DescribeVitOptions(vit_options) << " (" << model->NumParameters()
-                 << " parameters); " << dataset->Describe() << "; classes "
-                 << partial_fc->class_range().begin << ".." << partial_fc->class_range().end
-                 << " of " << spec.clustering().k() << "; " << steps_per_epoch
-                 << " steps per epoch, " << job_total_steps << " in the job";
+                 << comm->backend_name()
+                 << (backbone_comm ? std::string("; backbone ") + backbone_comm->backend_name()
+                                   : std::string())
+                 << "), " << device << ", " << PrecisionName(precision) << ", "
+                 << at::get_num_threads() << " threads; model " << DescribeVitOptions(vit_options)
+                 << " (" << model->NumParameters() << " parameters); " << dataset->Describe()
+                 << "; classes " << partial_fc->class_range().begin << ".."
+                 << partial_fc->class_range().end << " of " << spec.clustering().k() << "; "
+                 << steps_per_epoch << " steps per epoch, " << job_total_steps << " in the job";
   return Status::Ok();
 }
 
@@ -438,6 +466,7 @@ BatchLoaderOptions Trainer::Impl::LoaderOptions() const {
   lopts.augment.crop_min_scale = spec.dataset().crop_min_scale();
   lopts.image_size = vit_options.image_size;
   lopts.queue_depth = 2;
+  lopts.pin_memory = device.is_cuda();
   return lopts;
 }
 
@@ -504,26 +533,19 @@ Status Trainer::Impl::Run() {
     const int64_t global_step = GlobalStep(pos.epoch, pos.step_in_epoch);
     const double step_lr = LearningRateAt(lr, global_step);
 
-    const auto compute_start = Clock::now();
-    flat->ZeroGrad();
-    torch::Tensor embeddings = model->forward(batch.images);
     const int64_t n = static_cast<int64_t>(labels.ids.size());
     torch::Tensor label_tensor =
         torch::from_blob(labels.labels.data(), {n, labels.labels_per_sample}, torch::kInt);
-    auto fc = partial_fc->ForwardBackward(embeddings.detach(), label_tensor);
-    if (!fc.ok()) {
-      return fc.status().WithContext("classification layer at round " + std::to_string(pos.round) +
-                                     " epoch " + std::to_string(pos.epoch) + " step " +
-                                     std::to_string(pos.step_in_epoch) + " (global step " +
-                                     std::to_string(global_step) + ")");
+    auto result = step->Run(batch.images, label_tensor, step_lr, step_lr * centre_lr_multiplier);
+    if (!result.ok()) {
+      return result.status().WithContext("training step at round " + std::to_string(pos.round) +
+                                         " epoch " + std::to_string(pos.epoch) + " step " +
+                                         std::to_string(pos.step_in_epoch) + " (global step " +
+                                         std::to_string(global_step) + ")");
     }
-    embeddings.backward(fc->grad_embeddings);
-    const auto backward_end = Clock::now();
-    MLCD_RETURN_IF_ERROR(grad_sync->AllReduceGradients());
-    const auto opt_start = Clock::now();
-    BackboneStepStats bstats = optimizer->Step(step_lr, 1.0);
-    const auto backbone_opt_end = Clock::now();
-    MLCD_RETURN_IF_ERROR(partial_fc->OptimizerStep(step_lr * centre_lr_multiplier));
+    const PartialFcStep* fc = &result->fc;
+    const BackboneStepStats& bstats = result->backbone;
+    const TrainStepTimings& t = result->timings;
     const auto step_end = Clock::now();
 
     StepReport report;
@@ -534,12 +556,11 @@ Status Trainer::Impl::Run() {
     report.grad_norm = bstats.grad_norm;
     report.global_step = global_step + 1;
     report.global_batch_size = schedule.global_batch_size;
-    const double fc_total = fc->collective_seconds + fc->compute_seconds;
     report.timings.step = Seconds(step_start, step_end);
-    report.timings.backbone = std::max(0.0, Seconds(compute_start, backward_end) - fc_total) +
-                              Seconds(opt_start, backbone_opt_end);
-    report.timings.classification_layer = fc->compute_seconds + Seconds(backbone_opt_end, step_end);
-    report.timings.collectives = fc->collective_seconds + grad_sync->last_seconds();
+    report.timings.backbone =
+        t.host_to_device + t.backbone_forward + t.backbone_backward + t.backbone_optimizer;
+    report.timings.classification_layer = t.classification_layer + t.centre_optimizer;
+    report.timings.collectives = t.classification_collectives + t.grad_sync;
     report.timings.label_wait = label_wait;
     report.timings.data_wait = data_wait;
     report.samples_per_second = schedule.global_batch_size / std::max(1e-9, report.timings.step);

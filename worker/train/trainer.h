@@ -2,12 +2,13 @@
 //
 // Per step, on every rank of the gang:
 //   labels  <- LabelPrefetcher (background GetLabels from mlcd-labelstore, `depth` ahead)
-//   images  <- BatchLoader (background gather + augmentation)
-//   emb      = ViT(images)                               backbone forward
-//   r        = PartialFc.ForwardBackward(emb, labels)   sharded MLCD loss (collectives inside)
-//   emb.backward(r.grad_embeddings)                      backbone backward (flat gradient buffer)
-//   GradSync: bucketed allreduce (sum) of the backbone gradient
-//   BackboneAdamW.Step(lr)  (clipping folded in);  PartialFc.OptimizerStep(lr * centre_mult)
+//   images  <- BatchLoader (background gather + augmentation; pinned when training on CUDA)
+//   TrainStep (worker/train/train_step.h) on the rank's device and training.precision:
+//     emb      = ViT(images)                               backbone forward
+//     r        = PartialFc.ForwardBackward(emb, labels)   sharded MLCD loss (collectives inside)
+//     emb.backward(r.grad_embeddings)                      backbone backward (flat gradient buffer)
+//     GradSync: bucketed allreduce (sum) of the backbone gradient (NCCL on CUDA, else Gloo)
+//     BackboneAdamW.Step(lr)  (clipping folded in);  PartialFc.OptimizerStep(lr * centre_mult)
 // with lr from the job-wide warmup + cosine schedule of the global step. Checkpoints at
 // every epoch end and every checkpoint_every_steps (a collective; worker/train/checkpoint.h).
 // Progress goes to a callback as JSON events (docs/contracts.md), metrics to Prometheus.
@@ -52,6 +53,10 @@ struct TrainerOptions {
   int keep_checkpoints = 3;
   // Intra-op threads (0 = training.threads_per_worker, then all cores).
   int threads = 0;
+  // Where the backbone trains: "auto" (CUDA device rank % device count when this build and
+  // machine have CUDA, else the CPU), "cpu", "cuda", "cuda:N" (worker/train/train_step.h).
+  // The class centres stay in host memory on every device.
+  std::string device = "auto";
   // Log a line every N steps (progress events are emitted every step).
   int log_every = 10;
   // Prefix of this gang's keys in the TCPStore.

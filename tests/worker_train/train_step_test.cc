@@ -1,0 +1,331 @@
+// The training step on a device (worker/train/train_step.h) and the libtorch compatibility
+// layer (worker/torch_compat.h), on what runs without a GPU: device names, the bf16 precision
+// policy under CPU autocast (the dtype of every tensor of the step), the fp32 step equal to the
+// hand-written sequence of its parts, scaled_dot_product_attention against the formula, and a
+// checkpoint written by one libtorch build read by the other (MLCD_CROSS_BUILD_CHECKPOINT).
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/enums.h"
+#include "common/job_spec.h"
+#include "common/npy.h"
+#include "worker/loss/collectives.h"
+#include "worker/loss/partial_fc.h"
+#include "worker/model/vit.h"
+#include "worker/torch_compat.h"
+#include "worker/train/backbone_optimizer.h"
+#include "worker/train/checkpoint.h"
+#include "worker/train/grad_sync.h"
+#include "worker/train/train_step.h"
+
+namespace mlcd::worker {
+namespace {
+
+VitOptions Small() {
+  VitOptions o;
+  o.image_size = 28;
+  o.patch_size = 7;
+  o.channels = 1;
+  o.width = 32;
+  o.depth = 2;
+  o.heads = 4;
+  o.embed_dim = 24;
+  return o;
+}
+
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// A model, its optimizer, a local gradient sync and a classification layer: one rank.
+struct Rig {
+  std::unique_ptr<Collectives> comm = Collectives::Local();
+  VisionTransformer model{nullptr};
+  std::unique_ptr<FlatParameters> flat;
+  std::unique_ptr<BackboneAdamW> optimizer;
+  std::unique_ptr<GradSync> grad_sync;
+  std::unique_ptr<PartialFc> fc;
+
+  explicit Rig(uint64_t seed) {
+    model = VisionTransformer(Small());
+    model->ResetParameters(seed);
+    flat = std::make_unique<FlatParameters>(std::vector<std::vector<torch::Tensor>>{
+        model->DecayParameters(), model->NoDecayParameters()});
+    BackboneAdamWOptions aopts;
+    aopts.weight_decay = {0.05, 0.0};
+    optimizer = std::make_unique<BackboneAdamW>(flat.get(), aopts);
+    grad_sync = std::make_unique<GradSync>(comm.get(), flat.get());
+    PartialFcOptions popts;
+    popts.num_classes = 40;
+    popts.embedding_dim = 24;
+    popts.sample_ratio = 1.0;
+    popts.seed = seed;
+    auto made = PartialFc::Create(popts, comm.get());
+    EXPECT_TRUE(made.ok()) << made.status().ToString();
+    fc = std::move(*made);
+  }
+  TrainStepParts Parts() {
+    TrainStepParts p;
+    p.model = model;
+    p.flat = flat.get();
+    p.optimizer = optimizer.get();
+    p.grad_sync = grad_sync.get();
+    p.partial_fc = fc.get();
+    return p;
+  }
+};
+
+torch::Tensor Images(int64_t n) {
+  torch::manual_seed(3);
+  return torch::randn({n, 1, 28, 28});
+}
+
+torch::Tensor Labels(int64_t n) {
+  return torch::arange(2 * n, torch::kInt).remainder(40).view({n, 2});
+}
+
+TEST(ResolveDeviceTest, NamesAndErrors) {
+  auto cpu = ResolveDevice("cpu", 0);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_TRUE(cpu->is_cpu());
+  auto bad = ResolveDevice("gpu", 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("cuda:N"), std::string::npos) << bad.status().message();
+  if (torch::cuda::is_available()) GTEST_SKIP() << "the rest needs a machine without CUDA";
+  auto automatic = ResolveDevice("auto", 3);
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_TRUE(automatic->is_cpu());
+  for (const char* name : {"cuda", "cuda:0", "cuda:x"}) {
+    auto cuda = ResolveDevice(name, 0);
+    ASSERT_FALSE(cuda.ok()) << name;
+    EXPECT_EQ(cuda.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(cuda.status().message().find("CUDA"), std::string::npos) << cuda.status().message();
+  }
+}
+
+TEST(PrecisionTest, SpecSpellingParsedOnce) {
+  v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.training().precision(), "fp32");
+  EXPECT_TRUE(ValidateJobSpec(&spec).ok());
+  spec.mutable_training()->set_precision("bf16");
+  EXPECT_TRUE(ValidateJobSpec(&spec).ok());
+  spec.mutable_training()->set_precision("fp16");
+  Status s = ValidateJobSpec(&spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("training.precision"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("bf16"), std::string::npos) << s.message();
+  EXPECT_EQ(*ParsePrecision("bf16"), Precision::kBf16);
+  EXPECT_STREQ(PrecisionName(Precision::kFp32), "fp32");
+}
+
+TEST(AutocastScopeTest, EnablesAndRestores) {
+  EXPECT_FALSE(compat::AutocastEnabled(c10::DeviceType::CPU));
+  {
+    compat::AutocastScope scope(c10::DeviceType::CPU, torch::kBFloat16, true);
+    EXPECT_TRUE(compat::AutocastEnabled(c10::DeviceType::CPU));
+    torch::Tensor a = torch::randn({4, 8}), w = torch::randn({3, 8});
+    EXPECT_EQ(torch::linear(a, w).scalar_type(), torch::kBFloat16);
+    {
+      compat::AutocastScope off(c10::DeviceType::CPU, torch::kBFloat16, false);
+      EXPECT_TRUE(compat::AutocastEnabled(c10::DeviceType::CPU));
+    }
+  }
+  EXPECT_FALSE(compat::AutocastEnabled(c10::DeviceType::CPU));
+  torch::Tensor a = torch::randn({4, 8}), w = torch::randn({3, 8});
+  EXPECT_EQ(torch::linear(a, w).scalar_type(), torch::kFloat);
+}
+
+TEST(AttentionCompatTest, ScaledDotProductAttentionIsTheFormula) {
+  torch::manual_seed(1);
+  for (auto dtype : {torch::kFloat, torch::kDouble}) {
+    torch::Tensor q = torch::randn({2, 3, 5, 8}, dtype), k = torch::randn({2, 3, 5, 8}, dtype),
+                  v = torch::randn({2, 3, 5, 8}, dtype);
+    torch::Tensor want = torch::matmul(
+        torch::softmax(torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(8.0), -1), v);
+    torch::Tensor got = compat::ScaledDotProductAttention(q, k, v);
+    EXPECT_EQ(got.scalar_type(), dtype);
+    EXPECT_LT(MaxAbsDiff(got, want), dtype == torch::kFloat ? 1e-5 : 1e-12);
+  }
+  EXPECT_EQ(compat::HasFusedAttention(), TORCH_VERSION_MAJOR >= 2) << compat::TorchVersion();
+}
+
+// fp32 on the CPU: TrainStep is exactly the sequence of its parts.
+TEST(TrainStepTest, Fp32StepIsTheHandWrittenSequence) {
+  Rig a(11), b(11);
+  TrainStep step(a.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
+  torch::Tensor x = Images(6), y = Labels(6);
+  auto r = step.Run(x, y, 1e-3, 2e-3);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+
+  b.flat->ZeroGrad();
+  torch::Tensor emb = b.model->forward(x);
+  auto fc = b.fc->ForwardBackward(emb.detach(), y);
+  ASSERT_TRUE(fc.ok());
+  emb.backward(fc->grad_embeddings);
+  ASSERT_TRUE(b.grad_sync->AllReduceGradients().ok());
+  BackboneStepStats stats = b.optimizer->Step(1e-3, 1.0);
+  ASSERT_TRUE(b.fc->OptimizerStep(2e-3).ok());
+
+  EXPECT_EQ(r->fc.loss, fc->loss);
+  EXPECT_EQ(r->backbone.grad_norm, stats.grad_norm);
+  EXPECT_TRUE(torch::equal(a.flat->values(), b.flat->values()));
+  EXPECT_TRUE(torch::equal(a.fc->weight(), b.fc->weight()));
+  EXPECT_GT(r->timings.total, 0.0);
+  EXPECT_GE(r->timings.total, r->timings.backbone_forward + r->timings.backbone_backward);
+}
+
+// bf16: the backbone's matmuls run in bfloat16 under autocast; everything the step keeps
+// (parameters, gradients, optimizer moments, class centres, the layer's inputs and outputs)
+// is float32, and the result is close to, but not the same as, the fp32 step.
+TEST(TrainStepTest, Bf16PolicyDtypesOfEveryTensor) {
+  Rig a(21), b(21);
+  TrainStep bf16(a.Parts(), torch::Device(torch::kCPU), Precision::kBf16);
+  TrainStep fp32(b.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
+  torch::Tensor x = Images(8), y = Labels(8);
+
+  torch::Tensor e16 = bf16.Embed(x), e32 = fp32.Embed(x);
+  EXPECT_EQ(e16.scalar_type(), torch::kFloat);
+  const double diff = MaxAbsDiff(e16, e32), scale = e32.abs().max().item<double>();
+  EXPECT_GT(diff, 0.0) << "autocast had no effect";
+  EXPECT_LT(diff, 0.05 * scale) << "bf16 embeddings too far from fp32";
+  EXPECT_FALSE(compat::AutocastEnabled(c10::DeviceType::CPU)) << "scope leaked";
+
+  auto r = bf16.Run(x, y, 1e-3, 1e-3);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(std::isfinite(r->fc.loss));
+  EXPECT_EQ(r->fc.grad_embeddings.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(r->fc.grad_embeddings.device().is_cpu());
+  for (const auto& p : a.model->parameters()) {
+    EXPECT_EQ(p.scalar_type(), torch::kFloat);
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().scalar_type(), torch::kFloat);
+  }
+  EXPECT_EQ(a.flat->values().scalar_type(), torch::kFloat);
+  EXPECT_EQ(a.flat->grads().scalar_type(), torch::kFloat);
+  EXPECT_GT(a.flat->grads().abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(a.optimizer->exp_avg().scalar_type(), torch::kFloat);
+  EXPECT_EQ(a.optimizer->exp_avg_sq().scalar_type(), torch::kFloat);
+  EXPECT_EQ(a.fc->weight().scalar_type(), torch::kFloat);
+  EXPECT_EQ(a.fc->ExportState().exp_avg.scalar_type(), torch::kFloat);
+
+  auto r32 = fp32.Run(x, y, 1e-3, 1e-3);
+  ASSERT_TRUE(r32.ok());
+  EXPECT_NEAR(r->fc.loss, r32->fc.loss, 0.02 * std::fabs(r32->fc.loss));
+}
+
+// On a machine with CUDA (the GPU runs of bench/RESULTS.md "GPU step"; skipped elsewhere): the
+// fp32 step on the GPU equals the CPU step, and the bf16 step keeps the float32 tensors.
+TEST(TrainStepTest, CudaStepMatchesCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device cuda(torch::kCUDA, 0);
+  Rig gpu(41), cpu(41);
+  gpu.model->to(cuda);
+  gpu.flat = std::make_unique<FlatParameters>(std::vector<std::vector<torch::Tensor>>{
+      gpu.model->DecayParameters(), gpu.model->NoDecayParameters()});
+  BackboneAdamWOptions aopts;
+  aopts.weight_decay = {0.05, 0.0};
+  gpu.optimizer = std::make_unique<BackboneAdamW>(gpu.flat.get(), aopts);
+  gpu.grad_sync = std::make_unique<GradSync>(gpu.comm.get(), gpu.flat.get());
+  TrainStep on_gpu(gpu.Parts(), cuda, Precision::kFp32);
+  TrainStep on_cpu(cpu.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
+  torch::Tensor x = Images(8), y = Labels(8);
+  for (int i = 0; i < 2; ++i) {
+    auto a = on_gpu.Run(PinnedCopy(x, cuda), y, 1e-3, 1e-3);
+    auto b = on_cpu.Run(x, y, 1e-3, 1e-3);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok());
+    EXPECT_NEAR(a->fc.loss, b->fc.loss, 1e-4 * std::fabs(b->fc.loss)) << "step " << i;
+  }
+  EXPECT_TRUE(gpu.flat->values().is_cuda());
+  EXPECT_LT(MaxAbsDiff(gpu.flat->values().cpu(), cpu.flat->values()), 1e-4);
+  EXPECT_LT(MaxAbsDiff(gpu.fc->weight(), cpu.fc->weight()), 1e-5);
+
+  TrainStep bf16(gpu.Parts(), cuda, Precision::kBf16);
+  torch::Tensor emb = bf16.Embed(x.to(cuda));
+  EXPECT_EQ(emb.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(emb.is_cuda());
+  auto r = bf16.Run(x, y, 1e-3, 1e-3);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(std::isfinite(r->fc.loss));
+  EXPECT_EQ(gpu.flat->grads().scalar_type(), torch::kFloat);
+  EXPECT_EQ(gpu.optimizer->exp_avg().scalar_type(), torch::kFloat);
+  EXPECT_FALSE(compat::AutocastEnabled(c10::DeviceType::CUDA)) << "scope leaked";
+}
+
+// A checkpoint written by one libtorch build and resumed by the other: the pip build's test
+// run (scripts/run_torch2_tests.sh) has the Debian build's binary write one (mode "write":
+// after one step, with the embeddings its weights give) and then reads it (mode "read"):
+// backbone, optimizer state and class centres restored, the same embeddings.
+TEST(CrossBuildCheckpointTest, WriteOrRead) {
+  const char* root_env = std::getenv("MLCD_CROSS_BUILD_CHECKPOINT");
+  if (root_env == nullptr || *root_env == '\0') {
+    GTEST_SKIP() << "MLCD_CROSS_BUILD_CHECKPOINT not set (scripts/run_torch2_tests.sh sets it)";
+  }
+  const std::string root = root_env;
+  const char* mode_env = std::getenv("MLCD_CROSS_BUILD_MODE");
+  const std::string mode = mode_env ? mode_env : "";
+  torch::Tensor x = Images(4), y = Labels(4);
+  v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  if (mode == "write") {
+    Rig rig(31);
+    TrainStep step(rig.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
+    ASSERT_TRUE(step.Run(x, y, 1e-3, 1e-3).ok());
+    CheckpointState state;
+    state.meta.steps_per_epoch = 1;
+    state.meta.step_in_epoch = 1;
+    state.meta.epoch_complete = true;
+    state.meta.global_step = 1;
+    state.meta.num_classes = 40;
+    state.meta.embedding_dim = 24;
+    state.spec = &spec;
+    state.model = rig.model;
+    state.flat = rig.flat.get();
+    state.optimizer = rig.optimizer.get();
+    state.partial_fc = rig.fc.get();
+    auto dir = WriteCheckpoint(root, state, rig.comm.get());
+    ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+    rig.model->eval();
+    torch::NoGradGuard no_grad;
+    torch::Tensor e = rig.model->forward(x).contiguous();
+    ASSERT_TRUE(
+        WriteNpy(root + "/embeddings.npy", NpyDtype::kFloat32, e.sizes().vec(), e.data_ptr<float>())
+            .ok());
+    torch::Tensor w = rig.fc->weight().contiguous();
+    ASSERT_TRUE(
+        WriteNpy(root + "/centres.npy", NpyDtype::kFloat32, w.sizes().vec(), w.data_ptr<float>())
+            .ok());
+    return;
+  }
+  ASSERT_EQ(mode, "read") << "MLCD_CROSS_BUILD_MODE must be write or read";
+  Rig rig(99);  // other initial weights: the load must replace every one
+  auto dir = ResolveCheckpoint(root);
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  ASSERT_TRUE(LoadBackboneWeights(*dir, rig.model).ok());
+  ASSERT_TRUE(LoadBackboneOptimizer(*dir, rig.model, rig.flat.get(), rig.optimizer.get()).ok());
+  ASSERT_TRUE(rig.fc->Load(*dir).ok());
+  EXPECT_EQ(rig.optimizer->step_count(), 1);
+  EXPECT_GT(rig.optimizer->exp_avg().abs().sum().item<double>(), 0.0);
+  auto read = [&](const std::string& name) {
+    std::vector<int64_t> shape;
+    auto data = ReadNpyAsFloat32(root + "/" + name, &shape);
+    EXPECT_TRUE(data.ok()) << data.status().ToString();
+    return torch::from_blob(data->data(), {shape[0], shape[1]}, torch::kFloat).clone();
+  };
+  EXPECT_TRUE(torch::equal(rig.fc->weight(), read("centres.npy")));
+  rig.model->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_LT(MaxAbsDiff(rig.model->forward(x), read("embeddings.npy")), 1e-5)
+      << "libtorch " << compat::TorchVersion();
+}
+
+}  // namespace
+}  // namespace mlcd::worker

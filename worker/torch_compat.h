@@ -1,0 +1,71 @@
+// The differences between the two libtorch flavours the worker is built against, in one place
+// (docs/torch-builds.md): Debian's CPU libtorch 1.13 (the default build) and the `torch`
+// wheel's libtorch 2.x with CUDA and NCCL (scripts/setup.sh with MLCD_TORCH=pip). Everything
+// else in worker/ is written once for both; code that needs one of these differences calls
+// this header instead of testing the version itself.
+//
+//   c10d:      since 2.0 a process group's transport (Gloo, NCCL) is a c10d::Backend; in 1.13
+//              ProcessGroupGloo/ProcessGroupNCCL are themselves c10d::ProcessGroups.
+//   attention: at::scaled_dot_product_attention (2.0+: flash / memory-efficient kernels on
+//              CUDA, a fused math kernel on CPU); 1.13 has none, so softmax(q·kᵀ/√d)·v by ATen.
+//   autocast:  the per-device dtype setter moved (1.13: set_autocast_gpu_dtype; 2.4+:
+//              set_autocast_dtype(device type, dtype)).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/intrusive_ptr.h>
+#include <torch/version.h>
+
+#define MLCD_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||       \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace c10d {
+class ProcessGroup;
+class Backend;
+}  // namespace c10d
+
+namespace mlcd::worker::compat {
+
+// The type of a Gloo or NCCL process group object (what ProcessGroupGloo derives from).
+#if MLCD_TORCH_AT_LEAST(2, 0)
+using C10dGroup = ::c10d::Backend;
+#else
+using C10dGroup = ::c10d::ProcessGroup;
+#endif
+using C10dGroupPtr = c10::intrusive_ptr<C10dGroup>;
+
+// "1.13.1", "2.11.0": the libtorch this binary was compiled against.
+const char* TorchVersion();
+
+// True when ScaledDotProductAttention uses libtorch's fused operator (2.0+).
+bool HasFusedAttention();
+
+// softmax(q·kᵀ / sqrt(head_dim))·v for q, k, v of shape [B, H, T, head_dim] (any device and
+// floating dtype; the result has q's dtype). With libtorch 2.0+ this is
+// at::scaled_dot_product_attention, which dispatches to flash / memory-efficient kernels on
+// CUDA; otherwise ATen matmul + softmax.
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// While alive, ATen's autocast is enabled for `device_type` (CUDA or CPU) with `dtype` (bf16 /
+// fp16); the previous state is restored and the autocast cache cleared on destruction.
+// Disabled scopes (enabled == false) do nothing. Not copyable; one thread.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device_type, at::ScalarType dtype, bool enabled);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_type_;
+  bool enabled_;
+  bool previous_enabled_ = false;
+  at::ScalarType previous_dtype_ = at::kFloat;
+};
+
+// True when autocast is enabled for `device_type` on this thread (tests of the policy).
+bool AutocastEnabled(c10::DeviceType device_type);
+
+}  // namespace mlcd::worker::compat

@@ -1,0 +1,121 @@
+#include "worker/train/train_step.h"
+
+#include <torch/cuda.h>
+
+#include <chrono>
+
+#include "worker/torch_compat.h"
+
+namespace mlcd::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Waits for the device's queued work, so a part's time is its own.
+void Sync(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+}  // namespace
+
+StatusOr<torch::Device> ResolveDevice(const std::string& name, int local_rank) {
+  const bool have_cuda = torch::cuda::is_available();
+  const int64_t count = have_cuda ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name == "auto") {
+    if (count == 0) return torch::Device(torch::kCPU);
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
+  }
+  if (name != "cuda" && name.rfind("cuda:", 0) != 0) {
+    return Status::InvalidArgument("unknown device '" + name +
+                                   "': use auto, cpu, cuda or cuda:N (N a device index)");
+  }
+  if (count == 0) {
+    return Status::InvalidArgument(
+        "device '" + name + "' was asked for but " +
+        (have_cuda ? std::string("no CUDA device is visible") : "CUDA is not available") +
+        " to this mlcd-worker (libtorch " + compat::TorchVersion() +
+        "); use --device cpu, or a build with -DMLCD_WITH_CUDA=ON against a CUDA libtorch "
+        "(scripts/setup.sh with MLCD_TORCH=pip) on a machine with a GPU");
+  }
+  int64_t index = local_rank % count;
+  if (name.size() > 5) {
+    const std::string digits = name.substr(5);
+    if (digits.empty() || digits.size() > 4 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      return Status::InvalidArgument("device '" + name + "': N in cuda:N must be a device index");
+    }
+    index = std::stoll(digits);
+    if (index >= count) {
+      return Status::InvalidArgument("device '" + name + "': this machine has " +
+                                     std::to_string(count) + " CUDA device(s)");
+    }
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+torch::Tensor PinnedCopy(const torch::Tensor& host, torch::Device device) {
+  if (!device.is_cuda() || !host.defined() || !host.device().is_cpu()) return host;
+  return host.pin_memory();
+}
+
+TrainStep::TrainStep(TrainStepParts parts, torch::Device device, Precision precision)
+    : parts_(std::move(parts)), device_(device), precision_(precision) {}
+
+torch::Tensor TrainStep::Embed(const torch::Tensor& images) {
+  compat::AutocastScope autocast(device_.type(), torch::kBFloat16, precision_ == Precision::kBf16);
+  torch::Tensor emb = parts_.model->forward(images);
+  return emb.scalar_type() == torch::kFloat ? emb : emb.to(torch::kFloat);
+}
+
+StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torch::Tensor& labels,
+                                         double lr, double centre_lr) {
+  TrainStepResult r;
+  TrainStepTimings& t = r.timings;
+  const auto t0 = Clock::now();
+  parts_.flat->ZeroGrad();
+  torch::Tensor x = images.device() == device_ ? images
+                                               : images.to(torch::TensorOptions().device(device_),
+                                                           /*non_blocking=*/images.is_pinned());
+  const auto t1 = Clock::now();
+  torch::Tensor emb = Embed(x);
+  // The layer works on the host: this copy waits for the forward.
+  torch::Tensor emb_host = emb.detach().cpu();
+  const auto t2 = Clock::now();
+  auto fc = parts_.partial_fc->ForwardBackward(emb_host, labels);
+  if (!fc.ok()) return fc.status();
+  const auto t3 = Clock::now();
+  emb.backward(fc->grad_embeddings.to(torch::TensorOptions().device(device_)));
+  Sync(device_);
+  const auto t4 = Clock::now();
+  Status synced = parts_.grad_sync->AllReduceGradients();
+  if (!synced.ok()) {
+    parts_.partial_fc->DiscardGradient();
+    return synced;
+  }
+  Sync(device_);
+  const auto t5 = Clock::now();
+  r.backbone = parts_.optimizer->Step(lr, 1.0);
+  Sync(device_);
+  const auto t6 = Clock::now();
+  Status centres = parts_.partial_fc->OptimizerStep(centre_lr);
+  if (!centres.ok()) return centres;
+  const auto t7 = Clock::now();
+  r.fc = std::move(*fc);
+  t.host_to_device = Seconds(t0, t1);
+  t.backbone_forward = Seconds(t1, t2);
+  t.classification_collectives = r.fc.collective_seconds;
+  t.classification_layer = r.fc.compute_seconds;
+  t.backbone_backward = Seconds(t3, t4);
+  t.grad_sync = Seconds(t4, t5);
+  t.backbone_optimizer = Seconds(t5, t6);
+  t.centre_optimizer = Seconds(t6, t7);
+  t.total = Seconds(t0, t7);
+  return r;
+}
+
+}  // namespace mlcd::worker

@@ -1,0 +1,100 @@
+// One optimizer step of one rank, on the rank's device (docs/torch-builds.md):
+//
+//   images (host, float32)  --pinned, non-blocking copy-->  device
+//   emb   = ViT(images)                 under the precision policy, float32 out
+//   r     = PartialFc.ForwardBackward   on the host (the shard of class centres lives in host
+//                                       memory): float32 embeddings and labels in, float32
+//                                       logits and loss, dL/d emb back to the device
+//   emb.backward(r.grad_embeddings)     backbone backward on the device
+//   GradSync (NCCL for CUDA, Gloo for CPU)  ->  BackboneAdamW  ->  PartialFc.OptimizerStep
+//
+// The precision policy (Precision::kBf16): the backbone's forward runs under autocast for its
+// device with bfloat16 -- matmuls (Linear, attention through scaled_dot_product_attention)
+// in bf16, LayerNorm / softmax / GELU as autocast decides (float32) -- and the embedding is
+// cast to float32 before it leaves the backbone. Parameters, their gradients, the optimizer
+// state, the class centres, the logits and the loss are float32 in every mode (as insightface's
+// PartialFC and the paper's successors do). With kBf16 the fused CPU kernels step aside for
+// ATen's own (they are float32 kernels).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "common/enums.h"
+#include "common/status.h"
+#include "worker/loss/partial_fc.h"
+#include "worker/model/vit.h"
+#include "worker/train/backbone_optimizer.h"
+#include "worker/train/grad_sync.h"
+
+namespace mlcd::worker {
+
+using ::mlcd::ParsePrecision;
+using ::mlcd::Precision;
+using ::mlcd::PrecisionName;
+
+// "cpu", "cuda", "cuda:N"; "auto" = cuda:`local_rank` % device count when CUDA is available,
+// else cpu. INVALID_ARGUMENT for other names, a CUDA device in a build or on a machine without
+// CUDA, or an index past the device count.
+StatusOr<torch::Device> ResolveDevice(const std::string& name, int local_rank);
+
+// Seconds of each part of a step (this rank). `backbone_forward` and `backbone_backward`
+// include waiting for the device where the step has to (the embedding's copy to the host,
+// the gradient sync).
+struct TrainStepTimings {
+  double host_to_device = 0;
+  double backbone_forward = 0;
+  double classification_layer = 0;  // PartialFc ForwardBackward, collectives excluded
+  double classification_collectives = 0;
+  double backbone_backward = 0;
+  double grad_sync = 0;
+  double backbone_optimizer = 0;
+  double centre_optimizer = 0;
+  double total = 0;
+};
+
+struct TrainStepResult {
+  PartialFcStep fc;
+  BackboneStepStats backbone;
+  TrainStepTimings timings;
+};
+
+// The parts a step works on (owned by the caller, which must keep them alive). model,
+// flat's buffers and the optimizer's state live on `device`; `grad_sync` uses collectives
+// that take tensors of that device (NCCL for CUDA); `partial_fc` works on host tensors.
+struct TrainStepParts {
+  VisionTransformer model{nullptr};
+  FlatParameters* flat = nullptr;
+  BackboneAdamW* optimizer = nullptr;
+  GradSync* grad_sync = nullptr;
+  PartialFc* partial_fc = nullptr;
+};
+
+class TrainStep {
+ public:
+  TrainStep(TrainStepParts parts, torch::Device device, Precision precision);
+
+  // The backbone's forward under the precision policy: images on the device, float32
+  // embeddings [B, embed_dim] on the device (autograd graph kept).
+  torch::Tensor Embed(const torch::Tensor& images);
+
+  // One step: images float32 [B_local, C, S, S] on the host (pinned when it came from
+  // PinnedCopy, then the copy overlaps), labels int32/int64 [B_local, l] on the host.
+  // Errors of the classification layer and the collectives are returned (every rank gets the
+  // same for bad input); then no parameter changed.
+  StatusOr<TrainStepResult> Run(const torch::Tensor& images, const torch::Tensor& labels, double lr,
+                                double centre_lr);
+
+  torch::Device device() const { return device_; }
+  Precision precision() const { return precision_; }
+
+ private:
+  TrainStepParts parts_;
+  torch::Device device_;
+  Precision precision_;
+};
+
+// A host tensor the device can read asynchronously: pinned when `device` is CUDA (a copy),
+// the tensor itself otherwise.
+torch::Tensor PinnedCopy(const torch::Tensor& host, torch::Device device);
+
+}  // namespace mlcd::worker
