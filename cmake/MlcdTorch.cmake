@@ -14,6 +14,8 @@
 #     the include tree without google/ (symbolic links, in the build dir).
 #   - NCCL: the wheel's c10d headers declare ProcessGroupNCCL only under USE_C10D_NCCL, and
 #     <nccl.h> must be the one of the NCCL the wheel links (nvidia/nccl/include).
+#   - std::filesystem: the wheel's libtorch.so exports a copy of it; libstdc++ is linked first
+#     (below) so that programs bind to libstdc++'s.
 #   - OpenMP and the C++ ABI: the wheel is built with the new C++ ABI, as Debian is, and ships
 #     its own libgomp.so.1 under the same soname as GCC's; a process loads one of them (the
 #     first found on the RUNPATH), which both torch and FAISS/OpenBLAS then use.
@@ -40,6 +42,11 @@ if(TARGET gflags)
 endif()
 
 if(MLCD_TORCH_PIP)
+  # The wheel's libtorch.so exports its own (older, statically linked) copy of std::filesystem;
+  # with libtorch first among a program's libraries, the dynamic linker binds our
+  # std::filesystem calls to that copy, which crashes (remove_all jumps to address 0). Naming
+  # libstdc++ first makes its own definitions win for every program of this build.
+  add_link_options("LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
   set(mlcd_torch_include ${CMAKE_BINARY_DIR}/torch-include)
   file(MAKE_DIRECTORY ${mlcd_torch_include})
   file(GLOB mlcd_torch_include_entries RELATIVE ${MLCD_TORCH_ROOT}/include ${MLCD_TORCH_ROOT}/include/*)

@@ -10,6 +10,8 @@
 //              CUDA, a fused math kernel on CPU); 1.13 has none, so softmax(q·kᵀ/√d)·v by ATen.
 //   autocast:  the per-device dtype setter moved (1.13: set_autocast_gpu_dtype; 2.4+:
 //              set_autocast_dtype(device type, dtype)).
+//   NCCL env:  NCCL_BLOCKING_WAIT became TORCH_NCCL_BLOCKING_WAIT (2.2+), likewise the async
+//              error handling switch.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -35,6 +37,16 @@ using C10dGroup = ::c10d::Backend;
 using C10dGroup = ::c10d::ProcessGroup;
 #endif
 using C10dGroupPtr = c10::intrusive_ptr<C10dGroup>;
+
+// The environment variables that make ProcessGroupNCCL's wait() block and honour the timeout
+// (renamed with a TORCH_ prefix in 2.2; the old names are deprecated there).
+#if MLCD_TORCH_AT_LEAST(2, 2)
+inline constexpr const char* kNcclBlockingWaitEnv = "TORCH_NCCL_BLOCKING_WAIT";
+inline constexpr const char* kNcclAsyncErrorHandlingEnv = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+#else
+inline constexpr const char* kNcclBlockingWaitEnv = "NCCL_BLOCKING_WAIT";
+inline constexpr const char* kNcclAsyncErrorHandlingEnv = "NCCL_ASYNC_ERROR_HANDLING";
+#endif
 
 // "1.13.1", "2.11.0": the libtorch this binary was compiled against.
 const char* TorchVersion();

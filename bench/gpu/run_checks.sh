@@ -28,4 +28,4 @@ for r in 0 1; do
     --out "$out/step_nccl_rank$r.json" > "$out/nccl_rank$r.log" 2>&1 &
 done
 wait
-tail -40 "$out/nccl_rank0.log" "$out/nccl_rank1.log"
+tail -n 40 "$out/nccl_rank0.log" "$out/nccl_rank1.log"

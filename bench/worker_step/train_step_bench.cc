@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/blas_env.h"
 #include "common/job_spec.h"
 #include "worker/loss/collectives.h"
 #include "worker/loss/partial_fc.h"
@@ -45,6 +46,7 @@ struct BenchFlags {
   double sample_ratio = 0.1;
   int labels_per_sample = 8;
   int threads = 0;
+  int layer_threads = 1;  // PartialFcOptions::compute_threads
   std::string out;
 };
 
@@ -60,7 +62,10 @@ int Fail(const Status& s) {
 }
 
 int Run(const BenchFlags& f) {
-  if (f.threads > 0) at::set_num_threads(f.threads);
+  if (f.threads > 0) {
+    at::set_num_threads(f.threads);
+    SetBlasThreads(f.threads);  // as the trainer does (common/blas_env.h)
+  }
   auto device = ResolveDevice(f.device, f.rank);
   if (!device.ok()) return Fail(device.status());
   auto precision = ParsePrecision(f.precision);
@@ -103,6 +108,7 @@ int Run(const BenchFlags& f) {
   popts.num_classes = f.classes;
   popts.embedding_dim = vit->embed_dim;
   popts.sample_ratio = f.sample_ratio;
+  popts.compute_threads = f.layer_threads;
   auto fc = PartialFc::Create(popts, comm->get());
   if (!fc.ok()) return Fail(fc.status());
   TrainStepParts parts{model, &flat, &optimizer, &grad_sync, fc->get()};
@@ -142,6 +148,8 @@ int Run(const BenchFlags& f) {
                    {"world_size", f.world_size},
                    {"backbone_sync", sync_comm->backend_name()},
                    {"batch_per_rank", f.batch},
+                   {"threads", at::get_num_threads()},
+                   {"layer_threads", f.layer_threads},
                    {"classes", f.classes},
                    {"steps", f.steps},
                    {"median_step_seconds", step_s},
@@ -181,6 +189,9 @@ int main(int argc, char** argv) {
   app.add_option("--sample-ratio", f.sample_ratio, "PartialFC r")->capture_default_str();
   app.add_option("--labels-per-sample", f.labels_per_sample, "l")->capture_default_str();
   app.add_option("--threads", f.threads, "intra-op threads (0 = all)")->capture_default_str();
+  app.add_option("--layer-threads", f.layer_threads,
+                 "OpenMP threads of the classification layer's own work (0 = ATen's)")
+      ->capture_default_str();
   app.add_option("--out", f.out, "JSON file");
   CLI11_PARSE(app, argc, argv);
   return mlcd::worker::Run(f);

@@ -57,6 +57,12 @@ Status ClassifyError(const std::string& what, const std::string& message) {
                                     " (a peer did not answer within the collective timeout; is "
                                     "every rank alive and running the same step?)");
   }
+  if (message.find("Duplicate GPU") != std::string::npos) {
+    return Status::FailedPrecondition(
+        text +
+        " (NCCL needs one GPU per rank: give each rank its own device, e.g. "
+        "--device cuda:N, or train this gang on the CPU with Gloo)");
+  }
   return Status::Unavailable(text + " (a peer process died or the connection broke)");
 }
 
@@ -122,8 +128,8 @@ Status JoinProcessGroup(const CollectivesOptions& options, const std::string& ho
 #ifdef MLCD_WITH_NCCL
         if (use_nccl) {
           // Blocking wait makes wait() honour the timeout and throw instead of hanging.
-          ::setenv("NCCL_BLOCKING_WAIT", "1", 0);
-          ::setenv("NCCL_ASYNC_ERROR_HANDLING", "1", 0);
+          ::setenv(compat::kNcclBlockingWaitEnv, "1", 0);
+          ::setenv(compat::kNcclAsyncErrorHandlingEnv, "1", 0);
           auto nccl_options = ::c10d::ProcessGroupNCCL::Options::create();
           nccl_options->timeout = options.timeout;
           *pg = c10::make_intrusive<::c10d::ProcessGroupNCCL>(store, options.rank,
