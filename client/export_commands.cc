@@ -22,6 +22,7 @@ struct ExportOptions {
   std::string checkpoint;
   std::string format;
   std::string out;
+  bool grey_as_rgb = false;
   std::string worker_binary;
   bool verbose = false;
 };
@@ -36,6 +37,7 @@ int RunExport(Context& ctx, const ExportOptions& o) {
   run.binary = WorkerBinary(o.worker_binary);
   run.command = "export";
   run.args = {"--checkpoint", o.checkpoint, "--format", o.format, "--out", o.out};
+  if (o.grey_as_rgb) run.args.push_back("--grey-as-rgb");
   if (!o.verbose) run.log_path = "/dev/null";  // its error comes back as the error event
   auto finished = RunWorkerCommand(run);
   if (!finished.ok()) return ctx.Fail(finished.status());
@@ -70,6 +72,9 @@ CommandRegistration reg(65, [](CLI::App& app, Context& ctx) {
       ->required();
   cmd->add_option("--format", o->format, "torchvision | safetensors")->required();
   cmd->add_option("--out", o->out, "output file (.pt / .pth, or .safetensors)")->required();
+  cmd->add_flag("--grey-as-rgb", o->grey_as_rgb,
+                "export a 1-channel (grey) model for torchvision's 3-channel input: each channel "
+                "repeats the grey image");
   cmd->add_option(
       "--worker-binary", o->worker_binary,
       "mlcd-worker executable (default: $MLCD_WORKER_BINARY, else the one next to mlcdctl)");

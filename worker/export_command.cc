@@ -27,6 +27,7 @@ struct ExportFlags {
   std::string checkpoint;
   std::string format;
   std::string out;
+  bool grey_as_rgb = false;
   std::string progress_jsonl;
   std::string log_level = "info";
 };
@@ -54,7 +55,10 @@ int RunExport(const ExportFlags& flags) {
                            {"round", meta->round},
                            {"epoch", meta->epoch},
                            {"global_step", meta->global_step}};
-  auto result = ExportModel(*model->model, *format, flags.out, source);
+  ExportSettings settings;
+  settings.format = *format;
+  settings.grey_as_rgb = flags.grey_as_rgb;
+  auto result = ExportModel(*model->model, settings, flags.out, source);
   if (!result.ok()) return fail(result.status());
   MLCD_LOG(INFO) << "exported " << model->description << " to " << result->weights_path;
   nlohmann::json event = {{"event", "finished"},
@@ -94,6 +98,9 @@ CommandRegistration export_registration(45, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--out", flags->out,
                   "output file: .pt/.pth (torchvision) or .safetensors; its directory is created")
       ->required();
+  cmd->add_flag("--grey-as-rgb", flags->grey_as_rgb,
+                "a 1-channel model as torchvision's 3-channel one, for grey input repeated on "
+                "the 3 channels (conv_proj holds a third of the patch weights per channel)");
   cli::AddProgressJsonlFlag(cmd, &flags->progress_jsonl);
   cli::AddLogLevelFlag(cmd, &flags->log_level);
   cmd->callback([flags, exit_code] { *exit_code = RunExport(*flags); });

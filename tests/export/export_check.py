@@ -22,7 +22,8 @@ def fail(message):
 
 
 def check_torchvision(args, report):
-    state = torch.load(args.pt)
+    # weights_only: the safe unpickler (torch >= 2.6 uses it by default) must accept the file.
+    state = torch.load(args.pt, weights_only=True)
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         fail(f"{args.pt} is not a dict of tensors: {type(state)}")
     with open(args.config) as f:
@@ -34,6 +35,8 @@ def check_torchvision(args, report):
     if torch.count_nonzero(state["heads.head.bias"]) != 0:
         fail("heads.head.bias is not zero")
     images = torch.from_numpy(np.load(args.images))
+    if images.shape[1] == 1:  # a --grey-as-rgb export: the grey input on all 3 channels
+        images = images.repeat(1, 3, 1, 1)
     with torch.no_grad():
         out = model(images)
     out = out / out.norm(dim=1, keepdim=True).clamp_min(1e-12)
@@ -103,7 +106,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--pt", required=True)
     p.add_argument("--config", required=True, help="the JSON written beside the .pt")
-    p.add_argument("--images", required=True, help="float32 [N, 3, S, S] .npy")
+    p.add_argument("--images", required=True,
+                   help="float32 [N, C, S, S] .npy (C = 1: repeated on 3 channels)")
     p.add_argument("--embeddings", required=True, help="mlcd-worker embed --images output")
     p.add_argument("--checkpoint-dir", default="")
     p.add_argument("--safetensors", default="")

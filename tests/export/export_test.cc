@@ -141,9 +141,9 @@ std::string WriteTestCheckpoint(const std::string& root, const v1::JobSpec& spec
   return dir.ok() ? *dir : "";
 }
 
-// Model inputs [n, 3, s, s]: smooth colour patterns and noise, as preprocessed images look.
-Status WriteImages(const std::string& path, int n, int s) {
-  std::vector<float> v(static_cast<size_t>(n) * 3 * s * s);
+// Model inputs [n, channels, s, s]: smooth patterns and noise, as preprocessed images look.
+Status WriteImages(const std::string& path, int n, int channels, int s) {
+  std::vector<float> v(static_cast<size_t>(n) * channels * s * s);
   uint64_t state = 12345;
   auto uniform = [&state] {
     state = state * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -151,7 +151,7 @@ Status WriteImages(const std::string& path, int n, int s) {
   };
   size_t k = 0;
   for (int i = 0; i < n; ++i) {
-    for (int c = 0; c < 3; ++c) {
+    for (int c = 0; c < channels; ++c) {
       for (int y = 0; y < s; ++y) {
         for (int x = 0; x < s; ++x) {
           const double pattern =
@@ -161,7 +161,7 @@ Status WriteImages(const std::string& path, int n, int s) {
       }
     }
   }
-  return WriteNpy(path, NpyDtype::kFloat32, {n, 3, s, s}, v.data());
+  return WriteNpy(path, NpyDtype::kFloat32, {n, channels, s, s}, v.data());
 }
 
 class ExportTest : public ::testing::Test {
@@ -169,54 +169,63 @@ class ExportTest : public ::testing::Test {
   int Ctl(const std::vector<std::string>& args, std::string* out) {
     return RunCommand(BinPath("mlcdctl"), args, out);
   }
+  // Exports `spec`'s model both ways (with `flags`), embeds the same inputs with
+  // `mlcd-worker embed --images` and has export_check.py compare with torchvision.
+  void ExportAndCompare(const v1::JobSpec& spec, const std::vector<std::string>& flags,
+                        const std::string& expected_call) {
+    const std::string ckpt = WriteTestCheckpoint(dir_.Sub("ckpt"), spec);
+    ASSERT_FALSE(ckpt.empty());
+    std::string out;
+    std::vector<std::string> args = {
+        "export",      "--checkpoint", dir_.Sub("ckpt"),     "--format",
+        "torchvision", "--out",        dir_.Sub("tv/vit.pt")};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ASSERT_EQ(Ctl(args, &out), 0) << out;
+    EXPECT_NE(out.find(expected_call), std::string::npos) << out;
+    auto config = ReadFileToString(dir_.Sub("tv/vit.json"));
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    EXPECT_EQ(nlohmann::json::parse(*config)["source"]["checkpoint"], ckpt);
+    args = {"--output",     "json",  "export",
+            "--checkpoint", ckpt,    "--format",
+            "safetensors",  "--out", dir_.Sub("st/model.safetensors")};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ASSERT_EQ(Ctl(args, &out), 0) << out;
+    ASSERT_TRUE(PathExists(dir_.Sub("st/config.json")));
+
+    const int s = spec.model().image_size();
+    ASSERT_TRUE(WriteImages(dir_.Sub("images.npy"), 12, spec.model().channels(), s).ok());
+    ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
+                         {"embed", "--checkpoint", ckpt, "--images", dir_.Sub("images.npy"),
+                          "--out", dir_.Sub("emb"), "--batch-size", "5", "--threads", "2"},
+                         &out),
+              0)
+        << out;
+    ASSERT_EQ(RunCommand("/usr/bin/python3",
+                         {std::string(MLCD_SOURCE_DIR) + "/tests/export/export_check.py", "--pt",
+                          dir_.Sub("tv/vit.pt"), "--config", dir_.Sub("tv/vit.json"), "--images",
+                          dir_.Sub("images.npy"), "--embeddings",
+                          dir_.Sub("emb/embeddings-00000-of-00001.npy"), "--checkpoint-dir", ckpt,
+                          "--safetensors", dir_.Sub("st/model.safetensors"), "--st-config",
+                          dir_.Sub("st/config.json")},
+                         &out),
+              0)
+        << out;
+    std::cout << "export_check: " << out;
+  }
   TempDir dir_;
 };
 
 TEST_F(ExportTest, TorchvisionLoadsItAndComputesTheSameEmbeddings) {
   // mlp_ratio 2.5: mlp_dim 120, not a multiple of 4 x width.
-  v1::JobSpec spec = ModelSpec(3, 32, 8, 48, 2, 3, 2.5, 24, "cls", "patch");
-  const std::string ckpt = WriteTestCheckpoint(dir_.Sub("ckpt"), spec);
-  ASSERT_FALSE(ckpt.empty());
-  std::string out;
-  ASSERT_EQ(Ctl({"export", "--checkpoint", dir_.Sub("ckpt"), "--format", "torchvision", "--out",
-                 dir_.Sub("tv/vit.pt")},
-                &out),
-            0)
-      << out;
-  EXPECT_NE(out.find("VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=3, "
-                     "hidden_dim=48, mlp_dim=120, num_classes=24)"),
-            std::string::npos)
-      << out;
-  auto config = ReadFileToString(dir_.Sub("tv/vit.json"));
-  ASSERT_TRUE(config.ok()) << config.status().ToString();
-  auto j = nlohmann::json::parse(*config);
-  EXPECT_EQ(j["torchvision"]["args"]["mlp_dim"], 120);
-  EXPECT_EQ(j["source"]["checkpoint"], ckpt);
-  ASSERT_EQ(Ctl({"--output", "json", "export", "--checkpoint", ckpt, "--format", "safetensors",
-                 "--out", dir_.Sub("st/model.safetensors")},
-                &out),
-            0)
-      << out;
-  ASSERT_TRUE(PathExists(dir_.Sub("st/config.json")));
+  ExportAndCompare(ModelSpec(3, 32, 8, 48, 2, 3, 2.5, 24, "cls", "patch"), {},
+                   "VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=3, "
+                   "hidden_dim=48, mlp_dim=120, num_classes=24)");
+}
 
-  ASSERT_TRUE(WriteImages(dir_.Sub("images.npy"), 12, 32).ok());
-  ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
-                       {"embed", "--checkpoint", ckpt, "--images", dir_.Sub("images.npy"), "--out",
-                        dir_.Sub("emb"), "--batch-size", "5", "--threads", "2"},
-                       &out),
-            0)
-      << out;
-  ASSERT_EQ(RunCommand("/usr/bin/python3",
-                       {std::string(MLCD_SOURCE_DIR) + "/tests/export/export_check.py", "--pt",
-                        dir_.Sub("tv/vit.pt"), "--config", dir_.Sub("tv/vit.json"), "--images",
-                        dir_.Sub("images.npy"), "--embeddings",
-                        dir_.Sub("emb/embeddings-00000-of-00001.npy"), "--checkpoint-dir", ckpt,
-                        "--safetensors", dir_.Sub("st/model.safetensors"), "--st-config",
-                        dir_.Sub("st/config.json")},
-                       &out),
-            0)
-      << out;
-  std::cout << "export_check: " << out;
+TEST_F(ExportTest, GreyModelAsRgbComputesTheSameEmbeddingsOnRepeatedChannels) {
+  ExportAndCompare(ModelSpec(1, 28, 7, 32, 1, 2, 4.0, 16, "cls", "patch"), {"--grey-as-rgb"},
+                   "VisionTransformer(image_size=28, patch_size=7, num_layers=1, num_heads=2, "
+                   "hidden_dim=32, mlp_dim=128, num_classes=16)");
 }
 
 TEST_F(ExportTest, ModelsTorchvisionCannotExpressAreRefusedNamingTheDifference) {
@@ -289,6 +298,12 @@ TEST_F(ExportTest, BadRequestsAndCheckpointsGetClearErrors) {
             kExitUsage)
       << out;
   EXPECT_NE(out.find(".pt or .pth"), std::string::npos) << out;
+  EXPECT_EQ(Ctl({"export", "--checkpoint", ckpt, "--format", "torchvision", "--out",
+                 dir_.Sub("x.pt"), "--grey-as-rgb"},
+                &out),
+            kExitUsage)
+      << out;
+  EXPECT_NE(out.find("for 1-channel models"), std::string::npos) << out;
 
   // A directory that is no checkpoint.
   ASSERT_TRUE(MakeDirs(dir_.Sub("empty")).ok());

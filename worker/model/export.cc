@@ -1,6 +1,8 @@
 #include "worker/model/export.h"
 
-#include <torch/serialize.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <cmath>
 #include <filesystem>
@@ -27,17 +29,36 @@ bool HasExtension(const std::string& path, const std::string& ext) {
   return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
 }
 
+// torch.save's zip format, as torch::pickle_save writes it, but with a plain pickled dict:
+// pickle_save tags aggregates with their TorchScript type (torch.jit._pickle.restore_type_tag),
+// which torch.load(weights_only=True), the default since torch 2.6, refuses.
 Status WritePt(const std::string& path, const std::vector<ExportTensor>& tensors) {
-  c10::Dict<std::string, at::Tensor> dict;
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
   for (const auto& t : tensors) dict.insert(t.name, t.value);
-  std::vector<char> bytes;
+  std::vector<char> pickled, container;
   try {
-    bytes = torch::pickle_save(dict);
+    torch::jit::Pickler pickler(
+        [&pickled](const char* bytes, size_t n) {
+          pickled.insert(pickled.end(), bytes, bytes + n);
+        },
+        /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+        /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+    pickler.protocol();
+    pickler.pushIValue(dict);
+    pickler.stop();
+    caffe2::serialize::PyTorchStreamWriter writer([&container](const void* bytes, size_t n) {
+      const char* b = static_cast<const char*>(bytes);
+      container.insert(container.end(), b, b + n);
+      return n;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(),
+                                       writer);
+    writer.writeEndOfFile();
   } catch (const c10::Error& e) {
     return Status::Internal(std::string("export: serialising the state dict failed: ") +
                             e.what_without_backtrace());
   }
-  return WriteFileAtomically(path, {{bytes.data(), bytes.size()}});
+  return WriteFileAtomically(path, {{container.data(), container.size()}});
 }
 
 Status WriteSafetensorsFile(const std::string& path, const std::vector<ExportTensor>& tensors,
@@ -79,7 +100,7 @@ std::string TorchvisionArgsCall(const TorchvisionVitArgs& a) {
   return s.str();
 }
 
-Status CheckTorchvisionExpressible(const VitOptions& o) {
+Status CheckTorchvisionExpressible(const VitOptions& o, bool grey_as_rgb) {
   std::vector<std::string> differences;
   if (o.stem != VitStem::kPatch)
     differences.push_back(
@@ -89,9 +110,14 @@ Status CheckTorchvisionExpressible(const VitOptions& o) {
     differences.push_back(
         "model.pooling is \"mean\" (torchvision's VisionTransformer has a class token and "
         "pools it)");
-  if (o.channels != 3)
-    differences.push_back("model.channels is " + std::to_string(o.channels) +
-                          " (torchvision's VisionTransformer takes 3-channel images)");
+  if (o.channels != 3 && !(grey_as_rgb && o.channels == 1))
+    differences.push_back(
+        "model.channels is " + std::to_string(o.channels) +
+        " (torchvision's VisionTransformer takes 3-channel images" +
+        (o.channels == 1 ? "; --grey-as-rgb exports a 1-channel model for grey images repeated "
+                           "on 3 channels"
+                         : "") +
+        ")");
   if (std::abs(o.layer_norm_eps - kTorchvisionLayerNormEps) > 1e-12)
     differences.push_back("the LayerNorm eps is " + std::to_string(o.layer_norm_eps) +
                           " (torchvision's is 1e-6)");
@@ -114,9 +140,10 @@ TorchvisionVitArgs TorchvisionArgs(const VitOptions& o) {
   return a;
 }
 
-StatusOr<std::vector<ExportTensor>> TorchvisionStateDict(VisionTransformerImpl& model) {
+StatusOr<std::vector<ExportTensor>> TorchvisionStateDict(VisionTransformerImpl& model,
+                                                         bool grey_as_rgb) {
   const VitOptions& o = model.options();
-  MLCD_RETURN_IF_ERROR(CheckTorchvisionExpressible(o));
+  MLCD_RETURN_IF_ERROR(CheckTorchvisionExpressible(o, grey_as_rgb));
   const auto params = model.named_parameters();
   const int64_t d = o.width;
   std::vector<ExportTensor> out;
@@ -128,6 +155,11 @@ StatusOr<std::vector<ExportTensor>> TorchvisionStateDict(VisionTransformerImpl& 
   };
   MLCD_RETURN_IF_ERROR(add("class_token", "cls_token", {1, 1, d}));
   MLCD_RETURN_IF_ERROR(add("conv_proj.weight", "patch_weight"));
+  if (o.channels == 1) {
+    // Each of the 3 channels gets a third: the sum over repeated grey channels is our conv.
+    torch::Tensor& w = out.back().value;
+    w = (w / 3.0).repeat({1, 3, 1, 1}).contiguous();
+  }
   MLCD_RETURN_IF_ERROR(add("conv_proj.bias", "patch_bias"));
   MLCD_RETURN_IF_ERROR(add("encoder.pos_embedding", "pos_embed", {1, o.tokens(), d}));
   for (int i = 0; i < o.depth; ++i) {
@@ -164,7 +196,7 @@ std::vector<ExportTensor> NativeStateDict(VisionTransformerImpl& model) {
   return out;
 }
 
-json ExportConfig(const VitOptions& o, ExportFormat format, bool torchvision_names,
+json ExportConfig(const VitOptions& o, const ExportSettings& settings, bool torchvision_names,
                   const json& source) {
   json model = {{"image_size", o.image_size},
                 {"patch_size", o.patch_size},
@@ -180,14 +212,17 @@ json ExportConfig(const VitOptions& o, ExportFormat format, bool torchvision_nam
                 {"activation", "gelu (exact, erf)"},
                 {"output", "the projected embedding, not L2-normalised"}};
   if (o.stem == VitStem::kConv) model["stem_channels"] = o.stem_channels();
-  json config = {{"format", ExportFormatName(format)},
+  json config = {{"format", ExportFormatName(settings.format)},
                  {"tensor_names", torchvision_names ? "torchvision" : "mlcd"},
                  {"model", model},
                  {"source", source}};
-  Status expressible = CheckTorchvisionExpressible(o);
+  Status expressible = CheckTorchvisionExpressible(o, settings.grey_as_rgb);
   if (expressible.ok()) {
     config["torchvision"] = {{"class", "torchvision.models.VisionTransformer"},
                              {"args", TorchvisionArgsJson(TorchvisionArgs(o))}};
+    if (o.channels == 1)
+      config["torchvision"]["input"] =
+          "3 channels, each the grey input preprocessed as for the 1-channel model";
   } else {
     config["torchvision_incompatible"] = expressible.message();
   }
@@ -200,8 +235,13 @@ std::string ExportConfigPath(ExportFormat format, const std::string& out) {
   return (p.parent_path() / "config.json").string();
 }
 
-StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, ExportFormat format,
+StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, const ExportSettings& settings,
                                    const std::string& out, const json& source) {
+  const ExportFormat format = settings.format;
+  const bool grey = settings.grey_as_rgb;
+  if (grey && model.options().channels != 1)
+    return Status::InvalidArgument("--grey-as-rgb is for 1-channel models; this one has " +
+                                   std::to_string(model.options().channels) + " channels");
   if (format == ExportFormat::kTorchvision && !HasExtension(out, ".pt") &&
       !HasExtension(out, ".pth"))
     return Status::InvalidArgument("--out " + out + ": a torchvision export is a .pt or .pth file");
@@ -213,10 +253,10 @@ StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, ExportFormat fo
   ExportResult result;
   std::vector<ExportTensor> tensors;
   if (format == ExportFormat::kTorchvision) {
-    MLCD_ASSIGN_OR_RETURN(tensors, TorchvisionStateDict(model));
+    MLCD_ASSIGN_OR_RETURN(tensors, TorchvisionStateDict(model, grey));
     result.torchvision_names = true;
-  } else if (CheckTorchvisionExpressible(model.options()).ok()) {
-    MLCD_ASSIGN_OR_RETURN(tensors, TorchvisionStateDict(model));
+  } else if (CheckTorchvisionExpressible(model.options(), grey).ok()) {
+    MLCD_ASSIGN_OR_RETURN(tensors, TorchvisionStateDict(model, grey));
     result.torchvision_names = true;
   } else {
     tensors = NativeStateDict(model);
@@ -230,7 +270,7 @@ StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, ExportFormat fo
     ++result.tensors;
     result.parameters += t.value.numel();
   }
-  result.config = ExportConfig(model.options(), format, result.torchvision_names, source);
+  result.config = ExportConfig(model.options(), settings, result.torchvision_names, source);
   result.config["weights"] = fs::path(out).filename().string();
   MLCD_RETURN_IF_ERROR(format == ExportFormat::kTorchvision
                            ? WritePt(out, tensors)

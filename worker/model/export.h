@@ -64,8 +64,9 @@ std::string TorchvisionArgsCall(const TorchvisionVitArgs& args);
 
 // OK when torchvision's VisionTransformer computes exactly what `options` describes;
 // otherwise FAILED_PRECONDITION naming every difference (conv stem, mean pooling, channels
-// other than 3, LayerNorm eps other than 1e-6) and what to do instead.
-Status CheckTorchvisionExpressible(const VitOptions& options);
+// other than 3, LayerNorm eps other than 1e-6) and what to do instead. With `grey_as_rgb`, a
+// 1-channel model is expressible too (see TorchvisionStateDict).
+Status CheckTorchvisionExpressible(const VitOptions& options, bool grey_as_rgb = false);
 TorchvisionVitArgs TorchvisionArgs(const VitOptions& options);
 
 // A named tensor of an export: contiguous float32 on the CPU, owning its memory.
@@ -76,10 +77,20 @@ struct ExportTensor {
 
 // The state dict torchvision's VisionTransformer(TorchvisionArgs(model.options())) loads with
 // strict=True, in its state_dict() order. CheckTorchvisionExpressible's error when it
-// cannot.
-StatusOr<std::vector<ExportTensor>> TorchvisionStateDict(VisionTransformerImpl& model);
+// cannot. `grey_as_rgb` (1-channel models): conv_proj.weight holds a third of our patch
+// weights on each of the 3 channels, so an image whose 3 channels all repeat the grey input
+// (as preprocessed for our model) gives the same embedding.
+StatusOr<std::vector<ExportTensor>> TorchvisionStateDict(VisionTransformerImpl& model,
+                                                         bool grey_as_rgb = false);
 // Our own parameter names and shapes (named_parameters() order).
 std::vector<ExportTensor> NativeStateDict(VisionTransformerImpl& model);
+
+struct ExportSettings {
+  ExportFormat format = ExportFormat::kTorchvision;
+  // Express a 1-channel model for 3-channel input that repeats the grey value (see
+  // TorchvisionStateDict); INVALID_ARGUMENT for a model of another channel count.
+  bool grey_as_rgb = false;
+};
 
 // What an export wrote.
 struct ExportResult {
@@ -95,13 +106,13 @@ struct ExportResult {
 // The config written beside an export: format, tensor naming, torchvision constructor
 // arguments (or why there are none), our model options and `source` (where the weights
 // came from: checkpoint path, position).
-nlohmann::json ExportConfig(const VitOptions& options, ExportFormat format, bool torchvision_names,
-                            const nlohmann::json& source);
+nlohmann::json ExportConfig(const VitOptions& options, const ExportSettings& settings,
+                            bool torchvision_names, const nlohmann::json& source);
 
-// Writes `model` in `format` to `out` (the .pt / .safetensors path; its directory is created)
+// Writes `model` in settings.format to `out` (the .pt / .safetensors path; its directory is created)
 // and the config beside it. FAILED_PRECONDITION for a model the format cannot express,
 // INVALID_ARGUMENT for an `out` with a wrong extension or that is a directory.
-StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, ExportFormat format,
+StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, const ExportSettings& settings,
                                    const std::string& out, const nlohmann::json& source);
 
 // Where the config of an export to `out` goes: <out without extension>.json for
