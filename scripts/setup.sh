@@ -29,6 +29,8 @@ packages=(
   prometheus kubernetes-client yamllint
   # real data
   dataset-fashion-mnist
+  # the encoder export's interop test (tests/export: torchvision's VisionTransformer)
+  python3-torchvision
 )
 
 missing=()
