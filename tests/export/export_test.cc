@@ -16,11 +16,13 @@
 
 #include "common/file_util.h"
 #include "common/npy.h"
+#include "common/spec_defaults.h"
 #include "tests/testing/process.h"
 #include "worker/loss/collectives.h"
 #include "worker/model/export.h"
 #include "worker/model/safetensors.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/dataset.h"
 
 namespace mlcd::testing {
 namespace {
@@ -141,7 +143,8 @@ std::string WriteTestCheckpoint(const std::string& root, const v1::JobSpec& spec
   return dir.ok() ? *dir : "";
 }
 
-// Model inputs [n, channels, s, s]: smooth patterns and noise, as preprocessed images look.
+// Model inputs [n, channels, s, s]: smooth colour patterns and noise, as preprocessed images
+// look.
 Status WriteImages(const std::string& path, int n, int channels, int s) {
   std::vector<float> v(static_cast<size_t>(n) * channels * s * s);
   uint64_t state = 12345;
@@ -162,6 +165,24 @@ Status WriteImages(const std::string& path, int n, int channels, int s) {
     }
   }
   return WriteNpy(path, NpyDtype::kFloat32, {n, channels, s, s}, v.data());
+}
+
+// The first n Fashion-MNIST test images as model inputs [n, 1, s, s]: the worker's own
+// evaluation preprocessing (scaling, the dataset's normalisation, resize to s).
+Status WriteFashionMnistImages(const std::string& path, int n, int s) {
+  v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  MLCD_ASSIGN_OR_RETURN(auto data, worker::OpenImageDataset(spec.dataset(), "test", n));
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i;
+  torch::Tensor pixels = torch::empty({n, 1, data->height(), data->width()}, torch::kUInt8);
+  MLCD_RETURN_IF_ERROR(data->Gather(ids.data(), n, pixels.data_ptr<uint8_t>()));
+  worker::AugmentOptions no_augment;
+  no_augment.enabled = false;
+  torch::Tensor images =
+      worker::PrepareImages(pixels, ids, no_augment, 0, 0, data->mean(), data->stddev(), s)
+          .contiguous();
+  return WriteNpy(path, NpyDtype::kFloat32, {n, 1, s, s}, images.data_ptr<float>());
 }
 
 class ExportTest : public ::testing::Test {
@@ -193,7 +214,10 @@ class ExportTest : public ::testing::Test {
     ASSERT_TRUE(PathExists(dir_.Sub("st/config.json")));
 
     const int s = spec.model().image_size();
-    ASSERT_TRUE(WriteImages(dir_.Sub("images.npy"), 12, spec.model().channels(), s).ok());
+    const Status made = spec.model().channels() == 1
+                            ? WriteFashionMnistImages(dir_.Sub("images.npy"), 12, s)
+                            : WriteImages(dir_.Sub("images.npy"), 12, 3, s);
+    ASSERT_TRUE(made.ok()) << made.ToString();
     ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
                          {"embed", "--checkpoint", ckpt, "--images", dir_.Sub("images.npy"),
                           "--out", dir_.Sub("emb"), "--batch-size", "5", "--threads", "2"},
@@ -223,6 +247,7 @@ TEST_F(ExportTest, TorchvisionLoadsItAndComputesTheSameEmbeddings) {
 }
 
 TEST_F(ExportTest, GreyModelAsRgbComputesTheSameEmbeddingsOnRepeatedChannels) {
+  // A Fashion-MNIST-shaped model (what the main job trains), on real Fashion-MNIST images.
   ExportAndCompare(ModelSpec(1, 28, 7, 32, 1, 2, 4.0, 16, "cls", "patch"), {"--grey-as-rgb"},
                    "VisionTransformer(image_size=28, patch_size=7, num_layers=1, num_heads=2, "
                    "hidden_dim=32, mlp_dim=128, num_classes=16)");
