@@ -142,6 +142,12 @@ StatusOr<EmbeddedPart> EmbedImageTensor(const EmbeddingModel& model, const torch
     for (int64_t i = 0; i < n; ++i) part.features.ids.push_back(part.begin + b + i);
     if (options.on_progress) options.on_progress(b + n, rows);
   }
+  for (float v : part.features.features.values) {
+    if (!std::isfinite(v))
+      return Status::FailedPrecondition("non-finite embeddings (" + model.description +
+                                        "): the input holds NaN/Inf, or the checkpoint is "
+                                        "diverged or corrupt");
+  }
   part.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return part;
 }
