@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "client/cli.h"
+#include "client/worker_process.h"
 #include "clients/coordinator_client.h"
 #include "common/eval_flags.h"
 #include "common/file_util.h"
@@ -48,19 +49,6 @@ struct EvalOptions {
   std::string worker_binary;
   bool verbose = false;
 };
-
-std::string WorkerBinary(const EvalOptions& o) {
-  if (!o.worker_binary.empty()) return o.worker_binary;
-  if (const char* env = std::getenv("MLCD_WORKER_BINARY")) return env;
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n > 0) {
-    std::string self(buf, static_cast<size_t>(n));
-    std::string sibling = self.substr(0, self.rfind('/')) + "/mlcd-worker";
-    if (::access(sibling.c_str(), X_OK) == 0) return sibling;
-  }
-  return "mlcd-worker";  // from PATH
-}
 
 std::string ToJson(const google::protobuf::Message& m) {
   std::string out;
@@ -97,7 +85,7 @@ void PrintResult(const Context& ctx, const v1::EvaluationResult& e, const std::s
 StatusOr<v1::EvaluationResult> RunWorkerEval(const EvalOptions& o,
                                              const std::vector<std::string>& args,
                                              const std::string& log_path) {
-  const std::string binary = WorkerBinary(o);
+  const std::string binary = WorkerBinary(o.worker_binary);
   std::vector<std::string> argv = {binary, "eval", "--progress-jsonl", "-"};
   argv.insert(argv.end(), args.begin(), args.end());
   int pipe_fds[2];

@@ -41,6 +41,8 @@ packages=(
   prometheus kubernetes-client yamllint
   # real data
   dataset-fashion-mnist
+  # the encoder export's interop test (tests/export: torchvision's VisionTransformer)
+  python3-torchvision
 )
 # The pip flavour's virtual environment.
 [ "$torch_flavour" = pip ] && packages+=(python3-venv python3-pip)

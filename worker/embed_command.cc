@@ -21,6 +21,7 @@
 #include "common/blas_env.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "common/npy.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
 #include "worker/eval/embed.h"
@@ -37,6 +38,7 @@ struct EmbedFlags {
   std::string split = "train";
   int64_t limit = -1;
   std::string out;
+  std::string images;
   int rank = 0;
   int world_size = 1;
   int64_t batch_size = 256;
@@ -44,6 +46,35 @@ struct EmbedFlags {
   std::string progress_jsonl;
   std::string log_level = "info";
 };
+
+// `--images FILE.npy`: float32 [N, C, S, S] model inputs, already preprocessed; rank's
+// contiguous part of the rows goes to the shard (ids = row indices, no labels).
+int EmbedImagesFile(const EmbedFlags& flags, const EmbeddingModel& model, int rank, int world_size,
+                    const std::string& out, cli::JsonLines& progress) {
+  std::vector<int64_t> shape;
+  auto values = ReadNpyAsFloat32(flags.images, &shape);
+  if (!values.ok()) return progress.Fail(values.status().WithContext("--images"));
+  torch::Tensor images = torch::from_blob(values->data(), shape, torch::kFloat);
+  EmbedOptions eo;
+  eo.rank = rank;
+  eo.world_size = world_size;
+  eo.batch_size = flags.batch_size;
+  auto part = EmbedImageTensor(model, images, eo);
+  if (!part.ok()) return progress.Fail(part.status().WithContext("--images " + flags.images));
+  Status st = WriteEmbeddingShard(out, rank, world_size, part->features.features,
+                                  part->features.ids, nullptr);
+  if (!st.ok()) return progress.Fail(st);
+  EmbeddingShardFiles files = EmbeddingShardNames(out, rank, world_size);
+  MLCD_LOG(INFO) << "wrote " << part->features.features.rows << " embeddings of " << flags.images
+                 << " to " << files.features;
+  progress.Write({{"event", "finished"},
+                  {"outputs", {files.features}},
+                  {"rows", part->features.features.rows},
+                  {"begin", part->begin},
+                  {"end", part->end},
+                  {"seconds", part->seconds}});
+  return 0;
+}
 
 int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
   cli::JsonLines progress;
@@ -95,6 +126,7 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
     SetBlasThreads(threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
   }
 
+  if (!flags.images.empty()) return EmbedImagesFile(flags, *model, rank, world_size, out, progress);
   v1::DatasetSpec ds = spec.dataset();
   int64_t test_limit = 0;
   if (flags.limit >= 0) {
@@ -172,6 +204,9 @@ CommandRegistration embed_registration(30, [](CLI::App& app, int* exit_code) {
   cmd->add_option(
       "--checkpoint", flags->checkpoint,
       "checkpoint directory, or a checkpoint root with LATEST (default: random init from --spec)");
+  cmd->add_option("--images", flags->images,
+                  "embed these model inputs instead of a dataset split: an .npy of float32 [N, "
+                  "C, S, S], already preprocessed (compares the model alone with other code)");
   cmd->add_option("--split", flags->split, "train | test")->capture_default_str();
   cmd->add_option("--limit", flags->limit,
                   "only the first N images of the split (default: the spec's dataset.limit for "

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "common/job_spec.h"
 #include "worker/train/checkpoint.h"
@@ -102,6 +103,50 @@ StatusOr<EmbeddedPart> EmbedDataset(const EmbeddingModel& model, const ImageData
       return Status::FailedPrecondition("the model produced non-finite embeddings (" +
                                         model.description +
                                         "): the checkpoint is diverged or corrupt");
+  }
+  part.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return part;
+}
+
+}  // namespace mlcd::worker
+
+namespace mlcd::worker {
+
+StatusOr<EmbeddedPart> EmbedImageTensor(const EmbeddingModel& model, const torch::Tensor& images,
+                                        const EmbedOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  if (!model.model) return Status::InvalidArgument("embed: no model loaded");
+  const VitOptions& vit = model.model->options();
+  if (images.dim() != 4 || images.size(1) != vit.channels || images.size(2) != vit.image_size ||
+      images.size(3) != vit.image_size) {
+    std::ostringstream s;
+    s << "the model takes images [N, " << vit.channels << ", " << vit.image_size << ", "
+      << vit.image_size << "], got " << images.sizes();
+    return Status::InvalidArgument(s.str());
+  }
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size ||
+      options.batch_size < 1)
+    return Status::InvalidArgument("embed: rank, world size or batch size out of range");
+  EmbeddedPart part;
+  part.total = images.size(0);
+  ContiguousPart(part.total, options.rank, options.world_size, &part.begin, &part.end);
+  const int64_t rows = part.end - part.begin, cols = vit.embed_dim;
+  part.features.features = FeatureMatrix(rows, cols);
+  torch::NoGradGuard no_grad;
+  VisionTransformer net = model.model;
+  for (int64_t b = 0; b < rows; b += options.batch_size) {
+    const int64_t n = std::min(options.batch_size, rows - b);
+    torch::Tensor out = net->forward(images.narrow(0, part.begin + b, n).to(torch::kFloat));
+    out = (out / out.norm(2, {1}, true).clamp_min(1e-12)).contiguous();
+    std::memcpy(part.features.features.row(b), out.data_ptr<float>(), sizeof(float) * n * cols);
+    for (int64_t i = 0; i < n; ++i) part.features.ids.push_back(part.begin + b + i);
+    if (options.on_progress) options.on_progress(b + n, rows);
+  }
+  for (float v : part.features.features.values) {
+    if (!std::isfinite(v))
+      return Status::FailedPrecondition("non-finite embeddings (" + model.description +
+                                        "): the input holds NaN/Inf, or the checkpoint is "
+                                        "diverged or corrupt");
   }
   part.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return part;

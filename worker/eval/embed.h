@@ -77,4 +77,12 @@ struct EmbeddedPart {
 StatusOr<EmbeddedPart> EmbedDataset(const EmbeddingModel& model, const ImageDataset& dataset,
                                     const EmbedOptions& options);
 
+// The same for model inputs given as a tensor: `images` [N, channels, image_size, image_size]
+// float, already preprocessed (no scaling, normalisation or resize here), e.g. from an .npy
+// file (`mlcd-worker embed --images`); ids are the row indices, no labels. Used to compare
+// the model alone with other implementations (the torchvision export's test).
+// INVALID_ARGUMENT when the shape does not fit the model.
+StatusOr<EmbeddedPart> EmbedImageTensor(const EmbeddingModel& model, const torch::Tensor& images,
+                                        const EmbedOptions& options);
+
 }  // namespace mlcd::worker

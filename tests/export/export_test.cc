@@ -1,0 +1,357 @@
+// Encoders out: the safetensors file format against its spec; `mlcdctl export` (the real
+// binary, which runs `mlcd-worker export`) on checkpoints written at test time, checked by
+// python3-torchvision (export_check.py: VisionTransformer(...).load_state_dict(strict=True)
+// and the same embeddings as `mlcd-worker embed --images` on the same input tensors, max abs
+// difference <= 1e-4; the safetensors file equal to the .pt); models torchvision cannot
+// express refused with the difference named; missing and corrupt checkpoints refused clearly.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "common/file_util.h"
+#include "common/npy.h"
+#include "common/spec_defaults.h"
+#include "tests/testing/process.h"
+#include "worker/loss/collectives.h"
+#include "worker/model/export.h"
+#include "worker/model/safetensors.h"
+#include "worker/train/checkpoint.h"
+#include "worker/train/dataset.h"
+
+namespace mlcd::testing {
+namespace {
+
+using worker::ReadSafetensors;
+using worker::SafetensorsTensor;
+using worker::WriteSafetensors;
+
+// The exit codes of mlcdctl (client/cli.h).
+constexpr int kExitUsage = 2, kExitNotFound = 3, kExitPrecondition = 5;
+
+TEST(SafetensorsTest, LayoutFollowsTheSpecAndReadsBack) {
+  TempDir dir;
+  std::vector<float> a = {1.5f, -2.0f, 3.25f}, b(12), empty;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) * 0.5f;
+  const std::string path = dir.Sub("t.safetensors");
+  // Given out of order: written in name order.
+  ASSERT_TRUE(
+      WriteSafetensors(path, {{"z.b", {3, 4}, b.data()}, {"a", {3}, a.data()}}, {{"format", "pt"}})
+          .ok());
+  auto bytes = ReadFileToString(path);
+  ASSERT_TRUE(bytes.ok());
+  uint64_t n = 0;
+  std::memcpy(&n, bytes->data(), 8);
+  EXPECT_EQ((8 + n) % 8, 0u) << "data must start 8-byte aligned";
+  EXPECT_EQ(bytes->size(), 8 + n + (3 + 12) * sizeof(float));
+  auto header = nlohmann::json::parse(bytes->substr(8, n));
+  EXPECT_EQ(header["__metadata__"]["format"], "pt");
+  EXPECT_EQ(header["a"]["dtype"], "F32");
+  EXPECT_EQ(header["a"]["data_offsets"], nlohmann::json({0, 12}));
+  EXPECT_EQ(header["z.b"]["shape"], nlohmann::json({3, 4}));
+  EXPECT_EQ(header["z.b"]["data_offsets"], nlohmann::json({12, 60}));
+  float first_b = 0;
+  std::memcpy(&first_b, bytes->data() + 8 + n + 12 + 4, 4);
+  EXPECT_EQ(first_b, 0.5f);
+  auto file = ReadSafetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->metadata.at("format"), "pt");
+  EXPECT_EQ(file->tensors.at("a").values, a);
+  EXPECT_EQ(file->tensors.at("z.b").values, b);
+  EXPECT_EQ(file->tensors.at("z.b").shape, (std::vector<int64_t>{3, 4}));
+}
+
+TEST(SafetensorsTest, BadInputIsRefused) {
+  TempDir dir;
+  std::vector<float> a = {1, 2};
+  EXPECT_EQ(WriteSafetensors(dir.Sub("x.safetensors"), {{"a", {2}, a.data()}, {"a", {2}, a.data()}})
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteSafetensors(dir.Sub("x.safetensors"), {{"__metadata__", {2}, a.data()}}).code(),
+            StatusCode::kInvalidArgument);
+  const std::string path = dir.Sub("t.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"a", {2}, a.data()}}).ok());
+  auto bytes = ReadFileToString(path);
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(dir.Sub("cut.safetensors"), bytes->substr(0, bytes->size() - 1)).ok());
+  auto cut = ReadSafetensors(dir.Sub("cut.safetensors"));
+  EXPECT_EQ(cut.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(cut.status().message().find("do not fit"), std::string::npos)
+      << cut.status().ToString();
+  std::string huge = *bytes;
+  huge[5] = '\x7f';  // a header size far beyond the file
+  ASSERT_TRUE(WriteFileAtomically(dir.Sub("huge.safetensors"), huge).ok());
+  EXPECT_EQ(ReadSafetensors(dir.Sub("huge.safetensors")).status().code(), StatusCode::kDataLoss);
+}
+
+// A job spec with the given model fields (protobuf JSON, as spec.json holds it).
+v1::JobSpec ModelSpec(int channels, int image, int patch, int width, int depth, int heads,
+                      double mlp_ratio, int embed, const std::string& pooling,
+                      const std::string& stem) {
+  v1::JobSpec spec;
+  auto* m = spec.mutable_model();
+  m->set_channels(channels);
+  m->set_image_size(image);
+  m->set_patch_size(patch);
+  m->set_width(width);
+  m->set_depth(depth);
+  m->set_heads(heads);
+  m->set_mlp_ratio(mlp_ratio);
+  m->set_embed_dim(embed);
+  m->set_pooling(pooling);
+  m->set_stem(stem);
+  spec.mutable_training()->set_seed(3);
+  return spec;
+}
+
+// Writes a checkpoint of `spec`'s model under `root` whose every parameter is moved away from
+// its initial value (LayerNorm weights off 1, biases off 0), so a tensor mapped to the wrong
+// place changes the output. Returns the checkpoint directory.
+std::string WriteTestCheckpoint(const std::string& root, const v1::JobSpec& spec) {
+  auto options = worker::VitOptionsFromSpec(spec.model());
+  EXPECT_TRUE(options.ok()) << options.status().ToString();
+  worker::VisionTransformer model(*options);
+  model->ResetParameters(7);
+  {
+    torch::NoGradGuard no_grad;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+    for (auto& p : model->parameters()) {
+      torch::Tensor noise = torch::empty(p.sizes()).normal_(0.0, 0.05, gen);
+      p.add_(noise);
+    }
+  }
+  worker::FlatParameters flat({model->DecayParameters(), model->NoDecayParameters()});
+  worker::BackboneAdamW optimizer(&flat, worker::BackboneAdamWOptions{});
+  worker::CheckpointState state;
+  state.meta.steps_per_epoch = 1;
+  state.meta.step_in_epoch = 1;
+  state.meta.epoch_complete = true;
+  state.meta.embedding_dim = spec.model().embed_dim();
+  state.spec = &spec;
+  state.model = model;
+  state.flat = &flat;
+  state.optimizer = &optimizer;
+  auto comm = worker::Collectives::Local();
+  auto dir = worker::WriteCheckpoint(root, state, comm.get());
+  EXPECT_TRUE(dir.ok()) << dir.status().ToString();
+  return dir.ok() ? *dir : "";
+}
+
+// Model inputs [n, channels, s, s]: smooth colour patterns and noise, as preprocessed images
+// look.
+Status WriteImages(const std::string& path, int n, int channels, int s) {
+  std::vector<float> v(static_cast<size_t>(n) * channels * s * s);
+  uint64_t state = 12345;
+  auto uniform = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) / 9007199254740992.0;
+  };
+  size_t k = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int c = 0; c < channels; ++c) {
+      for (int y = 0; y < s; ++y) {
+        for (int x = 0; x < s; ++x) {
+          const double pattern =
+              std::sin(0.3 * (i + 1) * x + 0.7 * c) * std::cos(0.2 * y * (c + 1));
+          v[k++] = static_cast<float>(i % 2 ? pattern * 1.5 : 2.0 * (uniform() - 0.5));
+        }
+      }
+    }
+  }
+  return WriteNpy(path, NpyDtype::kFloat32, {n, channels, s, s}, v.data());
+}
+
+// The first n Fashion-MNIST test images as model inputs [n, 1, s, s]: the worker's own
+// evaluation preprocessing (scaling, the dataset's normalisation, resize to s).
+Status WriteFashionMnistImages(const std::string& path, int n, int s) {
+  v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  MLCD_ASSIGN_OR_RETURN(auto data, worker::OpenImageDataset(spec.dataset(), "test", n));
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i;
+  torch::Tensor pixels = torch::empty({n, 1, data->height(), data->width()}, torch::kUInt8);
+  MLCD_RETURN_IF_ERROR(data->Gather(ids.data(), n, pixels.data_ptr<uint8_t>()));
+  worker::AugmentOptions no_augment;
+  no_augment.enabled = false;
+  torch::Tensor images =
+      worker::PrepareImages(pixels, ids, no_augment, 0, 0, data->mean(), data->stddev(), s)
+          .contiguous();
+  return WriteNpy(path, NpyDtype::kFloat32, {n, 1, s, s}, images.data_ptr<float>());
+}
+
+class ExportTest : public ::testing::Test {
+ protected:
+  int Ctl(const std::vector<std::string>& args, std::string* out) {
+    return RunCommand(BinPath("mlcdctl"), args, out);
+  }
+  // Exports `spec`'s model both ways (with `flags`), embeds the same inputs with
+  // `mlcd-worker embed --images` and has export_check.py compare with torchvision.
+  void ExportAndCompare(const v1::JobSpec& spec, const std::vector<std::string>& flags,
+                        const std::string& expected_call) {
+    const std::string ckpt = WriteTestCheckpoint(dir_.Sub("ckpt"), spec);
+    ASSERT_FALSE(ckpt.empty());
+    std::string out;
+    std::vector<std::string> args = {
+        "export",      "--checkpoint", dir_.Sub("ckpt"),     "--format",
+        "torchvision", "--out",        dir_.Sub("tv/vit.pt")};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ASSERT_EQ(Ctl(args, &out), 0) << out;
+    EXPECT_NE(out.find(expected_call), std::string::npos) << out;
+    auto config = ReadFileToString(dir_.Sub("tv/vit.json"));
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    EXPECT_EQ(nlohmann::json::parse(*config)["source"]["checkpoint"], ckpt);
+    args = {"--output",     "json",  "export",
+            "--checkpoint", ckpt,    "--format",
+            "safetensors",  "--out", dir_.Sub("st/model.safetensors")};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ASSERT_EQ(Ctl(args, &out), 0) << out;
+    ASSERT_TRUE(PathExists(dir_.Sub("st/config.json")));
+
+    const int s = spec.model().image_size();
+    const Status made = spec.model().channels() == 1
+                            ? WriteFashionMnistImages(dir_.Sub("images.npy"), 12, s)
+                            : WriteImages(dir_.Sub("images.npy"), 12, 3, s);
+    ASSERT_TRUE(made.ok()) << made.ToString();
+    ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
+                         {"embed", "--checkpoint", ckpt, "--images", dir_.Sub("images.npy"),
+                          "--out", dir_.Sub("emb"), "--batch-size", "5", "--threads", "2"},
+                         &out),
+              0)
+        << out;
+    ASSERT_EQ(RunCommand("/usr/bin/python3",
+                         {std::string(MLCD_SOURCE_DIR) + "/tests/export/export_check.py", "--pt",
+                          dir_.Sub("tv/vit.pt"), "--config", dir_.Sub("tv/vit.json"), "--images",
+                          dir_.Sub("images.npy"), "--embeddings",
+                          dir_.Sub("emb/embeddings-00000-of-00001.npy"), "--checkpoint-dir", ckpt,
+                          "--safetensors", dir_.Sub("st/model.safetensors"), "--st-config",
+                          dir_.Sub("st/config.json")},
+                         &out),
+              0)
+        << out;
+    std::cout << "export_check: " << out;
+  }
+  TempDir dir_;
+};
+
+TEST_F(ExportTest, TorchvisionLoadsItAndComputesTheSameEmbeddings) {
+  // mlp_ratio 2.5: mlp_dim 120, not a multiple of 4 x width.
+  ExportAndCompare(ModelSpec(3, 32, 8, 48, 2, 3, 2.5, 24, "cls", "patch"), {},
+                   "VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=3, "
+                   "hidden_dim=48, mlp_dim=120, num_classes=24)");
+}
+
+TEST_F(ExportTest, GreyModelAsRgbComputesTheSameEmbeddingsOnRepeatedChannels) {
+  // A Fashion-MNIST-shaped model (what the main job trains), on real Fashion-MNIST images.
+  ExportAndCompare(ModelSpec(1, 28, 7, 32, 1, 2, 4.0, 16, "cls", "patch"), {"--grey-as-rgb"},
+                   "VisionTransformer(image_size=28, patch_size=7, num_layers=1, num_heads=2, "
+                   "hidden_dim=32, mlp_dim=128, num_classes=16)");
+}
+
+TEST_F(ExportTest, ModelsTorchvisionCannotExpressAreRefusedNamingTheDifference) {
+  // Conv stem, mean pooling, one channel: none of them has a torchvision counterpart.
+  v1::JobSpec spec = ModelSpec(1, 32, 8, 32, 1, 2, 4.0, 16, "mean", "conv");
+  const std::string ckpt = WriteTestCheckpoint(dir_.Sub("ckpt"), spec);
+  ASSERT_FALSE(ckpt.empty());
+  std::string out;
+  EXPECT_EQ(
+      Ctl({"export", "--checkpoint", ckpt, "--format", "torchvision", "--out", dir_.Sub("x.pt")},
+          &out),
+      kExitPrecondition)
+      << out;
+  for (const char* what : {"FAILED_PRECONDITION", "model.stem is \"conv\"",
+                           "model.pooling is \"mean\"", "model.channels is 1", "safetensors"})
+    EXPECT_NE(out.find(what), std::string::npos) << what << " missing in: " << out;
+  EXPECT_FALSE(PathExists(dir_.Sub("x.pt")));
+
+  // safetensors takes it, with our own names, equal to the checkpoint's parameters.
+  ASSERT_EQ(Ctl({"export", "--checkpoint", ckpt, "--format", "safetensors", "--out",
+                 dir_.Sub("st/m.safetensors")},
+                &out),
+            0)
+      << out;
+  auto file = ReadSafetensors(dir_.Sub("st/m.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->metadata.at("tensor_names"), "mlcd");
+  auto options = worker::VitOptionsFromSpec(spec.model());
+  ASSERT_TRUE(options.ok());
+  worker::VisionTransformer model(*options);
+  ASSERT_TRUE(worker::LoadBackboneWeights(ckpt, model).ok());
+  size_t n = 0;
+  for (const auto& item : model->named_parameters()) {
+    ++n;
+    ASSERT_TRUE(file->tensors.count(item.key())) << item.key();
+    const auto& t = file->tensors.at(item.key());
+    EXPECT_EQ(t.shape, item.value().sizes().vec()) << item.key();
+    torch::Tensor c = item.value().contiguous();
+    EXPECT_EQ(std::memcmp(t.values.data(), c.data_ptr<float>(), t.values.size() * 4), 0)
+        << item.key();
+  }
+  EXPECT_EQ(file->tensors.size(), n);
+  auto config = ReadFileToString(dir_.Sub("st/config.json"));
+  ASSERT_TRUE(config.ok());
+  auto j = nlohmann::json::parse(*config);
+  EXPECT_EQ(j["tensor_names"], "mlcd");
+  EXPECT_NE(j["torchvision_incompatible"].get<std::string>().find("conv"), std::string::npos);
+}
+
+TEST_F(ExportTest, BadRequestsAndCheckpointsGetClearErrors) {
+  std::string out;
+  EXPECT_EQ(Ctl({"export", "--checkpoint", dir_.Sub("nope"), "--format", "torchvision", "--out",
+                 dir_.Sub("x.pt")},
+                &out),
+            kExitNotFound)
+      << out;
+  EXPECT_NE(out.find("no such checkpoint"), std::string::npos) << out;
+
+  v1::JobSpec spec = ModelSpec(3, 16, 8, 16, 1, 2, 2.0, 8, "cls", "patch");
+  const std::string ckpt = WriteTestCheckpoint(dir_.Sub("ckpt"), spec);
+  ASSERT_FALSE(ckpt.empty());
+  EXPECT_EQ(
+      Ctl({"export", "--checkpoint", ckpt, "--format", "onnx", "--out", dir_.Sub("x.pt")}, &out),
+      kExitUsage)
+      << out;
+  EXPECT_NE(out.find("torchvision or safetensors"), std::string::npos) << out;
+  EXPECT_EQ(Ctl({"export", "--checkpoint", ckpt, "--format", "torchvision", "--out",
+                 dir_.Sub("x.safetensors")},
+                &out),
+            kExitUsage)
+      << out;
+  EXPECT_NE(out.find(".pt or .pth"), std::string::npos) << out;
+  EXPECT_EQ(Ctl({"export", "--checkpoint", ckpt, "--format", "torchvision", "--out",
+                 dir_.Sub("x.pt"), "--grey-as-rgb"},
+                &out),
+            kExitUsage)
+      << out;
+  EXPECT_NE(out.find("for 1-channel models"), std::string::npos) << out;
+
+  // A directory that is no checkpoint.
+  ASSERT_TRUE(MakeDirs(dir_.Sub("empty")).ok());
+  EXPECT_EQ(Ctl({"export", "--checkpoint", dir_.Sub("empty"), "--format", "torchvision", "--out",
+                 dir_.Sub("x.pt")},
+                &out),
+            kExitPrecondition)
+      << out;
+  EXPECT_NE(out.find("neither a checkpoint"), std::string::npos) << out;
+
+  // Truncated weights: refused, naming the file; nothing written.
+  const std::string weights = ckpt + "/backbone.weights.npy";
+  auto bytes = ReadFileToString(weights);
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(WriteFileAtomically(weights, bytes->substr(0, bytes->size() / 2)).ok());
+  EXPECT_NE(
+      Ctl({"export", "--checkpoint", ckpt, "--format", "torchvision", "--out", dir_.Sub("x.pt")},
+          &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("backbone.weights.npy"), std::string::npos) << out;
+  EXPECT_FALSE(PathExists(dir_.Sub("x.pt")));
+}
+
+}  // namespace
+}  // namespace mlcd::testing

@@ -1,0 +1,110 @@
+// `mlcd-worker export`: a checkpoint's encoder as a torchvision state dict (.pt) or a
+// safetensors file, with its config beside it (worker/model/export.h). What `mlcdctl export`
+// runs; also usable by hand (docs/export.md).
+//
+//   mlcd-worker export --checkpoint ckpt/ --format torchvision --out vit.pt
+//   mlcd-worker export --checkpoint ckpt/ --format safetensors --out out/model.safetensors
+//
+// Without --progress-jsonl it prints what it wrote and the torchvision constructor call. With
+// it, one event per line:
+//   {"event":"finished","weights":"vit.pt","config":"vit.json","tensor_names":"torchvision",
+//    "torchvision_args":{...},"tensors":152,"parameters":87849472,"model":"..."}
+//   {"event":"error","message":"FAILED_PRECONDITION: ..."}  (then exit status 1)
+#include <iostream>
+#include <memory>
+
+#include "common/log.h"
+#include "worker/command.h"
+#include "worker/command_io.h"
+#include "worker/eval/embed.h"
+#include "worker/model/export.h"
+#include "worker/train/checkpoint.h"
+
+namespace mlcd::worker {
+namespace {
+
+struct ExportFlags {
+  std::string checkpoint;
+  std::string format;
+  std::string out;
+  bool grey_as_rgb = false;
+  std::string progress_jsonl;
+  std::string log_level = "info";
+};
+
+int RunExport(const ExportFlags& flags) {
+  cli::JsonLines progress;
+  auto fail = [&progress](const Status& st) { return progress.Fail(st); };
+  if (!cli::ApplyLogLevelFlag(flags.log_level)) return 2;
+  Status st = progress.Open(flags.progress_jsonl);
+  if (!st.ok()) return fail(st);
+  SetLogComponent("export");
+  if (flags.checkpoint.empty())
+    return fail(Status::InvalidArgument(
+        "no model: pass --checkpoint DIR (a checkpoint, or a checkpoint root with LATEST)"));
+  if (flags.out.empty())
+    return fail(Status::InvalidArgument("no output: pass --out FILE (.pt or .safetensors)"));
+  auto format = ParseExportFormat(flags.format);
+  if (!format.ok()) return fail(format.status().WithContext("--format"));
+
+  auto model = LoadEmbeddingModel(flags.checkpoint, nullptr);
+  if (!model.ok()) return fail(model.status());
+  auto meta = ReadCheckpointMeta(model->checkpoint);
+  if (!meta.ok()) return fail(meta.status());
+  nlohmann::json source = {{"checkpoint", model->checkpoint},
+                           {"round", meta->round},
+                           {"epoch", meta->epoch},
+                           {"global_step", meta->global_step}};
+  ExportSettings settings;
+  settings.format = *format;
+  settings.grey_as_rgb = flags.grey_as_rgb;
+  auto result = ExportModel(*model->model, settings, flags.out, source);
+  if (!result.ok()) return fail(result.status());
+  MLCD_LOG(INFO) << "exported " << model->description << " to " << result->weights_path;
+  nlohmann::json event = {{"event", "finished"},
+                          {"weights", result->weights_path},
+                          {"config", result->config_path},
+                          {"format", ExportFormatName(*format)},
+                          {"tensor_names", result->torchvision_names ? "torchvision" : "mlcd"},
+                          {"tensors", result->tensors},
+                          {"parameters", result->parameters},
+                          {"model", model->description}};
+  if (result->torchvision_names) {
+    event["torchvision_args"] = TorchvisionArgsJson(result->torchvision_args);
+    event["torchvision_call"] = TorchvisionArgsCall(result->torchvision_args);
+  }
+  progress.Write(event);
+  if (!progress.to_stdout()) {
+    std::cout << "wrote " << result->weights_path << " (" << result->tensors << " tensors, "
+              << result->parameters << " parameters) and " << result->config_path << "\n";
+    if (result->torchvision_names)
+      std::cout << "torchvision: torchvision.models."
+                << TorchvisionArgsCall(result->torchvision_args) << "\n";
+  }
+  return 0;
+}
+
+CommandRegistration export_registration(45, [](CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<ExportFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "export",
+      "Write a checkpoint's encoder for other tools: --format torchvision (a state_dict .pt "
+      "that\ntorchvision.models.VisionTransformer loads with strict=True) or --format "
+      "safetensors;\nthe config (constructor arguments, model options) goes beside it as JSON.");
+  cmd->add_option("--checkpoint", flags->checkpoint,
+                  "checkpoint directory, or a checkpoint root with LATEST")
+      ->required();
+  cmd->add_option("--format", flags->format, "torchvision | safetensors")->required();
+  cmd->add_option("--out", flags->out,
+                  "output file: .pt/.pth (torchvision) or .safetensors; its directory is created")
+      ->required();
+  cmd->add_flag("--grey-as-rgb", flags->grey_as_rgb,
+                "a 1-channel model as torchvision's 3-channel one, for grey input repeated on "
+                "the 3 channels (conv_proj holds a third of the patch weights per channel)");
+  cli::AddProgressJsonlFlag(cmd, &flags->progress_jsonl);
+  cli::AddLogLevelFlag(cmd, &flags->log_level);
+  cmd->callback([flags, exit_code] { *exit_code = RunExport(*flags); });
+});
+
+}  // namespace
+}  // namespace mlcd::worker
