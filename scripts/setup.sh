@@ -29,6 +29,8 @@ packages=(
   prometheus kubernetes-client yamllint
   # real data
   dataset-fashion-mnist
+  # images
+  libturbojpeg0-dev libpng-dev libwebp-dev python3-torchvision python3-pil
 )
 
 missing=()
