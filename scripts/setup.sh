@@ -30,7 +30,7 @@ packages=(
   # real data
   dataset-fashion-mnist
   # images
-  libturbojpeg0-dev libpng-dev libwebp-dev python3-torchvision python3-pil
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev python3-torchvision python3-pil
 )
 
 missing=()

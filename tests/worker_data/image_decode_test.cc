@@ -188,6 +188,53 @@ TEST(ImageDecode, DctScalingPicksTheSmallestSufficientScale) {
   }
 }
 
+// A region decode (rows skipped, iMCU columns cropped) gives exactly the pixels of the whole
+// decode inside the rectangle (at the decode scale), for 4:4:4, 4:2:0 and gray JPEGs at every DCT scale.
+TEST(ImageDecode, RegionDecodeEqualsTheWholeDecodeInsideTheRegion) {
+  const Image rgb = TestPattern(375, 500, 3, 29), gray = TestPattern(375, 500, 1, 29);
+  const std::vector<std::pair<std::string, int>> jpegs = {
+      {EncodeJpeg(rgb, 90), 3}, {EncodeJpeg(rgb, 90, true), 3}, {EncodeJpeg(gray, 90), 1}};
+  const std::vector<PixelRect> rects = {
+      {0, 0, 375, 500}, {37, 101, 200, 150}, {300, 450, 75, 50}, {0, 250, 10, 250}, {123, 0, 1, 1}};
+  int partial = 0;
+  for (const auto& [jpeg, channels] : jpegs)
+    for (double min_scale : {1.0, 0.5, 0.25, 0.125})
+      for (const PixelRect& rect : rects) {
+        DecodeOptions options = Options(channels, min_scale);
+        const Image whole = MustDecode(jpeg, options);
+        options.region = rect;
+        const Image part = MustDecode(jpeg, options);
+        const int d = JpegScaleDenominator(min_scale);
+        ASSERT_EQ(part.decoded_height, whole.height);
+        ASSERT_EQ(part.decoded_width, whole.width);
+        // The window covers the rectangle at this scale.
+        ASSERT_LE(part.origin_y, rect.top / d);
+        ASSERT_LE(part.origin_x, rect.left / d);
+        ASSERT_GE(part.origin_y + part.height,
+                  std::min(whole.height, (rect.top + rect.height) / d));
+        ASSERT_GE(part.origin_x + part.width, std::min(whole.width, (rect.left + rect.width) / d));
+        partial += part.height < whole.height || part.width < whole.width;
+        const int y0 = rect.top / d, x0 = rect.left / d;
+        const int y1 = std::min(whole.height, (rect.top + rect.height + d - 1) / d);
+        const int x1 = std::min(whole.width, (rect.left + rect.width + d - 1) / d);
+        for (int y = y0; y < y1; ++y)
+          for (int x = x0 * channels; x < x1 * channels; ++x)
+            ASSERT_EQ(part.pixels[static_cast<size_t>(y - part.origin_y) * part.width * channels +
+                                  x - part.origin_x * channels],
+                      whole.pixels[static_cast<size_t>(y) * whole.width * channels + x])
+                << "channels " << channels << ", 1/" << d << ", rect " << rect.top << ","
+                << rect.left << " at " << y << "," << x;
+      }
+  EXPECT_GT(partial, 30);  // most of them really were partial decodes
+  // A truncated file is decoded whole, so the truncation is reported whatever the region.
+  const std::string cut = jpegs[0].first.substr(0, jpegs[0].first.size() * 3 / 4);
+  DecodeOptions options;
+  options.region = {0, 0, 10, 10};
+  const Status s = DecodeImage(cut, options).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.ToString();
+}
+
 TEST(ImageDecode, HeaderGivesSizeAndChannelsForEveryFormat) {
   const Image rgb = TestPattern(21, 34, 3, 1), gray = TestPattern(21, 34, 1, 1);
   struct Case {

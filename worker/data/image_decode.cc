@@ -10,6 +10,8 @@
 #include <cstring>
 #include <memory>
 
+#include "worker/data/jpeg_region_decode.h"
+
 namespace mlcd::worker {
 namespace {
 
@@ -306,6 +308,17 @@ StatusOr<Image> DecodeWebp(const uint8_t* data, size_t size, int out_channels) {
   return image;
 }
 
+// A region decode pays off when a region is given and the file is whole: it ends with the EOI
+// marker (FF D9) within its last 64 bytes (trailing padding allowed). Without it the whole
+// image is decoded, which reports the truncation.
+bool WantsRegion(const PixelRect& region, const uint8_t* data, size_t size) {
+  if (region.height <= 0 || region.width <= 0) return false;
+  const size_t from = size > 64 ? size - 64 : 0;
+  for (size_t i = size - 1; i > from; --i)
+    if (data[i] == 0xD9 && data[i - 1] == 0xFF) return true;
+  return false;
+}
+
 }  // namespace
 
 const char* ImageFormatName(ImageFormat format) {
@@ -393,14 +406,31 @@ StatusOr<Image> DecodeImage(const uint8_t* data, size_t size, const DecodeOption
                                    std::to_string(options.min_scale) + "; it must be in (0, 1]");
   MLCD_ASSIGN_OR_RETURN(ImageFormat format, SniffImageFormat(data, size));
   switch (format) {
-    case ImageFormat::kJpeg:
-      return DecodeJpeg(data, size, options);
+    case ImageFormat::kJpeg: {
+      if (WantsRegion(options.region, data, size)) {
+        StatusOr<Image> part = DecodeJpegRegion(data, size, JpegScaleDenominator(options.min_scale),
+                                                options.channels, options.region);
+        if (part.ok() || part.status().code() != StatusCode::kUnimplemented) return part;
+      }
+      MLCD_ASSIGN_OR_RETURN(Image image, DecodeJpeg(data, size, options));
+      image.decoded_height = image.height;
+      image.decoded_width = image.width;
+      return image;
+    }
     case ImageFormat::kPng: {
       PngLayout layout;
-      return DecodePngImpl(data, size, options.channels, &layout, false);
+      MLCD_ASSIGN_OR_RETURN(Image image,
+                            DecodePngImpl(data, size, options.channels, &layout, false));
+      image.decoded_height = image.height;
+      image.decoded_width = image.width;
+      return image;
     }
-    case ImageFormat::kWebp:
-      return DecodeWebp(data, size, options.channels);
+    case ImageFormat::kWebp: {
+      MLCD_ASSIGN_OR_RETURN(Image image, DecodeWebp(data, size, options.channels));
+      image.decoded_height = image.height;
+      image.decoded_width = image.width;
+      return image;
+    }
   }
   return Status::Internal("unhandled image format");
 }

@@ -54,12 +54,21 @@ struct ImageHeader {
 // INVALID_ARGUMENT above kMaxImagePixels.
 StatusOr<ImageHeader> ReadImageHeader(const uint8_t* data, size_t size);
 
-// An 8-bit image, rows top to bottom, pixels HWC.
+// An 8-bit image, rows top to bottom, pixels HWC. A partly decoded JPEG (DecodeOptions::region)
+// is a window of the whole decoded image: its pixel (0, 0) is pixel (origin_y, origin_x) of a
+// decoded_height x decoded_width image; otherwise origin is 0 and decoded_* equal height, width.
 struct Image {
   int height = 0;
   int width = 0;
   int channels = 0;             // 1 or 3
   std::vector<uint8_t> pixels;  // height * width * channels
+  int origin_y = 0, origin_x = 0;
+  int decoded_height = 0, decoded_width = 0;
+};
+
+// Rows [top, top + height) and columns [left, left + width) of an image.
+struct PixelRect {
+  int top = 0, left = 0, height = 0, width = 0;
 };
 
 struct DecodeOptions {
@@ -69,6 +78,11 @@ struct DecodeOptions {
   // decoder takes the smallest of 1/8, 1/4, 1/2, 1 that is >= this (each side rounds up, as
   // TurboJPEG's TJSCALED). 1 = full size. Other formats always decode at full size.
   double min_scale = 1.0;
+  // JPEG only, when not empty: the caller needs only this rectangle (full-size pixels). The
+  // decoder may then return just the rows and iMCU columns covering it (at the chosen scale),
+  // skipping the inverse DCT above it and everything below it (jpeg_region_decode.h); a file
+  // without its end-of-image marker is decoded whole, so truncation is always reported.
+  PixelRect region;
 };
 
 // Decodes a whole image. The result's height / width are those of the decoded image (the

@@ -301,6 +301,34 @@ void ResampleNormalize(const Image& image, const ResampleRegion& region,
   }
 }
 
+namespace {
+
+// The source pixels the filter of `r` can read, in full-size pixels: the region widened by
+// the filter's support (plus rounding slack) at decode scale 1/denominator, within its clip.
+PixelRect NeededRect(const ResampleRegion& r, int denominator, int size) {
+  const double support = std::max(std::max(r.height, r.width) / denominator / size, 1.0) + 2;
+  const double margin = support * denominator;
+  const int top = std::max(r.clip_top, static_cast<int>(std::floor(r.top - margin)));
+  const int left = std::max(r.clip_left, static_cast<int>(std::floor(r.left - margin)));
+  const int bottom =
+      std::min(r.clip_bottom, static_cast<int>(std::ceil(r.top + r.height + margin)));
+  const int right = std::min(r.clip_right, static_cast<int>(std::ceil(r.left + r.width + margin)));
+  return PixelRect{top, left, std::max(0, bottom - top), std::max(0, right - left)};
+}
+
+// `r` (in pixels of the whole decoded image) in the coordinates of `image`, a window of it.
+ResampleRegion IntoWindow(ResampleRegion r, const Image& image) {
+  r.top -= image.origin_y;
+  r.left -= image.origin_x;
+  r.clip_top = std::max(0, r.clip_top - image.origin_y);
+  r.clip_left = std::max(0, r.clip_left - image.origin_x);
+  r.clip_bottom = std::min(image.height, r.clip_bottom - image.origin_y);
+  r.clip_right = std::min(image.width, r.clip_right - image.origin_x);
+  return r;
+}
+
+}  // namespace
+
 StatusOr<TransformTimings> DecodeAndTransform(const uint8_t* data, size_t size,
                                               const TransformParams& params, TransformMode mode,
                                               const SampleKey& key, float* out) {
@@ -316,15 +344,17 @@ StatusOr<TransformTimings> DecodeAndTransform(const uint8_t* data, size_t size,
   if (params.dct_scaling)
     decode.min_scale = std::min(
         1.0, std::max(params.image_size / region.height, params.image_size / region.width));
+  if (params.region_decode)
+    decode.region = NeededRect(region, JpegScaleDenominator(decode.min_scale), params.image_size);
   MLCD_ASSIGN_OR_RETURN(Image image, DecodeImage(data, size, decode));
   t.decode_seconds = Seconds(start);
   const auto transform_start = Clock::now();
-  const bool scaled = image.height != header.height || image.width != header.width;
+  const bool scaled = image.decoded_height != header.height || image.decoded_width != header.width;
   if (scaled) t.decode_denominator = JpegScaleDenominator(decode.min_scale);
-  ResampleNormalize(
-      image,
-      scaled ? ScaleRegion(region, header.height, header.width, image.height, image.width) : region,
-      params, out);
+  const ResampleRegion in_decoded = scaled ? ScaleRegion(region, header.height, header.width,
+                                                         image.decoded_height, image.decoded_width)
+                                           : region;
+  ResampleNormalize(image, IntoWindow(in_decoded, image), params, out);
   t.transform_seconds = Seconds(transform_start);
   return t;
 }

@@ -5,7 +5,8 @@
 //
 // The crop is drawn from the header's size BEFORE decoding, so a JPEG whose crop is much
 // larger than the output is decoded at 1/2, 1/4 or 1/8 size in the DCT domain (the smallest
-// scale at which the crop still has >= image_size pixels on each side).
+// scale at which the crop still has >= image_size pixels on each side), and only the rows and
+// iMCU columns the crop's filter reads are decoded (libjpeg-turbo's scanline skip and crop).
 //
 // Resampling is torchvision's antialiased bilinear (antialias=True, the same triangle filter
 // as PIL's BILINEAR: support widened by the scale factor when shrinking, weights normalised
@@ -56,6 +57,9 @@ struct TransformParams {
   std::vector<float> stddev;
   // JPEG: decode at a reduced scale when the crop allows (see the top of this file).
   bool dct_scaling = true;
+  // JPEG: decode only the rows and columns the crop reads (see image_decode.h's
+  // DecodeOptions::region); the pixels are the same as from a whole decode.
+  bool region_decode = true;
   // Seed of the augmentation draws.
   uint64_t seed = 0;
 };
