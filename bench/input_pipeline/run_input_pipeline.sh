@@ -9,6 +9,8 @@
 #
 #   bench/input_pipeline/run_input_pipeline.sh [OUT]
 #   COUNT=400 THREADS=2 EPOCHS=3 ROUNDS=3 MLCD_BUILD_DIR=build bench/input_pipeline/run_input_pipeline.sh
+#   IMAGES=dir (an existing ImageFolder tree instead of new images), PYTHON=python with
+#   torchvision, PIN="taskset -c 0,1" (both sides on the same two cores)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -22,13 +24,18 @@ python=${PYTHON:-/usr/bin/python3}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$python" "$here/make_images.py" "$work/images" --count "$count"
-"$build/bin/input_pipeline_bench" --dir "$work/images" --threads "$threads" --epochs "$epochs" \
+images=${IMAGES:-}
+if [ -z "$images" ]; then
+  images=$work/images
+  "$python" "$here/make_images.py" "$images" --count "$count"
+fi
+# PIN="taskset -c 0,1" runs both sides on the same two cores of a larger machine.
+${PIN:-} "$build/bin/input_pipeline_bench" --dir "$images" --threads "$threads" --epochs "$epochs" \
   --rounds "$rounds" --out "$work/cpp.json"
-"$python" "$here/input_pipeline_torchvision.py" "$work/images" --workers "$threads" --batch 64 \
-  --epochs "$epochs" --out "$work/torchvision.json" > /dev/null
+${PIN:-} "$python" "$here/input_pipeline_torchvision.py" "$images" --workers "$threads" \
+  --batch 64 --epochs "$epochs" --out "$work/torchvision.json" > /dev/null
 "$python" - "$work/cpp.json" "$work/torchvision.json" "$out" <<'PY'
-import json, subprocess, sys, time
+import json, os, subprocess, sys, time
 cpp, tv = (json.load(open(p)) for p in sys.argv[1:3])
 ours, ceiling, loader = cpp["train"], cpp["decode_ceiling"], tv["loader"]
 lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -37,6 +44,7 @@ result = {
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "cpu": model, "cores": int(subprocess.run(["nproc"], capture_output=True, text=True).stdout),
     "load_average": open("/proc/loadavg").read().split()[:3],
+    "pinned": os.environ.get("PIN", ""),
     "cpp": cpp, "torchvision": tv,
     "speedup_vs_torchvision": ours["images_per_second"] / loader["images_per_second"],
     "speedup_vs_torchvision_per_cpu": ours["images_per_cpu_second"] / loader["images_per_cpu_second"],
