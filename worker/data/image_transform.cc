@@ -162,7 +162,8 @@ Status ValidateTransformParams(const TransformParams& p) {
   if (p.resize_size != 0 &&
       (p.resize_size < p.image_size || p.resize_size > 4 * kMaxTransformImageSize))
     return bad("resize_size is " + std::to_string(p.resize_size) + "; it must be 0 (image_size * " +
-               "256 / 224) or at least image_size (" + std::to_string(p.image_size) + ")");
+               "256 / 224) or in [image_size (" + std::to_string(p.image_size) + "), " +
+               std::to_string(4 * kMaxTransformImageSize) + "]");
   if (!(p.min_scale > 0 && p.min_scale <= p.max_scale && p.max_scale <= 1))
     return bad("crop scale [" + std::to_string(p.min_scale) + ", " + std::to_string(p.max_scale) +
                "] must satisfy 0 < min <= max <= 1");
