@@ -282,6 +282,25 @@ TEST(ImageTransform, RegionDecodeGivesTheSameOutputAsTheWholeDecode) {
       }
 }
 
+// Degenerate shapes (a 1-pixel strip, a single pixel) go through both transforms to finite
+// values: the crop falls back, the filters stay within the image.
+TEST(ImageTransform, StripsAndSinglePixelsGiveFiniteOutput) {
+  TransformParams p;
+  p.image_size = 16;
+  std::vector<float> out(3 * 16 * 16);
+  for (const auto& [h, w] : std::vector<std::pair<int, int>>{{1, 4000}, {4000, 1}, {1, 1}, {2, 3}})
+    for (const std::string& bytes :
+         {EncodePng(TestPattern(h, w, 3, 5)), EncodeJpeg(TestPattern(h, w, 3, 5), 90)})
+      for (TransformMode mode : {TransformMode::kTrain, TransformMode::kEval}) {
+        std::fill(out.begin(), out.end(), std::nanf(""));
+        StatusOr<TransformTimings> t =
+            DecodeAndTransform(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), p,
+                               mode, SampleKey{0, 0, h}, out.data());
+        ASSERT_TRUE(t.ok()) << h << "x" << w << ": " << t.status().ToString();
+        for (float v : out) ASSERT_TRUE(std::isfinite(v)) << h << "x" << w;
+      }
+}
+
 TEST(ImageTransform, GraySourcesFillEveryChannelAndBadParamsAreRefused) {
   const std::string jpeg = EncodeJpeg(TestPattern(300, 260, 1, 3), 90);
   TransformParams p;

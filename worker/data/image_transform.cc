@@ -249,12 +249,13 @@ ResampleRegion TrainRegion(const CropWindow& crop) {
 
 ResampleRegion EvalRegion(const TransformParams& p, int height, int width) {
   const int resize = EffectiveResizeSize(p);
-  // torchvision: the shorter side becomes `resize`, the longer int(resize * long / short).
+  // torchvision: the shorter side becomes `resize`, the longer int(resize * long / short)
+  // (capped so that a 1-pixel-high strip cannot overflow an int).
   int new_h = resize, new_w = resize;
   if (height <= width) {
-    new_w = static_cast<int>(static_cast<double>(resize) * width / height);
+    new_w = static_cast<int>(std::min(1e9, static_cast<double>(resize) * width / height));
   } else {
-    new_h = static_cast<int>(static_cast<double>(resize) * height / width);
+    new_h = static_cast<int>(std::min(1e9, static_cast<double>(resize) * height / width));
   }
   const int s = p.image_size;
   // CenterCrop: int(round((new - s) / 2)), Python rounding.
