@@ -41,8 +41,9 @@ packages=(
   prometheus kubernetes-client yamllint
   # real data
   dataset-fashion-mnist
-  # the encoder export's interop test (tests/export: torchvision's VisionTransformer)
-  python3-torchvision
+  # images: decoders (worker/data), torchvision for the interop tests (tests/export,
+  # tests/worker_data) and the input-pipeline benchmark
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev python3-torchvision python3-pil
 )
 # The pip flavour's virtual environment.
 [ "$torch_flavour" = pip ] && packages+=(python3-venv python3-pip)
