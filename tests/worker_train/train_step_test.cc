@@ -15,6 +15,7 @@
 #include "common/enums.h"
 #include "common/job_spec.h"
 #include "common/npy.h"
+#include "tests/testing/process.h"
 #include "worker/loss/collectives.h"
 #include "worker/loss/partial_fc.h"
 #include "worker/model/vit.h"
@@ -258,6 +259,34 @@ TEST(TrainStepTest, CudaStepMatchesCpu) {
   EXPECT_EQ(gpu.flat->grads().scalar_type(), torch::kFloat);
   EXPECT_EQ(gpu.optimizer->exp_avg().scalar_type(), torch::kFloat);
   EXPECT_FALSE(compat::AutocastEnabled(c10::DeviceType::CUDA)) << "scope leaked";
+
+  // A checkpoint written from the GPU resumes on the CPU: the same weights and embeddings.
+  ::mlcd::testing::TempDir root;
+  v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  CheckpointState state;
+  state.meta.steps_per_epoch = 1;
+  state.meta.step_in_epoch = 1;
+  state.meta.epoch_complete = true;
+  state.meta.global_step = 3;
+  state.meta.num_classes = 40;
+  state.meta.embedding_dim = 24;
+  state.spec = &spec;
+  state.model = gpu.model;
+  state.flat = gpu.flat.get();
+  state.optimizer = gpu.optimizer.get();
+  state.partial_fc = gpu.fc.get();
+  auto dir = WriteCheckpoint(root.path(), state, gpu.comm.get());
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  Rig back(99);
+  ASSERT_TRUE(LoadBackboneWeights(*dir, back.model).ok());
+  ASSERT_TRUE(LoadBackboneOptimizer(*dir, back.model, back.flat.get(), back.optimizer.get()).ok());
+  EXPECT_TRUE(torch::equal(back.flat->values(), gpu.flat->values().cpu()));
+  EXPECT_TRUE(torch::equal(back.optimizer->exp_avg(), gpu.optimizer->exp_avg().cpu()));
+  gpu.model->eval();
+  back.model->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_LT(MaxAbsDiff(back.model->forward(x), gpu.model->forward(x.to(cuda)).cpu()), 1e-4);
 }
 
 // A checkpoint written by one libtorch build and resumed by the other: the pip build's test

@@ -487,7 +487,10 @@ TEST(FusedGeluTest, MatchesExactGeluAndItsDerivative) {
   torch::Tensor x = torch::linspace(-9, 9, 20001);
   torch::Tensor a = x.clone().requires_grad_(true), b = x.clone().requires_grad_(true);
   torch::Tensor ya = FusedGelu(a), yb = torch::gelu(b);
-  EXPECT_LT(MaxAbsDiff(ya, yb), 1e-6);
+  // A few float ulps of |y| (up to 9 here): torch 2.11's AVX-512 GELU on an H100 host differs
+  // by one ulp (1.19e-6 at y ~ 9) from ours.
+  const double rel = ((ya - yb).abs() / yb.abs().clamp_min(1.0)).max().item<double>();
+  EXPECT_LT(rel, 4 * 1.1920929e-7);
   ya.sum().backward();
   yb.sum().backward();
   EXPECT_LT(MaxAbsDiff(a.grad(), b.grad()), 1e-6);

@@ -174,7 +174,8 @@ Status WriteBackbone(const std::string& dir, const CheckpointState& state) {
   }
   const int64_t n = state.flat->numel();
   auto write = [&](const char* file, const torch::Tensor& t) {
-    torch::Tensor c = t.contiguous();
+    // Staged through host memory: the model and its optimizer may live on a GPU.
+    torch::Tensor c = t.cpu().contiguous();
     return WriteNpy(dir + "/" + file, NpyDtype::kFloat32, {n}, c.data_ptr<float>());
   };
   MLCD_RETURN_IF_ERROR(write(kWeights, state.flat->values()));
