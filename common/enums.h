@@ -17,18 +17,24 @@ enum class LossVariant { kMlcd, kMlc, kSoftmax };
 enum class MarginType { kArc, kCos, kNone };
 // How clusterd finds an embedding's nearest centres: "exact" | "hnsw" | "ivf".
 enum class SearchMethod { kExact, kHnsw, kIvf };
+// The layout of a dataset's images (docs/data.md): "fashion-mnist" | "image-folder" |
+// "webdataset".
+enum class DatasetFormat { kFashionMnist, kImageFolder, kWebDataset };
 
 StatusOr<LossVariant> ParseLossVariant(const std::string& name);
 StatusOr<MarginType> ParseMarginType(const std::string& name);
 StatusOr<SearchMethod> ParseSearchMethod(const std::string& name);
+StatusOr<DatasetFormat> ParseDatasetFormat(const std::string& name);
 
 const char* LossVariantName(LossVariant value);
 const char* MarginTypeName(MarginType value);
 const char* SearchMethodName(SearchMethod value);
+const char* DatasetFormatName(DatasetFormat value);
 
 // Every spelling, in declaration order (for validation messages and CLI choices).
 const std::vector<std::string>& LossVariantNames();
 const std::vector<std::string>& MarginTypeNames();
 const std::vector<std::string>& SearchMethodNames();
+const std::vector<std::string>& DatasetFormatNames();
 
 }  // namespace mlcd

@@ -29,6 +29,8 @@ packages=(
   prometheus kubernetes-client yamllint
   # real data
   dataset-fashion-mnist
+  # dataset index of WebDataset shards (common/dataset/); PIL writes the test images
+  libarchive-dev python3-pil
 )
 
 missing=()
