@@ -1,0 +1,32 @@
+// The coordinator's submit-time checks of image datasets and the features aligned with
+// them (docs/data.md), on the coordinator's host, which shares the dataset storage with
+// clusterd and the workers:
+// - the dataset index (dataset.index, and evaluation's index and test_index) loads and its
+//   fingerprint matches the files: a missing, unreadable or changed shard or image is
+//   FAILED_PRECONDITION naming the file, before anything runs;
+// - the index is of the spec's format and, when the spec also names the shards or root,
+//   of those files (INVALID_ARGUMENT otherwise);
+// - k and the batch size fit the index's sample count;
+// - npy features line up with the samples: by keys (clustering.features.keys) or row for
+//   row; a count mismatch, an unknown or duplicate key is INVALID_ARGUMENT naming the file,
+//   the row and both counts.
+// Fashion-MNIST datasets pass through (coordinator/input_checks.h checks their files).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "mlcd/v1/job.pb.h"
+
+namespace mlcd::coordinator {
+
+Status CheckDatasetInputs(const v1::JobSpec& spec);
+
+// At the start of round 0 with clustering.features.keys: the sample id of every feature row
+// (the same checks as at submit, the index's fingerprint included), written as one
+// `<dir>/<i>.ids.npy` per shard for clusterd (FeatureSource.ids_paths); their paths.
+StatusOr<std::vector<std::string>> WriteAlignedFeatureIds(const v1::JobSpec& spec,
+                                                          const std::string& dir);
+
+}  // namespace mlcd::coordinator
