@@ -30,7 +30,9 @@ packages=(
   # real data
   dataset-fashion-mnist
   # dataset index of WebDataset shards (common/dataset/); PIL writes the test images
-  libarchive-dev python3-pil
+  libarchive-dev
+  # images
+  libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev python3-torchvision python3-pil
 )
 
 missing=()
