@@ -29,7 +29,7 @@ packages=(
   prometheus kubernetes-client yamllint
   # real data
   dataset-fashion-mnist
-  # dataset index of WebDataset shards (common/dataset/); PIL writes the test images
+  # dataset index of WebDataset shards (common/dataset/)
   libarchive-dev
   # images
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev python3-torchvision python3-pil

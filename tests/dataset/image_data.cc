@@ -22,6 +22,7 @@ Status MakeImageDatasets(const std::string& out, const ImageDataOptions& o) {
       "--size",
       std::to_string(o.size)};
   if (o.rgb) args.push_back("--rgb");
+  if (o.bad) args.push_back("--bad");
   if (!o.key_prefix.empty()) args.insert(args.end(), {"--key-prefix", o.key_prefix});
   std::string output;
   const int rc = RunCommand("/usr/bin/python3", args, &output);

@@ -18,6 +18,7 @@ struct ImageDataOptions {
   int shards = 4;
   std::string split = "train";
   std::string key_prefix;  // directory prefix of tar member names
+  bool bad = false;        // append the script's four undecodable samples
 };
 
 // Writes the layouts under `out`; the script's output on failure.

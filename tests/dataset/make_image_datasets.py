@@ -10,7 +10,10 @@ Reads the IDX files of Debian's dataset-fashion-mnist (gzipped or not) and encod
   OUT/keys.txt                             the sample keys in Fashion-MNIST order
   OUT/labels.txt                           the class of each, in the same order
 
-Key of image i: "%06d" % i. Encoded bytes are identical in the three layouts. --rgb repeats
+Key of image i: "%06d" % i. Encoded bytes are identical in the three layouts. --bad appends
+four bad samples to the last shard and the flat folder, after the good ones: zzbad-0
+(a PNG cut in half), zzbad-1 (random bytes named .jpg), zzbad-2 (zero bytes) and zzbad-3 (a
+GIF named .png: unsupported). --rgb repeats
 the grey channel three times; --size resizes (bilinear) before encoding; --format picks
 png (lossless), jpeg (quality 90) or webp; "mixed" alternates png, jpeg and webp.
 """
@@ -80,6 +83,7 @@ def main():
     p.add_argument("--size", type=int, default=0)
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--key-prefix", default="", help="directory prefix of member names in tars")
+    p.add_argument("--bad", action="store_true", help="append four undecodable samples")
     args = p.parse_args()
 
     prefix = "train" if args.split == "train" else "t10k"
@@ -109,6 +113,18 @@ def main():
         add_member(tar, member + "." + ext, data)
         add_member(tar, member + ".cls", b"%d" % label)
         add_member(tar, member + ".json", json.dumps({"key": key, "label": int(label)}).encode())
+    if args.bad:
+        good, _ = encode(images[0], "png", args.rgb, args.size)
+        gif = io.BytesIO()
+        Image.fromarray(images[0], mode="L").save(gif, format="GIF")
+        rng = np.random.default_rng(5)
+        bad = [(good[:len(good) // 2], "png"), (rng.integers(0, 256, 3000, dtype=np.uint8).tobytes(),
+               "jpg"), (b"", "png"), (gif.getvalue(), "png")]
+        for j, (data, ext) in enumerate(bad):
+            key = "zzbad-%d" % j
+            add_member(tars[-1], args.key_prefix + key + "." + ext, data)
+            with open(os.path.join(args.out, "flat", key + "." + ext), "wb") as f:
+                f.write(data)
     for tar in tars:
         tar.close()
     with open(os.path.join(args.out, "keys.txt"), "w") as f:
