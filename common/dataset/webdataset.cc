@@ -15,7 +15,6 @@
 #include <set>
 #include <unordered_map>
 
-#include "common/dataset/image_folder.h"
 #include "common/file_util.h"
 
 namespace mlcd {
@@ -253,7 +252,9 @@ Status ShardIndexer::OnMember(struct archive* a, struct archive_entry* entry, in
     active_ = true;
   }
   const std::string ext = Lower(extension);
-  const bool image = HasImageExtension("x." + ext) && !pending_.has_image;
+  // The whole extension names the field: "seg.png" is another field than "png".
+  const bool image =
+      (ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp") && !pending_.has_image;
   if (!image && ext != "cls") return Status::Ok();
   const int64_t size = archive_entry_size(entry);
   if (size < 0 || static_cast<uint64_t>(size) > kMaxSampleBytes ||

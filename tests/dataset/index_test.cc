@@ -230,6 +230,30 @@ TEST_F(DatasetIndexTest, BadShardsAreRefusedWithTheirNames) {
   EXPECT_NE(junk.status().message().find("junk.tar"), std::string::npos);
 }
 
+TEST_F(DatasetIndexTest, OnlyWholeImageExtensionsAreImages) {
+  // A sample whose only "image" is key.seg.png (a segmentation field) has no image; one with
+  // an upper-case .JPG has one.
+  TempDir d;
+  std::string out;
+  const std::string script =
+      "import io, tarfile, sys\n"
+      "t = tarfile.open(sys.argv[1], 'w')\n"
+      "for name, data in [('a.seg.png', b'x'), ('a.txt', b'cap'), ('b.JPG', open(sys.argv[2], "
+      "'rb').read()), ('b.cls', b'3')]:\n"
+      "    i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))\n"
+      "t.close()\n";
+  ASSERT_EQ(testing::RunCommand("/usr/bin/python3",
+                                {"-c", script, d.Sub("s.tar"), Path("flat/000001.jpg")}, &out),
+            0)
+      << out;
+  auto index = BuildWebDatasetIndex({d.Sub("s.tar")});
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  ASSERT_EQ(index->size(), 1);
+  EXPECT_EQ(index->keys[0], "b");
+  EXPECT_EQ(index->samples[0].class_id, 3);
+  EXPECT_EQ(index->skipped, 1u);
+}
+
 TEST_F(DatasetIndexTest, ReaderReportsAFileShorterThanIndexed) {
   TempDir d;
   fs::copy(Path("flat"), d.Sub("flat"));
