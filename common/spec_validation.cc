@@ -67,10 +67,10 @@ void CheckDatasetSpec(Checker& c, const v1::DatasetSpec& d, const v1::ModelSpec&
     if (!d.paths().empty() || !d.index().empty() || !d.test_index().empty())
       c.Add("index", "paths, index and test_index are for image-folder and webdataset datasets");
   } else {
-    if (d.index().empty()) {
+    if (d.index().empty() && d.path().empty() && d.paths().empty()) {
       c.Add("index", "empty; " + d.format() +
-                         " datasets are read through a prebuilt index: run `mlcdctl dataset index "
-                         "--format " +
+                         " datasets are read through an index: give dataset.path (the "
+                         "coordinator indexes it) or run `mlcdctl dataset index --format " +
                          d.format() + " --path ... --out DIR` and give DIR here");
     }
     if (d.format() == "image-folder" && d.paths_size() > 0)

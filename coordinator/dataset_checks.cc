@@ -1,6 +1,9 @@
 #include "coordinator/dataset_checks.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -8,6 +11,7 @@
 #include "common/dataset/feature_keys.h"
 #include "common/dataset/webdataset.h"
 #include "common/enums.h"
+#include "common/log.h"
 #include "common/spec_defaults.h"
 
 namespace mlcd::coordinator {
@@ -51,6 +55,12 @@ Status CheckIndexMatchesPaths(const v1::DatasetSpec& d, const DatasetIndex& inde
 
 StatusOr<DatasetIndex> LoadChecked(const v1::DatasetSpec& d, const std::string& dir,
                                    const std::string& field) {
+  if (dir.empty()) {
+    return Status::InvalidArgument(field +
+                                   ": empty; build an index with `mlcdctl dataset index "
+                                   "--format " +
+                                   d.format() + " --path ... --out DIR` and give DIR here");
+  }
   StatusOr<DatasetIndex> index = LoadDatasetIndex(dir, /*check_fingerprint=*/true);
   if (!index.ok()) return index.status().WithContext(field);
   if (DatasetFormatName(index->format) != d.format()) {
@@ -75,7 +85,74 @@ Status CheckFeatures(const v1::JobSpec& spec, const DatasetIndex& index) {
   return aligned.ok() ? Status::Ok() : aligned.status().WithContext(field + ".keys");
 }
 
+// FNV-1a over `text`, continuing from `h`.
+uint64_t Fnv1a(const std::string& text, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// The files of a dataset given by paths, stat'ed (image-folder: indexed, which only lists and
+// stats; webdataset: the expanded shards).
+StatusOr<std::vector<IndexedFile>> DatasetFiles(DatasetFormat format,
+                                                const std::vector<std::string>& paths,
+                                                DatasetIndex* folder_index) {
+  if (format == DatasetFormat::kImageFolder) {
+    MLCD_ASSIGN_OR_RETURN(*folder_index, BuildDatasetIndex(format, paths));
+    return folder_index->files;
+  }
+  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandShardPaths(paths));
+  std::vector<IndexedFile> files;
+  for (const auto& s : shards) {
+    MLCD_ASSIGN_OR_RETURN(IndexedFile f, StatIndexedFile(s));
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
+// The coordinator's index of `d` (see ResolveDatasetIndexes): its directory.
+StatusOr<std::string> CoordinatorIndex(const std::string& data_dir, const v1::DatasetSpec& d) {
+  MLCD_ASSIGN_OR_RETURN(DatasetFormat format, ParseDatasetFormat(d.format()));
+  std::vector<std::string> paths;
+  if (!d.path().empty()) paths.push_back(d.path());
+  for (const auto& p : d.paths()) paths.push_back(p);
+  DatasetIndex folder;
+  MLCD_ASSIGN_OR_RETURN(std::vector<IndexedFile> files, DatasetFiles(format, paths, &folder));
+  uint64_t h = Fnv1a(d.format());
+  for (const auto& f : files) {
+    h = Fnv1a(f.path + "\t" + std::to_string(f.size) + "\t" + std::to_string(f.mtime_ns), h);
+  }
+  char name[32];
+  std::snprintf(name, sizeof(name), "-%016llx", static_cast<unsigned long long>(h));
+  const std::string dir = data_dir + "/datasets/" + d.format() + name;
+  if (LoadDatasetIndex(dir, /*check_fingerprint=*/true).ok()) return dir;
+  DatasetIndex index;
+  if (format == DatasetFormat::kImageFolder) {
+    index = std::move(folder);
+  } else {
+    MLCD_ASSIGN_OR_RETURN(index, BuildDatasetIndex(format, paths));
+  }
+  MLCD_RETURN_IF_ERROR(WriteDatasetIndex(index, dir));
+  MLCD_LOG(INFO) << "built the dataset index " << dir << ": " << index.Describe();
+  return dir;
+}
+
 }  // namespace
+
+Status ResolveDatasetIndexes(const std::string& data_dir, v1::JobSpec* spec) {
+  v1::DatasetSpec* d = spec->mutable_dataset();
+  if (data_dir.empty() || !IsIndexedFormat(d->format()) || !d->index().empty() ||
+      (d->path().empty() && d->paths().empty()))
+    return Status::Ok();
+  StatusOr<std::string> dir = CoordinatorIndex(data_dir, *d);
+  if (!dir.ok()) return dir.status().WithContext("spec.dataset.path");
+  v1::DatasetSpec* e = spec->mutable_evaluation()->mutable_dataset();
+  if (e->index().empty() && e->format() == d->format() && e->path() == d->path() &&
+      google::protobuf::util::MessageDifferencer::Equals(*e, *d)) {
+    e->set_index(*dir);
+  }
+  d->set_index(*dir);
+  return Status::Ok();
+}
 
 Status CheckDatasetInputs(const v1::JobSpec& spec) {
   const v1::DatasetSpec& d = spec.dataset();

@@ -23,6 +23,16 @@ namespace mlcd::coordinator {
 
 Status CheckDatasetInputs(const v1::JobSpec& spec);
 
+// An image dataset given by path(s) without dataset.index gets one from the coordinator:
+// `<data_dir>/datasets/<format>-<hash>`, where the hash covers every file's path, size and
+// mtime, so a dataset that changes gets a new index and a running job keeps refusing the
+// changed files. An index already there is reused; otherwise it is built (reading every
+// shard: for big datasets run `mlcdctl dataset index` beforehand and give dataset.index).
+// Sets dataset.index (and evaluation.dataset.index when it names the same files). Errors of
+// the build (NOT_FOUND naming a missing shard, DATA_LOSS for a damaged one, ...) as
+// "spec.dataset.path: ...". No-op with an empty data_dir or when the index is given.
+Status ResolveDatasetIndexes(const std::string& data_dir, v1::JobSpec* spec);
+
 // At the start of round 0 with clustering.features.keys: the sample id of every feature row
 // (the same checks as at submit, the index's fingerprint included), written as one
 // `<dir>/<i>.ids.npy` per shard for clusterd (FeatureSource.ids_paths); their paths.

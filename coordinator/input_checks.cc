@@ -33,7 +33,8 @@ Status CheckRendezvousPort(int port) {
 
 }  // namespace
 
-StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request) {
+StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request,
+                                    const std::string& data_dir) {
   MLCD_RETURN_IF_ERROR(CheckRequestId(request.request_id()));
   ParsedJob parsed;
   if (!request.spec_yaml().empty()) {
@@ -56,6 +57,7 @@ StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request) {
     MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(problems));
   }
   MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(InputProblems(parsed.spec)));
+  MLCD_RETURN_IF_ERROR(ResolveDatasetIndexes(data_dir, &parsed.spec));
   MLCD_RETURN_IF_ERROR(CheckDatasetInputs(parsed.spec));
   return parsed;
 }

@@ -1,7 +1,8 @@
 // Whole jobs on a WebDataset copy of Fashion-MNIST through real services (mlcd-labelstore,
-// mlcd-clusterd, mlcd-coordinator, two `mlcd-worker agent` slots): CLIP-style npy features in
-// reversed row order aligned by a keys file, bad images skipped and counted to SUCCEEDED, and
-// too many bad images failing the job with their keys.
+// mlcd-clusterd, mlcd-coordinator, two `mlcd-worker agent` slots): shards indexed by the
+// coordinator, CLIP-style npy features in reversed row order aligned by a keys file, bad
+// images skipped and counted to SUCCEEDED, and too many bad images failing the job with
+// their keys.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -60,12 +61,14 @@ class DatasetJobTest : public ::testing::Test {
   }
 
   // Two ranks of 17 samples: one epoch of two steps reads every sample.
-  std::string Yaml(const std::string& name, double max_bad_fraction) const {
+  // `prebuilt`: the test's own index; otherwise the coordinator indexes the shards itself.
+  std::string Yaml(const std::string& name, double max_bad_fraction, bool prebuilt) const {
     return "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata: {name: " + name +
            "}\nspec:\n"
            "  dataset: {format: webdataset, path: '" +
-           dir_.Sub("data/shards/train-{00000..00003}.tar") + "', index: '" + dir_.Sub("idx") +
-           "', max_bad_fraction: " + std::to_string(max_bad_fraction) +
+           dir_.Sub("data/shards/train-{00000..00003}.tar") + "'" +
+           (prebuilt ? ", index: '" + dir_.Sub("idx") + "'" : std::string()) +
+           ", max_bad_fraction: " + std::to_string(max_bad_fraction) +
            ", loader_threads: 2, crop_min_scale: 0.5}\n"
            "  clustering: {features: {kind: npy, paths: ['" +
            dir_.Sub("emb.npy") + "'], keys: '" + dir_.Sub("keys.txt") +
@@ -83,13 +86,16 @@ class DatasetJobTest : public ::testing::Test {
 };
 
 TEST_F(DatasetJobTest, KeyAlignedFeaturesAndBadImagesRunToSucceeded) {
-  auto job = cluster_->Submit(Yaml("wds", 0.1));
+  auto job = cluster_->Submit(Yaml("wds", 0.1, /*prebuilt=*/false));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   auto done = cluster_->WaitForJob(
       job->id(), [](const v1::Job& j) { return testing::IsTerminal(j.state()); }, seconds(180));
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message();
   ASSERT_EQ(done->rounds_size(), 1);
+  EXPECT_EQ(
+      done->spec().dataset().index().rfind(cluster_->coordinator_data_dir() + "/datasets/", 0), 0u)
+      << done->spec().dataset().index();
   EXPECT_EQ(done->rounds(0).feature_ids_paths_size(), 1);
   EXPECT_NE(done->rounds(0).feature_source().find("aligned by"), std::string::npos);
   // Every bad image was met by one of the ranks, logged with its key.
@@ -106,7 +112,7 @@ TEST_F(DatasetJobTest, KeyAlignedFeaturesAndBadImagesRunToSucceeded) {
 }
 
 TEST_F(DatasetJobTest, TooManyBadImagesFailTheJobNamingThem) {
-  auto job = cluster_->Submit(Yaml("wds-bad", 0.01));
+  auto job = cluster_->Submit(Yaml("wds-bad", 0.01, /*prebuilt=*/true));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   auto done = cluster_->WaitForJob(
       job->id(), [](const v1::Job& j) { return testing::IsTerminal(j.state()); }, seconds(180));

@@ -147,11 +147,19 @@ TEST_F(SubmitTest, ChangedOrMissingShardsAreRefusedBeforeAnythingRuns) {
 TEST_F(SubmitTest, SpecRulesOfTheImageFormats) {
   // No index; pixel features; a bad crop range; a format mismatch.
   Status no_index = Submit(
-      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  dataset: {format: image-folder, path: "
-      "x}\n  clustering: {features: {kind: pixels}}\n  evaluation: {enabled: false}\n");
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  dataset: {format: image-folder}\n"
+      "  clustering: {features: {kind: pixels}}\n  evaluation: {enabled: false}\n");
   EXPECT_EQ(no_index.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(no_index.message().find("mlcdctl dataset index"), std::string::npos);
   EXPECT_NE(no_index.message().find("made from fashion-mnist only"), std::string::npos);
+  // A path but no index, and no coordinator data dir to build one in.
+  Status unbuilt = Submit(
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  dataset: {format: webdataset, path: '" +
+      dir_.Sub("shards") + "'}\n  clustering: {k: 4, l: 2, features: " + NpyFeatures("") +
+      "}\n  training: {batch_size: 8}\n  evaluation: {enabled: false}\n");
+  EXPECT_EQ(unbuilt.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unbuilt.message().find("spec.dataset.index: empty"), std::string::npos)
+      << unbuilt.message();
   Status crop = Submit(Spec(", crop_min_scale: 0.5, crop_max_scale: 0.2", NpyFeatures("")));
   EXPECT_NE(crop.message().find("crop_max_scale"), std::string::npos) << crop.message();
   Status mismatch = Submit(
@@ -170,6 +178,39 @@ TEST_F(SubmitTest, SpecRulesOfTheImageFormats) {
   Status k =
       Submit(Spec("", "{kind: model}").replace(Spec("", "{kind: model}").find("k: 4"), 4, "k: 99"));
   EXPECT_NE(k.message().find("99 > the 24 samples"), std::string::npos) << k.message();
+}
+
+TEST_F(SubmitTest, TheCoordinatorIndexesADatasetGivenByPath) {
+  const std::string yaml =
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  dataset: {format: webdataset, path: '" +
+      dir_.Sub("shards/train-{00000..00002}.tar") +
+      "'}\n  clustering: {k: 4, l: 2, features: " + NpyFeatures(dir_.Sub("keys.txt")) +
+      "}\n  training: {batch_size: 8}\n  evaluation: {enabled: false}\n";
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(yaml);
+  auto first = coordinator::ParseSubmission(request, dir_.Sub("coord"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const std::string index = first->spec.dataset().index();
+  EXPECT_EQ(index.rfind(dir_.Sub("coord/datasets/webdataset-"), 0), 0u) << index;
+  auto loaded = LoadDatasetIndex(index);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->keys, keys_);
+  // The same files: the same index, reused.
+  auto again = coordinator::ParseSubmission(request, dir_.Sub("coord"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->spec.dataset().index(), index);
+  // A changed shard: a new index; the old one (a running job's) refuses the change.
+  std::ofstream(dir_.Sub("shards/train-00001.tar"), std::ios::app) << std::string(512, '\0');
+  auto changed = coordinator::ParseSubmission(request, dir_.Sub("coord"));
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  EXPECT_NE(changed->spec.dataset().index(), index);
+  EXPECT_EQ(LoadDatasetIndex(index).status().code(), StatusCode::kFailedPrecondition);
+  // A missing shard is refused at submit, naming it.
+  fs::remove(dir_.Sub("shards/train-00002.tar"));
+  Status missing = coordinator::ParseSubmission(request, dir_.Sub("coord")).status();
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
+  EXPECT_NE(missing.message().find("spec.dataset.path"), std::string::npos);
+  EXPECT_NE(missing.message().find("train-00002.tar"), std::string::npos);
 }
 
 }  // namespace
