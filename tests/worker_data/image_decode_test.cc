@@ -189,11 +189,14 @@ TEST(ImageDecode, DctScalingPicksTheSmallestSufficientScale) {
 }
 
 // A region decode (rows skipped, iMCU columns cropped) gives exactly the pixels of the whole
-// decode inside the rectangle (at the decode scale), for 4:4:4, 4:2:0 and gray JPEGs at every DCT scale.
+// decode inside the rectangle (at the decode scale), for 4:4:4, 4:2:0, gray and progressive
+// JPEGs at every DCT scale.
 TEST(ImageDecode, RegionDecodeEqualsTheWholeDecodeInsideTheRegion) {
   const Image rgb = TestPattern(375, 500, 3, 29), gray = TestPattern(375, 500, 1, 29);
-  const std::vector<std::pair<std::string, int>> jpegs = {
-      {EncodeJpeg(rgb, 90), 3}, {EncodeJpeg(rgb, 90, true), 3}, {EncodeJpeg(gray, 90), 1}};
+  const std::vector<std::pair<std::string, int>> jpegs = {{EncodeJpeg(rgb, 90), 3},
+                                                          {EncodeJpeg(rgb, 90, true), 3},
+                                                          {EncodeJpeg(gray, 90), 1},
+                                                          {EncodeJpeg(rgb, 90, true, true), 3}};
   const std::vector<PixelRect> rects = {
       {0, 0, 375, 500}, {37, 101, 200, 150}, {300, 450, 75, 50}, {0, 250, 10, 250}, {123, 0, 1, 1}};
   int partial = 0;
@@ -334,8 +337,8 @@ TEST(ImageDecode, MutatedImagesNeverCrash) {
   SplitMix rng(99);
   int errors = 0, total = 0;
   for (const std::string& original :
-       {EncodeJpeg(image, 85), EncodeJpeg(image, 85, true), EncodePng(image),
-        EncodeWebp(image, true), EncodeWebp(image, false)}) {
+       {EncodeJpeg(image, 85), EncodeJpeg(image, 85, true), EncodeJpeg(image, 85, true, true),
+        EncodePng(image), EncodeWebp(image, true), EncodeWebp(image, false)}) {
     for (int trial = 0; trial < 150; ++trial) {
       std::string bytes = original;
       if (trial % 3 == 0) bytes.resize(rng.Below(bytes.size()));
@@ -343,7 +346,9 @@ TEST(ImageDecode, MutatedImagesNeverCrash) {
       for (int f = 0; f < flips && !bytes.empty(); ++f)
         bytes[rng.Below(bytes.size())] = static_cast<char>(rng.Below(256));
       for (int channels : {1, 3}) {
-        StatusOr<Image> out = DecodeImage(bytes, Options(channels, 0.3));
+        DecodeOptions options = Options(channels, 0.3);
+        if (trial % 2) options.region = {5, 7, 20, 20};  // the region decoder too
+        StatusOr<Image> out = DecodeImage(bytes, options);
         ++total;
         if (out.ok()) {
           ASSERT_EQ(out->pixels.size(), static_cast<size_t>(out->height) * out->width * channels);

@@ -40,14 +40,15 @@ Image TestPattern(int height, int width, int channels, uint64_t seed) {
   return image;
 }
 
-std::string EncodeJpeg(const Image& image, int quality, bool subsampling_420) {
+std::string EncodeJpeg(const Image& image, int quality, bool subsampling_420, bool progressive) {
   tjhandle handle = tjInitCompress();
   unsigned char* out = nullptr;
   unsigned long size = 0;
   const bool gray = image.channels == 1;
   const int subsampling = gray ? TJSAMP_GRAY : subsampling_420 ? TJSAMP_420 : TJSAMP_444;
   const int rc = tjCompress2(handle, image.pixels.data(), image.width, 0, image.height,
-                             gray ? TJPF_GRAY : TJPF_RGB, &out, &size, subsampling, quality, 0);
+                             gray ? TJPF_GRAY : TJPF_RGB, &out, &size, subsampling, quality,
+                             progressive ? TJFLAG_PROGRESSIVE : 0);
   if (rc != 0) throw std::runtime_error(std::string("tjCompress2: ") + tjGetErrorStr2(handle));
   std::string bytes(reinterpret_cast<const char*>(out), size);
   tjFree(out);

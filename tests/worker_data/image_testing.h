@@ -14,8 +14,9 @@ namespace mlcd::worker::testing {
 // height x width x channels (1 or 3): gradients, a few discs and mild noise from `seed`.
 Image TestPattern(int height, int width, int channels, uint64_t seed);
 
-// 4:4:4 for quality >= 90 unless `subsampling_420`; gray images as gray JPEGs.
-std::string EncodeJpeg(const Image& image, int quality, bool subsampling_420 = false);
+// 4:4:4 unless `subsampling_420`; gray images as gray JPEGs; baseline or progressive.
+std::string EncodeJpeg(const Image& image, int quality, bool subsampling_420 = false,
+                       bool progressive = false);
 
 // A PNG of `color_type` (PNG_COLOR_TYPE_*) and `bit_depth` from raw PNG rows: `samples`
 // holds height * width * channels values (16-bit: the full range), row-major; `palette` is

@@ -11,21 +11,23 @@
 // thread, which both submits and takes (room() > 0 guarantees Submit does not block):
 //
 //   MLCD_ASSIGN_OR_RETURN(auto pool, DecodePool::Create(options));
-//   size_t next = 0;                                  // next sample of the schedule to submit
+//   size_t next = 0;                                  // next id of the schedule to submit
 //   for (const Batch& batch : schedule) {
 //     float* out = batch_tensor.data_ptr<float>();    // [B, C, S, S]
+//     int filled = 0;
 //     for (int i = 0; i < B; ++i) {
 //       while (next < ids.size() && pool->room() > 0) pool->Submit(JobFor(ids[next++]));
 //       DecodedSample s = pool->Next();                // sample ids[i] of this batch
-//       if (!s.status.ok()) { CountBad(s); continue; }
-//       std::copy(s.pixels.begin(), s.pixels.end(), out + i * C * S * S);
+//       if (!s.status.ok()) { CountBad(s); continue; }  // the batch comes out one short
+//       std::copy(s.pixels.begin(), s.pixels.end(), out + filled++ * C * S * S);
 //     }
 //     queue.Push(...);
 //   }
 //
-// where JobFor(id) fills DecodeJob{.key = {round, epoch, id}, .fetch = [=] { return
-// ReadSampleBytes(id); }} (the read happens on a pool thread, so tar-shard reads overlap too).
-// Instead of the copy, a job may name a `destination` the pool writes into directly.
+// where JobFor(id) returns a DecodeJob with key = {round, epoch, id} and
+// fetch = [=] { return ReadSampleBytes(id); } (the read runs on a pool thread, so tar-shard
+// reads overlap with decoding too). Instead of the copy, a job may name a `destination` the
+// pool writes into directly (then a bad sample leaves its slot untouched).
 #pragma once
 
 #include <condition_variable>
@@ -59,8 +61,8 @@ struct DecodeJob {
 
 struct DecodedSample {
   int64_t sample_id = 0;
-  // Not OK: the sample is bad (the status says why); pixels are empty / destination untouched
-  // or partly written.
+  // Not OK: the sample is bad (the status says why); pixels are empty and the job's
+  // destination is untouched.
   Status status;
   std::vector<float> pixels;  // [C, S, S]; empty when the job had a destination
   double fetch_seconds = 0;

@@ -162,7 +162,8 @@ Status ValidateTransformParams(const TransformParams& p) {
   if (p.resize_size != 0 &&
       (p.resize_size < p.image_size || p.resize_size > 4 * kMaxTransformImageSize))
     return bad("resize_size is " + std::to_string(p.resize_size) + "; it must be 0 (image_size * " +
-               "256 / 224) or at least image_size (" + std::to_string(p.image_size) + ")");
+               "256 / 224) or in [image_size (" + std::to_string(p.image_size) + "), " +
+               std::to_string(4 * kMaxTransformImageSize) + "]");
   if (!(p.min_scale > 0 && p.min_scale <= p.max_scale && p.max_scale <= 1))
     return bad("crop scale [" + std::to_string(p.min_scale) + ", " + std::to_string(p.max_scale) +
                "] must satisfy 0 < min <= max <= 1");
@@ -248,12 +249,13 @@ ResampleRegion TrainRegion(const CropWindow& crop) {
 
 ResampleRegion EvalRegion(const TransformParams& p, int height, int width) {
   const int resize = EffectiveResizeSize(p);
-  // torchvision: the shorter side becomes `resize`, the longer int(resize * long / short).
+  // torchvision: the shorter side becomes `resize`, the longer int(resize * long / short)
+  // (capped so that a 1-pixel-high strip cannot overflow an int).
   int new_h = resize, new_w = resize;
   if (height <= width) {
-    new_w = static_cast<int>(static_cast<double>(resize) * width / height);
+    new_w = static_cast<int>(std::min(1e9, static_cast<double>(resize) * width / height));
   } else {
-    new_h = static_cast<int>(static_cast<double>(resize) * height / width);
+    new_h = static_cast<int>(std::min(1e9, static_cast<double>(resize) * height / width));
   }
   const int s = p.image_size;
   // CenterCrop: int(round((new - s) / 2)), Python rounding.
