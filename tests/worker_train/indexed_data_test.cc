@@ -91,7 +91,9 @@ TEST_F(IndexedDataTest, PngCopiesFeedTheModelTheSameTensorsAsTheFashionMnistRead
     auto copy = OpenImageDataset(spec.dataset(), "train", 0, &spec.model());
     ASSERT_TRUE(copy.ok()) << copy.status().ToString();
     ASSERT_EQ((*copy)->size(), kImages);
-    if (format == "webdataset") EXPECT_EQ((*copy)->class_labels(), (*mnist)->class_labels());
+    if (format == "webdataset") {
+      EXPECT_EQ((*copy)->class_labels(), (*mnist)->class_labels());
+    }
     BatchLoader a(Loader(mnist->get(), false, 16)), b(Loader(copy->get(), false, 16));
     for (int step = 0; step < 4; ++step) {
       auto x = a.Next();
