@@ -44,6 +44,11 @@ const std::vector<std::string>& PrecisionNames() {
   return names;
 }
 
+const std::vector<std::string>& DatasetFormatNames() {
+  static const std::vector<std::string> names = {"fashion-mnist", "image-folder", "webdataset"};
+  return names;
+}
+
 StatusOr<LossVariant> ParseLossVariant(const std::string& name) {
   return ParseByName<LossVariant>(LossVariantNames(), "loss variant", name);
 }
@@ -55,11 +60,14 @@ StatusOr<SearchMethod> ParseSearchMethod(const std::string& name) {
 }
 StatusOr<Precision> ParsePrecision(const std::string& name) {
   return ParseByName<Precision>(PrecisionNames(), "precision", name);
-}
+  StatusOr<DatasetFormat> ParseDatasetFormat(const std::string& name) {
+    return ParseByName<DatasetFormat>(DatasetFormatNames(), "dataset format", name);
+  }
 
-const char* LossVariantName(LossVariant value) { return NameOf(LossVariantNames(), value); }
-const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
-const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }
-const char* PrecisionName(Precision value) { return NameOf(PrecisionNames(), value); }
+  const char* LossVariantName(LossVariant value) { return NameOf(LossVariantNames(), value); }
+  const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
+  const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }
+  const char* PrecisionName(Precision value) { return NameOf(PrecisionNames(), value); }
+  const char* DatasetFormatName(DatasetFormat value) { return NameOf(DatasetFormatNames(), value); }
 
 }  // namespace mlcd

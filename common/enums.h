@@ -20,21 +20,27 @@ enum class SearchMethod { kExact, kHnsw, kIvf };
 // The backbone's arithmetic in training: "fp32" | "bf16" (autocast: matmuls and attention in
 // bfloat16; parameters, gradients, optimizer state, the class centres, logits and loss float32).
 enum class Precision { kFp32, kBf16 };
+// The layout of a dataset's images (docs/data.md): "fashion-mnist" | "image-folder" |
+// "webdataset".
+enum class DatasetFormat { kFashionMnist, kImageFolder, kWebDataset };
 
 StatusOr<LossVariant> ParseLossVariant(const std::string& name);
 StatusOr<MarginType> ParseMarginType(const std::string& name);
 StatusOr<SearchMethod> ParseSearchMethod(const std::string& name);
 StatusOr<Precision> ParsePrecision(const std::string& name);
+StatusOr<DatasetFormat> ParseDatasetFormat(const std::string& name);
 
 const char* LossVariantName(LossVariant value);
 const char* MarginTypeName(MarginType value);
 const char* SearchMethodName(SearchMethod value);
 const char* PrecisionName(Precision value);
+const char* DatasetFormatName(DatasetFormat value);
 
 // Every spelling, in declaration order (for validation messages and CLI choices).
 const std::vector<std::string>& LossVariantNames();
 const std::vector<std::string>& MarginTypeNames();
 const std::vector<std::string>& SearchMethodNames();
 const std::vector<std::string>& PrecisionNames();
+const std::vector<std::string>& DatasetFormatNames();
 
 }  // namespace mlcd

@@ -11,6 +11,42 @@ namespace {
 // Images in the Fashion-MNIST training split.
 constexpr uint64_t kFashionMnistTrainImages = 60000;
 
+// Model input side for image-folder and webdataset datasets when neither the spec nor the
+// preset gives one.
+constexpr int kImageFormatSize = 224;
+// CLIP's normalisation (OpenAI CLIP preprocessing), the image formats' default.
+constexpr double kClipMean[3] = {0.48145466, 0.4578275, 0.40821073};
+constexpr double kClipStd[3] = {0.26862954, 0.26130258, 0.27577711};
+
+void ApplyDatasetDefaults(v1::DatasetSpec* data) {
+  if (data->format().empty()) data->set_format("fashion-mnist");
+  if (data->path().empty() && data->format() == "fashion-mnist") data->set_path(kFashionMnistDir);
+  if (!data->has_augment()) data->set_augment(true);
+  if (!data->has_max_bad_fraction()) data->set_max_bad_fraction(0.001);
+  if (data->format() != "fashion-mnist") {
+    if (data->loader_threads() == 0) data->set_loader_threads(2);
+    // torchvision's RandomResizedCrop.
+    if (data->crop_min_scale() == 0) data->set_crop_min_scale(0.08);
+  }
+  if (data->crop_max_scale() == 0) data->set_crop_max_scale(1);
+  if (data->crop_min_ratio() == 0) data->set_crop_min_ratio(3.0 / 4.0);
+  if (data->crop_max_ratio() == 0) data->set_crop_max_ratio(4.0 / 3.0);
+}
+
+// CLIP's mean and std for 3 channels, their averages for 1 (grey input).
+void ApplyNormalisationDefaults(int channels, v1::DatasetSpec* data) {
+  if (data->mean().empty() && data->stddev().empty()) {
+    for (int c = 0; c < 3 && channels == 3; ++c) {
+      data->add_mean(kClipMean[c]);
+      data->add_stddev(kClipStd[c]);
+    }
+    if (channels == 1) {
+      data->add_mean((kClipMean[0] + kClipMean[1] + kClipMean[2]) / 3);
+      data->add_stddev((kClipStd[0] + kClipStd[1] + kClipStd[2]) / 3);
+    }
+  }
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& ModelPresets() {
@@ -52,8 +88,7 @@ const std::vector<std::string>& EvaluationFeatureKinds() {
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   auto* data = spec->mutable_dataset();
   if (data->format().empty()) data->set_format("fashion-mnist");
-  if (data->path().empty()) data->set_path(kFashionMnistDir);
-  if (!data->has_augment()) data->set_augment(true);
+  ApplyDatasetDefaults(data);
 
   auto* clustering = spec->mutable_clustering();
   auto* features = clustering->mutable_features();
@@ -85,6 +120,10 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (data->format() == "fashion-mnist") {
     if (model->image_size() == 0) model->set_image_size(28);
     if (model->channels() == 0) model->set_channels(1);
+  } else {
+    if (model->image_size() == 0) model->set_image_size(kImageFormatSize);
+    if (model->channels() == 0) model->set_channels(3);
+    ApplyNormalisationDefaults(model->channels(), data);
   }
   if (model->mlp_ratio() == 0) model->set_mlp_ratio(4);
   if (model->embed_dim() == 0) model->set_embed_dim(512);
@@ -124,6 +163,13 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (eval->feature_blocks() == 0)
     eval->set_feature_blocks(std::min(4, model->depth() > 0 ? model->depth() : 4));
   if (!eval->has_dataset()) *eval->mutable_dataset() = *data;
+  ApplyDatasetDefaults(eval->mutable_dataset());
+  if (eval->dataset().format() != "fashion-mnist")
+    ApplyNormalisationDefaults(model->channels(), eval->mutable_dataset());
+}
+
+bool IsIndexedFormat(const std::string& format) {
+  return format == "image-folder" || format == "webdataset";
 }
 
 uint64_t DatasetTrainingImages(const v1::DatasetSpec& dataset) {

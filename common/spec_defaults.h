@@ -44,6 +44,9 @@ int ConvStemLayers(int image_size, int patch_size);
 // (explicit fields win over the preset). Idempotent. Does not validate.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
+// True for the formats read through a dataset index: "image-folder", "webdataset".
+bool IsIndexedFormat(const std::string& format);
+
 // Number of training images the spec's dataset provides (its limit, or the split's size for
 // known formats); 0 when unknown without reading files.
 uint64_t DatasetTrainingImages(const v1::DatasetSpec& dataset);

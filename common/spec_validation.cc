@@ -53,18 +53,76 @@ struct SectionContext {
   std::string images_text;  // "500 training images (spec.dataset.limit)" for messages
 };
 
-// dataset: a known format, a path, crop_min_scale in [0, 1].
-void CheckDataset(const SectionContext& s, std::vector<SpecProblem>* problems) {
-  Checker c(problems, s.prefix + "dataset");
-  c.OneOf("format", s.spec.dataset().format(), {"fashion-mnist"});
-  if (s.spec.dataset().path().empty())
-    c.Add("path", "empty; give the directory of the dataset's files");
-  const double crop = s.spec.dataset().crop_min_scale();
-  if (!(crop >= 0 && crop <= 1)) {
-    c.Add("crop_min_scale", Checker::Num(crop) +
+// The most decode threads per worker.
+constexpr int32_t kMaxLoaderThreads = 256;
+
+// A dataset (the job's or evaluation's, under `c`): a known format, where its files are,
+// the normalisation, the loader and bad-sample settings.
+void CheckDatasetSpec(Checker& c, const v1::DatasetSpec& d, const v1::ModelSpec& model,
+                      bool needs_test_split) {
+  const int channels = model.channels();
+  c.OneOf("format", d.format(), DatasetFormatNames());
+  if (!IsIndexedFormat(d.format())) {
+    if (d.path().empty()) c.Add("path", "empty; give the directory of the dataset's files");
+    if (!d.paths().empty() || !d.index().empty() || !d.test_index().empty())
+      c.Add("index", "paths, index and test_index are for image-folder and webdataset datasets");
+  } else {
+    if (d.index().empty() && d.path().empty() && d.paths().empty()) {
+      c.Add("index", "empty; " + d.format() +
+                         " datasets are read through an index: give dataset.path (the "
+                         "coordinator indexes it) or run `mlcdctl dataset index --format " +
+                         d.format() + " --path ... --out DIR` and give DIR here");
+    }
+    if (d.format() == "image-folder" && d.paths_size() > 0)
+      c.Add("paths", "an image folder is one root: give it as path");
+    if (needs_test_split && d.test_index().empty()) {
+      c.Add("test_index",
+            "empty; evaluation needs the index of a test split (or set evaluation.enabled: "
+            "false)");
+    }
+    if (d.limit() > 0) c.Add("limit", "only fashion-mnist takes a limit; index fewer images");
+  }
+  if (d.mean_size() != d.stddev_size() ||
+      (d.mean_size() > 0 && channels > 0 && d.mean_size() != channels)) {
+    c.Add("mean", "mean and stddev need one value per model channel (" + Checker::Num(channels) +
+                      "); got " + Checker::Num(d.mean_size()) + " and " +
+                      Checker::Num(d.stddev_size()));
+  }
+  for (double v : d.stddev()) {
+    if (!(v > 0)) c.Add("stddev", Checker::Num(v) + " must be > 0");
+  }
+  if (!(d.max_bad_fraction() >= 0 && d.max_bad_fraction() <= 1))
+    c.Add("max_bad_fraction", Checker::Num(d.max_bad_fraction()) + " is outside [0, 1]");
+  if (d.resize_size() != 0 && d.resize_size() < model.image_size())
+    c.Add("resize_size", Checker::Num(d.resize_size()) + " < model.image_size " +
+                             Checker::Num(model.image_size()) +
+                             "; the centre crop needs at least image_size pixels (0 = default)");
+  if (d.loader_threads() < 0 || d.loader_threads() > kMaxLoaderThreads)
+    c.Add("loader_threads", Checker::Num(d.loader_threads()) + " is outside [0, " +
+                                Checker::Num(kMaxLoaderThreads) + "]");
+}
+
+// The training augmentation of a dataset (evaluation uses none).
+void CheckAugmentation(Checker& c, const v1::DatasetSpec& d) {
+  const double lo = d.crop_min_scale(), hi = d.crop_max_scale();
+  if (!(lo >= 0 && lo <= 1)) {
+    c.Add("crop_min_scale", Checker::Num(lo) +
                                 " is outside [0, 1]; 0 = pad-and-crop, e.g. 0.5 = random resized "
                                 "crops of 50% to 100% of the image area");
   }
+  if ((lo >= 0 && lo <= 1) && !(hi > 0 && hi <= 1 && hi >= lo))
+    c.Add("crop_max_scale", Checker::Num(hi) + " must be in [crop_min_scale, 1]");
+  if (!(d.crop_min_ratio() > 0 && d.crop_max_ratio() >= d.crop_min_ratio()))
+    c.Add("crop_min_ratio",
+          "the aspect ratio range must satisfy 0 < crop_min_ratio <= "
+          "crop_max_ratio (width / height, e.g. 0.75 to 1.333)");
+}
+
+// dataset: see CheckDatasetSpec and CheckAugmentation.
+void CheckDataset(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  Checker c(problems, s.prefix + "dataset");
+  CheckAugmentation(c, s.spec.dataset());
+  CheckDatasetSpec(c, s.spec.dataset(), s.spec.model(), /*needs_test_split=*/false);
 }
 
 // clustering: the feature source, k and l (l <= k, l <= kMaxLabelsPerSample, k <= images),
@@ -85,6 +143,17 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
     if (f.paths(i).empty()) c.Add("features.paths[" + std::to_string(i) + "]", "empty path");
   }
   if (f.kind() == "random-projection") c.AtLeast("features.dim", f.dim(), 1);
+  const bool indexed = IsIndexedFormat(s.spec.dataset().format());
+  if (indexed && (f.kind() == "pixels" || f.kind() == "random-projection")) {
+    c.Add("features.kind", "'" + f.kind() + "' features are made from fashion-mnist only; for " +
+                               s.spec.dataset().format() +
+                               " use 'npy' (e.g. CLIP embeddings) or 'model'");
+  }
+  if (!f.keys().empty() && (f.kind() != "npy" || !indexed)) {
+    c.Add("features.keys",
+          "a keys file aligns 'npy' features with an image-folder or "
+          "webdataset index; remove it or change the kind or dataset");
+  }
   c.AtLeast("k", cl.k(), 1);
   c.AtLeast("l", cl.l(), 1);
   if (cl.l() > kMaxLabelsPerSample) {
@@ -222,7 +291,8 @@ void CheckEvaluation(const SectionContext& s, std::vector<SpecProblem>* problems
       c.Add("feature_blocks", Checker::Num(e.feature_blocks()) + " > model.depth " +
                                   Checker::Num(s.spec.model().depth()) +
                                   "; use at most the model's depth");
-    c.OneOf("dataset.format", e.dataset().format(), {"fashion-mnist"});
+    Checker d(problems, s.prefix + "evaluation.dataset");
+    CheckDatasetSpec(d, e.dataset(), s.spec.model(), /*needs_test_split=*/true);
   }
 }
 

@@ -8,6 +8,8 @@
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/idx.h"
+#include "common/spec_defaults.h"
+#include "coordinator/dataset_checks.h"
 
 namespace mlcd::coordinator {
 namespace {
@@ -31,7 +33,8 @@ Status CheckRendezvousPort(int port) {
 
 }  // namespace
 
-StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request) {
+StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request,
+                                    const std::string& data_dir) {
   MLCD_RETURN_IF_ERROR(CheckRequestId(request.request_id()));
   ParsedJob parsed;
   if (!request.spec_yaml().empty()) {
@@ -54,6 +57,8 @@ StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request) {
     MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(problems));
   }
   MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(InputProblems(parsed.spec)));
+  MLCD_RETURN_IF_ERROR(ResolveDatasetIndexes(data_dir, &parsed.spec));
+  MLCD_RETURN_IF_ERROR(CheckDatasetInputs(parsed.spec));
   return parsed;
 }
 
@@ -85,9 +90,13 @@ StatusOr<ListJobsQuery> ParseListJobs(const v1::ListJobsRequest& request) {
 std::vector<SpecProblem> InputProblems(const v1::JobSpec& spec) {
   std::vector<SpecProblem> problems;
   std::string images, labels;
-  Status s = FindMnistSplit(spec.dataset().path(), "train", &images, &labels);
+  // Image-folder and webdataset datasets: CheckDatasetInputs (coordinator/dataset_checks.h).
+  const bool mnist = !IsIndexedFormat(spec.dataset().format());
+  Status s =
+      mnist ? FindMnistSplit(spec.dataset().path(), "train", &images, &labels) : Status::Ok();
   if (!s.ok()) problems.push_back({"spec.dataset.path", s.message()});
-  if (spec.evaluation().enabled() && spec.evaluation().dataset().path() != spec.dataset().path()) {
+  if (spec.evaluation().enabled() && !IsIndexedFormat(spec.evaluation().dataset().format()) &&
+      spec.evaluation().dataset().path() != spec.dataset().path()) {
     Status e = FindMnistSplit(spec.evaluation().dataset().path(), "test", &images, &labels);
     if (!e.ok()) problems.push_back({"spec.evaluation.dataset.path", e.message()});
   }

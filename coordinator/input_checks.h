@@ -21,8 +21,11 @@
 namespace mlcd::coordinator {
 
 // The job a SubmitJobRequest describes (YAML text, or messages with the defaults applied),
-// validated: request id, spec and metadata rules (common/job_spec.h), and InputProblems.
-StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request);
+// validated: request id, spec and metadata rules (common/job_spec.h), InputProblems and the
+// image datasets (coordinator/dataset_checks.h; with a data_dir, an image dataset given by
+// path gets its index built there: ResolveDatasetIndexes).
+StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request,
+                                    const std::string& data_dir = "");
 
 // A ListJobsRequest, checked: page size (0 = 100, at most 1000), states, and the page token
 // (the seq below which to list; INT64_MAX for the first page).

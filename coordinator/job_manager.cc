@@ -273,7 +273,7 @@ void JobManager::AfterRoundTrained(JobEntry* job) {
 // User API.
 
 StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
-  MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed, ParseSubmission(request));
+  MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed, ParseSubmission(request, options_.data_dir));
 
   std::unique_lock<std::mutex> lock(mu_);
   if (shutting_down_) return Status::Unavailable("the coordinator is shutting down; retry");

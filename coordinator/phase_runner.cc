@@ -9,6 +9,7 @@
 #include "common/format.h"
 #include "common/log.h"
 #include "common/npy.h"
+#include "coordinator/dataset_checks.h"
 
 namespace mlcd::coordinator {
 namespace {
@@ -159,19 +160,29 @@ bool PhaseRunner::HandleError(JobEntry* job, const std::string& what, const Stat
 // ---------------------------------------------------------------------------------------
 // CLUSTERING.
 
-Status PhaseRunner::PlanFeatures(const v1::JobSpec& spec, int r, v1::RoundStatus* round,
-                                 v1::FeatureSource* source) const {
+Status PhaseRunner::PlanFeatures(const v1::JobSpec& spec, int r, const std::string& round_dir,
+                                 v1::RoundStatus* round, v1::FeatureSource* source) const {
   if (!round->feature_paths().empty()) {
     for (const auto& p : round->feature_paths()) source->add_paths(p);
+    for (const auto& p : round->feature_ids_paths()) source->add_ids_paths(p);
     return Status::Ok();
   }
   const auto& features = spec.clustering().features();
   if (features.kind() == "npy") {
+    std::vector<std::string> ids;
+    if (!features.keys().empty()) {
+      // Rows aligned by key: one sample-id file per shard (docs/data.md).
+      MLCD_ASSIGN_OR_RETURN(ids, WriteAlignedFeatureIds(spec, round_dir + "/feature-ids"));
+    }
     for (const auto& p : features.paths()) {
       round->add_feature_paths(p);
       source->add_paths(p);
     }
-    round->set_feature_source("npy");
+    for (const auto& p : ids) {
+      round->add_feature_ids_paths(p);
+      source->add_ids_paths(p);
+    }
+    round->set_feature_source(ids.empty() ? "npy" : "npy aligned by " + features.keys());
     return Status::Ok();
   }
   if (features.kind() != "pixels" && features.kind() != "random-projection")
@@ -207,7 +218,7 @@ void PhaseRunner::RunClustering(const v1::JobRecord& snapshot, clusterd::CallCon
   v1::RoundStatus round = snapshot.job().rounds(r);
   v1::ClusterRequest request;
   const std::string dir = JobDir(options_.data_dir, snapshot.job().id()) + "/r" + std::to_string(r);
-  Status status = PlanFeatures(spec, r, &round, request.mutable_features());
+  Status status = PlanFeatures(spec, r, dir, &round, request.mutable_features());
   if (status.ok()) status = MakeDirs(dir);
   if (status.ok() && round.class_labels_path().empty()) {
     // Extracted shards carry their images' class labels when the dataset has them: gather
@@ -271,6 +282,7 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
   out->label_set = label_set;
   v1::AssignRequest request;
   for (const auto& p : round.feature_paths()) request.mutable_features()->add_paths(p);
+  for (const auto& p : round.feature_ids_paths()) request.mutable_features()->add_ids_paths(p);
   request.set_centroids_path(round.centroids_path());
   request.set_l(spec.clustering().l());
   request.set_label_set(label_set);

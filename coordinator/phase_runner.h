@@ -104,8 +104,8 @@ class PhaseRunner {
                     PhaseOutcome* outcome);
   // The feature source of round r's ClusterRequest; fills the round's feature paths, class
   // labels and source description when the round had none.
-  Status PlanFeatures(const v1::JobSpec& spec, int r, v1::RoundStatus* round,
-                      v1::FeatureSource* source) const;
+  Status PlanFeatures(const v1::JobSpec& spec, int r, const std::string& round_dir,
+                      v1::RoundStatus* round, v1::FeatureSource* source) const;
   // Sets the job's progress detail if the phase is still current (takes the mutex).
   void Publish(const PhaseOutcome& phase, const std::string& detail);
 

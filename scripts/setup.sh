@@ -41,6 +41,8 @@ packages=(
   prometheus kubernetes-client yamllint
   # real data
   dataset-fashion-mnist
+  # dataset index of WebDataset shards (common/dataset/)
+  libarchive-dev
   # images: decoders (worker/data), torchvision for the interop tests (tests/export,
   # tests/worker_data) and the input-pipeline benchmark
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev python3-torchvision python3-pil

@@ -133,7 +133,7 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
     if (flags.split == "train") ds.set_limit(static_cast<uint64_t>(flags.limit));
     test_limit = flags.limit;
   }
-  auto data = OpenImageDataset(ds, flags.split, test_limit);
+  auto data = OpenImageDataset(ds, flags.split, test_limit, &model->spec.model());
   if (!data.ok()) return fail(data.status());
 
   EmbedOptions eo;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/file_util.h"
 #include "common/flags.h"
@@ -22,6 +23,9 @@
 
 namespace mlcd::worker {
 namespace {
+
+// How long a rank that lost a peer waits before it reports (so the peer's cause comes first).
+constexpr std::chrono::seconds kPeerFailureReportDelay{3};
 
 struct TrainFlags {
   std::string spec_path;
@@ -126,6 +130,11 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   auto trainer = Trainer::Create(o);
   if (!trainer.ok()) return fail(trainer.status());
   st = (*trainer)->Run();
+  if (!st.ok() && st.code() == StatusCode::kUnavailable && o.world_size > 1) {
+    // A lost peer is mostly the echo of the peer's own failure (e.g. too many bad images,
+    // docs/data.md): report it a moment later, so the coordinator hears the cause first.
+    std::this_thread::sleep_for(kPeerFailureReportDelay);
+  }
   if (!st.ok()) return fail(st);
   return 0;
 }

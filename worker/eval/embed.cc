@@ -1,5 +1,7 @@
 #include "worker/eval/embed.h"
 
+#include "common/log.h"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -70,7 +72,6 @@ StatusOr<EmbeddedPart> EmbedDataset(const EmbeddingModel& model, const ImageData
   const int64_t cols = feature_dim + (append ? vit.embed_dim : 0);
   part.features.features = FeatureMatrix(rows, cols);
   const auto& classes = dataset.class_labels();
-  const int64_t c = dataset.channels(), h = dataset.height(), w = dataset.width();
   AugmentOptions no_augment;
   no_augment.enabled = false;
   torch::NoGradGuard no_grad;
@@ -80,10 +81,13 @@ StatusOr<EmbeddedPart> EmbedDataset(const EmbeddingModel& model, const ImageData
     const int64_t n = std::min(options.batch_size, rows - b);
     std::vector<int64_t> ids(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = part.begin + b + i;
-    torch::Tensor pixels = torch::empty({n, c, h, w}, torch::kUInt8);
-    MLCD_RETURN_IF_ERROR(dataset.Gather(ids.data(), n, pixels.data_ptr<uint8_t>()));
-    torch::Tensor images = PrepareImages(pixels, ids, no_augment, 0, 0, dataset.mean(),
-                                         dataset.stddev(), vit.image_size);
+    // Evaluation transform; an undecodable image takes a neighbour's (and is logged).
+    MLCD_ASSIGN_OR_RETURN(PreparedImages prepared,
+                          dataset.Prepare(ids, no_augment, 0, 0, vit.image_size));
+    for (const BadSample& bad : prepared.bad)
+      MLCD_LOG(WARNING) << "bad sample " << bad.id << " ('" << bad.key
+                        << "'): its row repeats a neighbour's: " << bad.status.ToString();
+    torch::Tensor images = prepared.images;
     torch::Tensor embedding;
     torch::Tensor out = net->Features(images, options.features, options.feature_blocks,
                                       append ? &embedding : nullptr);

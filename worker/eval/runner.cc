@@ -312,9 +312,11 @@ Status EmbedSplits(const EvaluationOptions& options, EvalPlan* plan, EvalInputs*
   MLCD_LOG(INFO) << "evaluating " << model.description;
   v1::DatasetSpec train_ds = eval.dataset();
   train_ds.set_limit(MinLimit(train_ds.limit(), plan->train_limit));
-  MLCD_ASSIGN_OR_RETURN(auto train_data, OpenImageDataset(train_ds, "train"));
+  MLCD_ASSIGN_OR_RETURN(auto train_data,
+                        OpenImageDataset(train_ds, "train", 0, &model.spec.model()));
   MLCD_ASSIGN_OR_RETURN(auto test_data, OpenImageDataset(eval.dataset(), "test",
-                                                         static_cast<int64_t>(plan->test_limit)));
+                                                         static_cast<int64_t>(plan->test_limit),
+                                                         &model.spec.model()));
   if (train_data->class_labels().empty() || test_data->class_labels().empty())
     return Status::FailedPrecondition("the evaluation dataset has no class labels: " +
                                       train_data->Describe());

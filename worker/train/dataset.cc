@@ -9,6 +9,8 @@
 #include "common/blas_env.h"
 #include "common/idx.h"
 #include "common/log.h"
+#include "common/spec_defaults.h"
+#include "worker/train/indexed_dataset.h"
 
 namespace mlcd::worker {
 namespace {
@@ -55,17 +57,46 @@ Status InMemoryImageDataset::Gather(const int64_t* ids, int64_t n, uint8_t* out)
   return Status::Ok();
 }
 
+StatusOr<PreparedImages> ImageDataset::Prepare(const std::vector<int64_t>& ids,
+                                               const AugmentOptions& augment, int round, int epoch,
+                                               int image_size) const {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  torch::Tensor pixels = torch::empty({n, channels(), height(), width()}, torch::kUInt8);
+  MLCD_RETURN_IF_ERROR(Gather(ids.data(), n, pixels.data_ptr<uint8_t>()));
+  PreparedImages out;
+  out.images = PrepareImages(pixels, ids, augment, round, epoch, mean(), stddev(), image_size);
+  return out;
+}
+
+void ApplyReplacements(const std::vector<std::pair<int64_t, int64_t>>& replaced,
+                       int labels_per_sample, std::vector<int32_t>* labels) {
+  const size_t l = static_cast<size_t>(labels_per_sample);
+  for (const auto& [slot, source] : replaced) {
+    std::copy_n(labels->begin() + static_cast<ptrdiff_t>(source * l), l,
+                labels->begin() + static_cast<ptrdiff_t>(slot * l));
+  }
+}
+
 StatusOr<std::unique_ptr<ImageDataset>> OpenImageDataset(const v1::DatasetSpec& dataset,
                                                          const std::string& split,
-                                                         int64_t test_limit) {
+                                                         int64_t test_limit,
+                                                         const v1::ModelSpec* model) {
   const std::string format = dataset.format().empty() ? "fashion-mnist" : dataset.format();
-  if (format != "fashion-mnist") {
-    return Status::InvalidArgument("dataset.format \"" + format +
-                                   "\" is not supported; known formats: fashion-mnist");
-  }
   if (split != "train" && split != "test") {
     return Status::InvalidArgument("dataset split must be \"train\" or \"test\", got \"" + split +
                                    "\"");
+  }
+  if (IsIndexedFormat(format)) {
+    if (!model) {
+      return Status::InvalidArgument("a " + format +
+                                     " dataset needs the model's channels and image size");
+    }
+    return OpenIndexedImageDataset(dataset, split, test_limit, *model);
+  }
+  if (format != "fashion-mnist") {
+    return Status::InvalidArgument("dataset.format \"" + format +
+                                   "\" is not supported; known formats: fashion-mnist, "
+                                   "image-folder, webdataset");
   }
   const std::string dir = dataset.path().empty() ? kFashionMnistDir : dataset.path();
   std::string images_path, labels_path;
@@ -78,9 +109,15 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenImageDataset(const v1::DatasetSpec& 
                             images_path + " has " + std::to_string(images.count) + " images");
   }
   std::vector<int32_t> classes(labels.begin(), labels.end());
+  // The spec's normalisation when it gives one, the dataset's statistics otherwise.
+  std::vector<float> mean = {kFashionMnistMean}, stddev = {kFashionMnistStd};
+  if (dataset.mean_size() == 1 && dataset.stddev_size() == 1) {
+    mean = {static_cast<float>(dataset.mean(0))};
+    stddev = {static_cast<float>(dataset.stddev(0))};
+  }
   return std::unique_ptr<ImageDataset>(new InMemoryImageDataset(
       "fashion-mnist " + split, images.count, 1, images.rows, images.cols, std::move(images.pixels),
-      std::move(classes), {kFashionMnistMean}, {kFashionMnistStd}));
+      std::move(classes), std::move(mean), std::move(stddev)));
 }
 
 int EffectivePadding(const AugmentOptions& options, int image_height) {
@@ -191,10 +228,15 @@ torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64
         ((ys + off_y) * pw + xsel + off_x).view({n, 1, h * w}).expand({n, c, h * w});
     x = padded.reshape({n, c, -1}).gather(2, index).view({n, c, h, w});
   }
-  torch::Tensor out = x.to(torch::kFloat).mul_(1.0f / 255.0f);
-  torch::Tensor m = torch::tensor(mean).view({1, -1, 1, 1});
-  torch::Tensor s = torch::tensor(stddev).view({1, -1, 1, 1});
-  out.sub_(m).div_(s);
+  // (v / 255 - mean) / std as v * scale + shift, the float operations of the decode pool's
+  // transform (worker/data/image_transform.h), so both give the same bits for one pixel.
+  std::vector<float> scale(mean.size()), shift(mean.size());
+  for (size_t i = 0; i < mean.size(); ++i) {
+    scale[i] = 1.0f / (255.0f * stddev[i]);
+    shift[i] = -mean[i] / stddev[i];
+  }
+  torch::Tensor out = x.to(torch::kFloat);
+  out.mul_(torch::tensor(scale).view({1, -1, 1, 1})).add_(torch::tensor(shift).view({1, -1, 1, 1}));
   if (resized_crop) {
     // The crop resizes straight to the model's size.
     out = ResizedCrops(out, ids, augment, round, epoch, image_size);
@@ -211,6 +253,8 @@ torch::Tensor PrepareImages(const torch::Tensor& pixels, const std::vector<int64
 BatchLoader::BatchLoader(const BatchLoaderOptions& options)
     : options_(options), queue_(options.queue_depth) {
   num_batches_ = BatchSchedule(options_.schedule).num_batches();
+  bad_ = std::make_unique<BadSampleTracker>(options_.dataset->max_bad_fraction(),
+                                            options_.dataset->size(), options_.dataset->Describe());
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -219,32 +263,39 @@ BatchLoader::~BatchLoader() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+
+// One batch of the schedule: its images (bad samples replaced, counted by `bad`).
+StatusOr<LoadedBatch> LoadBatch(const BatchLoaderOptions& options, BatchSchedule& schedule,
+                                int64_t index, BadSampleTracker* bad) {
+  LoadedBatch batch;
+  batch.index = index;
+  batch.position = schedule.Position(index);
+  schedule.LocalIds(index, &batch.ids);
+  try {
+    MLCD_ASSIGN_OR_RETURN(PreparedImages prepared,
+                          options.dataset->Prepare(batch.ids, options.augment, batch.position.round,
+                                                   batch.position.epoch, options.image_size));
+    for (const BadSample& b : prepared.bad) MLCD_RETURN_IF_ERROR(bad->Record(b));
+    batch.images = std::move(prepared.images);
+    if (options.pin_memory) batch.images = batch.images.pin_memory();
+    batch.bad_samples = static_cast<int64_t>(prepared.bad.size());
+    batch.replaced = std::move(prepared.replaced);
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("preparing batch images failed: ") + e.what());
+  }
+  return batch;
+}
+
+}  // namespace
+
 void BatchLoader::Run() {
   // ATen ops of the loader thread run on this thread alone (its own OpenMP ICV).
   ScopedOmpThreads one_intra_op_thread(1);
   BatchSchedule schedule(options_.schedule);
-  const ImageDataset& ds = *options_.dataset;
   for (int64_t index = 0; index < num_batches_; ++index) {
     if (!queue_.WaitForRoom()) return;
-    LoadedBatch batch;
-    batch.index = index;
-    batch.position = schedule.Position(index);
-    schedule.LocalIds(index, &batch.ids);
-    const int64_t n = static_cast<int64_t>(batch.ids.size());
-    torch::Tensor pixels = torch::empty({n, ds.channels(), ds.height(), ds.width()}, torch::kUInt8);
-    Status st = ds.Gather(batch.ids.data(), n, pixels.data_ptr<uint8_t>());
-    StatusOr<LoadedBatch> item =
-        st.ok() ? StatusOr<LoadedBatch>(std::move(batch)) : StatusOr<LoadedBatch>(st);
-    if (st.ok()) {
-      try {
-        item->images =
-            PrepareImages(pixels, item->ids, options_.augment, item->position.round,
-                          item->position.epoch, ds.mean(), ds.stddev(), options_.image_size);
-        if (options_.pin_memory) item->images = item->images.pin_memory();
-      } catch (const std::exception& e) {
-        item = Status::Internal(std::string("preparing batch images failed: ") + e.what());
-      }
-    }
+    StatusOr<LoadedBatch> item = LoadBatch(options_, schedule, index, bad_.get());
     const bool failed = !item.ok();
     queue_.Push(std::move(item));
     if (failed) return;

@@ -1,7 +1,8 @@
-// Training images: a dataset interface (so formats other than Fashion-MNIST can follow), the
-// Fashion-MNIST implementation (IDX files from Debian's dataset-fashion-mnist, held in
-// memory as uint8), batched augmentation, and a background loader that prepares the next
-// batches while the current step computes.
+// Training images: a dataset interface, the Fashion-MNIST implementation (IDX files from
+// Debian's dataset-fashion-mnist, held in memory as uint8), batched augmentation, and a
+// background loader that prepares the next batches while the current step computes. Image
+// folders and WebDataset shards (encoded images read through a dataset index, decoded by a
+// pool of threads) implement the same interface: worker/train/indexed_dataset.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -18,9 +19,28 @@
 #include "common/prefetch_queue.h"
 #include "common/status.h"
 #include "mlcd/v1/job.pb.h"
+#include "worker/train/bad_samples.h"
 #include "worker/train/sample_order.h"
 
 namespace mlcd::worker {
+
+struct AugmentOptions;
+
+// The model input of a batch (ImageDataset::Prepare).
+struct PreparedImages {
+  torch::Tensor images;  // float [n, C, S, S]
+  // Samples that could not be read or decoded, in slot order.
+  std::vector<BadSample> bad;
+  // (slot, source slot): a bad slot holds the image of a good sample of the same batch, so
+  // the batch keeps its size on every rank; its labels must be the source's too
+  // (ApplyReplacements).
+  std::vector<std::pair<int64_t, int64_t>> replaced;
+};
+
+// Copies the label rows of each replacement's source slot over its bad slot (`labels` is
+// n x labels_per_sample, row-major).
+void ApplyReplacements(const std::vector<std::pair<int64_t, int64_t>>& replaced,
+                       int labels_per_sample, std::vector<int32_t>* labels);
 
 // Images addressed by sample id 0..size()-1 (the row index of the split; the same ids as
 // feature shards and label sets).
@@ -41,15 +61,32 @@ class ImageDataset {
   virtual std::vector<float> stddev() const = 0;
   // Ground-truth class of each sample when the dataset has one (evaluation), else empty.
   virtual const std::vector<int32_t>& class_labels() const = 0;
+  // The model input of samples `ids` ([n, C, S, S] float, normalised, S = image_size): the
+  // training augmentation when augment.enabled (draws from (seed, round, epoch, id)), the
+  // evaluation transform otherwise. The default gathers the uint8 pixels and runs
+  // PrepareImages (no sample is ever bad). Encoded datasets decode in their own pool and
+  // report the samples they could not decode (PreparedImages::bad / replaced); a batch in
+  // which every sample is bad is DATA_LOSS. Called from one thread at a time.
+  virtual StatusOr<PreparedImages> Prepare(const std::vector<int64_t>& ids,
+                                           const AugmentOptions& augment, int round, int epoch,
+                                           int image_size) const;
+  // The largest fraction of samples that may be bad (dataset.max_bad_fraction).
+  virtual double max_bad_fraction() const { return 0; }
+  // Sample i's key for messages ("000017", "cat/1.jpg"); the id as text by default.
+  virtual std::string key(int64_t id) const { return std::to_string(id); }
 };
 
-// Opens `split` ("train" or "test") of the dataset a spec names. Fashion-MNIST: reads the
-// IDX files under dataset.path (gzipped or not), keeping the first dataset.limit images when
-// limit > 0 (the train split only; `test_limit` for the test split). NOT_FOUND with an
-// install hint when the files are missing; INVALID_ARGUMENT for an unknown format.
+// Opens `split` ("train" or "test") of the dataset a spec names, keeping the first
+// dataset.limit images when limit > 0 (the train split only; `test_limit` for the test
+// split). Fashion-MNIST: reads the IDX files under dataset.path (gzipped or not); NOT_FOUND
+// with an install hint when they are missing. image-folder / webdataset: loads dataset.index
+// (test_index for "test") and checks its fingerprint (FAILED_PRECONDITION naming a missing or
+// changed file), decoding to the channels and image size of `model` (required for them).
+// INVALID_ARGUMENT for an unknown format.
 StatusOr<std::unique_ptr<ImageDataset>> OpenImageDataset(const v1::DatasetSpec& dataset,
                                                          const std::string& split,
-                                                         int64_t test_limit = 0);
+                                                         int64_t test_limit = 0,
+                                                         const v1::ModelSpec* model = nullptr);
 
 // An in-memory uint8 dataset (Fashion-MNIST uses it; tests can build one).
 class InMemoryImageDataset : public ImageDataset {
@@ -126,6 +163,10 @@ struct LoadedBatch {
   StepPosition position;
   std::vector<int64_t> ids;
   torch::Tensor images;  // float [n, C, S, S]
+  // Bad samples of this batch (already logged and counted) and the slots that replaced them:
+  // apply `replaced` to the batch's labels (ApplyReplacements).
+  int64_t bad_samples = 0;
+  std::vector<std::pair<int64_t, int64_t>> replaced;
 };
 
 struct BatchLoaderOptions {
@@ -141,7 +182,10 @@ struct BatchLoaderOptions {
 };
 
 // Prepares the batches of a BatchSchedule in a background thread (single-threaded ATen
-// there, so it does not compete with the step's intra-op threads for more than one core).
+// there, so it does not compete with the step's intra-op threads for more than one core;
+// encoded datasets decode in their own pool of dataset.loader_threads). Bad samples are
+// counted (BadSampleTracker); beyond the dataset's max_bad_fraction Next() returns the
+// tracker's error.
 class BatchLoader {
  public:
   explicit BatchLoader(const BatchLoaderOptions& options);
@@ -164,6 +208,7 @@ class BatchLoader {
   int64_t next_index_ = 0;
   double wait_seconds_ = 0;
   PrefetchQueue<StatusOr<LoadedBatch>> queue_;
+  std::unique_ptr<BadSampleTracker> bad_;
   std::thread thread_;
 };
 

@@ -64,6 +64,10 @@ TrainMetrics::TrainMetrics(prometheus::Registry& r, const std::string& job_id, i
                                      "Time a step waited for its images (loader stall).", l);
   checkpoint_seconds_ =
       MakeHistogram(r, "mlcd_worker_checkpoint_seconds", "Wall time of writing a checkpoint.", l);
+  bad_samples_ = MakeCounter(r, "mlcd_worker_bad_samples_total",
+                             "Images this rank skipped because they could not be read or "
+                             "decoded (each replaced by a good image of its batch).",
+                             l);
 }
 
 void TrainMetrics::RecordStep(const StepReport& s) {
@@ -82,6 +86,7 @@ void TrainMetrics::RecordStep(const StepReport& s) {
   collective_seconds_->Observe(s.timings.collectives);
   label_wait_seconds_->Observe(s.timings.label_wait);
   data_wait_seconds_->Observe(s.timings.data_wait);
+  bad_samples_->Increment(static_cast<double>(s.bad_samples));
 }
 
 void TrainMetrics::RecordCheckpoint(double seconds) { checkpoint_seconds_->Observe(seconds); }

@@ -17,6 +17,7 @@
 //   mlcd_worker_label_wait_seconds            histogram  time blocked on the label prefetcher
 //   mlcd_worker_data_wait_seconds             histogram  time blocked on the image loader
 //   mlcd_worker_checkpoint_seconds            histogram  writing a checkpoint
+//   mlcd_worker_bad_samples_total             counter    images skipped as unreadable (this rank)
 // No torch here.
 #pragma once
 
@@ -44,6 +45,8 @@ struct StepReport {
   double grad_norm = 0;
   long long global_step = 0;
   long long global_batch_size = 0;
+  // Images of this rank's batch that could not be decoded (docs/data.md, "Bad images").
+  long long bad_samples = 0;
   StepTimings timings;
 };
 
@@ -58,7 +61,7 @@ class TrainMetrics {
  private:
   prometheus::Gauge *loss_, *samples_per_second_, *positive_cosine_, *negative_cosine_,
       *learning_rate_, *grad_norm_, *global_step_;
-  prometheus::Counter *steps_, *samples_;
+  prometheus::Counter *steps_, *samples_, *bad_samples_;
   prometheus::Histogram *step_seconds_, *backbone_seconds_, *classification_seconds_,
       *collective_seconds_, *label_wait_seconds_, *data_wait_seconds_, *checkpoint_seconds_;
 };

@@ -205,7 +205,7 @@ Status Trainer::Impl::Init() {
   MLCD_ASSIGN_OR_RETURN(device, ResolveDevice(options.device, options.rank));
   MLCD_ASSIGN_OR_RETURN(precision, ParsePrecision(spec.training().precision()));
 
-  MLCD_ASSIGN_OR_RETURN(dataset, OpenImageDataset(spec.dataset(), "train"));
+  MLCD_ASSIGN_OR_RETURN(dataset, OpenImageDataset(spec.dataset(), "train", 0, &spec.model()));
   MLCD_ASSIGN_OR_RETURN(vit_options, VitOptionsFromSpec(spec.model()));
   if (vit_options.channels != dataset->channels()) {
     return Status::InvalidArgument("model.channels is " + std::to_string(vit_options.channels) +
@@ -533,6 +533,7 @@ Status Trainer::Impl::Run() {
     MLCD_ASSIGN_OR_RETURN(LoadedBatch batch, loader.Next());
     const double data_wait = Seconds(data_start, Clock::now());
     if (labels.ids != batch.ids) return Status::Internal("label and image batches are out of step");
+    ApplyReplacements(batch.replaced, labels.labels_per_sample, &labels.labels);  // bad images
     const StepPosition pos = batch.position;
     const int64_t global_step = GlobalStep(pos.epoch, pos.step_in_epoch);
     const double step_lr = LearningRateAt(lr, global_step);
@@ -560,6 +561,7 @@ Status Trainer::Impl::Run() {
     report.grad_norm = bstats.grad_norm;
     report.global_step = global_step + 1;
     report.global_batch_size = schedule.global_batch_size;
+    report.bad_samples = batch.bad_samples;
     report.timings.step = Seconds(step_start, step_end);
     report.timings.backbone =
         t.host_to_device + t.backbone_forward + t.backbone_backward + t.backbone_optimizer;

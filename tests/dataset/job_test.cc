@@ -1,0 +1,126 @@
+// Whole jobs on a WebDataset copy of Fashion-MNIST through real services (mlcd-labelstore,
+// mlcd-clusterd, mlcd-coordinator, two `mlcd-worker agent` slots): shards indexed by the
+// coordinator, CLIP-style npy features in reversed row order aligned by a keys file, bad
+// images skipped and counted to SUCCEEDED, and too many bad images failing the job with
+// their keys.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/dataset/dataset_index.h"
+#include "common/file_util.h"
+#include "common/npy.h"
+#include "tests/coordinator/harness.h"
+#include "tests/dataset/image_data.h"
+
+namespace mlcd {
+namespace {
+
+using std::chrono::seconds;
+using testing::TempDir;
+using testing::TestCluster;
+
+constexpr int kGood = 64;
+constexpr int kSamples = kGood + 4;  // + the generator's four bad samples
+constexpr int kDim = 8;
+
+class DatasetJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::ImageDataOptions o;
+    o.count = kGood;
+    o.bad = true;
+    ASSERT_TRUE(testing::MakeImageDatasets(dir_.Sub("data"), o).ok());
+    auto index = BuildDatasetIndex(DatasetFormat::kWebDataset,
+                                   {dir_.Sub("data/shards/train-{00000..00003}.tar")});
+    ASSERT_TRUE(index.ok()) << index.status().ToString();
+    ASSERT_EQ(index->size(), kSamples);
+    ASSERT_TRUE(WriteDatasetIndex(*index, dir_.Sub("idx")).ok());
+    // Features: sample s of class c sits near the c-th axis (bad samples: axis 0); rows in
+    // reversed sample order with their keys, as a clip-retrieval dump in its own order.
+    const std::vector<std::string> labels = testing::ReadLines(dir_.Sub("data/labels.txt"));
+    std::vector<float> rows;
+    std::ofstream keys(dir_.Sub("keys.txt"));
+    for (int r = 0; r < kSamples; ++r) {
+      const int s = kSamples - 1 - r;
+      const int c = s < kGood ? std::stoi(labels[s]) % kDim : 0;
+      for (int j = 0; j < kDim; ++j) rows.push_back(j == c ? 1.0f : 0.01f * ((s + j) % 5));
+      keys << index->keys[s] << "\n";
+    }
+    ASSERT_TRUE(
+        WriteNpy(dir_.Sub("emb.npy"), NpyDtype::kFloat32, {kSamples, kDim}, rows.data()).ok());
+    cluster_ = std::make_unique<TestCluster>(dir_);
+    ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
+    ASSERT_TRUE(cluster_->StartWorker(0).ok());
+    ASSERT_TRUE(cluster_->StartWorker(1).ok());
+    ASSERT_TRUE(cluster_->WaitForIdleWorkers(2, seconds(30)).ok()) << cluster_->Logs();
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << cluster_->Logs();
+  }
+
+  // Two ranks of 17 samples: one epoch of two steps reads every sample.
+  // `prebuilt`: the test's own index; otherwise the coordinator indexes the shards itself.
+  std::string Yaml(const std::string& name, double max_bad_fraction, bool prebuilt) const {
+    return "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata: {name: " + name +
+           "}\nspec:\n"
+           "  dataset: {format: webdataset, path: '" +
+           dir_.Sub("data/shards/train-{00000..00003}.tar") + "'" +
+           (prebuilt ? ", index: '" + dir_.Sub("idx") + "'" : std::string()) +
+           ", max_bad_fraction: " + std::to_string(max_bad_fraction) +
+           ", loader_threads: 2, crop_min_scale: 0.5}\n"
+           "  clustering: {features: {kind: npy, paths: ['" +
+           dir_.Sub("emb.npy") + "'], keys: '" + dir_.Sub("keys.txt") +
+           "'}, k: 8, l: 2, niter: 4}\n"
+           "  loss: {variant: mlcd, sample_ratio: 0.5}\n"
+           "  model: {width: 32, depth: 1, heads: 2, embed_dim: 32, patch_size: 7, image_size: "
+           "28, channels: 1}\n"
+           "  training: {world_size: 2, batch_size: 34, epochs_per_round: 1, "
+           "threads_per_worker: 1, max_restarts: 0, seed: 3}\n"
+           "  evaluation: {enabled: false}\n";
+  }
+
+  TempDir dir_;
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+TEST_F(DatasetJobTest, KeyAlignedFeaturesAndBadImagesRunToSucceeded) {
+  auto job = cluster_->Submit(Yaml("wds", 0.1, /*prebuilt=*/false));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = cluster_->WaitForJob(
+      job->id(), [](const v1::Job& j) { return testing::IsTerminal(j.state()); }, seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message();
+  ASSERT_EQ(done->rounds_size(), 1);
+  EXPECT_EQ(
+      done->spec().dataset().index().rfind(cluster_->coordinator_data_dir() + "/datasets/", 0), 0u)
+      << done->spec().dataset().index();
+  EXPECT_EQ(done->rounds(0).feature_ids_paths_size(), 1);
+  EXPECT_NE(done->rounds(0).feature_source().find("aligned by"), std::string::npos);
+  // Every bad image was met by one of the ranks, logged with its key.
+  std::string logs;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_.Sub("workers"))) {
+    if (e.path().filename() != "worker.log") continue;
+    auto text = ReadFileToString(e.path().string());
+    if (text.ok()) logs += *text;
+  }
+  for (int b = 0; b < 4; ++b) {
+    EXPECT_NE(logs.find("('zzbad-" + std::to_string(b) + "') skipped"), std::string::npos)
+        << "zzbad-" << b;
+  }
+}
+
+TEST_F(DatasetJobTest, TooManyBadImagesFailTheJobNamingThem) {
+  auto job = cluster_->Submit(Yaml("wds-bad", 0.01, /*prebuilt=*/true));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = cluster_->WaitForJob(
+      job->id(), [](const v1::Job& j) { return testing::IsTerminal(j.state()); }, seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(done->message().find("too many bad images"), std::string::npos) << done->message();
+  EXPECT_NE(done->message().find("zzbad-"), std::string::npos) << done->message();
+}
+
+}  // namespace
+}  // namespace mlcd
