@@ -60,14 +60,15 @@ StatusOr<SearchMethod> ParseSearchMethod(const std::string& name) {
 }
 StatusOr<Precision> ParsePrecision(const std::string& name) {
   return ParseByName<Precision>(PrecisionNames(), "precision", name);
-  StatusOr<DatasetFormat> ParseDatasetFormat(const std::string& name) {
-    return ParseByName<DatasetFormat>(DatasetFormatNames(), "dataset format", name);
-  }
+}
+StatusOr<DatasetFormat> ParseDatasetFormat(const std::string& name) {
+  return ParseByName<DatasetFormat>(DatasetFormatNames(), "dataset format", name);
+}
 
-  const char* LossVariantName(LossVariant value) { return NameOf(LossVariantNames(), value); }
-  const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
-  const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }
-  const char* PrecisionName(Precision value) { return NameOf(PrecisionNames(), value); }
-  const char* DatasetFormatName(DatasetFormat value) { return NameOf(DatasetFormatNames(), value); }
+const char* LossVariantName(LossVariant value) { return NameOf(LossVariantNames(), value); }
+const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
+const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }
+const char* PrecisionName(Precision value) { return NameOf(PrecisionNames(), value); }
+const char* DatasetFormatName(DatasetFormat value) { return NameOf(DatasetFormatNames(), value); }
 
 }  // namespace mlcd

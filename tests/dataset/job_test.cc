@@ -1,4 +1,5 @@
-// Whole jobs on a WebDataset copy of Fashion-MNIST through real services (mlcd-labelstore,
+// Whole jobs on a WebDataset copy of Fashion-MNIST (and vit-b32 at 224 RGB on an image folder)
+// through real services (mlcd-labelstore,
 // mlcd-clusterd, mlcd-coordinator, two `mlcd-worker agent` slots): shards indexed by the
 // coordinator, CLIP-style npy features in reversed row order aligned by a keys file, bad
 // images skipped and counted to SUCCEEDED, and too many bad images failing the job with
@@ -120,6 +121,60 @@ TEST_F(DatasetJobTest, TooManyBadImagesFailTheJobNamingThem) {
   EXPECT_EQ(done->state(), v1::JOB_STATE_FAILED);
   EXPECT_NE(done->message().find("too many bad images"), std::string::npos) << done->message();
   EXPECT_NE(done->message().find("zzbad-"), std::string::npos) << done->message();
+}
+
+// The paper's 224-pixel presets really run: vit-b32 (88 M parameters, 7x7 patches of 32 px)
+// on RGB images through a whole job, two optimizer steps on the CPU, checkpoint included.
+class PresetJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::ImageDataOptions o;
+    o.count = 16;
+    o.rgb = true;
+    o.size = 48;
+    ASSERT_TRUE(testing::MakeImageDatasets(dir_.Sub("data"), o).ok());
+    std::vector<float> rows;
+    for (int s = 0; s < 16; ++s) {
+      for (int j = 0; j < kDim; ++j) rows.push_back(j == s % 4 ? 1.0f : 0.01f * ((s + j) % 5));
+    }
+    ASSERT_TRUE(WriteNpy(dir_.Sub("emb.npy"), NpyDtype::kFloat32, {16, kDim}, rows.data()).ok());
+    cluster_ = std::make_unique<TestCluster>(dir_);
+    ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
+    ASSERT_TRUE(cluster_->StartWorker(0).ok());
+    ASSERT_TRUE(cluster_->WaitForIdleWorkers(1, seconds(30)).ok()) << cluster_->Logs();
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << cluster_->Logs();
+  }
+  TempDir dir_;
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+TEST_F(PresetJobTest, VitB32At224RgbTrainsTwoSteps) {
+  const std::string yaml =
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata: {name: b32}\nspec:\n"
+      "  dataset: {format: image-folder, path: '" +
+      dir_.Sub("data/folder") +
+      "', loader_threads: 2}\n"
+      "  clustering: {features: {kind: npy, paths: ['" +
+      dir_.Sub("emb.npy") +
+      "']}, k: 4, l: 2, niter: 4}\n"
+      "  loss: {variant: mlcd, sample_ratio: 1.0}\n"
+      "  model: {preset: vit-b32, channels: 3}\n"
+      "  training: {world_size: 1, batch_size: 4, epochs_per_round: 1, max_steps_per_epoch: 2, "
+      "threads_per_worker: 2, max_restarts: 0, seed: 5}\n"
+      "  evaluation: {enabled: false}\n";
+  auto job = cluster_->Submit(yaml);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = cluster_->WaitForJob(
+      job->id(), [](const v1::Job& j) { return testing::IsTerminal(j.state()); }, seconds(300));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message();
+  EXPECT_EQ(done->spec().model().image_size(), 224);
+  EXPECT_EQ(done->spec().model().width(), 768);
+  EXPECT_EQ(done->spec().model().patch_size(), 32);
+  ASSERT_EQ(done->rounds_size(), 1);
+  EXPECT_EQ(done->rounds(0).checkpoint_global_step(), 2) << done->rounds(0).DebugString();
 }
 
 }  // namespace

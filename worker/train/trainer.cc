@@ -88,6 +88,30 @@ Status InitCentresFromCentroids(const v1::JobSpec& spec, const TrainerOptions& o
   return Status::Ok();
 }
 
+// The classification layer of a round from the spec: fresh centres for every round (the
+// round's clusters are new).
+StatusOr<PartialFcOptions> LayerOptionsFromSpec(const v1::JobSpec& spec, int64_t embedding_dim,
+                                                int round, const torch::Device& device) {
+  PartialFcOptions popts;
+  popts.num_classes = spec.clustering().k();
+  popts.embedding_dim = embedding_dim;
+  popts.sample_ratio = spec.loss().sample_ratio();
+  MLCD_ASSIGN_OR_RETURN(popts.variant, ParseLossVariant(spec.loss().variant()));
+  MLCD_ASSIGN_OR_RETURN(popts.margin_type, ParseMarginType(spec.loss().margin_type()));
+  popts.scale = spec.loss().scale();
+  popts.margin = spec.loss().margin();
+  popts.seed = HashValues(
+      {spec.training().seed(), 0x43454E54ull /* "CENT" */, static_cast<uint64_t>(round)});
+  popts.beta1 = spec.optimizer().beta1();
+  popts.beta2 = spec.optimizer().beta2();
+  popts.weight_decay = spec.optimizer().weight_decay();
+  // On a GPU the host's cores are free for the layer's own elementwise work: all of ATen's
+  // threads (H100 host, vit-b16 batch 64: 33 ms a step vs 108 ms with one thread; bench/RESULTS.md
+  // "GPU step"). On the CPU the default (1) keeps it from competing with BLAS's threads.
+  if (device.is_cuda()) popts.compute_threads = 0;
+  return popts;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -333,24 +357,8 @@ Status Trainer::Impl::RestoreOrInitialise() {
   // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
   MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
 
-  PartialFcOptions popts;
-  popts.num_classes = spec.clustering().k();
-  popts.embedding_dim = vit_options.embed_dim;
-  popts.sample_ratio = spec.loss().sample_ratio();
-  MLCD_ASSIGN_OR_RETURN(popts.variant, ParseLossVariant(spec.loss().variant()));
-  MLCD_ASSIGN_OR_RETURN(popts.margin_type, ParseMarginType(spec.loss().margin_type()));
-  popts.scale = spec.loss().scale();
-  popts.margin = spec.loss().margin();
-  // Fresh centres for every round (the round's clusters are new).
-  popts.seed = HashValues(
-      {spec.training().seed(), 0x43454E54ull /* "CENT" */, static_cast<uint64_t>(options.round)});
-  popts.beta1 = spec.optimizer().beta1();
-  popts.beta2 = spec.optimizer().beta2();
-  popts.weight_decay = spec.optimizer().weight_decay();
-  // On a GPU the host's cores are free for the layer's own elementwise work: all of ATen's
-  // threads (H100 host, vit-b16 batch 64: 33 ms a step vs 108 ms with one thread; bench/RESULTS.md
-  // "GPU step"). On the CPU the default (1) keeps it from competing with BLAS's threads.
-  if (device.is_cuda()) popts.compute_threads = 0;
+  MLCD_ASSIGN_OR_RETURN(PartialFcOptions popts,
+                        LayerOptionsFromSpec(spec, vit_options.embed_dim, options.round, device));
   MLCD_ASSIGN_OR_RETURN(partial_fc, PartialFc::Create(popts, comm.get()));
   TrainStepParts parts;
   parts.model = model;
