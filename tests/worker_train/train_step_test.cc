@@ -71,6 +71,22 @@ struct Rig {
     EXPECT_TRUE(made.ok()) << made.status().ToString();
     fc = std::move(*made);
   }
+  // A checkpoint of this rank after `global_step` steps of a one-step epoch.
+  CheckpointState State(const v1::JobSpec& spec, int64_t global_step) {
+    CheckpointState state;
+    state.meta.steps_per_epoch = 1;
+    state.meta.step_in_epoch = 1;
+    state.meta.epoch_complete = true;
+    state.meta.global_step = global_step;
+    state.meta.num_classes = 40;
+    state.meta.embedding_dim = 24;
+    state.spec = &spec;
+    state.model = model;
+    state.flat = flat.get();
+    state.optimizer = optimizer.get();
+    state.partial_fc = fc.get();
+    return state;
+  }
   TrainStepParts Parts() {
     TrainStepParts p;
     p.model = model;
@@ -264,19 +280,7 @@ TEST(TrainStepTest, CudaStepMatchesCpu) {
   ::mlcd::testing::TempDir root;
   v1::JobSpec spec;
   ApplyJobSpecDefaults(&spec);
-  CheckpointState state;
-  state.meta.steps_per_epoch = 1;
-  state.meta.step_in_epoch = 1;
-  state.meta.epoch_complete = true;
-  state.meta.global_step = 3;
-  state.meta.num_classes = 40;
-  state.meta.embedding_dim = 24;
-  state.spec = &spec;
-  state.model = gpu.model;
-  state.flat = gpu.flat.get();
-  state.optimizer = gpu.optimizer.get();
-  state.partial_fc = gpu.fc.get();
-  auto dir = WriteCheckpoint(root.path(), state, gpu.comm.get());
+  auto dir = WriteCheckpoint(root.path(), gpu.State(spec, 3), gpu.comm.get());
   ASSERT_TRUE(dir.ok()) << dir.status().ToString();
   Rig back(99);
   ASSERT_TRUE(LoadBackboneWeights(*dir, back.model).ok());
@@ -308,19 +312,7 @@ TEST(CrossBuildCheckpointTest, WriteOrRead) {
     Rig rig(31);
     TrainStep step(rig.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
     ASSERT_TRUE(step.Run(x, y, 1e-3, 1e-3).ok());
-    CheckpointState state;
-    state.meta.steps_per_epoch = 1;
-    state.meta.step_in_epoch = 1;
-    state.meta.epoch_complete = true;
-    state.meta.global_step = 1;
-    state.meta.num_classes = 40;
-    state.meta.embedding_dim = 24;
-    state.spec = &spec;
-    state.model = rig.model;
-    state.flat = rig.flat.get();
-    state.optimizer = rig.optimizer.get();
-    state.partial_fc = rig.fc.get();
-    auto dir = WriteCheckpoint(root, state, rig.comm.get());
+    auto dir = WriteCheckpoint(root, rig.State(spec, 1), rig.comm.get());
     ASSERT_TRUE(dir.ok()) << dir.status().ToString();
     rig.model->eval();
     torch::NoGradGuard no_grad;
