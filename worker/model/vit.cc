@@ -501,9 +501,12 @@ torch::Tensor VisionTransformerImpl::LayerNorm(const torch::Tensor& x,
 }
 
 torch::Tensor VisionTransformerImpl::Attention(const torch::Tensor& qkv, int64_t batch) {
+  // With libtorch 2.x, its scaled_dot_product_attention (a fused flash kernel on the CPU too)
+  // is faster than ours (bench/RESULTS.md "Two libtorch builds"); ours serves 1.13.
   const bool fused = options_.attention == AttentionImpl::kFused && qkv.device().is_cpu() &&
                      (qkv.scalar_type() == torch::kFloat || qkv.scalar_type() == torch::kDouble) &&
-                     !compat::AutocastEnabled(c10::DeviceType::CPU);
+                     !compat::AutocastEnabled(c10::DeviceType::CPU) &&
+                     !compat::HasFusedAttention();
   return fused ? FusedSelfAttention(qkv, batch, options_.heads)
                : ReferenceSelfAttention(qkv, batch, options_.heads);
 }
