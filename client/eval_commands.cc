@@ -10,9 +10,6 @@
 //       evaluates the job's latest checkpoint here with the job's spec, as above; that result is
 //       printed, not stored with the job.
 // mlcdctl itself has no tensor code: all of the work happens in mlcd-worker.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <google/protobuf/util/json_util.h>
@@ -80,79 +77,41 @@ void PrintResult(const Context& ctx, const v1::EvaluationResult& e, const std::s
   std::printf("  time          %s\n", FormatDuration(e.seconds()).c_str());
 }
 
-// Runs `mlcd-worker eval` with progress events on its stdout; its log goes to `log_path`
-// (or our stderr with --verbose). Returns the result from the "finished" event.
+// Runs `mlcd-worker eval` (client/worker_process.h) with a progress bar; its log goes to
+// `log_path` (or our stderr with --verbose). Returns the result from the "finished" event.
 StatusOr<v1::EvaluationResult> RunWorkerEval(const EvalOptions& o,
                                              const std::vector<std::string>& args,
                                              const std::string& log_path) {
-  const std::string binary = WorkerBinary(o.worker_binary);
-  std::vector<std::string> argv = {binary, "eval", "--progress-jsonl", "-"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) return Status::Internal("pipe() failed");
-  SpawnOptions spawn;
-  spawn.argv = argv;
-  spawn.search_path = true;
-  spawn.stdout_fd = pipe_fds[1];
-  spawn.close_fds = {pipe_fds[0], pipe_fds[1]};
-  if (!o.verbose) {
-    spawn.log_path = log_path;
-    spawn.log_stdout = false;
-  }
-  spawn.exec_error_prefix = "cannot run " + binary;
-  StatusOr<pid_t> spawned = Spawn(spawn);
-  if (!spawned.ok()) return Status::Internal("fork() failed");
-  const pid_t pid = *spawned;
-  ::close(pipe_fds[1]);
-  FILE* in = ::fdopen(pipe_fds[0], "r");
   ProgressDisplay display("eval");
+  WorkerRun run;
+  run.binary = WorkerBinary(o.worker_binary);
+  run.command = "eval";
+  run.args = args;
+  if (!o.verbose) run.log_path = log_path;
+  run.on_event = [&display](const nlohmann::json& j) {
+    if (j.value("event", "") != "progress") return;
+    double done = j.value("rows_done", 0.0), total = j.value("rows_total", 0.0);
+    std::string phase = j.value("phase", "");
+    std::string detail = phase + " " + std::to_string(static_cast<long long>(done)) + "/" +
+                         std::to_string(static_cast<long long>(total));
+    if (j.contains("validation_accuracy"))
+      detail = phase + ": lambda " + std::to_string(j.value("lambda", 0.0)) + " -> validation " +
+               std::to_string(100 * j.value("validation_accuracy", 0.0)) + "%";
+    display.Update(total > 0 ? done / total : -1, detail);
+  };
+  StatusOr<nlohmann::json> finished = RunWorkerCommand(run);
   v1::EvaluationResult result;
   bool have_result = false;
-  std::string error;
-  char* line = nullptr;
-  size_t cap = 0;
-  while (::getline(&line, &cap, in) > 0) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object()) continue;
-    const std::string event = j.value("event", "");
-    if (event == "progress") {
-      double done = j.value("rows_done", 0.0), total = j.value("rows_total", 0.0);
-      std::string phase = j.value("phase", "");
-      std::string detail = phase + " " + std::to_string(static_cast<long long>(done)) + "/" +
-                           std::to_string(static_cast<long long>(total));
-      if (j.contains("validation_accuracy"))
-        detail = phase + ": lambda " + std::to_string(j.value("lambda", 0.0)) + " -> validation " +
-                 std::to_string(100 * j.value("validation_accuracy", 0.0)) + "%";
-      display.Update(total > 0 ? done / total : -1, detail);
-    } else if (event == "finished" && j.contains("evaluation")) {
-      google::protobuf::util::JsonParseOptions po;
-      po.ignore_unknown_fields = true;
-      have_result =
-          google::protobuf::util::JsonStringToMessage(j["evaluation"].dump(), &result, po).ok();
-    } else if (event == "error") {
-      error = j.value("message", "");
-    }
+  if (finished.ok() && finished->contains("evaluation")) {
+    google::protobuf::util::JsonParseOptions po;
+    po.ignore_unknown_fields = true;
+    have_result =
+        google::protobuf::util::JsonStringToMessage((*finished)["evaluation"].dump(), &result, po)
+            .ok();
   }
-  std::free(line);
-  std::fclose(in);
-  int wstatus = 0;
-  ::waitpid(pid, &wstatus, 0);
   display.Finish(have_result ? "done" : "failed");
-  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 127)
-    return Status::NotFound("cannot run " + binary +
-                            ": pass --worker-binary or set MLCD_WORKER_BINARY");
-  if (!have_result || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    if (error.empty()) error = "mlcd-worker eval exited without a result";
-    if (!o.verbose) error += " (log: " + log_path + ")";
-    // The worker's message carries its own status code name first ("NOT_FOUND: ...").
-    StatusCode code = StatusCode::kUnknown;
-    for (StatusCode c :
-         {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kFailedPrecondition,
-          StatusCode::kUnavailable, StatusCode::kDataLoss, StatusCode::kCancelled}) {
-      if (error.rfind(std::string(StatusCodeName(c)) + ":", 0) == 0) code = c;
-    }
-    return Status(code, error);
-  }
+  if (!finished.ok()) return finished.status();
+  if (!have_result) return Status::Internal("mlcd-worker eval finished without an evaluation");
   return result;
 }
 
