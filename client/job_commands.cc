@@ -471,7 +471,7 @@ int RunWorkers(Context& ctx) {
               "KINDS");
   for (const auto& w : response.workers()) {
     std::string state = v1::WorkerState_Name(w.state());
-    state = state.substr(state.rfind('_') + 1);
+    state = w.cordoned() ? "CORDONED" : state.substr(state.rfind('_') + 1);
     std::string kinds;
     for (int k : w.registration().kinds()) {
       std::string name = v1::AssignmentKind_Name(static_cast<v1::AssignmentKind>(k));
@@ -481,6 +481,30 @@ int RunWorkers(Context& ctx) {
                 w.registration().host().c_str(),
                 w.assignment_id().empty() ? "-" : w.assignment_id().c_str(),
                 Age(w.last_seen_unix_ms()).c_str(), kinds.c_str());
+  }
+  return kExitOk;
+}
+
+int RunDrain(Context& ctx, const std::string& id, bool undo) {
+  v1::DrainWorkerRequest request;
+  request.set_worker_id(id);
+  request.set_undo(undo);
+  v1::DrainWorkerResponse response;
+  auto stub = Stub(ctx);
+  Status s =
+      Call(ctx, [&](grpc::ClientContext* c) { return stub->DrainWorker(c, request, &response); });
+  if (!s.ok()) return ctx.Fail(s);
+  if (ctx.format() == OutputFormat::kJson) {
+    std::printf("%s\n", ToJson(response, true).c_str());
+  } else if (undo) {
+    std::printf("%s uncordoned: it takes new work\n", id.c_str());
+  } else if (response.worker().assignment_id().empty()) {
+    std::printf("%s drained: it takes no new work; safe to delete its pod\n", id.c_str());
+  } else {
+    std::printf(
+        "%s drained: %s stops at its next checkpoint; delete the pod once `mlcdctl workers` "
+        "shows it IDLE\n",
+        id.c_str(), response.worker().assignment_id().c_str());
   }
   return kExitOk;
 }
@@ -567,8 +591,22 @@ CommandRegistration reg(1, [](CLI::App& app, Context& ctx) {
   }
   {
     auto* cmd = app.add_subcommand(
-        "workers", "List the workers registered with the coordinator and what they run.");
-    cmd->callback([&ctx] { ctx.exit_code = RunWorkers(ctx); });
+        "workers",
+        "List the workers registered with the coordinator and what they run (CORDONED = drained).");
+    auto id = std::make_shared<std::string>();
+    auto undo = std::make_shared<bool>(false);
+    auto* drain = cmd->add_subcommand(
+        "drain",
+        "Drain a worker before deleting its pod (upgrades, node maintenance): it takes no new\n"
+        "work, and a training gang it is in checkpoints at the end of its step and is formed\n"
+        "again without it, spending no restart. --undo lifts the cordon.\n"
+        "  mlcdctl workers drain mlcd-worker-1");
+    drain->add_option("id", *id, "worker id (see `mlcdctl workers`)")->required();
+    drain->add_flag("--undo", *undo, "uncordon: the worker takes new work again");
+    drain->callback([&ctx, id, undo] { ctx.exit_code = RunDrain(ctx, *id, *undo); });
+    cmd->callback([&ctx, cmd] {
+      if (cmd->get_subcommands().empty()) ctx.exit_code = RunWorkers(ctx);
+    });
   }
 });
 

@@ -562,6 +562,10 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
   worker->delivered = true;
   worker->progress = request.progress();
   if (member->rank() == 0) progress_.OnRankZeroProgress(job, request.progress(), now);
+  if (worker->record.cordoned() && job->rec.attempt().kind() == v1::ASSIGNMENT_KIND_TRAIN) {
+    response.set_action(v1::WORKER_ACTION_STOP);
+    response.set_reason("worker " + worker->record.worker_id() + " is drained: checkpoint, stop");
+  }
   return response;
 }
 
@@ -601,20 +605,13 @@ StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(
   if (rank == 0) progress_.OnRankZeroProgress(job, request.progress(), Clock::now());
   MLCD_LOG(INFO) << "worker " << worker_id << " (rank " << rank << ") reported " << aid << ": "
                  << (request.succeeded() ? "succeeded" : "failed: " + request.message());
-  if (!request.succeeded()) {
+  if (!request.succeeded() && !request.preempted()) {
     AbortGang(
         job,
         "worker " + worker_id + " (rank " + std::to_string(rank) + ") failed: " + request.message(),
         true);
   } else {
-    bool all = true;
-    for (const auto& m : job->rec.attempt().members()) all = all && m.reported() && m.succeeded();
-    if (all) {
-      FinishGang(job);
-    } else {
-      jobs_.Persist(job, {jobs_.NewHistory(job, "member_finished",
-                                           "rank " + std::to_string(rank) + " finished")});
-    }
+    MemberDone(job, rank, request);
   }
   UpdateGauges();
   tick_cv_.notify_all();

@@ -123,6 +123,13 @@ class JobManager {
   StatusOr<v1::ReportAssignmentResponse> ReportAssignment(
       const v1::ReportAssignmentRequest& request);
   StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request);
+  // A stopping agent leaves (worker_leave.cc): its entry goes; an assignment it still holds
+  // aborts its gang without counting a restart. Unknown workers are OK (idempotent).
+  StatusOr<v1::DeregisterWorkerResponse> DeregisterWorker(
+      const v1::DeregisterWorkerRequest& request);
+  // Cordons (or, with undo, uncordons) a worker; a running TRAIN assignment is told to stop
+  // at a checkpoint by its next heartbeat (WORKER_ACTION_STOP). NOT_FOUND for unknown ids.
+  StatusOr<v1::DrainWorkerResponse> DrainWorker(const v1::DrainWorkerRequest& request);
 
  private:
   JobManager(JobManagerOptions options, CoordinatorMetrics* metrics,
@@ -151,6 +158,11 @@ class JobManager {
   // or the evaluation done.
   void FinishGang(JobEntry* job);
   void AfterRoundTrained(JobEntry* job);
+  // A member reported success, or that it stopped at a checkpoint
+  // (ReportAssignmentRequest.preempted; worker_leave.cc). Once every member has reported:
+  // all succeeded -> FinishGang; some stopped -> the gang is detached without counting a
+  // restart and formed again from the committed checkpoint.
+  void MemberDone(JobEntry* job, int rank, const v1::ReportAssignmentRequest& request);
   // The long poll: waits (mu_ released) until the worker has an assignment, the deadline
   // passes, the client gives up or the manager shuts down.
   StatusOr<v1::Assignment> WaitForAssignment(WorkerEntry* worker, Clock::time_point deadline,

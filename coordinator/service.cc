@@ -82,4 +82,18 @@ grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*,
   return Reply(timer, manager_->ListWorkers(*request), response);
 }
 
+grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext*,
+                                                  const v1::DeregisterWorkerRequest* request,
+                                                  v1::DeregisterWorkerResponse* response) {
+  RpcTimer timer(&metrics_->rpc(), "DeregisterWorker");
+  return Reply(timer, manager_->DeregisterWorker(*request), response);
+}
+
+grpc::Status CoordinatorService::DrainWorker(grpc::ServerContext*,
+                                             const v1::DrainWorkerRequest* request,
+                                             v1::DrainWorkerResponse* response) {
+  RpcTimer timer(&metrics_->rpc(), "DrainWorker");
+  return Reply(timer, manager_->DrainWorker(*request), response);
+}
+
 }  // namespace mlcd::coordinator

@@ -38,6 +38,11 @@ class CoordinatorService final : public v1::Coordinator::Service {
                                 v1::ReportAssignmentResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
+  grpc::Status DeregisterWorker(grpc::ServerContext* context,
+                                const v1::DeregisterWorkerRequest* request,
+                                v1::DeregisterWorkerResponse* response) override;
+  grpc::Status DrainWorker(grpc::ServerContext* context, const v1::DrainWorkerRequest* request,
+                           v1::DrainWorkerResponse* response) override;
 
  private:
   JobManager* manager_;

@@ -69,6 +69,25 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const v1::RegisterWorkerRequest&
   return worker;
 }
 
+Status WorkerRegistry::Remove(const std::string& id) {
+  StoreBatch batch;
+  batch.DeleteWorker(id);
+  MLCD_RETURN_IF_ERROR(store_->Commit(&batch));
+  workers_.erase(id);
+  return Status::Ok();
+}
+
+Status WorkerRegistry::SetCordoned(WorkerEntry* worker, bool cordoned) {
+  if (worker->record.cordoned() == cordoned) return Status::Ok();
+  v1::WorkerRecord record = worker->record;
+  record.set_cordoned(cordoned);
+  StoreBatch batch;
+  batch.PutWorker(record);
+  MLCD_RETURN_IF_ERROR(store_->Commit(&batch));
+  worker->record = std::move(record);
+  return Status::Ok();
+}
+
 bool WorkerRegistry::CheckLiveness(Clock::time_point now) {
   bool changed = false;
   for (auto it = workers_.begin(); it != workers_.end();) {
@@ -119,7 +138,8 @@ std::vector<WorkerEntry*> WorkerRegistry::ReadyIdle(Clock::time_point now) {
   for (auto& [id, w] : workers_) {
     // A worker is ready once it polls with a rendezvous port (it may become rank 0).
     const bool has_port = w->offered_port > 0 || w->record.registration().rendezvous_port() > 0;
-    if (w->state == v1::WORKER_STATE_IDLE && !w->pending && has_port && Alive(*w, now))
+    if (w->state == v1::WORKER_STATE_IDLE && !w->pending && has_port && !w->record.cordoned() &&
+        Alive(*w, now))
       idle.push_back(w.get());
   }
   // Workers waiting in a poll first: they get the assignment at once.
@@ -141,6 +161,7 @@ void WorkerRegistry::List(v1::ListWorkersResponse* response) const {
     info->set_last_seen_unix_ms(worker->last_seen_unix_ms);
     *info->mutable_progress() = worker->progress;
     info->set_registered_unix_ms(worker->record.registered_unix_ms());
+    info->set_cordoned(worker->record.cordoned());
   }
 }
 

@@ -47,6 +47,10 @@ class WorkerRegistry {
   // Records a (re)registration: an existing entry is released (its old process is gone; the
   // caller aborts its gang first), a new one is created. Persists the record.
   StatusOr<WorkerEntry*> Register(const v1::RegisterWorkerRequest& request, Clock::time_point now);
+  // Forgets a worker that left (DeregisterWorker): entry and persisted record.
+  Status Remove(const std::string& id);
+  // Persists the cordon of a drained worker (no new work while set).
+  Status SetCordoned(WorkerEntry* worker, bool cordoned);
   // Marks silent workers LOST and forgets expired ones; true when anything changed.
   bool CheckLiveness(Clock::time_point now);
 

@@ -1,6 +1,8 @@
 // `mlcd-worker agent`: the worker slot's long-running process (worker/agent/agent.h).
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -37,7 +39,10 @@ std::string HostName() {
 }
 
 int RunAgent(AgentOptions options, const std::string& log_level) {
-  InstallShutdownSignalHandling();
+  // A handler, not a blocked signal: SIGTERM must be caught on whichever thread it lands
+  // (OpenBLAS starts threads before main()); worker/agent/stop_signal.h.
+  InstallStopSignalHandler();
+  ::signal(SIGPIPE, SIG_IGN);
   ServiceFlags log_flags;
   log_flags.log_level = log_level;
   if (!ApplyLogFlags(log_flags, "agent " + options.name)) return 2;
@@ -64,12 +69,16 @@ int RunAgent(AgentOptions options, const std::string& log_level) {
                  << " (runs " << kinds << "; status on "
                  << (options.listen.empty() ? "(off)" : options.listen) << ", data in "
                  << options.data_dir << ")";
-  std::thread signals([&agent] {
-    WaitForShutdownSignal();
-    agent.Stop();
+  std::atomic<bool> ran{false};
+  std::thread signals([&agent, &ran] {
+    while (!ran && !StopSignal()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (StopSignal()) {
+      MLCD_LOG(INFO) << "received a stop signal; a running training child checkpoints first";
+      agent.Stop();
+    }
   });
   Status s = agent.Run();
-  RequestShutdown();
+  ran = true;
   signals.join();
   if (!options.listen.empty()) runner.Shutdown(std::chrono::milliseconds(500));
   if (!s.ok() && s.code() != StatusCode::kCancelled) {
@@ -113,13 +122,21 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
                   "CPU threads reported as capacity (0 = all cores)")
       ->capture_default_str();
   cmd->add_option("--gpus", options->gpus, "GPUs reported as capacity")->capture_default_str();
+  auto stop_deadline = std::make_shared<int>(kDefaultStopDeadlineSeconds);
+  cmd->add_option("--stop-deadline-seconds", *stop_deadline,
+                  "on SIGTERM: how long a training child gets to finish its step and checkpoint\n"
+                  "before SIGKILL (set it to the pod's terminationGracePeriodSeconds minus ~10)")
+      ->envname("MLCD_STOP_DEADLINE_SECONDS")
+      ->check(CLI::Range(6, 86400))
+      ->capture_default_str();
   cmd->add_option("--poll-seconds", options->poll_seconds, "length of an assignment long poll")
       ->check(CLI::Range(1, 60))
       ->capture_default_str();
   cli::AddLogLevelFlag(cmd, log_level.get());
   CLI::App* root = &app;
-  cmd->callback([options, log_level, exit_code, root] {
+  cmd->callback([options, log_level, exit_code, root, stop_deadline] {
     if (options->name.empty()) options->name = HostName();
+    options->stop_deadline = std::chrono::seconds(*stop_deadline);
     // The kinds this executable runs follow from its subcommands.
     options->kinds.clear();
     auto has = [root](const char* name) {

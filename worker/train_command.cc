@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "mlcd/v1/coordinator.pb.h"
+#include "worker/agent/stop_signal.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
 #include "worker/train/trainer.h"
@@ -47,7 +48,50 @@ struct TrainFlags {
   int keep_checkpoints = 3;
   std::string device = "auto";
   int log_every = 10;
+  int stop_deadline_seconds = kDefaultStopDeadlineSeconds;
   std::string log_level = "info";
+};
+
+// Gives a stop its deadline: once SIGTERM/SIGINT has arrived, a run still going after
+// `deadline` (a step or checkpoint that cannot finish, a peer that never answers) ends the
+// process with an error event instead of waiting for the agent's SIGKILL.
+class StopDeadline {
+ public:
+  StopDeadline(std::chrono::seconds deadline, cli::JsonLines* progress)
+      : thread_([this, deadline, progress] { Watch(deadline, progress); }) {}
+  // Training has begun: a stop from now on ends at a checkpoint.
+  void Training() { training_ = true; }
+  ~StopDeadline() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  void Watch(std::chrono::seconds deadline, cli::JsonLines* progress) {
+    while (!done_ && !StopSignal().load())
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (done_) return;
+    if (!training_) {
+      // Still joining the gang or loading: nothing new to save; the job resumes from its
+      // last checkpoint.
+      progress->Write({{"event", "stopped"}, {"reason", "stop requested before training began"}});
+      std::_Exit(kExitStoppedAtCheckpoint);
+    }
+    MLCD_LOG(WARNING) << "stop requested: finishing the step, then a checkpoint (deadline "
+                      << deadline.count() << " s)";
+    const auto end = std::chrono::steady_clock::now() + deadline;
+    while (!done_ && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (done_) return;
+    progress->Fail(Status::DeadlineExceeded(
+        "stop requested but no checkpoint within " + std::to_string(deadline.count()) +
+        " s (--stop-deadline-seconds); the job resumes from its previous checkpoint"));
+    std::_Exit(1);
+  }
+
+  std::atomic<bool> done_{false};
+  std::atomic<bool> training_{false};
+  std::thread thread_;
 };
 
 bool Given(const CLI::Option* opt, const char* env) {
@@ -55,6 +99,7 @@ bool Given(const CLI::Option* opt, const char* env) {
 }
 
 int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
+  InstallStopSignalHandler();
   cli::JsonLines progress;
   auto fail = [&progress](const Status& st) { return progress.Fail(st); };
   if (!cli::ApplyLogLevelFlag(flags.log_level)) return 2;
@@ -126,10 +171,14 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   }
   o.metrics = &metrics;
   o.on_event = [&progress](const nlohmann::json& event) { progress.Write(event); };
+  o.stop_requested = &StopSignal();
+  StopDeadline deadline(std::chrono::seconds(flags.stop_deadline_seconds), &progress);
 
   auto trainer = Trainer::Create(o);
   if (!trainer.ok()) return fail(trainer.status());
+  deadline.Training();
   st = (*trainer)->Run();
+  if (st.ok() && (*trainer)->summary().stopped) return kExitStoppedAtCheckpoint;
   if (!st.ok() && st.code() == StatusCode::kUnavailable && o.world_size > 1) {
     // A lost peer is mostly the echo of the peer's own failure (e.g. too many bad images,
     // docs/data.md): report it a moment later, so the coordinator hears the cause first.
@@ -188,6 +237,12 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
                   "keep the newest N checkpoints (0 = all)")
       ->capture_default_str();
   cmd->add_option("--log-every", flags->log_every, "log a progress line every N steps")
+      ->capture_default_str();
+  cmd->add_option("--stop-deadline-seconds", flags->stop_deadline_seconds,
+                  "on SIGTERM/SIGINT: finish the step, checkpoint there and exit 75 within this "
+                  "many seconds, else exit 1 (the agent passes its own deadline)")
+      ->envname("MLCD_STOP_DEADLINE_SECONDS")
+      ->check(CLI::Range(1, 86400))
       ->capture_default_str();
   cli::AddLogLevelFlag(cmd, &flags->log_level);
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunTrain(*flags, *cmd); });

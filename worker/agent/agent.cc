@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "clients/coordinator_client.h"
@@ -170,6 +171,11 @@ bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOut
       }
     }
     *urgent = true;
+  } else if (event == "stopped") {
+    outcome->stopped = true;
+    outcome->stopped_reason = Get<std::string>(j, "reason", "stop requested");
+    p->set_phase("stopping");
+    *urgent = true;
   } else if (event == "error") {
     outcome->error_message = Get<std::string>(j, "message", "error event without a message");
     *urgent = true;
@@ -259,6 +265,23 @@ Status Agent::Register() {
   return Status::Cancelled("stopped");
 }
 
+void Agent::Deregister(const std::string& reason) {
+  if (worker_id_.empty()) return;
+  v1::DeregisterWorkerRequest request;
+  request.set_worker_id(worker_id_);
+  request.set_reason(reason);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(options_.rpc_timeout));
+  v1::DeregisterWorkerResponse response;
+  Status s = FromGrpcStatus(stub_->DeregisterWorker(&context, request, &response));
+  if (s.ok()) {
+    MLCD_LOG(INFO) << "deregistered from " << options_.coordinator;
+  } else {
+    MLCD_LOG(WARNING) << "could not deregister (" << s.ToString()
+                      << "); the coordinator will mark this worker lost";
+  }
+}
+
 Status Agent::Run() {
   if (options_.name.empty()) return Status::InvalidArgument("--name is required");
   MLCD_RETURN_IF_ERROR(MakeDirs(options_.data_dir + "/assignments"));
@@ -301,6 +324,7 @@ Status Agent::Run() {
     if (assignment.kind() == v1::ASSIGNMENT_KIND_NONE) continue;
     RunAssignment(assignment);
   }
+  Deregister("the worker agent stopped");
   return Status::Ok();
 }
 
@@ -465,9 +489,15 @@ Status Agent::StartAssignment(const v1::Assignment& assignment, const Assignment
   std::vector<std::string> argv = {options_.worker_binary, command,
                                    "--assignment",         files.json,
                                    "--progress-jsonl",     files.progress};
-  if (assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN && !options_.child_metrics_listen.empty()) {
-    argv.push_back("--metrics-listen");
-    argv.push_back(options_.child_metrics_listen);
+  if (assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN) {
+    if (!options_.child_metrics_listen.empty()) {
+      argv.push_back("--metrics-listen");
+      argv.push_back(options_.child_metrics_listen);
+    }
+    const auto child_deadline = std::max<std::chrono::seconds>(
+        std::chrono::seconds(1), options_.stop_deadline - kAgentStopMargin);
+    argv.push_back("--stop-deadline-seconds");
+    argv.push_back(std::to_string(child_deadline.count()));
   }
   return StartChild(argv, files.log, pid);
 }
@@ -492,15 +522,37 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
   const int interval_ms = assignment.heartbeat_interval_ms() > 0
                               ? assignment.heartbeat_interval_ms()
                               : heartbeat_interval_ms_;
+  const bool can_checkpoint = assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN;
   auto last_heartbeat = Clock::now() - std::chrono::hours(1);
   bool coordinator_reachable = true;
+  std::optional<Clock::time_point> stop_deadline;  // set once the child was asked to stop
+  auto ask_to_stop = [&](const std::string& why) {
+    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": " << why
+                      << "; asking child " << pid << " to checkpoint and stop (deadline "
+                      << options_.stop_deadline.count() << " s)";
+    ::kill(pid, SIGTERM);
+    stop_deadline = Clock::now() + options_.stop_deadline;
+    std::string dir;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      dir = status_.assignment_dir();
+    }
+    PublishStatus(assignment, dir, "stopping", pid, *progress);
+  };
   while (true) {
     const bool urgent = follower->Poll(progress, outcome);
     if (::waitpid(pid, wait_status, WNOHANG) == pid) {
       follower->Poll(progress, outcome);
       return "";
     }
-    if (stop_) return "the worker agent is shutting down";
+    if (stop_ && !stop_deadline) {
+      if (!can_checkpoint) return "the worker agent is shutting down";
+      ask_to_stop("the worker agent is shutting down");
+    }
+    if (stop_deadline && Clock::now() >= *stop_deadline) {
+      return "the child did not checkpoint and stop within " +
+             std::to_string(options_.stop_deadline.count()) + " s";
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       *status_.mutable_progress() = *progress;
@@ -514,8 +566,12 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
           MLCD_LOG(INFO) << "coordinator reachable again";
         }
         coordinator_reachable = true;
-        if (response.action() == v1::WORKER_ACTION_ABORT) {
+        // While the child checkpoints, an abort changes nothing: it is stopping anyway.
+        if (response.action() == v1::WORKER_ACTION_ABORT && !stop_deadline) {
           return "aborted by the coordinator: " + response.reason();
+        }
+        if (response.action() == v1::WORKER_ACTION_STOP && can_checkpoint && !stop_deadline) {
+          ask_to_stop("drained: " + response.reason());
         }
         if (response.action() == v1::WORKER_ACTION_REREGISTER) {
           MLCD_LOG(WARNING) << "coordinator asks to register again: " << response.reason();
@@ -532,6 +588,27 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void Agent::DescribeExit(const std::string& command, int wait_status, const ChildOutcome& outcome,
+                         const v1::WorkerProgress& progress, const std::string& log_path,
+                         v1::ReportAssignmentRequest* report) {
+  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
+    report->set_succeeded(true);
+    report->set_message("finished at global step " + std::to_string(progress.total_steps()));
+  } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == kExitStoppedAtCheckpoint) {
+    report->set_succeeded(false);
+    report->set_preempted(true);
+    report->set_message(
+        "stopped at global step " + std::to_string(progress.total_steps()) +
+        (progress.checkpoint().empty() ? std::string(" (no checkpoint yet)")
+                                       : ", checkpoint " + progress.checkpoint()) +
+        " (" + (outcome.stopped_reason.empty() ? "stop requested" : outcome.stopped_reason) +
+        ")");
+  } else {
+    report->set_succeeded(false);
+    report->set_message(ChildFailureMessage(command, wait_status, outcome, log_path));
   }
 }
 
@@ -595,12 +672,8 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
     StopChild(pid);
     report.set_succeeded(false);
     report.set_message(abort_reason);
-  } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
-    report.set_succeeded(true);
-    report.set_message("finished at global step " + std::to_string(progress.total_steps()));
   } else {
-    report.set_succeeded(false);
-    report.set_message(ChildFailureMessage(command, wait_status, outcome, files.log));
+    DescribeExit(command, wait_status, outcome, progress, files.log, &report);
   }
   for (const auto& o : outcome.outputs) report.add_output_paths(o);
   if (outcome.has_evaluation) *report.mutable_evaluation() = outcome.evaluation;

@@ -10,7 +10,10 @@
 // its progress file and heartbeats the latest progress (immediately on started, checkpoint,
 // finished and error events, at the assignment's heartbeat interval otherwise). A heartbeat
 // answered ABORT stops the child (SIGTERM to its process group, SIGKILL after a grace
-// period). When the child exits, the agent reports success (exit 0) or failure (the child's
+// period). When the agent itself is stopped (SIGTERM, Stop()) or drained (a heartbeat
+// answered STOP), a TRAIN child gets SIGTERM and up to the stop deadline to finish its step
+// and checkpoint (worker/agent/stop_signal.h); its progress keeps flowing meanwhile, so the
+// checkpoint is committed, and the report says preempted. A stopped agent then deregisters. When the child exits, the agent reports success (exit 0) or failure (the child's
 // error event, exit status and the end of its log), retrying until the coordinator has the
 // report, so nothing is lost while the coordinator restarts. Children die with the agent
 // (PR_SET_PDEATHSIG), so kill -9 of an agent never leaves a training process behind.
@@ -31,6 +34,7 @@
 #include "common/status.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 #include "mlcd/v1/worker.pb.h"
+#include "worker/agent/stop_signal.h"
 
 namespace mlcd::worker {
 
@@ -55,8 +59,11 @@ struct AgentOptions {
   int poll_seconds = 10;
   // Assignment kinds this executable can run (from its subcommands).
   std::vector<v1::AssignmentKind> kinds = {v1::ASSIGNMENT_KIND_TRAIN};
-  // SIGTERM -> SIGKILL grace when stopping a child.
+  // SIGTERM -> SIGKILL grace when aborting a child.
   std::chrono::milliseconds stop_grace{5000};
+  // How long a stopping agent waits for a TRAIN child to checkpoint and exit; the child is
+  // given this minus kAgentStopMargin as its own deadline.
+  std::chrono::seconds stop_deadline{kDefaultStopDeadlineSeconds};
   // Deadline of heartbeats and reports.
   std::chrono::milliseconds rpc_timeout{5000};
   std::string version = "mlcd-worker";
@@ -72,6 +79,9 @@ struct ChildOutcome {
   bool has_evaluation = false;
   v1::EvaluationResult evaluation;
   bool finished = false;
+  // A "stopped" event: the child stopped early at a checkpoint.
+  bool stopped = false;
+  std::string stopped_reason;
 };
 bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* progress,
                         ChildOutcome* outcome, bool* urgent);
@@ -102,6 +112,8 @@ class Agent {
   };
 
   Status Register();
+  // Best effort, once: tells the coordinator this worker leaves (DeregisterWorker).
+  void Deregister(const std::string& reason);
   // Runs one assignment to its report: start the child, supervise it, report the outcome.
   void RunAssignment(const v1::Assignment& assignment);
   // Checks the kind is supported, writes the assignment's files and starts the child.
@@ -109,9 +121,15 @@ class Agent {
                          pid_t* pid);
   // Follows the child's progress and heartbeats it until the child exits ("" returned,
   // `wait_status` set) or must be stopped (the reason returned: shutdown or abort).
+  // A TRAIN child asked to stop at a checkpoint (shutdown or drain) is waited for here, up
+  // to the stop deadline, and "" is returned once it exits.
   std::string SuperviseChild(const v1::Assignment& assignment, pid_t pid,
                              ProgressFollower* follower, v1::WorkerProgress* progress,
                              ChildOutcome* outcome, int* wait_status);
+  // The report of a child that exited with `wait_status`.
+  void DescribeExit(const std::string& command, int wait_status, const ChildOutcome& outcome,
+                    const v1::WorkerProgress& progress, const std::string& log_path,
+                    v1::ReportAssignmentRequest* report);
   // status_ as the assignment runs (state "running", "stopping", "reporting").
   void PublishStatus(const v1::Assignment& assignment, const std::string& dir,
                      const std::string& state, pid_t pid, const v1::WorkerProgress& progress);

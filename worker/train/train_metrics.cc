@@ -64,6 +64,15 @@ TrainMetrics::TrainMetrics(prometheus::Registry& r, const std::string& job_id, i
                                      "Time a step waited for its images (loader stall).", l);
   checkpoint_seconds_ =
       MakeHistogram(r, "mlcd_worker_checkpoint_seconds", "Wall time of writing a checkpoint.", l);
+  start_time_ = MakeGauge(r, "mlcd_worker_start_timestamp_seconds",
+                          "Unix time this training process started (a fresh gang is young).", l);
+  start_time_->SetToCurrentTime();
+  last_checkpoint_time_ = MakeGauge(
+      r, "mlcd_worker_last_checkpoint_timestamp_seconds",
+      "Unix time of the gang's last checkpoint, or of this process's start (the state it "
+      "resumed from is saved): time() minus it is what a crash would lose.",
+      l);
+  last_checkpoint_time_->SetToCurrentTime();
   bad_samples_ = MakeCounter(r, "mlcd_worker_bad_samples_total",
                              "Images this rank skipped because they could not be read or "
                              "decoded (each replaced by a good image of its batch).",
@@ -89,6 +98,9 @@ void TrainMetrics::RecordStep(const StepReport& s) {
   bad_samples_->Increment(static_cast<double>(s.bad_samples));
 }
 
-void TrainMetrics::RecordCheckpoint(double seconds) { checkpoint_seconds_->Observe(seconds); }
+void TrainMetrics::RecordCheckpoint(double seconds) {
+  checkpoint_seconds_->Observe(seconds);
+  last_checkpoint_time_->SetToCurrentTime();
+}
 
 }  // namespace mlcd::worker

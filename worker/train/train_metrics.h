@@ -17,6 +17,9 @@
 //   mlcd_worker_label_wait_seconds            histogram  time blocked on the label prefetcher
 //   mlcd_worker_data_wait_seconds             histogram  time blocked on the image loader
 //   mlcd_worker_checkpoint_seconds            histogram  writing a checkpoint
+//   mlcd_worker_start_timestamp_seconds       gauge      unix time this training process started
+//   mlcd_worker_last_checkpoint_timestamp_seconds gauge  unix time of the last checkpoint (or
+//                                                        of the start: the state resumed from)
 //   mlcd_worker_bad_samples_total             counter    images skipped as unreadable (this rank)
 // No torch here.
 #pragma once
@@ -60,7 +63,8 @@ class TrainMetrics {
 
  private:
   prometheus::Gauge *loss_, *samples_per_second_, *positive_cosine_, *negative_cosine_,
-      *learning_rate_, *grad_norm_, *global_step_;
+      *learning_rate_, *grad_norm_, *global_step_, *start_time_,
+      *last_checkpoint_time_;
   prometheus::Counter *steps_, *samples_, *bad_samples_;
   prometheus::Histogram *step_seconds_, *backbone_seconds_, *classification_seconds_,
       *collective_seconds_, *label_wait_seconds_, *data_wait_seconds_, *checkpoint_seconds_;

@@ -26,6 +26,7 @@
 #include "worker/train/label_prefetcher.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/sample_order.h"
+#include "worker/train/stop_agreement.h"
 #include "worker/train/train_metrics.h"
 #include "worker/train/train_step.h"
 
@@ -157,6 +158,9 @@ struct Trainer::Impl {
   void AnnounceStep(const StepPosition& pos, const StepReport& report, double loss,
                     bool last_batch);
   StatusOr<std::string> Checkpoint(const StepPosition& position, int64_t steps_done_in_epoch);
+  // Ends the run after the step at `pos`: a checkpoint there unless `checkpointed`, then
+  // "stopped".
+  Status StopAfter(const StepPosition& pos, int64_t done, bool checkpointed);
 };
 
 // The job spec with defaults, this gang's world size and the options checked against it.
@@ -594,14 +598,21 @@ Status Trainer::Impl::Run() {
     const int64_t done = pos.step_in_epoch + 1;
     const bool epoch_end = done == steps_per_epoch;
     const bool periodic = every > 0 && done % every == 0;
-    if (!checkpoint_root.empty() && (epoch_end || periodic)) {
-      MLCD_RETURN_IF_ERROR(Checkpoint(pos, done).status());
+    const bool checkpointed = !checkpoint_root.empty() && (epoch_end || periodic);
+    if (checkpointed) MLCD_RETURN_IF_ERROR(Checkpoint(pos, done).status());
+    if (options.stop_requested && index + 1 < batches) {
+      MLCD_ASSIGN_OR_RETURN(const bool stop, AgreeToStop(*options.stop_requested, comm.get()));
+      if (stop) {
+        MLCD_RETURN_IF_ERROR(StopAfter(pos, done, checkpointed));
+        break;
+      }
     }
   }
   if (checkpoint_root.empty()) MLCD_LOG(WARNING) << "no checkpoint directory: nothing was saved";
   summary.label_wait_seconds = prefetcher.total_wait_seconds();
   summary.data_wait_seconds = loader.wait_seconds();
   summary.seconds = Seconds(run_start, Clock::now());
+  if (summary.stopped) return Status::Ok();
   MLCD_LOG(INFO) << "finished at global step " << summary.global_step << " after "
                  << summary.steps_run << " steps in " << std::setprecision(4) << summary.seconds
                  << " s (label wait " << summary.label_wait_seconds << " s, data wait "
@@ -612,6 +623,26 @@ Status Trainer::Impl::Run() {
             {"steps", summary.steps_run},
             {"label_wait_seconds", summary.label_wait_seconds},
             {"seconds", summary.seconds}});
+  return Status::Ok();
+}
+
+Status Trainer::Impl::StopAfter(const StepPosition& pos, int64_t done, bool checkpointed) {
+  const bool asked_here = options.stop_requested->load();
+  MLCD_LOG(WARNING) << "stopping after global step " << summary.global_step << " ("
+                    << (asked_here ? "stop requested" : "a peer of the gang is stopping")
+                    << "): " << (checkpointed || checkpoint_root.empty() ? "" : "checkpoint, ")
+                    << "then exit";
+  if (!checkpointed && !checkpoint_root.empty())
+    MLCD_RETURN_IF_ERROR(Checkpoint(pos, done).status());
+  summary.stopped = true;
+  Emit(json{{"event", "stopped"},
+            {"round", pos.round},
+            {"epoch", pos.epoch},
+            {"step_in_epoch", done},
+            {"global_step", summary.global_step},
+            {"checkpoint", checkpoint_root.empty() ? "" : summary.last_checkpoint},
+            {"steps", summary.steps_run},
+            {"reason", asked_here ? "stop requested" : "a peer of the gang is stopping"}});
   return Status::Ok();
 }
 

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -63,6 +64,12 @@ struct TrainerOptions {
   std::string store_prefix = "mlcd";
   // Where metrics go (may be null).
   MetricsServer* metrics = nullptr;
+  // Asks the gang to stop early (may be null; set from a SIGTERM handler's flag, see
+  // worker/agent/stop_signal.h). After every step but the assignment's last, the ranks agree
+  // on it (one one-element allreduce): once any rank's flag is set, every rank stops after
+  // the same step, the gang writes a checkpoint there (unless the step just wrote one),
+  // emits "stopped" and Run() returns OK with summary().stopped set.
+  const std::atomic<bool>* stop_requested = nullptr;
   // Receives every progress event (started, progress, checkpoint, finished). Errors are
   // returned by Run(); the caller reports them.
   std::function<void(const nlohmann::json&)> on_event;
@@ -79,6 +86,8 @@ struct TrainerSummary {
   double label_wait_seconds = 0;
   double data_wait_seconds = 0;
   double seconds = 0;
+  // Run() stopped early on stop_requested (at a checkpoint when there is a checkpoint root).
+  bool stopped = false;
 };
 
 class Trainer {
@@ -91,7 +100,7 @@ class Trainer {
   ~Trainer();
 
   // Trains the assigned epochs. Emits "started", "progress" per step, "checkpoint" per
-  // checkpoint, "finished" at the end.
+  // checkpoint, "finished" at the end (or "stopped" when asked to stop early).
   Status Run();
 
   const TrainerSummary& summary() const;

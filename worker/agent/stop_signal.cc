@@ -1,0 +1,31 @@
+#include "worker/agent/stop_signal.h"
+
+#include <signal.h>
+
+namespace mlcd::worker {
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<std::atomic<bool>*> g_also{nullptr};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs lock-free flags");
+
+extern "C" void OnStopSignal(int) {
+  g_stop.store(true);
+  if (std::atomic<bool>* also = g_also.load()) also->store(true);
+}
+
+}  // namespace
+
+void InstallStopSignalHandler(std::atomic<bool>* also) {
+  g_also.store(also);
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGINT, &action, nullptr);
+}
+
+const std::atomic<bool>& StopSignal() { return g_stop; }
+
+}  // namespace mlcd::worker
