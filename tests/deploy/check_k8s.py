@@ -222,7 +222,25 @@ def check_overlay(name, docs, ports, problems, binaries_flags):
         if kind != "ConfigMap":
             problems.check((meta.get("labels") or {}).get(PART_OF[0]) == PART_OF[1], w,
                            f"missing label {PART_OF[0]}: {PART_OF[1]}")
-    problems.check(NAMESPACE in by_kind.get("Namespace", {}), where, f"no Namespace {NAMESPACE}")
+    # The Namespace is deploy/k8s/namespace, never part of an overlay (deleting an overlay
+    # must not delete the namespace and every claim in it).
+    problems.check(not by_kind.get("Namespace"), where,
+                   "renders a Namespace: it belongs in deploy/k8s/namespace, not in the base or an overlay")
+    # Upgrades and disruptions: workers are replaced by hand (OnDelete) after a drain, and
+    # budgets keep voluntary disruptions to one worker and away from the stores.
+    worker_sts = by_kind.get("StatefulSet", {}).get("mlcd-worker") or {}
+    problems.check((worker_sts.get("spec", {}).get("updateStrategy") or {}).get("type") == "OnDelete", where,
+                   "StatefulSet mlcd-worker needs updateStrategy OnDelete (a rolling update stops every gang)")
+    budgets = by_kind.get("PodDisruptionBudget", {})
+    for name in ("mlcd-worker", "mlcd-labelstore", "mlcd-coordinator"):
+        problems.check(name in budgets, where, f"no PodDisruptionBudget {name}")
+    worker_pod = (worker_sts.get("spec", {}).get("template") or {}).get("spec") or {}
+    grace = worker_pod.get("terminationGracePeriodSeconds") or 30
+    worker_env = {e.get("name"): e.get("value") for c in worker_pod.get("containers") or [] for e in c.get("env") or []}
+    deadline = worker_env.get("MLCD_STOP_DEADLINE_SECONDS")
+    problems.check(deadline is not None and deadline.isdigit() and int(deadline) + 10 <= grace, where,
+                   f"worker MLCD_STOP_DEADLINE_SECONDS ({deadline}) must be at least 10 s below "
+                   f"terminationGracePeriodSeconds ({grace}): the agent reports and deregisters after it")
 
     configmaps = by_kind.get("ConfigMap", {})
     config = next((c for n, c in configmaps.items() if n.startswith("mlcd-config")), None)
@@ -389,6 +407,24 @@ def check_overlay(name, docs, ports, problems, binaries_flags):
             problems.check(("/var/lib/mlcd/shared", "") in shared, cw,
                            "must mount the shared claim mlcd-shared at /var/lib/mlcd/shared")
             shared_mounts[component] = shared
+            # Every subPath folder of the claim is made by an init container running as the
+            # service user, before the kubelet would make it as root (NFS, root_squash).
+            made = set()
+            for ic in podspec.get("initContainers") or []:
+                icw = f"{w} init container {ic.get('name')}"
+                isc = ic.get("securityContext") or {}
+                problems.check(isc.get("allowPrivilegeEscalation") is False and isc.get("readOnlyRootFilesystem") is True
+                               and "ALL" in ((isc.get("capabilities") or {}).get("drop") or []), icw,
+                               "needs the main container's restricted securityContext")
+                problems.check(ic.get("image") == image, icw, "must use the pod's image")
+                cmd = list(ic.get("command") or []) + list(ic.get("args") or [])
+                if cmd[:2] == ["mkdir", "-p"]:
+                    made.update(cmd[2:])
+            for _, sub in shared:
+                if sub:
+                    problems.check("/var/lib/mlcd/shared/" + sub in made, cw,
+                                   f"subPath {sub} of mlcd-shared is not made by an init container (`mkdir -p "
+                                   f"/var/lib/mlcd/shared/{sub}` as uid 10001)")
             if component == "coordinator":
                 # Paths the coordinator hands to clusterd and the workers live under these.
                 for sub in ("jobs", "features"):
@@ -559,6 +595,7 @@ def run_checks(k8s_dir, source_dir, kubectl, binaries_flags, extras=True):
 def check_extras(k8s_dir, kubectl, problems):
     """The Prometheus Operator extras and the Grafana dashboards ConfigMap render, in the namespace."""
     expected = {os.path.join(k8s_dir, "extras", "prometheus-operator"): {"PodMonitor", "PrometheusRule"},
+                os.path.join(k8s_dir, "namespace"): {"Namespace"},
                 os.path.join(k8s_dir, "..", "grafana"): {"ConfigMap"}}
     for path, kinds in expected.items():
         where = os.path.relpath(path, os.path.join(k8s_dir, ".."))
@@ -570,6 +607,9 @@ def check_extras(k8s_dir, kubectl, problems):
         problems.check({d["kind"] for d in docs} == kinds, where, f"renders {sorted(d['kind'] for d in docs)}, "
                        f"expected {sorted(kinds)}")
         for d in docs:
+            if d["kind"] == "Namespace":
+                problems.check(d["metadata"].get("name") == NAMESPACE, where, f"the Namespace must be {NAMESPACE}")
+                continue
             problems.check(d["metadata"].get("namespace") == NAMESPACE, where,
                            f"{d['kind']}/{d['metadata']['name']} is not in namespace {NAMESPACE}")
             if d["kind"] == "PodMonitor":
@@ -588,6 +628,14 @@ def check_extras(k8s_dir, kubectl, problems):
 # Each mutation: (description, file relative to deploy/k8s, old text, new text, a substring
 # the resulting problem list must contain).
 MUTATIONS = [
+    ("workers roll on a template change", "base/worker.yaml", "    type: OnDelete\n", "    type: RollingUpdate\n",
+     "updateStrategy OnDelete"),
+    ("no disruption budgets", "base/kustomization.yaml", "  - disruption-budgets.yaml\n", "",
+     "no PodDisruptionBudget mlcd-worker"),
+    ("stop deadline as long as the grace period", "base/worker.yaml", 'value: "100"', 'value: "120"',
+     "MLCD_STOP_DEADLINE_SECONDS (120)"),
+    ("shared subPath folder not made before the mount", "base/worker.yaml",
+     "            - /var/lib/mlcd/shared/coordinator/features\n", "", "subPath coordinator/features"),
     ("probe on the wrong port", "base/coordinator.yaml",
      "readinessProbe:\n            grpc:\n              port: 7600", "readinessProbe:\n            grpc:\n              port: 7700",
      "readinessProbe probes port 7700"),
