@@ -596,6 +596,7 @@ def check_extras(k8s_dir, kubectl, problems):
     """The Prometheus Operator extras and the Grafana dashboards ConfigMap render, in the namespace."""
     expected = {os.path.join(k8s_dir, "extras", "prometheus-operator"): {"PodMonitor", "PrometheusRule"},
                 os.path.join(k8s_dir, "namespace"): {"Namespace"},
+                os.path.join(k8s_dir, "jobs"): {"Job"},
                 os.path.join(k8s_dir, "..", "grafana"): {"ConfigMap"}}
     for path, kinds in expected.items():
         where = os.path.relpath(path, os.path.join(k8s_dir, ".."))
