@@ -131,6 +131,11 @@ class JobManager {
   // at a checkpoint by its next heartbeat (WORKER_ACTION_STOP). NOT_FOUND for unknown ids.
   StatusOr<v1::DrainWorkerResponse> DrainWorker(const v1::DrainWorkerRequest& request);
 
+  // --- administrators (state_backup.cc) ---
+  // Checkpoints the store into a fresh directory under <data-dir>/backups, hands `send` its
+  // files in chunks (stops when `send` returns false: CANCELLED), and removes the directory.
+  Status BackupState(const std::function<bool(const v1::BackupChunk&)>& send);
+
  private:
   JobManager(JobManagerOptions options, CoordinatorMetrics* metrics,
              std::unique_ptr<CoordinatorStore> store);

@@ -96,4 +96,14 @@ grpc::Status CoordinatorService::DrainWorker(grpc::ServerContext*,
   return Reply(timer, manager_->DrainWorker(*request), response);
 }
 
+grpc::Status CoordinatorService::BackupState(grpc::ServerContext* context,
+                                             const v1::BackupStateRequest*,
+                                             grpc::ServerWriter<v1::BackupChunk>* writer) {
+  RpcTimer timer(&metrics_->rpc(), "BackupState");
+  Status s = manager_->BackupState([context, writer](const v1::BackupChunk& chunk) {
+    return !context->IsCancelled() && writer->Write(chunk);
+  });
+  return ToGrpcStatus(timer.Done(s));
+}
+
 }  // namespace mlcd::coordinator

@@ -43,6 +43,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                                 v1::DeregisterWorkerResponse* response) override;
   grpc::Status DrainWorker(grpc::ServerContext* context, const v1::DrainWorkerRequest* request,
                            v1::DrainWorkerResponse* response) override;
+  grpc::Status BackupState(grpc::ServerContext* context, const v1::BackupStateRequest* request,
+                           grpc::ServerWriter<v1::BackupChunk>* writer) override;
 
  private:
   JobManager* manager_;

@@ -1,9 +1,11 @@
 #include "coordinator/store.h"
 
 #include <rocksdb/options.h>
+#include <rocksdb/utilities/checkpoint.h>
 
 #include <cstdio>
 #include <functional>
+#include <stdexcept>
 
 #include "common/file_util.h"
 
@@ -15,6 +17,7 @@ constexpr const char* kRequestPrefix = "request/";
 constexpr const char* kHistoryPrefix = "history/";
 constexpr const char* kWorkerPrefix = "worker/";
 constexpr const char* kNextJobSeqKey = "meta/next_job_seq";
+constexpr const char* kFormatVersionKey = "meta/format_version";
 
 std::string HistoryKey(const std::string& job_id, int64_t seq) {
   char buf[16];
@@ -66,7 +69,52 @@ StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(const std::st
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
   MLCD_RETURN_IF_ERROR(FromRocks(s, "opening the coordinator database in " + dir));
-  return std::unique_ptr<CoordinatorStore>(new CoordinatorStore(dir, db));
+  std::unique_ptr<CoordinatorStore> store(new CoordinatorStore(dir, db));
+  MLCD_RETURN_IF_ERROR(store->CheckFormatVersion());
+  return store;
+}
+
+Status CoordinatorStore::CheckFormatVersion() {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kFormatVersionKey, &value);
+  if (s.IsNotFound()) {
+    // A new database, or one written before the key existed (its layout is version 1).
+    rocksdb::WriteOptions options;
+    options.sync = true;
+    format_version_ = kStoreFormatVersion;
+    return FromRocks(db_->Put(options, kFormatVersionKey, std::to_string(kStoreFormatVersion)),
+                     "writing the format version of " + dir_);
+  }
+  MLCD_RETURN_IF_ERROR(FromRocks(s, "reading the format version of " + dir_));
+  int version = 0;
+  try {
+    size_t used = 0;
+    version = std::stoi(value, &used);
+    if (used != value.size() || version < 1) throw std::invalid_argument(value);
+  } catch (const std::exception&) {
+    return Status::DataLoss("coordinator database " + dir_ + ": format version '" + value +
+                            "' is not a positive number");
+  }
+  if (version > kStoreFormatVersion) {
+    return Status::FailedPrecondition(
+        "the coordinator database in " + dir_ + " has format version " + std::to_string(version) +
+        ", written by a newer mlcd-coordinator; this one reads versions up to " +
+        std::to_string(kStoreFormatVersion) +
+        ". Run the newer mlcd-coordinator, or restore a backup taken with this version "
+        "(docs/deploy.md, \"Backups\"); the database was not changed");
+  }
+  format_version_ = version;
+  return Status::Ok();
+}
+
+Status CoordinatorStore::Checkpoint(const std::string& out_dir) const {
+  rocksdb::Checkpoint* raw = nullptr;
+  MLCD_RETURN_IF_ERROR(
+      FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "checkpointing " + dir_));
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  // log_size_for_flush 0: flush the memtable first, so the copy needs no WAL replay.
+  return FromRocks(checkpoint->CreateCheckpoint(out_dir, 0),
+                   "checkpointing " + dir_ + " into " + out_dir);
 }
 
 CoordinatorStore::~CoordinatorStore() {

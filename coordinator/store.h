@@ -7,6 +7,12 @@
 //                                      and abort, epoch commit, in order)
 //   worker/<worker id>              -> v1::WorkerRecord (registrations)
 //   meta/next_job_seq               -> decimal counter
+//   meta/format_version             -> decimal: the layout above is version 1
+//
+// Compatibility: a binary opens any database of a format version up to its own
+// (kStoreFormatVersion; a database from before the key existed is version 1 and gets the
+// key) and refuses a newer one with FAILED_PRECONDITION saying what to do, before it
+// changes anything in it.
 //
 // Every change goes through one WriteBatch written with sync = true, so a change the
 // coordinator acted on (or acknowledged to a client) survives kill -9 and power loss.
@@ -25,6 +31,9 @@
 #include "mlcd/v1/coordinator.pb.h"
 
 namespace mlcd::coordinator {
+
+// The format version this binary writes and the newest it reads.
+constexpr int kStoreFormatVersion = 1;
 
 // A group of changes written atomically by CoordinatorStore::Commit().
 class StoreBatch {
@@ -45,7 +54,8 @@ class StoreBatch {
 class CoordinatorStore {
  public:
   // Opens (creating if needed) the database in `dir`. UNAVAILABLE when another process
-  // holds it (RocksDB's LOCK), DATA_LOSS when it is corrupt.
+  // holds it (RocksDB's LOCK), DATA_LOSS when it is corrupt, FAILED_PRECONDITION when a
+  // newer binary wrote it (format version above kStoreFormatVersion).
   static StatusOr<std::unique_ptr<CoordinatorStore>> Open(const std::string& dir);
   ~CoordinatorStore();
 
@@ -62,6 +72,12 @@ class CoordinatorStore {
   Status ReadHistory(const std::string& job_id, std::vector<v1::JobHistoryEntry>* entries) const;
 
   const std::string& dir() const { return dir_; }
+  int format_version() const { return format_version_; }
+
+  // An online, consistent copy of the database in `out_dir` (which must not exist; same
+  // file system: RocksDB hard-links the table files): rocksdb::Checkpoint. The copy opens
+  // as a database of its own, e.g. as a restored coordinator's <data-dir>/db.
+  Status Checkpoint(const std::string& out_dir) const;
 
  private:
   CoordinatorStore(std::string dir, rocksdb::DB* db) : dir_(std::move(dir)), db_(db) {}
@@ -69,8 +85,12 @@ class CoordinatorStore {
                     const std::function<Status(const rocksdb::Slice& key,
                                                const rocksdb::Slice& value)>& fn) const;
 
+  // Reads meta/format_version (writing it to a database that has none) and checks it.
+  Status CheckFormatVersion();
+
   std::string dir_;
   std::unique_ptr<rocksdb::DB> db_;
+  int format_version_ = kStoreFormatVersion;
 };
 
 }  // namespace mlcd::coordinator

@@ -6,7 +6,16 @@
 # library cannot be resolved or belongs to no package.
 #
 #   deploy/runtime-packages.sh build/bin/mlcd-coordinator build/bin/mlcd-worker ...
+#   deploy/runtime-packages.sh --shipped-under DIR EXE...   # libraries under DIR (the torch
+#                                                           # wheel of the CUDA image) are
+#                                                           # copied, not installed: skipped
 set -euo pipefail
+
+shipped_under=""
+if [ "${1:-}" = --shipped-under ]; then
+  shipped_under=${2:?--shipped-under needs a directory}
+  shift 2
+fi
 
 if [ $# -eq 0 ]; then
   echo "usage: $0 EXECUTABLE..." >&2
@@ -26,6 +35,9 @@ for exe in "$@"; do
     if [ -z "$path" ] || [ "$path" = "not" ]; then
       echo "runtime-packages: $exe needs $lib, which the dynamic linker cannot find" >&2
       exit 1
+    fi
+    if [ -n "$shipped_under" ] && [[ "$(readlink -f "$path")" == "$(readlink -f "$shipped_under")"/* ]]; then
+      continue
     fi
     path_of[$lib]=$path
     needed_by[$lib]=$exe

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <prometheus/registry.h>
+#include <rocksdb/db.h>
 
 #include <chrono>
 #include <functional>
@@ -84,6 +85,86 @@ TEST(CoordinatorStore, BatchesAreAtomicAndReloaded) {
   workers.clear();
   ASSERT_TRUE((*store)->LoadWorkers(&workers).ok());
   EXPECT_TRUE(workers.empty());
+}
+
+// Writes `key` = `value` straight into the RocksDB in `dir` (as another binary would).
+void PutRaw(const std::string& dir, const std::string& key, const std::string& value) {
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Options options;
+  ASSERT_TRUE(rocksdb::DB::Open(options, dir, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, value).ok());
+}
+
+TEST(CoordinatorStore, FormatVersionIsWrittenAndANewerOneIsRefusedUnchanged) {
+  mlcd::testing::TempDir dir;
+  {
+    auto store = CoordinatorStore::Open(dir.path());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ((*store)->format_version(), kStoreFormatVersion);
+    StoreBatch batch;
+    batch.PutNextJobSeq(7);
+    ASSERT_TRUE((*store)->Commit(&batch).ok());
+  }
+  // A database of an older binary (no version key): opens as version 1 and gets the key.
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir.path(), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), "meta/format_version").ok());
+  }
+  {
+    auto store = CoordinatorStore::Open(dir.path());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ((*store)->format_version(), 1);
+    EXPECT_EQ(*(*store)->NextJobSeq(), 7);
+  }
+  // A newer binary's database: refused with what to do, and left as it was.
+  PutRaw(dir.path(), "meta/format_version", std::to_string(kStoreFormatVersion + 1));
+  auto newer = CoordinatorStore::Open(dir.path());
+  ASSERT_FALSE(newer.ok());
+  EXPECT_EQ(newer.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(newer.status().message().find("newer mlcd-coordinator"), std::string::npos)
+      << newer.status().message();
+  EXPECT_NE(newer.status().message().find("Backups"), std::string::npos);
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir.path(), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    std::string value;
+    ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "meta/format_version", &value).ok());
+    EXPECT_EQ(value, std::to_string(kStoreFormatVersion + 1));
+  }
+  // Garbage in the key is corruption, not a version.
+  PutRaw(dir.path(), "meta/format_version", "two");
+  auto garbage = CoordinatorStore::Open(dir.path());
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_EQ(garbage.status().code(), StatusCode::kDataLoss);
+}
+
+TEST(CoordinatorStore, ACheckpointOpensAsADatabaseOfItsOwn) {
+  mlcd::testing::TempDir dir;
+  auto store = CoordinatorStore::Open(dir.path() + "/db");
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  StoreBatch batch;
+  v1::JobRecord record;
+  record.mutable_job()->set_id("b-1");
+  batch.PutJob(record);
+  batch.PutNextJobSeq(2);
+  ASSERT_TRUE((*store)->Commit(&batch).ok());
+  ASSERT_TRUE((*store)->Checkpoint(dir.path() + "/copy").ok());
+  // Writes after the checkpoint are not in it.
+  StoreBatch later;
+  later.PutNextJobSeq(9);
+  ASSERT_TRUE((*store)->Commit(&later).ok());
+  EXPECT_FALSE((*store)->Checkpoint(dir.path() + "/copy").ok());  // never over another
+  auto copy = CoordinatorStore::Open(dir.path() + "/copy");
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  std::vector<v1::JobRecord> jobs;
+  ASSERT_TRUE((*copy)->LoadJobs(&jobs).ok());
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].job().id(), "b-1");
+  EXPECT_EQ(*(*copy)->NextJobSeq(), 2);
 }
 
 class JobManagerStateTest : public ::testing::Test {

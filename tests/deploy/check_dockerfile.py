@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Checks deploy/Dockerfile without a Docker engine (there is none on the build machines).
+"""Checks deploy/Dockerfile and deploy/Dockerfile.cuda (the gpu overlay's -cuda image, built by
+the GPU build flavour) without a Docker engine (there is none on the build machines).
 
     check_dockerfile.py --source-dir REPO [--binary PATH ...]
 
@@ -72,20 +73,15 @@ def component_executables(source_dir):
     return exes
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source-dir", required=True)
-    parser.add_argument("--binary", action="append", default=[])
-    args = parser.parse_args()
-    src = args.source_dir
-    problems = []
 
-    def check(cond, msg):
-        if not cond:
-            problems.append(msg)
-        return cond
+def check_one(src, dockerfile, cuda, check):
+    """The structure of one Dockerfile (cuda: the GPU flavour's, deploy/Dockerfile.cuda)."""
+    text = open(os.path.join(src, "deploy", dockerfile)).read()
+    orig_check = check
 
-    text = open(os.path.join(src, "deploy", "Dockerfile")).read()
+    def check(cond, msg):  # noqa: F811 - every problem names its Dockerfile
+        return orig_check(cond, f"deploy/{dockerfile}: {msg}")
+
     st = stages(parse_dockerfile(text))
     check([s[0] for s in st] == ["build", "runtime"], f"stages are {[s[0] for s in st]}, expected ['build', 'runtime']")
     for name, image, _ in st:
@@ -101,6 +97,9 @@ def main():
     if check(bool(setup_runs), "the build stage must install its packages by running scripts/setup.sh"):
         check("MLCD_SETUP_PACKAGES_ONLY=1" in runs[setup_runs[0]],
               "the build stage must run scripts/setup.sh with MLCD_SETUP_PACKAGES_ONLY=1")
+        if cuda:
+            check(all("MLCD_TORCH=pip" in runs[k] for k in setup_runs),
+                  "every scripts/setup.sh run must select the GPU flavour (MLCD_TORCH=pip)")
         check(bool(copies) and copies[0].split()[0] == "scripts/setup.sh",
               "the first COPY of the build stage must be scripts/setup.sh alone (cached package layer)")
     setup = open(os.path.join(src, "scripts", "setup.sh")).read()
@@ -124,6 +123,10 @@ def main():
     check(copied == expected, f"the build stage installs {sorted(copied)} into /out/bin, expected {sorted(expected)}")
     check("deploy/runtime-packages.sh" in build_text,
           "the build stage must compute the runtime packages with deploy/runtime-packages.sh")
+    if cuda:
+        check("--shipped-under" in build_text and "cuda-nvcc" in build_text,
+              "the build stage must install nvcc and skip the wheel's libraries (runtime-packages.sh "
+              "--shipped-under)")
 
     # Runtime stage.
     rruns = " ".join(a for i, a in runtime if i == "RUN")
@@ -136,6 +139,9 @@ def main():
           "the runtime stage must install the packages listed by deploy/runtime-packages.sh")
     check(any(i == "COPY" and "--from=build" in a and "/out/bin" in a for i, a in runtime),
           "the runtime stage must copy the executables from the build stage")
+    if cuda:
+        check(any(i == "COPY" and "--from=build" in a and "/out/wheel" in a for i, a in runtime),
+              "the runtime stage must copy the wheel's libraries (/out/wheel) from the build stage")
     users = [a for i, a in runtime if i == "USER"]
     k8s_uid = None
     worker_yaml = os.path.join(src, "deploy", "k8s", "base", "worker.yaml")
@@ -153,6 +159,23 @@ def main():
     exposed = {int(p) for i, a in runtime if i == "EXPOSE" for p in a.split()}
     for p in ports:
         check(p in exposed and p + 1 in exposed, f"EXPOSE must list {p} and {p + 1} (common/flags.h)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source-dir", required=True)
+    parser.add_argument("--binary", action="append", default=[])
+    args = parser.parse_args()
+    src = args.source_dir
+    problems = []
+
+    def check(cond, msg):
+        if not cond:
+            problems.append(msg)
+        return cond
+
+    for name in ("Dockerfile", "Dockerfile.cuda"):
+        check_one(src, name, name.endswith(".cuda"), check)
 
     # The runtime package computation, on this build's executables.
     if args.binary:
@@ -174,7 +197,7 @@ def main():
     if problems:
         print(f"FAILED: {len(problems)} problem(s) in deploy/Dockerfile")
         return 1
-    print("deploy/Dockerfile: consistent with scripts/setup.sh, the components' executables and the manifests")
+    print("deploy/Dockerfile and Dockerfile.cuda: consistent with scripts/setup.sh, the components' executables and the manifests")
     return 0
 
 

@@ -597,6 +597,7 @@ def check_extras(k8s_dir, kubectl, problems):
     expected = {os.path.join(k8s_dir, "extras", "prometheus-operator"): {"PodMonitor", "PrometheusRule"},
                 os.path.join(k8s_dir, "namespace"): {"Namespace"},
                 os.path.join(k8s_dir, "jobs"): {"Job"},
+                os.path.join(k8s_dir, "backup"): {"CronJob", "PersistentVolumeClaim"},
                 os.path.join(k8s_dir, "..", "grafana"): {"ConfigMap"}}
     for path, kinds in expected.items():
         where = os.path.relpath(path, os.path.join(k8s_dir, ".."))
