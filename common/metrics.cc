@@ -24,8 +24,8 @@ namespace mlcd {
 // is the process default. Only used where civetweb's threads cannot start (see metrics.h).
 class PlainMetricsHttpServer {
  public:
-  explicit PlainMetricsHttpServer(std::shared_ptr<prometheus::Registry> registry)
-      : registry_(std::move(registry)) {}
+  explicit PlainMetricsHttpServer(std::vector<std::shared_ptr<prometheus::Collectable>> sources)
+      : sources_(std::move(sources)) {}
   ~PlainMetricsHttpServer() {
     stop_ = true;
     if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
@@ -116,7 +116,13 @@ class PlainMetricsHttpServer {
       status = "404 Not Found";
       body = "metrics are at /metrics\n";
     } else {
-      body = prometheus::TextSerializer().Serialize(registry_->Collect());
+      std::vector<prometheus::MetricFamily> families;
+      for (const auto& source : sources_) {
+        auto more = source->Collect();
+        families.insert(families.end(), std::make_move_iterator(more.begin()),
+                        std::make_move_iterator(more.end()));
+      }
+      body = prometheus::TextSerializer().Serialize(families);
     }
     if (status != "200 OK") type = "text/plain; charset=utf-8";
     std::string response = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
@@ -131,7 +137,7 @@ class PlainMetricsHttpServer {
     }
   }
 
-  std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<std::shared_ptr<prometheus::Collectable>> sources_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   int port_ = 0;
@@ -173,7 +179,9 @@ bool CivetwebThreadsCanStart() {
 Status MetricsServer::Serve(const std::string& address) {
   if (address.empty()) return Status::Ok();
   if (!CivetwebThreadsCanStart()) {
-    auto fallback = std::make_unique<PlainMetricsHttpServer>(registry_);
+    std::vector<std::shared_ptr<prometheus::Collectable>> sources = {registry_};
+    sources.insert(sources.end(), extra_.begin(), extra_.end());
+    auto fallback = std::make_unique<PlainMetricsHttpServer>(std::move(sources));
     Status s = fallback->Start(address);
     if (!s.ok()) {
       return Status::Unavailable("cannot serve /metrics on " + address + ": " + s.message() +
@@ -193,6 +201,7 @@ Status MetricsServer::Serve(const std::string& address) {
                                " (is the port in use? pick another with --metrics-listen)");
   }
   exposer_->RegisterCollectable(registry_);
+  for (const auto& c : extra_) exposer_->RegisterCollectable(c);
   auto ports = exposer_->GetListeningPorts();
   MLCD_LOG(INFO) << "serving Prometheus metrics on " << address << " (port "
                  << (ports.empty() ? 0 : ports[0]) << ") at /metrics";

@@ -44,11 +44,17 @@ class MetricsServer {
   // Bound port after Serve() (0 when not serving).
   int port() const;
 
+  // Another source of metrics served with the registry's (e.g. a proxy of another
+  // process's /metrics). Call before Serve().
+  void AddCollectable(std::shared_ptr<prometheus::Collectable> collectable) {
+    extra_.push_back(std::move(collectable));
+  }
   prometheus::Registry& registry() { return *registry_; }
   std::shared_ptr<prometheus::Registry> shared_registry() { return registry_; }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::vector<std::shared_ptr<prometheus::Collectable>> extra_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<PlainMetricsHttpServer> fallback_;
 };

@@ -10,6 +10,7 @@
 #include "common/flags.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/net.h"
 #include "mlcd/v1/worker.grpc.pb.h"
 #include "worker/agent/agent.h"
@@ -47,6 +48,19 @@ int RunAgent(AgentOptions options, const std::string& log_level) {
   log_flags.log_level = log_level;
   if (!ApplyLogFlags(log_flags, "agent " + options.name)) return 2;
   Agent agent(options);
+  // The agent's own /metrics, up whether or not a child trains, with the child's merged in.
+  MetricsServer metrics_server;
+  AgentMetrics agent_metrics(metrics_server.registry());
+  auto proxy = std::make_shared<ChildMetricsProxy>();
+  if (!options.metrics_listen.empty()) {
+    metrics_server.AddCollectable(proxy);
+    Status ms = metrics_server.Serve(options.metrics_listen);
+    if (!ms.ok()) {
+      MLCD_LOG(ERROR) << ms.WithContext("--metrics-listen").ToString();
+      return 1;
+    }
+    agent.SetMetrics(&agent_metrics, proxy.get());
+  }
   GrpcServerRunner runner("mlcd.v1.Worker");
   WorkerStatusService service(&agent);
   if (!options.listen.empty()) {
@@ -115,9 +129,13 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--worker-binary", options->worker_binary,
                   "executable run for assignments (default: this mlcd-worker)");
+  cmd->add_option("--metrics-listen", options->metrics_listen,
+                  "serve the agent's /metrics on HOST:PORT, all the time, with the running train\n"
+                  "child's metrics merged in (the address Prometheus scrapes)");
   cmd->add_option(
       "--child-metrics-listen", options->child_metrics_listen,
-      "--metrics-listen given to each train child (a fixed address Prometheus scrapes)");
+      "--metrics-listen given to each train child (with --metrics-listen: a loopback address\n"
+      "the agent proxies; without: the address Prometheus scrapes, up only while training)");
   cmd->add_option("--threads", options->cpu_threads,
                   "CPU threads reported as capacity (0 = all cores)")
       ->capture_default_str();

@@ -51,7 +51,7 @@ COMPONENTS = {
 # The flag that sets the /metrics address. The worker agent hands its address to the
 # training process it runs (`mlcd-worker train --metrics-listen`).
 METRICS_FLAG = {"coordinator": "--metrics-listen", "labelstore": "--metrics-listen",
-                "clusterd": "--metrics-listen", "worker": "--child-metrics-listen"}
+                "clusterd": "--metrics-listen", "worker": "--metrics-listen"}
 PEER_ENV = {"MLCD_COORDINATOR": "coordinator", "MLCD_LABELSTORE": "labelstore",
             "MLCD_CLUSTERD": "clusterd"}
 

@@ -49,7 +49,7 @@ from check_monitoring import dashboard_exprs, dashboards, split_alert  # noqa: E
 
 SCRAPE = "250ms"
 RATE_WINDOW = "5s"  # what $__rate_interval becomes (Grafana: >= 4 scrape intervals)
-SERVICES = ("coordinator", "labelstore", "clusterd", "worker")
+SERVICES = ("coordinator", "labelstore", "clusterd", "worker", "agent")
 # Labels a metric may carry; anything else must be added here and to docs/metrics.md.
 ALLOWED_LABELS = {"method", "code", "state", "phase", "variant", "kind", "result", "job_id", "round", "rank",
                   "le", "quantile"}
@@ -142,7 +142,7 @@ def main():
             "mlcd-coordinator": [cluster["metrics"]["coordinator"]],
             "mlcd-labelstore": [cluster["metrics"]["labelstore"]],
             "mlcd-clusterd": [cluster["metrics"]["clusterd"]],
-            "mlcd-worker": [w["train_metrics"] for w in cluster["workers"]],
+            "mlcd-worker": [w["metrics"] for w in cluster["workers"]],
         }
         print(f"local cluster up in {time.time() - t0:.1f} s: {targets}")
 

@@ -233,7 +233,8 @@ Status Agent::Register() {
     request.mutable_capacity()->set_memory_bytes(static_cast<int64_t>(pages) * page_size);
   for (auto kind : options_.kinds) request.add_kinds(kind);
   request.set_status_address(options_.listen);
-  request.set_metrics_address(options_.child_metrics_listen);
+  request.set_metrics_address(options_.metrics_listen.empty() ? options_.child_metrics_listen
+                                                              : options_.metrics_listen);
   request.set_version(options_.version);
   int backoff_ms = 200;
   bool logged = false;
@@ -659,6 +660,9 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
     return;
   }
   PublishStatus(assignment, files.dir, "running", pid, progress);
+  if (metrics_) metrics_->Busy(true);
+  if (proxy_ && assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN)
+    proxy_->SetTarget(options_.child_metrics_listen);
 
   ChildOutcome outcome;
   ProgressFollower follower(files.progress, assignment.id());
@@ -681,6 +685,13 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   MLCD_LOG(INFO) << "assignment " << assignment.id() << " "
                  << (report.succeeded() ? "succeeded" : "failed") << ": " << report.message();
   PublishStatus(assignment, files.dir, "reporting", 0, progress);
+  if (proxy_) proxy_->SetTarget("");
+  if (metrics_) {
+    metrics_->Busy(false);
+    metrics_->AssignmentEnded(command, report.succeeded()   ? "succeeded"
+                                       : report.preempted() ? "preempted"
+                                                            : "failed");
+  }
   FinishAssignment(report);
 }
 

@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 #include "mlcd/v1/worker.pb.h"
+#include "worker/agent/metrics_proxy.h"
 #include "worker/agent/stop_signal.h"
 
 namespace mlcd::worker {
@@ -49,9 +50,12 @@ struct AgentOptions {
   std::string data_dir = "./mlcd-worker-data";
   // Executable of the children (default: this process's own executable).
   std::string worker_binary;
-  // Passed to train children as --metrics-listen (one fixed address per slot, so Prometheus
-  // can scrape it; "" = children serve no metrics).
+  // Passed to train children as --metrics-listen (one fixed address per slot; "" = children
+  // serve no metrics). With metrics_listen set, the agent serves the child's metrics through
+  // its own /metrics, so this can stay on loopback.
   std::string child_metrics_listen;
+  // The agent's own /metrics, served all the time (worker/agent/metrics_proxy.h; "" = none).
+  std::string metrics_listen;
   // Reported capacity (0 = the machine's cores).
   int cpu_threads = 0;
   int gpus = 0;
@@ -102,6 +106,12 @@ class Agent {
   // Where the status service actually listens (with the bound port), reported at
   // registration. Call before Run().
   void SetStatusAddress(const std::string& address) { options_.listen = address; }
+  // Where the agent records its own metrics and proxies its train child's (both outlive the
+  // agent; either may be null). Call before Run().
+  void SetMetrics(AgentMetrics* metrics, ChildMetricsProxy* proxy) {
+    metrics_ = metrics;
+    proxy_ = proxy;
+  }
 
   v1::WorkerStatus Snapshot();
 
@@ -143,6 +153,8 @@ class Agent {
   void SleepUnlessStopped(std::chrono::milliseconds d);
 
   AgentOptions options_;
+  AgentMetrics* metrics_ = nullptr;
+  ChildMetricsProxy* proxy_ = nullptr;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::atomic<bool> stop_{false};
