@@ -92,8 +92,8 @@ int RunBackup(Context& ctx, const std::string& out) {
   }
   const std::string partial = out + ".partial";
   if (Exists(partial)) {
-    return ctx.Fail(Status::AlreadyExists(partial +
-                                          " exists (an interrupted backup?); remove it first"));
+    return ctx.Fail(
+        Status::AlreadyExists(partial + " exists (an interrupted backup?); remove it first"));
   }
   Status s = MakeDirs(partial);
   if (!s.ok()) return ctx.Fail(s);
@@ -122,8 +122,8 @@ int RunBackup(Context& ctx, const std::string& out) {
       s = Status::Unavailable("cannot reach the coordinator at " + ctx.coordinator + " (" +
                               s.message() + "); set --coordinator / MLCD_COORDINATOR");
     }
-    return ctx.Fail(s.WithContext("backup into " + out + " (partial files left in " + partial +
-                                  ")"));
+    return ctx.Fail(
+        s.WithContext("backup into " + out + " (partial files left in " + partial + ")"));
   }
   if (ctx.format() == OutputFormat::kJson) {
     std::printf("{\"out\": \"%s\", \"files\": %zu, \"bytes\": %lld, \"format_version\": %d}\n",

@@ -221,13 +221,13 @@ Status LocalCluster::Up() {
     // The agent's /metrics (always up, the train child's merged in) and the child's own.
     const std::string metrics = Port(kDefaultWorkerPort + 2 * i + 1);
     const std::string child_metrics = Port(kDefaultWorkerPort + 200 + i);
-    Proc p{name,
-           bin + "/mlcd-worker",
-           {"agent", "--coordinator", coordinator_, "--name", name, "--host", "127.0.0.1",
-            "--listen", status, "--data-dir", opt_.dir + "/workers/w" + std::to_string(i),
-            "--metrics-listen", metrics, "--child-metrics-listen", child_metrics, "--log-level",
-            opt_.log_level},
-           logs + name + ".log"};
+    Proc p{
+        name,
+        bin + "/mlcd-worker",
+        {"agent", "--coordinator", coordinator_, "--name", name, "--host", "127.0.0.1", "--listen",
+         status, "--data-dir", opt_.dir + "/workers/w" + std::to_string(i), "--metrics-listen",
+         metrics, "--child-metrics-listen", child_metrics, "--log-level", opt_.log_level},
+        logs + name + ".log"};
     p.worker = true;
     procs_.push_back(p);
     info_["workers"].push_back({{"name", name},

@@ -14,11 +14,10 @@ void JobManager::MemberDone(JobEntry* job, int rank, const v1::ReportAssignmentR
   }
   const std::string what = request.preempted() ? "stopped at a checkpoint" : "finished";
   if (!all_reported) {
-    jobs_.Persist(job, {jobs_.NewHistory(job, request.preempted() ? "member_stopped"
-                                                                  : "member_finished",
-                                         "rank " + std::to_string(rank) + " " + what +
-                                             (request.preempted() ? ": " + request.message()
-                                                                  : std::string()))});
+    jobs_.Persist(job, {jobs_.NewHistory(
+                           job, request.preempted() ? "member_stopped" : "member_finished",
+                           "rank " + std::to_string(rank) + " " + what +
+                               (request.preempted() ? ": " + request.message() : std::string()))});
     return;
   }
   if (all_succeeded) {

@@ -58,8 +58,7 @@ std::map<int64_t, int> StepsTrained(const std::string& worker_dir) {
 }
 
 // Waits until a worker's own progress log reaches `epoch` / `step_in_epoch`.
-bool WaitForStep(const std::string& worker_dir, int epoch, int64_t step_in_epoch,
-                 seconds timeout) {
+bool WaitForStep(const std::string& worker_dir, int epoch, int64_t step_in_epoch, seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     for (const auto& [assignment, events] : ProgressEvents(worker_dir)) {

@@ -16,8 +16,8 @@ std::string Text(const std::vector<prometheus::MetricFamily>& families) {
 
 TEST(MetricsProxyTest, ParsingTheTextFormatGivesBackTheSameFamilies) {
   prometheus::Registry registry;
-  auto& steps = prometheus::BuildCounter().Name("mlcd_worker_steps_total").Help("Steps.").Register(
-      registry);
+  auto& steps =
+      prometheus::BuildCounter().Name("mlcd_worker_steps_total").Help("Steps.").Register(registry);
   steps.Add({{"job_id", "j-1"}, {"rank", "0"}}).Increment(41);
   steps.Add({{"job_id", "j-1"}, {"rank", "1"}}).Increment(40);
   prometheus::BuildGauge()

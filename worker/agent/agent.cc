@@ -528,9 +528,9 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
   bool coordinator_reachable = true;
   std::optional<Clock::time_point> stop_deadline;  // set once the child was asked to stop
   auto ask_to_stop = [&](const std::string& why) {
-    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": " << why
-                      << "; asking child " << pid << " to checkpoint and stop (deadline "
-                      << options_.stop_deadline.count() << " s)";
+    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": " << why << "; asking child " << pid
+                      << " to checkpoint and stop (deadline " << options_.stop_deadline.count()
+                      << " s)";
     ::kill(pid, SIGTERM);
     stop_deadline = Clock::now() + options_.stop_deadline;
     std::string dir;
@@ -605,8 +605,7 @@ void Agent::DescribeExit(const std::string& command, int wait_status, const Chil
         "stopped at global step " + std::to_string(progress.total_steps()) +
         (progress.checkpoint().empty() ? std::string(" (no checkpoint yet)")
                                        : ", checkpoint " + progress.checkpoint()) +
-        " (" + (outcome.stopped_reason.empty() ? "stop requested" : outcome.stopped_reason) +
-        ")");
+        " (" + (outcome.stopped_reason.empty() ? "stop requested" : outcome.stopped_reason) + ")");
   } else {
     report->set_succeeded(false);
     report->set_message(ChildFailureMessage(command, wait_status, outcome, log_path));

@@ -82,7 +82,8 @@ std::string LabelKey(const std::vector<ClientMetric::Label>& labels) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() > suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Plain HTTP/1.0 GET of http://address/metrics; "" on any failure.
@@ -132,7 +133,7 @@ std::string FetchMetrics(const std::string& address, std::chrono::milliseconds t
 
 std::vector<MetricFamily> ParseMetricsText(const std::string& text) {
   std::vector<MetricFamily> families;
-  std::map<std::string, size_t> index;                  // family name -> position
+  std::map<std::string, size_t> index;                                  // family name -> position
   std::map<std::string, std::map<std::string, size_t>> histogram_rows;  // family -> labels -> row
   auto family = [&](const std::string& name, MetricType type) -> MetricFamily& {
     auto it = index.find(name);

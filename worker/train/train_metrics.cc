@@ -67,11 +67,11 @@ TrainMetrics::TrainMetrics(prometheus::Registry& r, const std::string& job_id, i
   start_time_ = MakeGauge(r, "mlcd_worker_start_timestamp_seconds",
                           "Unix time this training process started (a fresh gang is young).", l);
   start_time_->SetToCurrentTime();
-  last_checkpoint_time_ = MakeGauge(
-      r, "mlcd_worker_last_checkpoint_timestamp_seconds",
-      "Unix time of the gang's last checkpoint, or of this process's start (the state it "
-      "resumed from is saved): time() minus it is what a crash would lose.",
-      l);
+  last_checkpoint_time_ =
+      MakeGauge(r, "mlcd_worker_last_checkpoint_timestamp_seconds",
+                "Unix time of the gang's last checkpoint, or of this process's start (the state it "
+                "resumed from is saved): time() minus it is what a crash would lose.",
+                l);
   last_checkpoint_time_->SetToCurrentTime();
   bad_samples_ = MakeCounter(r, "mlcd_worker_bad_samples_total",
                              "Images this rank skipped because they could not be read or "

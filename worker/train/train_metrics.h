@@ -63,8 +63,7 @@ class TrainMetrics {
 
  private:
   prometheus::Gauge *loss_, *samples_per_second_, *positive_cosine_, *negative_cosine_,
-      *learning_rate_, *grad_norm_, *global_step_, *start_time_,
-      *last_checkpoint_time_;
+      *learning_rate_, *grad_norm_, *global_step_, *start_time_, *last_checkpoint_time_;
   prometheus::Counter *steps_, *samples_, *bad_samples_;
   prometheus::Histogram *step_seconds_, *backbone_seconds_, *classification_seconds_,
       *collective_seconds_, *label_wait_seconds_, *data_wait_seconds_, *checkpoint_seconds_;
