@@ -261,6 +261,11 @@ struct ClusterdService::Metrics {
                       .Help("Index of the last completed iteration of the current or last k-means")
                       .Register(r)
                       .Add({})),
+        target_iterations(prometheus::BuildGauge()
+                              .Name("mlcd_clusterd_kmeans_target_iterations")
+                              .Help("Iterations the current or last k-means runs (its niter)")
+                              .Register(r)
+                              .Add({})),
         rows_read(prometheus::BuildCounter()
                       .Name("mlcd_clusterd_rows_read_total")
                       .Help("Feature rows read from shards for training")
@@ -307,6 +312,7 @@ struct ClusterdService::Metrics {
   prometheus::Gauge& mean_similarity;
   prometheus::Gauge& imbalance;
   prometheus::Gauge& iteration;
+  prometheus::Gauge& target_iterations;
   prometheus::Counter& rows_read;
   prometheus::Counter& assign_rows;
   prometheus::Gauge& assign_rate;
@@ -403,6 +409,7 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
   MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, shards.rows()));
   const double scan_seconds = Since(t0);
 
+  metrics_->target_iterations.Set(params.niter);
   KMeansCallbacks callbacks;
   callbacks.should_stop = should_stop;
   callbacks.on_note = note;

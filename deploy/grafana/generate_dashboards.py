@@ -106,10 +106,11 @@ DASHBOARDS = [
                     ("sum(increase(mlcd_coordinator_gang_restarts_total[$__rate_interval]))", "restarted (failure)"),
                     ("sum(increase(mlcd_coordinator_restarts_total[$__rate_interval]))", "coordinator recoveries"),
                 ], description="Restarts count against the job's max_restarts."),
-                ts("Mean time in each phase", [
-                    ("sum by (phase) (mlcd_coordinator_phase_seconds_sum) / "
-                     "sum by (phase) (mlcd_coordinator_phase_seconds_count)", "{{phase}}")],
-                   unit="s", description="Average seconds jobs spent in each state before leaving it."),
+                ts("Mean time in each phase (time range)", [
+                    ("sum by (phase) (increase(mlcd_coordinator_phase_seconds_sum[$__range])) / "
+                     "sum by (phase) (increase(mlcd_coordinator_phase_seconds_count[$__range]))", "{{phase}}")],
+                   unit="s", description="Average seconds jobs spent in each state before leaving it, over the "
+                                         "dashboard's time range (increase, so coordinator restarts do not skew it)."),
                 ts("Epochs committed", [("sum(increase(mlcd_coordinator_epochs_committed_total[$__rate_interval]))",
                                          "epochs")], description="Epoch-end checkpoints committed."),
             ]),
@@ -144,31 +145,35 @@ DASHBOARDS = [
         "rows": [
             ("Step time", [
                 ts("Mean step time by part", [
-                    (f"sum by (rank) (rate(mlcd_worker_{part}_seconds_sum{{{JOB_RANK}}}[$__rate_interval])) / "
-                     f"sum by (rank) (rate(mlcd_worker_{part}_seconds_count{{{JOB_RANK}}}[$__rate_interval]))",
-                     f"rank {{{{rank}}}} {label}")
+                    (f"sum by (job_id, rank) (rate(mlcd_worker_{part}_seconds_sum{{{JOB_RANK}}}[$__rate_interval])) / "
+                     f"sum by (job_id, rank) (rate(mlcd_worker_{part}_seconds_count{{{JOB_RANK}}}[$__rate_interval]))",
+                     f"{{{{job_id}}}} rank {{{{rank}}}} {label}")
                     for part, label in STEP_PARTS], unit="s", stack=True, width=24,
                    description="Mean seconds per step of each part, stacked per rank; the rest of "
                                "mlcd_worker_step_seconds is bookkeeping."),
                 ts("Step time p50 / p95", [
-                    (f"histogram_quantile(0.5, sum by (rank, le) "
-                     f"(rate(mlcd_worker_step_seconds_bucket{{{JOB_RANK}}}[$__rate_interval])))", "rank {{rank}} p50"),
-                    (f"histogram_quantile(0.95, sum by (rank, le) "
-                     f"(rate(mlcd_worker_step_seconds_bucket{{{JOB_RANK}}}[$__rate_interval])))", "rank {{rank}} p95"),
+                    (f"histogram_quantile(0.5, sum by (job_id, rank, le) "
+                     f"(rate(mlcd_worker_step_seconds_bucket{{{JOB_RANK}}}[$__rate_interval])))",
+                     "{{job_id}} rank {{rank}} p50"),
+                    (f"histogram_quantile(0.95, sum by (job_id, rank, le) "
+                     f"(rate(mlcd_worker_step_seconds_bucket{{{JOB_RANK}}}[$__rate_interval])))",
+                     "{{job_id}} rank {{rank}} p95"),
                 ], unit="s"),
                 ts("Label wait (fraction of step time)", [
-                    (f"mlcd:worker_label_wait_fraction:rate5m{{{JOB_RANK}}}", "rank {{rank}}")],
+                    (f"mlcd:worker_label_wait_fraction:rate5m{{{JOB_RANK}}}", "{{job_id}} rank {{rank}}")],
                    unit="percentunit", min_zero=True,
                    description="Alert MlcdLabelWaitHigh fires above 5% for 10 minutes."),
                 ts("Share of step time by part", [
-                    (f"sum(rate(mlcd_worker_{part}_seconds_sum{{{JOB_RANK}}}[$__rate_interval])) / "
-                     f"sum(rate(mlcd_worker_step_seconds_sum{{{JOB_RANK}}}[$__rate_interval]))", label)
+                    (f"sum by (job_id) (rate(mlcd_worker_{part}_seconds_sum{{{JOB_RANK}}}[$__rate_interval])) / "
+                     f"sum by (job_id) (rate(mlcd_worker_step_seconds_sum{{{JOB_RANK}}}[$__rate_interval]))",
+                     f"{{{{job_id}}}} {label}")
                     for part, label in STEP_PARTS], unit="percentunit", stack=True,
-                   description="Share of the selected ranks' step time per part."),
+                   description="Share of the selected ranks' step time per part, per job."),
                 ts("Steps per second", [
-                    (f"sum by (rank) (rate(mlcd_worker_steps_total{{{JOB_RANK}}}[$__rate_interval]))",
-                     "rank {{rank}}")], unit="none", min_zero=True),
-                ts("Gradient norm", [(f"max by (rank) (mlcd_worker_grad_norm{{{JOB_RANK}}})", "rank {{rank}}")],
+                    (f"sum by (job_id, rank) (rate(mlcd_worker_steps_total{{{JOB_RANK}}}[$__rate_interval]))",
+                     "{{job_id}} rank {{rank}}")], unit="none", min_zero=True),
+                ts("Gradient norm", [(f"max by (job_id, rank) (mlcd_worker_grad_norm{{{JOB_RANK}}})",
+                                      "{{job_id}} rank {{rank}}")],
                    description="Backbone gradient norm before clipping."),
             ]),
         ],
@@ -226,8 +231,9 @@ DASHBOARDS = [
                                                                  "mean similarity")]),
                 ts("Imbalance factor", [("max(mlcd_clusterd_kmeans_imbalance_factor)", "imbalance")],
                    description="1 = perfectly balanced clusters."),
-                ts("Iteration and iteration time", [
-                    ("max(mlcd_clusterd_kmeans_iteration)", "iteration"),
+                ts("Iterations done of target, and iteration time", [
+                    ("max(mlcd_clusterd_kmeans_iteration) + 1", "iterations done"),
+                    ("max(mlcd_clusterd_kmeans_target_iterations)", "target iterations"),
                     ("sum(rate(mlcd_clusterd_kmeans_iteration_seconds_sum[$__rate_interval])) / "
                      "sum(rate(mlcd_clusterd_kmeans_iteration_seconds_count[$__rate_interval]))", "seconds/iteration"),
                 ]),
@@ -247,13 +253,15 @@ DASHBOARDS = [
                                "clusters, and NMI of the top-1 assignment (only when class labels are known)."),
                 ts("Jobs running / queued", [("sum(mlcd_clusterd_jobs_running)", "running"),
                                              ("sum(mlcd_clusterd_jobs_queued)", "queued")]),
-                ts("Mean call duration by method (since start)", [
-                    ("sum by (method) (mlcd_clusterd_request_duration_seconds_sum) / "
-                     "sum by (method) (mlcd_clusterd_request_duration_seconds_count)", "{{method}}")],
-                   unit="s", description="Cluster and Assign calls are few and long: their mean duration since "
-                                         "clusterd started (a rate-based quantile would be empty most of the time)."),
-                ts("Calls by method and code (since start)", [
-                    ("sum by (method, code) (mlcd_clusterd_requests_total)", "{{method}} {{code}}")]),
+                ts("Mean call duration by method (time range)", [
+                    ("sum by (method) (increase(mlcd_clusterd_request_duration_seconds_sum[$__range])) / "
+                     "sum by (method) (increase(mlcd_clusterd_request_duration_seconds_count[$__range]))", "{{method}}")],
+                   unit="s", description="Cluster and Assign calls are few and long: their mean duration over the "
+                                         "dashboard's time range (a rate-based quantile would be empty most of the "
+                                         "time)."),
+                ts("Calls by method and code (time range)", [
+                    ("sum by (method, code) (increase(mlcd_clusterd_requests_total[$__range]))",
+                     "{{method}} {{code}}")]),
             ]),
         ],
     },
