@@ -155,10 +155,11 @@ std::vector<MetricFamily> ParseMetricsText(const std::string& text) {
       std::getline(words, rest);
       if (!rest.empty() && rest[0] == ' ') rest.erase(0, 1);
       if (kind == "HELP") {
-        std::string unescaped;  // HELP escapes backslash and newline
+        std::string unescaped;  // `\\` and `\n` are escapes; other backslashes stay
         for (size_t k = 0; k < rest.size(); ++k) {
-          if (rest[k] == '\\' && k + 1 < rest.size()) {
-            unescaped += rest[k + 1] == 'n' ? '\n' : rest[k + 1];
+          if (rest[k] == '\\' && k + 1 < rest.size() &&
+              (rest[k + 1] == '\\' || rest[k + 1] == 'n')) {
+            unescaped += rest[k + 1] == 'n' ? '\n' : '\\';
             ++k;
           } else {
             unescaped += rest[k];
