@@ -329,7 +329,9 @@ ClusterdService::ClusterdService(ClusterdOptions options, prometheus::Registry& 
     : options_(std::move(options)),
       gate_(options_.max_queued),
       rpc_metrics_(registry, "clusterd"),
-      metrics_(std::make_unique<Metrics>(registry)) {}
+      metrics_(std::make_unique<Metrics>(registry)) {
+  for (const char* method : {"Cluster", "Assign"}) rpc_metrics_.Declare(method);
+}
 
 ClusterdService::~ClusterdService() = default;
 

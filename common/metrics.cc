@@ -225,6 +225,17 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry, const std::string& servic
                      .Help("gRPC request latency in seconds, by method")
                      .Register(registry)) {}
 
+void RpcMetrics::Declare(const std::string& method) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto key = std::make_pair(method, static_cast<int>(StatusCode::kOk));
+  if (!counters_.count(key)) {
+    counters_.emplace(
+        key, &requests_.Add({{"method", method}, {"code", StatusCodeName(StatusCode::kOk)}}));
+  }
+  if (!histograms_.count(method))
+    histograms_.emplace(method, &durations_.Add({{"method", method}}, LatencyBuckets()));
+}
+
 void RpcMetrics::Record(const std::string& method, StatusCode code, double seconds) {
   prometheus::Counter* counter;
   prometheus::Histogram* histogram;

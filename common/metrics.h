@@ -68,6 +68,9 @@ class RpcMetrics {
 
   // Records one finished call.
   void Record(const std::string& method, StatusCode code, double seconds);
+  // Creates the series of `method` (latency histogram, OK count) at zero, so that rate() and
+  // increase() see its first call (a series born with its first value hides that value).
+  void Declare(const std::string& method);
 
  private:
   prometheus::Family<prometheus::Counter>& requests_;

@@ -69,6 +69,16 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                          .Help("Time jobs spent in each state before leaving it.")
                          .Register(registry)) {
   SetJobs({});
+  // The states a job leaves, at zero: increase() then sees the first job leaving each.
+  for (const char* phase :
+       {"PENDING", "CLUSTERING", "ASSIGNING", "TRAINING", "EXTRACTING", "EVALUATING"}) {
+    phase_seconds_.Add({{"phase", phase}}, PhaseBuckets());
+  }
+  for (const char* method :
+       {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob", "RegisterWorker",
+        "GetAssignment", "Heartbeat", "ReportAssignment", "ListWorkers"}) {
+    rpc_.Declare(method);
+  }
 }
 
 void CoordinatorMetrics::SetJobs(const std::map<std::string, int>& by_state) {
