@@ -1,5 +1,7 @@
 #include "clusterd/service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -327,9 +329,16 @@ ClusterdService::ClusterdService(ClusterdOptions options, prometheus::Registry& 
 
 ClusterdService::~ClusterdService() = default;
 
-std::string ClusterdService::Resolve(const std::string& path) const {
-  if (path.empty() || path[0] == '/' || options_.data_dir.empty()) return path;
-  return options_.data_dir + "/" + path;
+StatusOr<std::string> ClusterdService::Resolve(const std::string& path,
+                                               const std::string& field) const {
+  std::string full = path;
+  if (!path.empty() && path[0] != '/') {
+    char cwd[4096];
+    const std::string base =
+        !options_.data_dir.empty() ? options_.data_dir : (getcwd(cwd, sizeof(cwd)) ? cwd : "/");
+    full = base + "/" + path;
+  }
+  return options_.data_roots.Confine(full, field);
 }
 
 namespace {
@@ -382,7 +391,8 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
     return Status::InvalidArgument(
         "centroids_out is required: the .npy path to write the k x d centroids to");
   MLCD_ASSIGN_OR_RETURN(const SphericalKMeansParams params, KMeansParamsFrom(request));
-  const std::string out_path = Resolve(request.centroids_out());
+  MLCD_ASSIGN_OR_RETURN(const std::string out_path,
+                        Resolve(request.centroids_out(), "centroids_out"));
   if (IsDirectory(out_path))
     return Status::InvalidArgument(out_path + ": centroids_out is a directory; give a file path");
 
@@ -394,7 +404,9 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
                  << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ")
                  << "k=" << params.k << " niter=" << params.niter << " -> " << out_path;
 
-  const auto resolve = [this](const std::string& path) { return Resolve(path); };
+  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
+    return Resolve(path, field);
+  };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
   MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
@@ -526,12 +538,18 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   if (request.label_set().empty())
     return Status::InvalidArgument("label_set (the name of the set to create) is required");
   MLCD_RETURN_IF_ERROR(labelstore::ValidateLabelSetName(request.label_set()));
-  const std::string labelstore_address =
-      request.labelstore().empty() ? options_.labelstore_address : request.labelstore();
+  // Never a caller-chosen address (the daemon would dial, and with replace_existing delete
+  // sets, wherever it is told): only the label store it was started with.
+  const std::string& labelstore_address = options_.labelstore_address;
+  if (!request.labelstore().empty() && request.labelstore() != labelstore_address) {
+    return Status(StatusCode::kPermissionDenied,
+                  "labelstore: mlcd-clusterd writes only to the label store it was started with "
+                  "(--labelstore); leave AssignRequest.labelstore empty (the field is "
+                  "deprecated)");
+  }
   if (labelstore_address.empty())
-    return Status::InvalidArgument(
-        "no label store address: set labelstore in the request or start mlcd-clusterd "
-        "with --labelstore");
+    return Status::FailedPrecondition(
+        "mlcd-clusterd has no label store: start it with --labelstore ADDRESS");
   MLCD_ASSIGN_OR_RETURN(AssignParams params, AssignParamsFrom(request));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params));  // k is known once the centroids are read
 
@@ -544,21 +562,27 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
                  << "l=" << params.l << " method=" << SearchMethodName(params.method) << " -> "
                  << request.label_set() << " at " << labelstore_address;
 
-  const auto resolve = [this](const std::string& path) { return Resolve(path); };
+  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
+    return Resolve(path, field);
+  };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
   MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
   note("features: " + shards.Describe() + "; checking values");
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   int k = 0, d = 0;
-  const std::string centroids_path = Resolve(request.centroids_path());
+  MLCD_ASSIGN_OR_RETURN(const std::string centroids_path,
+                        Resolve(request.centroids_path(), "centroids_path"));
   MLCD_ASSIGN_OR_RETURN(std::vector<float> centroids,
                         LoadCentroids(centroids_path, shards.d(), &k, &d));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params, k));
   std::unique_ptr<LabelQualityAccumulator> quality;
+  std::string class_labels_path;
   if (!request.class_labels_path().empty()) {
+    MLCD_ASSIGN_OR_RETURN(class_labels_path,
+                          Resolve(request.class_labels_path(), "class_labels_path"));
     MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> classes,
-                          ReadClassLabels(Resolve(request.class_labels_path()), shards.rows()));
+                          ReadClassLabels(class_labels_path, shards.rows()));
     quality = std::make_unique<LabelQualityAccumulator>(std::move(classes), k, params.l);
   }
 
@@ -596,7 +620,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   std::optional<LabelQuality> label_quality;
   if (quality) {
     StatusOr<LabelQuality> q = quality->Finish();
-    if (!q.ok()) return q.status().WithContext(Resolve(request.class_labels_path()));
+    if (!q.ok()) return q.status().WithContext(class_labels_path);
     label_quality = *q;
   }
   MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo sealed, store.Seal(spec.name, /*require_open=*/true));
@@ -645,7 +669,16 @@ grpc::Status ServeStream(RpcMetrics* rpc_metrics, const char* method, grpc::Serv
   const std::function<void(const Progress&)> emit = [&](const Progress& p) {
     if (!gone.load() && !writer->Write(p)) gone.store(true);
   };
-  Status st = run(should_stop, emit);
+  Status st;
+  // Nothing a request holds may take the daemon down: an exception fails this call only
+  // (the job slot and every scope unwind with it).
+  try {
+    st = run(should_stop, emit);
+  } catch (const std::exception& e) {
+    st = Status::Internal(std::string(method) + " failed unexpectedly: " + e.what());
+  } catch (...) {
+    st = Status::Internal(std::string(method) + " failed unexpectedly (unknown exception)");
+  }
   if (!st.ok() && should_stop() && st.code() != StatusCode::kCancelled) {
     st = Status::Cancelled(std::string(method) + " cancelled by the client (" + st.message() + ")");
   }

@@ -33,6 +33,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/data_roots.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "mlcd/v1/clusterd.grpc.pb.h"
@@ -43,7 +44,10 @@ struct ClusterdOptions {
   // Relative paths in requests are resolved against this directory (empty = the daemon's
   // working directory).
   std::string data_dir;
-  // Label store used when an AssignRequest names none.
+  // Every path a request names must resolve under one of these (common/data_roots.h).
+  DataRoots data_roots;
+  // The label store Assign writes into (--labelstore). A request may not name another: the
+  // daemon never dials a caller-chosen address.
   std::string labelstore_address;
   // Calls allowed to wait for the running job before RESOURCE_EXHAUSTED.
   int max_queued = 8;
@@ -95,7 +99,8 @@ class ClusterdService final : public v1::Clusterd::Service {
 
  private:
   struct Metrics;
-  std::string Resolve(const std::string& path) const;
+  // A request's path: relative ones under data_dir, then confined to the data roots.
+  StatusOr<std::string> Resolve(const std::string& path, const std::string& field) const;
   // AssignCallbacks::on_progress of an Assign pass started now: counts rows in the metrics and
   // emits an AssignStatus (seconds since t0) at most every progress_interval and at the end.
   std::function<void(int64_t, int64_t)> AssignProgressReporter(

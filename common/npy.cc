@@ -48,11 +48,22 @@ std::string Trim(const std::string& s) {
 
 // Finds the value text of 'key' in a Python dict literal like
 // {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+// Only a key counts: the quoted name must follow '{' or ',' and be followed by ':' (spaces
+// allowed), so 'shape' inside another key or a string value is not taken for it.
+size_t FindDictKey(const std::string& dict, const std::string& quoted) {
+  for (size_t k = dict.find(quoted); k != std::string::npos; k = dict.find(quoted, k + 1)) {
+    size_t before = dict.find_last_not_of(" \t\n", k == 0 ? std::string::npos : k - 1);
+    if (k == 0 || before == std::string::npos || (dict[before] != '{' && dict[before] != ','))
+      continue;
+    size_t after = dict.find_first_not_of(" \t\n", k + quoted.size());
+    if (after != std::string::npos && dict[after] == ':') return after;
+  }
+  return std::string::npos;
+}
+
 bool DictValue(const std::string& dict, const std::string& key, std::string* value) {
-  size_t k = dict.find("'" + key + "'");
-  if (k == std::string::npos) k = dict.find("\"" + key + "\"");
-  if (k == std::string::npos) return false;
-  size_t colon = dict.find(':', k + key.size() + 2);
+  size_t colon = FindDictKey(dict, "'" + key + "'");
+  if (colon == std::string::npos) colon = FindDictKey(dict, "\"" + key + "\"");
   if (colon == std::string::npos) return false;
   size_t start = colon + 1;
   while (start < dict.size() && dict[start] == ' ') ++start;

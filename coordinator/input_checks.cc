@@ -33,8 +33,32 @@ Status CheckRendezvousPort(int port) {
 
 }  // namespace
 
+std::vector<SpecProblem> ConfinedPathProblems(const v1::JobSpec& spec, const DataRoots& roots) {
+  std::vector<SpecProblem> problems;
+  auto check = [&](const std::string& field, const std::string& path) {
+    if (path.empty()) return;
+    Status st = roots.Confine(path, field).status();
+    if (!st.ok()) problems.push_back({field, st.message().substr(field.size() + 2)});
+  };
+  auto dataset = [&](const std::string& prefix, const v1::DatasetSpec& d) {
+    check(prefix + ".path", d.path());
+    for (int i = 0; i < d.paths_size(); ++i)
+      check(prefix + ".paths[" + std::to_string(i) + "]", d.paths(i));
+    check(prefix + ".index", d.index());
+    check(prefix + ".test_index", d.test_index());
+  };
+  dataset("spec.dataset", spec.dataset());
+  if (spec.evaluation().enabled()) dataset("spec.evaluation.dataset", spec.evaluation().dataset());
+  const auto& features = spec.clustering().features();
+  for (int i = 0; i < features.paths_size(); ++i)
+    check("spec.clustering.features.paths[" + std::to_string(i) + "]", features.paths(i));
+  check("spec.clustering.features.keys", features.keys());
+  check("spec.training.checkpoint_dir", spec.training().checkpoint_dir());
+  return problems;
+}
+
 StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request,
-                                    const std::string& data_dir) {
+                                    const std::string& data_dir, const DataRoots* roots) {
   MLCD_RETURN_IF_ERROR(CheckRequestId(request.request_id()));
   ParsedJob parsed;
   if (!request.spec_yaml().empty()) {
@@ -56,6 +80,9 @@ StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request,
     for (auto& p : JobSpecProblems(parsed.spec)) problems.push_back(std::move(p));
     MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(problems));
   }
+  // Confinement first: nothing below may look at a path outside the roots, so no answer
+  // (dry run or not) tells whether one exists.
+  if (roots) MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(ConfinedPathProblems(parsed.spec, *roots)));
   MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(InputProblems(parsed.spec)));
   MLCD_RETURN_IF_ERROR(ResolveDatasetIndexes(data_dir, &parsed.spec));
   MLCD_RETURN_IF_ERROR(CheckDatasetInputs(parsed.spec));

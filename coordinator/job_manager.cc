@@ -27,16 +27,18 @@ JobManager::JobManager(JobManagerOptions options, CoordinatorMetrics* metrics,
       gangs_({options_.data_dir, options_.labelstore_address, options_.heartbeat_interval}, &jobs_,
              &workers_, metrics_, &work_cv_),
       progress_(&jobs_, metrics_),
-      phases_({options_.data_dir, options_.clusterd_address, options_.labelstore_address}, &jobs_,
-              &mu_, &tick_cv_) {}
+      phases_({options_.data_dir, options_.clusterd_address}, &jobs_, &mu_, &tick_cv_) {}
 
 StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options,
                                                        CoordinatorMetrics* metrics) {
   if (options.data_dir.empty()) return Status::InvalidArgument("--data-dir is required");
   MLCD_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorStore> store,
                         CoordinatorStore::Open(options.data_dir + "/db"));
+  MLCD_ASSIGN_OR_RETURN(DataRoots roots,
+                        DataRoots::FromFlags(options.data_roots, options.data_dir));
   std::unique_ptr<JobManager> manager(
       new JobManager(std::move(options), metrics, std::move(store)));
+  manager->data_roots_ = std::move(roots);
   MLCD_RETURN_IF_ERROR(manager->Load());
   return manager;
 }
@@ -147,6 +149,7 @@ void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string
     job->control.reset();
   }
   job->transient_failures = 0;
+  job->rec.set_phase_attempts(0);
   job->retry_after = {};
   job->short_since.reset();
 
@@ -273,7 +276,8 @@ void JobManager::AfterRoundTrained(JobEntry* job) {
 // User API.
 
 StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
-  MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed, ParseSubmission(request, options_.data_dir));
+  MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed,
+                        ParseSubmission(request, options_.data_dir, &data_roots_));
 
   std::unique_lock<std::mutex> lock(mu_);
   if (shutting_down_) return Status::Unavailable("the coordinator is shutting down; retry");
@@ -653,13 +657,28 @@ void JobManager::ApplyPhaseOutcomes() {
     JobEntry* job = phases_.StillCurrent(outcome.job_id, outcome.generation);
     if (!job) continue;
     if (!outcome.status.ok()) {
-      if (!phases_.HandleError(job, outcome.what, outcome.status))
+      if (!phases_.HandleError(job, outcome))
         FailJob(job, outcome.what + " failed: " + outcome.status.ToString());
       continue;
     }
     const PhaseNext next = phases_.Apply(job, outcome);
     Transition(job, next.state, next.message);
   }
+}
+
+void JobManager::LaunchPhase(JobEntry* job) {
+  const int attempts = job->rec.phase_attempts();
+  if (attempts >= kMaxCrashedPhaseAttempts) {
+    FailJob(job, StateName(job->state()) + " died with the coordinator or clusterd " +
+                     std::to_string(attempts) +
+                     " times (see their logs); not resumed into the same crash. Fix the input "
+                     "and submit the job again");
+    return;
+  }
+  // Marked before the call: a crash during it is known after a restart.
+  job->rec.set_phase_attempts(attempts + 1);
+  jobs_.Persist(job, {});
+  phases_.Launch(job);
 }
 
 void JobManager::AdvanceJobs(Clock::time_point now) {
@@ -683,7 +702,7 @@ void JobManager::AdvanceJobs(Clock::time_point now) {
       }
       case v1::JOB_STATE_CLUSTERING:
       case v1::JOB_STATE_ASSIGNING:
-        if (!job->phase_running && now >= job->retry_after) phases_.Launch(job);
+        if (!job->phase_running && now >= job->retry_after) LaunchPhase(job);
         break;
       case v1::JOB_STATE_TRAINING:
         // Crash between "round trained" and the next transition (not expected: one write).

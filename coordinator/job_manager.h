@@ -57,6 +57,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "coordinator/gang_scheduler.h"
@@ -75,7 +76,10 @@ struct JobManagerOptions {
   // Where the database (db/), round-0 features (features/, written by clusterd) and per-job
   // files (jobs/<id>/: centroids, extracted features, default checkpoints, evaluation) live.
   std::string data_dir;
-  // mlcd-labelstore address handed to workers and to clusterd's Assign.
+  // Every path a job spec names must resolve under these (common/data_roots.h); none given =
+  // DataRoots::FromFlags' default (data_dir and /usr/share/datasets).
+  std::vector<std::string> data_roots;
+  // mlcd-labelstore address handed to workers (clusterd writes to its own --labelstore).
   std::string labelstore_address = "127.0.0.1:7610";
   // mlcd-clusterd address for the CLUSTERING and ASSIGNING phases.
   std::string clusterd_address = "127.0.0.1:7620";
@@ -134,6 +138,9 @@ class JobManager {
   void Tick();
   void ApplyPhaseOutcomes();
   void AdvanceJobs(Clock::time_point now);
+  // Counts and persists the phase attempt, then launches it; fails the job instead when
+  // kMaxCrashedPhaseAttempts attempts died before.
+  void LaunchPhase(JobEntry* job);
 
   // State machine (all with mu_ held). Each persists before returning; a failed write is
   // fatal for the coordinator (state on disk would no longer match what it does).
@@ -175,6 +182,8 @@ class JobManager {
   PhaseRunner phases_;
 
   std::thread scheduler_;
+  // The paths job specs may name (set once in Open).
+  DataRoots data_roots_;
 };
 
 }  // namespace mlcd::coordinator

@@ -2,6 +2,7 @@
 // See docs/coordinator.md and `mlcd-coordinator --help`.
 #include <iostream>
 
+#include "common/data_roots.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
@@ -27,6 +28,8 @@ int main(int argc, char** argv) {
   mlcd::coordinator::JobManagerOptions options;
   mlcd::AddPeerFlag(app, "labelstore", &options.labelstore_address, "127.0.0.1:7610");
   mlcd::AddPeerFlag(app, "clusterd", &options.clusterd_address, "127.0.0.1:7620");
+  mlcd::AddDataRootFlag(app, &options.data_roots,
+                        "--data-dir and /usr/share/datasets (where dataset-fashion-mnist lives)");
   int heartbeat_ms = 1000;
   app.add_option("--heartbeat-interval-ms", heartbeat_ms,
                  "how often workers heartbeat while running an assignment")

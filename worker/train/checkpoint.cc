@@ -128,7 +128,8 @@ Status CopyByName(const std::string& dir, const std::string& file,
           " in checkpoint " + dir + " but " + ShapeText(e.shape) +
           " in this model: the spec's model sizes differ from the checkpoint's");
     }
-    if (it->second.offset < 0 || it->second.offset + e.numel > total) {
+    // Written without `offset + numel`, which a crafted offset near INT64_MAX overflows.
+    if (it->second.offset < 0 || e.numel > total || it->second.offset > total - e.numel) {
       return Status::DataLoss(npy.path() + ": parameter '" + e.name + "' lies outside the array");
     }
     std::memcpy(dest(e), data + it->second.offset, static_cast<size_t>(e.numel) * sizeof(float));
