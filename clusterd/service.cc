@@ -149,73 +149,30 @@ void FillAssignResult(const v1::AssignRequest& request, const std::string& label
   }
 }
 
+// Assign's checks that need no data. The label store is never a caller-chosen address (the
+// daemon would dial, and with replace_existing delete sets, wherever it is told): only the one
+// it was started with (`own`).
+Status CheckAssignRequest(const v1::AssignRequest& request, const std::string& own) {
+  MLCD_RETURN_IF_ERROR(CheckFeatureSource(request.features()));
+  if (request.centroids_path().empty())
+    return Status::InvalidArgument("centroids_path is required");
+  if (request.label_set().empty())
+    return Status::InvalidArgument("label_set (the name of the set to create) is required");
+  MLCD_RETURN_IF_ERROR(labelstore::ValidateLabelSetName(request.label_set()));
+  const std::string& requested = request.labelstore();
+  if (!requested.empty() && requested != own) {
+    return Status(StatusCode::kPermissionDenied,
+                  "labelstore: mlcd-clusterd writes only to the label store it was started with "
+                  "(--labelstore); leave AssignRequest.labelstore empty (the field is "
+                  "deprecated)");
+  }
+  if (own.empty())
+    return Status::FailedPrecondition(
+        "mlcd-clusterd has no label store: start it with --labelstore ADDRESS");
+  return Status::Ok();
+}
+
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// JobGate
-
-Status JobGate::Acquire(const std::function<bool()>& should_stop,
-                        const std::function<void(int)>& on_wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!busy_ && waiters_.empty()) {
-    busy_ = true;
-    return Status::Ok();
-  }
-  if (static_cast<int>(waiters_.size()) >= max_queued_) {
-    return Status::ResourceExhausted("mlcd-clusterd is busy: one job is running and " +
-                                     std::to_string(waiters_.size()) +
-                                     " are queued (--max-queued); retry later");
-  }
-  const uint64_t ticket = next_ticket_++;
-  waiters_.push_back(ticket);
-  auto position = [&] {
-    int p = 1;
-    for (uint64_t t : waiters_) {
-      if (t == ticket) break;
-      ++p;
-    }
-    return p;
-  };
-  int last_position = -1;
-  for (;;) {
-    if (!busy_ && waiters_.front() == ticket) {
-      waiters_.pop_front();
-      busy_ = true;
-      cv_.notify_all();
-      return Status::Ok();
-    }
-    if (should_stop && should_stop()) {
-      waiters_.remove(ticket);
-      cv_.notify_all();
-      return Status::Cancelled("cancelled while waiting for the running clustering job");
-    }
-    int p = position();
-    if (p != last_position && on_wait) {
-      last_position = p;
-      lock.unlock();
-      on_wait(p);
-      lock.lock();
-      continue;
-    }
-    cv_.wait_for(lock, std::chrono::milliseconds(100));
-  }
-}
-
-void JobGate::Release() {
-  std::lock_guard<std::mutex> lock(mu_);
-  busy_ = false;
-  cv_.notify_all();
-}
-
-int JobGate::running() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return busy_ ? 1 : 0;
-}
-
-int JobGate::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(waiters_.size());
-}
 
 // ---------------------------------------------------------------------------------------------
 // Metrics
@@ -532,24 +489,8 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
     p.set_note(text);
     emit(p);
   };
-  MLCD_RETURN_IF_ERROR(CheckFeatureSource(request.features()));
-  if (request.centroids_path().empty())
-    return Status::InvalidArgument("centroids_path is required");
-  if (request.label_set().empty())
-    return Status::InvalidArgument("label_set (the name of the set to create) is required");
-  MLCD_RETURN_IF_ERROR(labelstore::ValidateLabelSetName(request.label_set()));
-  // Never a caller-chosen address (the daemon would dial, and with replace_existing delete
-  // sets, wherever it is told): only the label store it was started with.
   const std::string& labelstore_address = options_.labelstore_address;
-  if (!request.labelstore().empty() && request.labelstore() != labelstore_address) {
-    return Status(StatusCode::kPermissionDenied,
-                  "labelstore: mlcd-clusterd writes only to the label store it was started with "
-                  "(--labelstore); leave AssignRequest.labelstore empty (the field is "
-                  "deprecated)");
-  }
-  if (labelstore_address.empty())
-    return Status::FailedPrecondition(
-        "mlcd-clusterd has no label store: start it with --labelstore ADDRESS");
+  MLCD_RETURN_IF_ERROR(CheckAssignRequest(request, labelstore_address));
   MLCD_ASSIGN_OR_RETURN(AssignParams params, AssignParamsFrom(request));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params));  // k is known once the centroids are read
 

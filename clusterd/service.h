@@ -33,6 +33,7 @@
 #include <mutex>
 #include <string>
 
+#include "clusterd/job_gate.h"
 #include "common/data_roots.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -55,27 +56,6 @@ struct ClusterdOptions {
   std::chrono::milliseconds labelstore_connect_timeout{10000};
   // Minimum interval between AssignStatus progress messages.
   std::chrono::milliseconds progress_interval{500};
-};
-
-// FIFO admission of one job at a time.
-class JobGate {
- public:
-  explicit JobGate(int max_queued) : max_queued_(max_queued) {}
-  // Waits for the slot. RESOURCE_EXHAUSTED when max_queued callers already wait; CANCELLED
-  // when should_stop() turns true while waiting. on_wait(position) is called when the caller
-  // has to wait (position 1 = next).
-  Status Acquire(const std::function<bool()>& should_stop, const std::function<void(int)>& on_wait);
-  void Release();
-  int running() const;
-  int queued() const;
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  const int max_queued_;
-  bool busy_ = false;
-  uint64_t next_ticket_ = 0;
-  std::list<uint64_t> waiters_;
 };
 
 class ClusterdService final : public v1::Clusterd::Service {

@@ -220,7 +220,7 @@ std::string CheckpointName(const CheckpointMeta& meta) {
 }
 
 StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointState& state,
-                                      Collectives* comm, int keep_last) {
+                                      Collectives* comm, int keep_last, const std::string& keep) {
   const std::string name = CheckpointName(state.meta);
   const std::string tmp = root + "/.tmp-" + name;
   const std::string final_dir = root + "/" + name;
@@ -264,8 +264,12 @@ StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointS
     if (local.ok() && !trash.empty()) RemoveTree(trash);
     if (local.ok() && keep_last > 0) {
       std::vector<std::string> all = ListCheckpoints(root);
+      std::error_code ec;
+      const fs::path kept = keep.empty() ? fs::path() : fs::weakly_canonical(keep, ec);
       for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
-        if (fs::path(all[i]).filename() != name) RemoveTree(all[i]);
+        if (fs::path(all[i]).filename() == name) continue;
+        if (!kept.empty() && fs::weakly_canonical(all[i], ec) == kept) continue;
+        RemoveTree(all[i]);
       }
     }
   }
