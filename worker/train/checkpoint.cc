@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/npy.h"
+#include "worker/train/checkpoint_index.h"
 
 namespace mlcd::worker {
 namespace {
@@ -49,15 +50,6 @@ json MetaToJson(const CheckpointMeta& m) {
               {"created_unix_ms", m.created_unix_ms}};
 }
 
-// Parameter names, shapes and their offsets in the flat buffer (or consecutive offsets when
-// the model is not flattened).
-struct ParamEntry {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0;
-  int64_t numel = 0;
-};
-
 std::vector<ParamEntry> ModelEntries(VisionTransformer& model, FlatParameters* flat) {
   std::vector<ParamEntry> out;
   int64_t running = 0;
@@ -80,22 +72,7 @@ std::vector<ParamEntry> ModelEntries(VisionTransformer& model, FlatParameters* f
 StatusOr<std::map<std::string, ParamEntry>> ReadBackboneEntries(const std::string& dir,
                                                                 int64_t* optimizer_step) {
   MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kBackboneJson));
-  std::map<std::string, ParamEntry> entries;
-  try {
-    json j = json::parse(text);
-    for (const auto& p : j.at("parameters")) {
-      ParamEntry e;
-      e.name = p.at("name").get<std::string>();
-      e.shape = p.at("shape").get<std::vector<int64_t>>();
-      e.offset = p.at("offset").get<int64_t>();
-      e.numel = p.at("numel").get<int64_t>();
-      entries[e.name] = e;
-    }
-    if (optimizer_step) *optimizer_step = j.at("optimizer_step").get<int64_t>();
-  } catch (const std::exception& e) {
-    return Status::DataLoss(dir + "/" + kBackboneJson + ": malformed (" + e.what() + ")");
-  }
-  return entries;
+  return ParseBackboneIndex(text, dir + "/" + kBackboneJson, optimizer_step);
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
@@ -128,10 +105,7 @@ Status CopyByName(const std::string& dir, const std::string& file,
           " in checkpoint " + dir + " but " + ShapeText(e.shape) +
           " in this model: the spec's model sizes differ from the checkpoint's");
     }
-    // Written without `offset + numel`, which a crafted offset near INT64_MAX overflows.
-    if (it->second.offset < 0 || e.numel > total || it->second.offset > total - e.numel) {
-      return Status::DataLoss(npy.path() + ": parameter '" + e.name + "' lies outside the array");
-    }
+    MLCD_RETURN_IF_ERROR(CheckParamSlice(e.name, it->second.offset, e.numel, total, npy.path()));
     std::memcpy(dest(e), data + it->second.offset, static_cast<size_t>(e.numel) * sizeof(float));
   }
   if (saved.size() != mine.size()) {
