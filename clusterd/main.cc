@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/malloc_env.h"
 #include "common/metrics.h"
@@ -179,6 +180,7 @@ int main(int argc, char** argv) {
   mlcd::clusterd::ClusterdService service(options, metrics.registry());
   mlcd::GrpcServerRunner runner("clusterd");
   runner.AddService(&service);
+  runner.set_max_receive_message_bytes(mlcd::kMaxClusterdRequestBytes);
   st = runner.Start(flags.listen);
   if (!st.ok()) {
     MLCD_LOG(ERROR) << st.ToString();

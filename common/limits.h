@@ -55,6 +55,18 @@ constexpr size_t kMaxSpecYamlBytes = size_t{1} << 20;
 constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 32;
 constexpr uint32_t kMaxIdxImageSide = 4096;
 
+// The coordinator: the largest request message (a spec is at most kMaxSpecYamlBytes of YAML),
+// concurrent WatchJob streams (each holds a server thread), jobs not yet ended, registered
+// worker slots, the reason of a cancel, a worker's host name.
+constexpr int kMaxCoordinatorRequestBytes = 8 << 20;
+constexpr int kDefaultMaxWatchStreams = 64;
+constexpr int kMaxActiveJobs = 10000;
+constexpr size_t kMaxWorkers = 10000;
+constexpr size_t kMaxCancelReasonLength = 1000;
+constexpr size_t kMaxHostLength = 255;
+// clusterd: the largest request message.
+constexpr int kMaxClusterdRequestBytes = 16 << 20;
+
 // Error messages sent back to callers: longer ones are cut, saying how much was left out, so
 // they fit gRPC's metadata (8 KiB by default on the receiving side).
 constexpr size_t kMaxErrorMessageBytes = 4096;

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/idx.h"
+#include "common/limits.h"
 #include "common/spec_defaults.h"
 #include "coordinator/dataset_checks.h"
 
@@ -196,12 +197,29 @@ Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
   }
   if (request.host().empty())
     return Status::InvalidArgument("host: empty; give the host other workers reach this one at");
+  if (request.host().size() > kMaxHostLength)
+    return Status::InvalidArgument("host: longer than " + std::to_string(kMaxHostLength) +
+                                   " bytes; give a host name or address");
+  for (char c : request.host()) {
+    if (!std::isgraph(static_cast<unsigned char>(c)))
+      return Status::InvalidArgument("host: only printable characters without spaces");
+  }
   MLCD_RETURN_IF_ERROR(CheckRendezvousPort(request.rendezvous_port()));
   for (int kind : request.kinds()) {
     if (!v1::AssignmentKind_IsValid(kind) || kind == v1::ASSIGNMENT_KIND_NONE) {
       return Status::InvalidArgument("kinds: " + std::to_string(kind) +
                                      " is not an assignment kind");
     }
+  }
+  return Status::Ok();
+}
+
+Status CheckCancel(const v1::CancelJobRequest& request) {
+  if (request.id().empty())
+    return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
+  if (request.reason().size() > kMaxCancelReasonLength) {
+    return Status::InvalidArgument("reason: " + std::to_string(request.reason().size()) +
+                                   " bytes; at most " + std::to_string(kMaxCancelReasonLength));
   }
   return Status::Ok();
 }

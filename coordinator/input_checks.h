@@ -55,8 +55,11 @@ Status CheckWorkerSupport(const v1::JobSpec& spec, const WorkerRegistry& workers
 
 // SubmitJobRequest.request_id: at most 200 printable characters.
 Status CheckRequestId(const std::string& request_id);
-// RegisterWorkerRequest: name, host, rendezvous port, kinds.
+// RegisterWorkerRequest: name, host (at most kMaxHostLength printable bytes), rendezvous
+// port, kinds.
 Status CheckRegistration(const v1::RegisterWorkerRequest& request);
+// CancelJobRequest: an id, a reason of at most kMaxCancelReasonLength bytes.
+Status CheckCancel(const v1::CancelJobRequest& request);
 // GetAssignmentRequest: wait_seconds in [0, max_poll_seconds], rendezvous port.
 Status CheckPoll(const v1::GetAssignmentRequest& request, int max_poll_seconds);
 

@@ -195,6 +195,10 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
 
   std::unique_lock<std::mutex> lock(mu_);
   if (shutting_down_) return Status::Unavailable("the coordinator is shutting down; retry");
+  if (!request.dry_run() && jobs_.CountActive() >= kMaxActiveJobs) {
+    return Status::ResourceExhausted("the coordinator holds " + std::to_string(kMaxActiveJobs) +
+                                     " jobs that have not ended; cancel some or wait");
+  }
   // A dry run answers as a dry run even for a used request id, saying what submitting would
   // do (return that job, or ALREADY_EXISTS for another spec).
   std::string existing_job;
@@ -296,8 +300,7 @@ StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& r
 }
 
 StatusOr<v1::Job> JobManager::CancelJob(const v1::CancelJobRequest& request) {
-  if (request.id().empty())
-    return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
+  MLCD_RETURN_IF_ERROR(CheckCancel(request));
   std::lock_guard<std::mutex> lock(mu_);
   JobEntry* job = jobs_.Find(request.id());
   if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");
@@ -318,6 +321,17 @@ Status JobManager::WatchJob(const v1::WatchJobRequest& request,
                             const std::function<bool()>& is_cancelled) {
   if (request.id().empty())
     return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
+  // Each stream holds a server thread: at most max_watch_streams at once.
+  if (watch_streams_.fetch_add(1) >= options_.max_watch_streams) {
+    --watch_streams_;
+    return Status::ResourceExhausted(
+        std::to_string(options_.max_watch_streams) +
+        " WatchJob streams are open (--max-watch-streams); retry later or poll GetJob");
+  }
+  struct Release {
+    std::atomic<int>* n;
+    ~Release() { --*n; }
+  } release{&watch_streams_};
   std::unique_lock<std::mutex> lock(mu_);
   JobEntry* job = jobs_.Find(request.id());
   if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");
@@ -349,6 +363,10 @@ StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   MLCD_RETURN_IF_ERROR(CheckRegistration(request));
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
+  if (!workers_.Find(request.name()) && workers_.size() >= kMaxWorkers) {
+    return Status::ResourceExhausted("the coordinator has " + std::to_string(kMaxWorkers) +
+                                     " registered worker slots, its limit");
+  }
   if (WorkerEntry* old = workers_.Find(request.name())) {
     // A new process under the same name: whatever the old one ran is gone.
     JobEntry* job = old->assignment_id.empty() ? nullptr : gangs_.JobOf(old->assignment_id);

@@ -48,6 +48,7 @@
 // any thread: GetJob reads history without mu_, as before.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -59,6 +60,7 @@
 
 #include "common/data_roots.h"
 #include "common/job_spec.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "coordinator/gang_scheduler.h"
 #include "coordinator/job_entry.h"
@@ -93,6 +95,8 @@ struct JobManagerOptions {
   std::chrono::milliseconds tick{200};
   // Longest GetAssignment long poll.
   int max_poll_seconds = 60;
+  // WatchJob streams open at once; more are RESOURCE_EXHAUSTED.
+  int max_watch_streams = kDefaultMaxWatchStreams;
 };
 
 class JobManager {
@@ -184,6 +188,7 @@ class JobManager {
   std::thread scheduler_;
   // The paths job specs may name (set once in Open).
   DataRoots data_roots_;
+  std::atomic<int> watch_streams_{0};
 };
 
 }  // namespace mlcd::coordinator

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/file_util.h"
@@ -143,6 +144,78 @@ TEST_F(CoordinatorHardeningTest, APhaseThatDiesWithTheCoordinatorTwiceFailsTheJo
             std::string::npos)
       << failed->message();
   EXPECT_NE(failed->message().find("not resumed into the same crash"), std::string::npos);
+}
+
+// Before: 300 WatchJob streams took the coordinator from 17 to 316 threads, an 8 MiB cancel
+// reason and a 10 MiB worker host were persisted, a 27 MB YAML dry run was parsed. Now each
+// has a bound, and the refusal says which.
+TEST_F(CoordinatorHardeningTest, StreamsRequestsAndStringsAreBounded) {
+  cluster_->KillCoordinator();
+  ASSERT_TRUE(cluster_->StartCoordinator({"--max-watch-streams", "3"}).ok()) << cluster_->Logs();
+  auto job = cluster_->Submit(Head("bounded") + "  dataset: {limit: 500}\n" +
+                              "  clustering: {k: 8, l: 2}\n  evaluation: {enabled: false}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> streams;
+  v1::WatchJobRequest watch;
+  watch.set_id(job->id());
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(cluster_->stub()->WatchJob(contexts.back().get(), watch));
+    v1::JobEvent event;
+    ASSERT_TRUE(streams.back()->Read(&event)) << "stream " << i;  // open on the server
+  }
+  grpc::ClientContext extra;
+  auto refused = cluster_->stub()->WatchJob(&extra, watch);
+  v1::JobEvent event;
+  EXPECT_FALSE(refused->Read(&event));
+  grpc::Status st = refused->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("3 WatchJob streams are open"), std::string::npos)
+      << st.error_message();
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& r : streams) (void)r->Finish();
+  // A slot is free again once a stream ends (the server notices a cancel within 500 ms).
+  bool reopened = false;
+  for (int attempt = 0; attempt < 50 && !reopened; ++attempt) {
+    grpc::ClientContext again;
+    again.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    auto stream = cluster_->stub()->WatchJob(&again, watch);
+    reopened = stream->Read(&event);
+    again.TryCancel();
+    (void)stream->Finish();
+    if (!reopened) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(reopened);
+
+  v1::CancelJobRequest cancel;
+  cancel.set_id(job->id());
+  cancel.set_reason(std::string(8 << 10, 'r'));
+  grpc::ClientContext cancel_ctx;
+  v1::Job cancelled;
+  st = cluster_->stub()->CancelJob(&cancel_ctx, cancel, &cancelled);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("reason: 8192 bytes; at most 1000"), std::string::npos)
+      << st.error_message();
+
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("w-big-host");
+  reg.set_host(std::string(10 << 10, 'h'));
+  reg.add_kinds(v1::ASSIGNMENT_KIND_TRAIN);
+  grpc::ClientContext reg_ctx;
+  v1::RegisterWorkerResponse reg_response;
+  st = cluster_->stub()->RegisterWorker(&reg_ctx, reg, &reg_response);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("host: longer than 255 bytes"), std::string::npos);
+
+  // A 27 MB YAML dry run never reaches the parser: gRPC refuses the message (8 MiB at most).
+  auto huge = DryRun(Head("huge") + "# " + std::string(27 << 20, 'x') + "\n");
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted) << huge.status().ToString();
+  // 2 MiB passes gRPC and is refused by the spec's own limit, which it names.
+  auto big = DryRun(Head("big") + "# " + std::string(2 << 20, 'x') + "\n");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("at most 1048576 are read"), std::string::npos)
+      << big.status().message();
 }
 
 }  // namespace
