@@ -291,8 +291,9 @@ StatusOr<std::string> ClusterdService::Resolve(const std::string& path,
   std::string full = path;
   if (!path.empty() && path[0] != '/') {
     char cwd[4096];
-    const std::string base =
-        !options_.data_dir.empty() ? options_.data_dir : (getcwd(cwd, sizeof(cwd)) ? cwd : "/");
+    const std::string here = getcwd(cwd, sizeof(cwd)) ? cwd : "/";
+    const std::string& dir = options_.data_dir;
+    const std::string base = dir.empty() ? here : dir[0] == '/' ? dir : here + "/" + dir;
     full = base + "/" + path;
   }
   return options_.data_roots.Confine(full, field);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/, clang with -fsanitize=fuzzer,address,undefined) in
 # build-fuzz/ and runs each for SECONDS (default 120) from a copy of its seed corpus, on one
-# core each in turn. Writes bench/fuzz_results.json: per target the executions, seconds, the
-# corpus size reached and the crashes found (their inputs kept under build-fuzz/crashes/).
+# core each in turn. Writes bench/fuzz_results.json: per target the executions, the seconds it
+# ran (less than SECONDS when it stopped at a crash), the corpus size reached and the crashes
+# found (their inputs kept under build-fuzz/crashes/).
 #
 #   scripts/run_fuzzers.sh [SECONDS] [TARGET ...]
 # A crash input belongs in tests/fuzz/corpus/<target>/ as regression_<what> once fixed: the
@@ -27,16 +28,18 @@ for t in "${targets[@]}"; do
   rm -rf "$work" && mkdir -p "$work" && cp tests/fuzz/corpus/"$t"/* "$work"/
   log="$build/fuzz_$t.log"
   mkdir -p "$build/crashes/$t"
+  start=$(date +%s)
   set +e
   "$build/bin/fuzz_$t" "$work" -max_total_time="$seconds" -print_final_stats=1 \
     -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$build/crashes/$t/" >"$log" 2>&1
   rc=$?
   set -e
+  elapsed=$(($(date +%s) - start))
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   crashes=$(find "$build/crashes/$t" -type f | wc -l)
   corpus=$(find "$work" -type f | wc -l)
-  echo "fuzz_$t: ${execs:-0} executions in ${seconds} s, corpus $corpus, crashes $crashes (rc $rc)"
-  results+="{\"target\": \"$t\", \"seconds\": $seconds, \"executions\": ${execs:-0}, \"corpus\": $corpus, \"crashes\": $crashes, \"exit_code\": $rc},"
+  echo "fuzz_$t: ${execs:-0} executions in ${elapsed} s, corpus $corpus, crashes $crashes (rc $rc)"
+  results+="{\"target\": \"$t\", \"seconds\": $elapsed, \"executions\": ${execs:-0}, \"corpus\": $corpus, \"crashes\": $crashes, \"exit_code\": $rc},"
 done
 results="${results%,}]"
 echo "{\"fuzzers\": $results, \"machine\": \"$(lscpu | grep 'Model name' | sed 's/.*: *//')\"}" \

@@ -23,6 +23,7 @@
 #include "worker/torch_compat.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/checkpoint_index.h"
 #include "worker/train/grad_sync.h"
 #include "worker/train/train_step.h"
 
@@ -339,6 +340,27 @@ TEST(CheckpointHardeningTest, OverflowingParameterOffsetIsDataLoss) {
   Status st = LoadBackboneWeights(*dir, back.model);
   EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
   EXPECT_NE(st.message().find("lies outside the array"), std::string::npos) << st.message();
+}
+
+// Found by fuzz_checkpoint_index: an offset written as a float beyond INT64_MAX was converted
+// with undefined behaviour. Every integer of the index is checked as an integer now.
+TEST(CheckpointHardeningTest, NonIntegerIndexValuesAreDataLoss) {
+  for (const char* offset : {"92233720368547755880", "1.5", "-3e30", "\"7\""}) {
+    const std::string text = std::string(
+                                 "{\"optimizer_step\": 3, \"parameters\": [{\"name\": \"b\", "
+                                 "\"shape\": [2], \"offset\": ") +
+                             offset + ", \"numel\": 2}]}";
+    auto parsed = ParseBackboneIndex(text, "backbone.json", nullptr);
+    ASSERT_FALSE(parsed.ok()) << offset;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kDataLoss) << offset;
+  }
+  auto ok = ParseBackboneIndex(
+      R"({"optimizer_step": 3, "parameters": [{"name": "b", "shape": [2], "offset": 4, "numel": 2}]})",
+      "backbone.json", nullptr);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->at("b").offset, 4);
+  EXPECT_FALSE(CheckParamSlice("b", INT64_MAX - 1, 2, 10, "w").ok());
+  EXPECT_TRUE(CheckParamSlice("b", 8, 2, 10, "w").ok());
 }
 
 // A checkpoint written by one libtorch build and resumed by the other: the pip build's test

@@ -275,25 +275,27 @@ StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
   CheckpointMeta m;
   try {
     json j = json::parse(text);
-    m.format_version = j.at("format_version").get<int>();
+    m.format_version = static_cast<int>(JsonInt64(j.at("format_version"), "format_version"));
     if (m.format_version != kCheckpointFormatVersion) {
       return Status::FailedPrecondition(
           dir + " has checkpoint format " + std::to_string(m.format_version) +
           "; this worker reads format " + std::to_string(kCheckpointFormatVersion));
     }
-    m.round = j.at("round").get<int>();
-    m.epoch = j.at("epoch").get<int>();
-    m.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
-    m.steps_per_epoch = j.at("steps_per_epoch").get<int64_t>();
+    m.round = static_cast<int>(JsonInt64(j.at("round"), "round"));
+    m.epoch = static_cast<int>(JsonInt64(j.at("epoch"), "epoch"));
+    m.step_in_epoch = JsonInt64(j.at("step_in_epoch"), "step_in_epoch");
+    m.steps_per_epoch = JsonInt64(j.at("steps_per_epoch"), "steps_per_epoch");
     m.epoch_complete = j.at("epoch_complete").get<bool>();
-    m.global_step = j.at("global_step").get<int64_t>();
-    m.world_size = j.at("world_size").get<int>();
-    m.num_classes = j.at("num_classes").get<int64_t>();
-    m.embedding_dim = j.at("embedding_dim").get<int64_t>();
+    m.global_step = JsonInt64(j.at("global_step"), "global_step");
+    m.world_size = static_cast<int>(JsonInt64(j.at("world_size"), "world_size"));
+    m.num_classes = JsonInt64(j.at("num_classes"), "num_classes");
+    m.embedding_dim = JsonInt64(j.at("embedding_dim"), "embedding_dim");
     m.label_set = j.at("label_set").get<std::string>();
-    m.seed = j.at("seed").get<uint64_t>();
-    m.num_samples = j.at("num_samples").get<int64_t>();
-    m.global_batch_size = j.at("global_batch_size").get<int64_t>();
+    const json& seed = j.at("seed");
+    if (!seed.is_number_integer()) throw std::domain_error("seed is not an integer");
+    m.seed = seed.get<uint64_t>();
+    m.num_samples = JsonInt64(j.at("num_samples"), "num_samples");
+    m.global_batch_size = JsonInt64(j.at("global_batch_size"), "global_batch_size");
     m.created_unix_ms = j.value("created_unix_ms", int64_t{0});
   } catch (const std::exception& e) {
     return Status::DataLoss(dir + "/" + kMeta + ": malformed (" + e.what() + ")");

@@ -1,8 +1,21 @@
 #include "worker/train/checkpoint_index.h"
 
-#include <nlohmann/json.hpp>
+#include <cstdint>
+#include <stdexcept>
 
 namespace mlcd::worker {
+
+int64_t JsonInt64(const nlohmann::json& value, const char* field) {
+  if (value.is_number_unsigned()) {
+    const uint64_t u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX))
+      throw std::domain_error(std::string(field) + " is beyond 2^63 - 1");
+    return static_cast<int64_t>(u);
+  }
+  if (!value.is_number_integer())
+    throw std::domain_error(std::string(field) + " is not an integer");
+  return value.get<int64_t>();
+}
 
 StatusOr<std::map<std::string, ParamEntry>> ParseBackboneIndex(const std::string& text,
                                                                const std::string& where,
@@ -13,12 +26,12 @@ StatusOr<std::map<std::string, ParamEntry>> ParseBackboneIndex(const std::string
     for (const auto& p : j.at("parameters")) {
       ParamEntry e;
       e.name = p.at("name").get<std::string>();
-      e.shape = p.at("shape").get<std::vector<int64_t>>();
-      e.offset = p.at("offset").get<int64_t>();
-      e.numel = p.at("numel").get<int64_t>();
+      for (const auto& d : p.at("shape")) e.shape.push_back(JsonInt64(d, "shape"));
+      e.offset = JsonInt64(p.at("offset"), "offset");
+      e.numel = JsonInt64(p.at("numel"), "numel");
       entries[e.name] = e;
     }
-    if (optimizer_step) *optimizer_step = j.at("optimizer_step").get<int64_t>();
+    if (optimizer_step) *optimizer_step = JsonInt64(j.at("optimizer_step"), "optimizer_step");
   } catch (const std::exception& e) {
     return Status::DataLoss(where + ": malformed (" + e.what() + ")");
   }

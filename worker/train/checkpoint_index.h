@@ -8,9 +8,16 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 
 namespace mlcd::worker {
+
+// `value` as an integer in [INT64_MIN, INT64_MAX]; throws std::domain_error naming `field` for a
+// float, a string or an unsigned value beyond INT64_MAX (nlohmann's get<int64_t> converts a
+// float out of range with undefined behaviour: found by fuzz_checkpoint_index).
+int64_t JsonInt64(const nlohmann::json& value, const char* field);
 
 struct ParamEntry {
   std::string name;
