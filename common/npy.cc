@@ -372,7 +372,7 @@ StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path,
       for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint32_t>()[i];
       break;
     case NpyDtype::kInt64:
-      std::memcpy(out.data(), m.data(), n * 8);
+      if (n > 0) std::memcpy(out.data(), m.data(), n * 8);  // (0, d): no data pointer
       break;
     case NpyDtype::kUint64:
       for (size_t i = 0; i < n; ++i) {
@@ -399,7 +399,7 @@ StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path,
   MLCD_RETURN_IF_ERROR(Allocate(&out, n, path));
   switch (m.dtype()) {
     case NpyDtype::kFloat32:
-      std::memcpy(out.data(), m.data(), n * 4);
+      if (n > 0) std::memcpy(out.data(), m.data(), n * 4);  // (0, d): no data pointer
       break;
     case NpyDtype::kFloat16:
       HalfToFloatN(m.data_as<uint16_t>(), out.data(), n);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/, clang with -fsanitize=fuzzer,address,undefined) in
 # build-fuzz/ and runs each for SECONDS (default 120) from a copy of its seed corpus, on one
-# core each in turn. Writes bench/fuzz_results.json: per target the executions, the seconds it
+# core each in turn. Writes bench/results/fuzz-latest.json: per target the executions, the seconds it
 # ran (less than SECONDS when it stopped at a crash), the corpus size reached and the crashes
 # found (their inputs kept under build-fuzz/crashes/).
 #
@@ -21,7 +21,7 @@ if [ ! -f "$build/build.ninja" ]; then
     -DMLCD_FUZZ=ON -DMLCD_BUILD_TESTS=OFF -DMLCD_BUILD_BENCH=OFF >/dev/null
 fi
 cmake --build "$build" -j2 --target $(printf 'fuzz_%s ' "${targets[@]}")
-mkdir -p "$build/crashes" "$build/corpus" bench
+mkdir -p "$build/crashes" "$build/corpus" bench/results
 results="["
 for t in "${targets[@]}"; do
   work="$build/corpus/$t"
@@ -43,5 +43,5 @@ for t in "${targets[@]}"; do
 done
 results="${results%,}]"
 echo "{\"fuzzers\": $results, \"machine\": \"$(lscpu | grep 'Model name' | sed 's/.*: *//')\"}" \
-  > bench/fuzz_results.json
-echo "wrote bench/fuzz_results.json"
+  > bench/results/fuzz-latest.json
+echo "wrote bench/results/fuzz-latest.json"

@@ -138,6 +138,18 @@ TEST(HardeningNpy, MisalignedDataIsRefused) {
       << read.status().message();
 }
 
+// Found by fuzz_npy: an empty (0, 2) float32 array passed a null pointer to memcpy.
+TEST(HardeningNpy, EmptyArraysReadAsEmpty) {
+  testing::TempDir dir;
+  const float* none = nullptr;
+  ASSERT_TRUE(WriteNpy(dir.Sub("empty.npy"), NpyDtype::kFloat32, {0, 2}, none).ok());
+  std::vector<int64_t> shape;
+  auto f = ReadNpyAsFloat32(dir.Sub("empty.npy"), &shape);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE(f->empty());
+  EXPECT_EQ(shape, std::vector<int64_t>({0, 2}));
+}
+
 const char* kSpecHead = R"(apiVersion: mlcd/v1
 kind: TrainingJob
 metadata: {name: t}
