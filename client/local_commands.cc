@@ -30,6 +30,7 @@
 
 #include "client/cli.h"
 #include "clients/coordinator_client.h"
+#include "common/data_roots.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
@@ -53,6 +54,9 @@ struct LocalOptions {
   int max_restarts = 5;
   std::string log_level = "info";
   double stop_timeout = 30;
+  // --data-root of clusterd and the coordinator; none given = the cluster's --dir, the
+  // working directory `local up` runs in, and /usr/share/datasets.
+  std::vector<std::string> data_roots;
 };
 
 struct Proc {
@@ -189,6 +193,13 @@ Status LocalCluster::Up() {
   const std::string clusterd_metrics = Port(kDefaultClusterdPort + 1);
   const std::string coordinator_metrics = Port(kDefaultCoordinatorPort + 1);
   const std::string logs = opt_.dir + "/logs/";
+  std::vector<std::string> roots = opt_.data_roots;
+  if (roots.empty()) {
+    roots = {opt_.dir, AbsolutePath(".")};
+    if (IsDirectory(kSharedDatasetsDir)) roots.push_back(kSharedDatasetsDir);
+  }
+  std::vector<std::string> root_flags;
+  for (const auto& r : roots) root_flags.insert(root_flags.end(), {"--data-root", AbsolutePath(r)});
   procs_.push_back({"labelstore",
                     bin + "/mlcd-labelstore",
                     {"--listen", labelstore_, "--metrics-listen", labelstore_metrics, "--data-dir",
@@ -200,12 +211,14 @@ Status LocalCluster::Up() {
        {"--listen", clusterd_, "--metrics-listen", clusterd_metrics, "--data-dir",
         opt_.dir + "/clusterd", "--labelstore", labelstore_, "--log-level", opt_.log_level},
        logs + "clusterd.log"});
+  procs_.back().args.insert(procs_.back().args.end(), root_flags.begin(), root_flags.end());
   procs_.push_back({"coordinator",
                     bin + "/mlcd-coordinator",
                     {"--listen", coordinator_, "--metrics-listen", coordinator_metrics,
                      "--data-dir", opt_.dir + "/coordinator", "--labelstore", labelstore_,
                      "--clusterd", clusterd_, "--log-level", opt_.log_level},
                     logs + "coordinator.log"});
+  procs_.back().args.insert(procs_.back().args.end(), root_flags.begin(), root_flags.end());
   info_ = nlohmann::json::object();
   info_["dir"] = opt_.dir;
   info_["coordinator"] = coordinator_;
@@ -568,6 +581,9 @@ CommandRegistration reg(90, [](CLI::App& app, Context& ctx) {
         ->capture_default_str();
     up->add_option("--max-restarts", opt->max_restarts, "restarts of a process that dies, each")
         ->capture_default_str();
+    up->add_option("--data-root", opt->data_roots,
+                   "directory job specs may name paths under (repeatable; default: --dir, the "
+                   "working directory and /usr/share/datasets)");
     up->add_option("--log-level", opt->log_level, "log level of the services")
         ->capture_default_str();
     up->callback([&ctx, opt] { ctx.exit_code = RunUp(ctx, *opt); });

@@ -135,7 +135,7 @@ Status CheckAssignParams(const AssignParams& params, const int* known_k) {
                                    " must be at least l = " + std::to_string(params.l));
   }
   if (params.chunk_rows < 1) return Status::InvalidArgument("chunk_rows must be >= 1");
-  if (params.threads < 0) return Status::InvalidArgument("threads must be >= 0 (0 = all cores)");
+  MLCD_RETURN_IF_ERROR(CheckThreads(params.threads));
   if (params.recall_sample < 0) return Status::InvalidArgument("recall_sample must be >= 0");
   if (params.hnsw_m < 2 || params.hnsw_ef_construction < 1)
     return Status::InvalidArgument("bad HNSW build parameters");

@@ -3,7 +3,10 @@
 #include <faiss/impl/AuxIndexStructures.h>
 #include <faiss/utils/distances.h>
 
+#include <algorithm>
 #include <mutex>
+#include <string>
+#include <thread>
 
 #include "common/blas_env.h"
 
@@ -24,6 +27,16 @@ class ScopeInterrupt : public faiss::InterruptCallback {
 };
 
 }  // namespace
+
+Status CheckThreads(int threads) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads < 0 || threads > cores) {
+    return Status::InvalidArgument("threads: " + std::to_string(threads) + " is not in [0, " +
+                                   std::to_string(cores) + "] (0 = all cores; this host has " +
+                                   std::to_string(cores) + ")");
+  }
+  return Status::Ok();
+}
 
 ComputeScope::ComputeScope(int threads, std::function<bool()> should_stop)
     : should_stop_(std::move(should_stop)) {

@@ -25,8 +25,13 @@
 #include <optional>
 
 #include "common/blas_env.h"
+#include "common/status.h"
 
 namespace mlcd::clusterd {
+
+// A request's `threads`: 0 (all cores) up to this host's cores. More would only oversubscribe,
+// and tens of thousands make OpenMP fail to start them and OpenBLAS hang at exit.
+Status CheckThreads(int threads);
 
 class ComputeScope {
  public:

@@ -22,7 +22,8 @@
 
 namespace mlcd::clusterd {
 
-// Request checks that need no data: INVALID_ARGUMENT naming the field.
+// Request checks that need no data: INVALID_ARGUMENT naming the field (also: at most
+// kMaxSpecListLength paths, generated dim at most kMaxProjectionDim).
 Status CheckFeatureSource(const v1::FeatureSource& source);
 
 struct FeatureInputs {
@@ -30,12 +31,17 @@ struct FeatureInputs {
   std::vector<std::string> ids_paths;  // resolved
 };
 
-// Resolves the source's paths with `resolve` (relative -> under the daemon's data dir) and,
+// Resolves a request's path (relative -> under the daemon's data dir, then confined to its
+// data roots); `field` names the path in errors.
+using PathResolver =
+    std::function<StatusOr<std::string>(const std::string& path, const std::string& field)>;
+
+// Resolves the source's paths with `resolve` (its first error is returned) and,
 // for `generate`, writes the features first unless the cache is complete (`note` hears
 // "writing round-0 <kind> features of <dataset>" then). Errors of the writer come back with
 // the context "writing round-0 features".
-StatusOr<FeatureInputs> PrepareFeatures(
-    const v1::FeatureSource& source, const std::function<std::string(const std::string&)>& resolve,
-    const std::function<void(const std::string&)>& note);
+StatusOr<FeatureInputs> PrepareFeatures(const v1::FeatureSource& source,
+                                        const PathResolver& resolve,
+                                        const std::function<void(const std::string&)>& note);
 
 }  // namespace mlcd::clusterd

@@ -32,7 +32,7 @@ Status ValidateKMeansParams(const SphericalKMeansParams& params, int64_t rows) {
   if (params.max_points_per_centroid < 1)
     return Status::InvalidArgument("max_points_per_centroid must be >= 1, got " +
                                    std::to_string(params.max_points_per_centroid));
-  if (params.threads < 0) return Status::InvalidArgument("threads must be >= 0 (0 = all cores)");
+  MLCD_RETURN_IF_ERROR(CheckThreads(params.threads));
   return Status::Ok();
 }
 

@@ -9,9 +9,11 @@
 #include "clusterd/feature_gen.h"
 #include "clusterd/service.h"
 #include "common/blas_env.h"
+#include "common/data_roots.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/malloc_env.h"
 #include "common/metrics.h"
@@ -96,6 +98,9 @@ int main(int argc, char** argv) {
   std::string labelstore;
   mlcd::AddPeerFlag(app, "labelstore", &labelstore,
                     "127.0.0.1:" + std::to_string(mlcd::kDefaultLabelstorePort));
+  std::vector<std::string> data_roots;
+  mlcd::AddDataRootFlag(app, &data_roots,
+                        "--data-dir and /usr/share/datasets (where dataset-fashion-mnist lives)");
   int max_queued = 8;
   app.add_option("--max-queued", max_queued,
                  "calls that may wait for the running job before RESOURCE_EXHAUSTED")
@@ -163,11 +168,19 @@ int main(int argc, char** argv) {
   }
   mlcd::clusterd::ClusterdOptions options;
   options.data_dir = flags.data_dir;
+  auto roots = mlcd::DataRoots::FromFlags(data_roots, flags.data_dir);
+  if (!roots.ok()) {
+    MLCD_LOG(ERROR) << roots.status().ToString();
+    return 2;
+  }
+  options.data_roots = *roots;
+  MLCD_LOG(INFO) << "data roots: " << options.data_roots.Describe();
   options.labelstore_address = labelstore;
   options.max_queued = max_queued;
   mlcd::clusterd::ClusterdService service(options, metrics.registry());
   mlcd::GrpcServerRunner runner("clusterd");
   runner.AddService(&service);
+  runner.set_max_receive_message_bytes(mlcd::kMaxClusterdRequestBytes);
   st = runner.Start(flags.listen);
   if (!st.ok()) {
     MLCD_LOG(ERROR) << st.ToString();

@@ -1,5 +1,7 @@
 #include "clusterd/service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -147,73 +149,30 @@ void FillAssignResult(const v1::AssignRequest& request, const std::string& label
   }
 }
 
+// Assign's checks that need no data. The label store is never a caller-chosen address (the
+// daemon would dial, and with replace_existing delete sets, wherever it is told): only the one
+// it was started with (`own`).
+Status CheckAssignRequest(const v1::AssignRequest& request, const std::string& own) {
+  MLCD_RETURN_IF_ERROR(CheckFeatureSource(request.features()));
+  if (request.centroids_path().empty())
+    return Status::InvalidArgument("centroids_path is required");
+  if (request.label_set().empty())
+    return Status::InvalidArgument("label_set (the name of the set to create) is required");
+  MLCD_RETURN_IF_ERROR(labelstore::ValidateLabelSetName(request.label_set()));
+  const std::string& requested = request.labelstore();
+  if (!requested.empty() && requested != own) {
+    return Status(StatusCode::kPermissionDenied,
+                  "labelstore: mlcd-clusterd writes only to the label store it was started with "
+                  "(--labelstore); leave AssignRequest.labelstore empty (the field is "
+                  "deprecated)");
+  }
+  if (own.empty())
+    return Status::FailedPrecondition(
+        "mlcd-clusterd has no label store: start it with --labelstore ADDRESS");
+  return Status::Ok();
+}
+
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// JobGate
-
-Status JobGate::Acquire(const std::function<bool()>& should_stop,
-                        const std::function<void(int)>& on_wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!busy_ && waiters_.empty()) {
-    busy_ = true;
-    return Status::Ok();
-  }
-  if (static_cast<int>(waiters_.size()) >= max_queued_) {
-    return Status::ResourceExhausted("mlcd-clusterd is busy: one job is running and " +
-                                     std::to_string(waiters_.size()) +
-                                     " are queued (--max-queued); retry later");
-  }
-  const uint64_t ticket = next_ticket_++;
-  waiters_.push_back(ticket);
-  auto position = [&] {
-    int p = 1;
-    for (uint64_t t : waiters_) {
-      if (t == ticket) break;
-      ++p;
-    }
-    return p;
-  };
-  int last_position = -1;
-  for (;;) {
-    if (!busy_ && waiters_.front() == ticket) {
-      waiters_.pop_front();
-      busy_ = true;
-      cv_.notify_all();
-      return Status::Ok();
-    }
-    if (should_stop && should_stop()) {
-      waiters_.remove(ticket);
-      cv_.notify_all();
-      return Status::Cancelled("cancelled while waiting for the running clustering job");
-    }
-    int p = position();
-    if (p != last_position && on_wait) {
-      last_position = p;
-      lock.unlock();
-      on_wait(p);
-      lock.lock();
-      continue;
-    }
-    cv_.wait_for(lock, std::chrono::milliseconds(100));
-  }
-}
-
-void JobGate::Release() {
-  std::lock_guard<std::mutex> lock(mu_);
-  busy_ = false;
-  cv_.notify_all();
-}
-
-int JobGate::running() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return busy_ ? 1 : 0;
-}
-
-int JobGate::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(waiters_.size());
-}
 
 // ---------------------------------------------------------------------------------------------
 // Metrics
@@ -335,9 +294,17 @@ ClusterdService::ClusterdService(ClusterdOptions options, prometheus::Registry& 
 
 ClusterdService::~ClusterdService() = default;
 
-std::string ClusterdService::Resolve(const std::string& path) const {
-  if (path.empty() || path[0] == '/' || options_.data_dir.empty()) return path;
-  return options_.data_dir + "/" + path;
+StatusOr<std::string> ClusterdService::Resolve(const std::string& path,
+                                               const std::string& field) const {
+  std::string full = path;
+  if (!path.empty() && path[0] != '/') {
+    char cwd[4096];
+    const std::string here = getcwd(cwd, sizeof(cwd)) ? cwd : "/";
+    const std::string& dir = options_.data_dir;
+    const std::string base = dir.empty() ? here : dir[0] == '/' ? dir : here + "/" + dir;
+    full = base + "/" + path;
+  }
+  return options_.data_roots.Confine(full, field);
 }
 
 namespace {
@@ -390,7 +357,8 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
     return Status::InvalidArgument(
         "centroids_out is required: the .npy path to write the k x d centroids to");
   MLCD_ASSIGN_OR_RETURN(const SphericalKMeansParams params, KMeansParamsFrom(request));
-  const std::string out_path = Resolve(request.centroids_out());
+  MLCD_ASSIGN_OR_RETURN(const std::string out_path,
+                        Resolve(request.centroids_out(), "centroids_out"));
   if (IsDirectory(out_path))
     return Status::InvalidArgument(out_path + ": centroids_out is a directory; give a file path");
 
@@ -402,7 +370,9 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
                  << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ")
                  << "k=" << params.k << " niter=" << params.niter << " -> " << out_path;
 
-  const auto resolve = [this](const std::string& path) { return Resolve(path); };
+  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
+    return Resolve(path, field);
+  };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
   MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
@@ -529,18 +499,8 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
     p.set_note(text);
     emit(p);
   };
-  MLCD_RETURN_IF_ERROR(CheckFeatureSource(request.features()));
-  if (request.centroids_path().empty())
-    return Status::InvalidArgument("centroids_path is required");
-  if (request.label_set().empty())
-    return Status::InvalidArgument("label_set (the name of the set to create) is required");
-  MLCD_RETURN_IF_ERROR(labelstore::ValidateLabelSetName(request.label_set()));
-  const std::string labelstore_address =
-      request.labelstore().empty() ? options_.labelstore_address : request.labelstore();
-  if (labelstore_address.empty())
-    return Status::InvalidArgument(
-        "no label store address: set labelstore in the request or start mlcd-clusterd "
-        "with --labelstore");
+  const std::string& labelstore_address = options_.labelstore_address;
+  MLCD_RETURN_IF_ERROR(CheckAssignRequest(request, labelstore_address));
   MLCD_ASSIGN_OR_RETURN(AssignParams params, AssignParamsFrom(request));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params));  // k is known once the centroids are read
 
@@ -553,21 +513,27 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
                  << "l=" << params.l << " method=" << SearchMethodName(params.method) << " -> "
                  << request.label_set() << " at " << labelstore_address;
 
-  const auto resolve = [this](const std::string& path) { return Resolve(path); };
+  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
+    return Resolve(path, field);
+  };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
   MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
   note("features: " + shards.Describe() + "; checking values");
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   int k = 0, d = 0;
-  const std::string centroids_path = Resolve(request.centroids_path());
+  MLCD_ASSIGN_OR_RETURN(const std::string centroids_path,
+                        Resolve(request.centroids_path(), "centroids_path"));
   MLCD_ASSIGN_OR_RETURN(std::vector<float> centroids,
                         LoadCentroids(centroids_path, shards.d(), &k, &d));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params, k));
   std::unique_ptr<LabelQualityAccumulator> quality;
+  std::string class_labels_path;
   if (!request.class_labels_path().empty()) {
+    MLCD_ASSIGN_OR_RETURN(class_labels_path,
+                          Resolve(request.class_labels_path(), "class_labels_path"));
     MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> classes,
-                          ReadClassLabels(Resolve(request.class_labels_path()), shards.rows()));
+                          ReadClassLabels(class_labels_path, shards.rows()));
     quality = std::make_unique<LabelQualityAccumulator>(std::move(classes), k, params.l);
   }
 
@@ -605,7 +571,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   std::optional<LabelQuality> label_quality;
   if (quality) {
     StatusOr<LabelQuality> q = quality->Finish();
-    if (!q.ok()) return q.status().WithContext(Resolve(request.class_labels_path()));
+    if (!q.ok()) return q.status().WithContext(class_labels_path);
     label_quality = *q;
   }
   MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo sealed, store.Seal(spec.name, /*require_open=*/true));
@@ -654,7 +620,16 @@ grpc::Status ServeStream(RpcMetrics* rpc_metrics, const char* method, grpc::Serv
   const std::function<void(const Progress&)> emit = [&](const Progress& p) {
     if (!gone.load() && !writer->Write(p)) gone.store(true);
   };
-  Status st = run(should_stop, emit);
+  Status st;
+  // Nothing a request holds may take the daemon down: an exception fails this call only
+  // (the job slot and every scope unwind with it).
+  try {
+    st = run(should_stop, emit);
+  } catch (const std::exception& e) {
+    st = Status::Internal(std::string(method) + " failed unexpectedly: " + e.what());
+  } catch (...) {
+    st = Status::Internal(std::string(method) + " failed unexpectedly (unknown exception)");
+  }
   if (!st.ok() && should_stop() && st.code() != StatusCode::kCancelled) {
     st = Status::Cancelled(std::string(method) + " cancelled by the client (" + st.message() + ")");
   }

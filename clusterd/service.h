@@ -33,6 +33,8 @@
 #include <mutex>
 #include <string>
 
+#include "clusterd/job_gate.h"
+#include "common/data_roots.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "mlcd/v1/clusterd.grpc.pb.h"
@@ -43,7 +45,10 @@ struct ClusterdOptions {
   // Relative paths in requests are resolved against this directory (empty = the daemon's
   // working directory).
   std::string data_dir;
-  // Label store used when an AssignRequest names none.
+  // Every path a request names must resolve under one of these (common/data_roots.h).
+  DataRoots data_roots;
+  // The label store Assign writes into (--labelstore). A request may not name another: the
+  // daemon never dials a caller-chosen address.
   std::string labelstore_address;
   // Calls allowed to wait for the running job before RESOURCE_EXHAUSTED.
   int max_queued = 8;
@@ -51,27 +56,6 @@ struct ClusterdOptions {
   std::chrono::milliseconds labelstore_connect_timeout{10000};
   // Minimum interval between AssignStatus progress messages.
   std::chrono::milliseconds progress_interval{500};
-};
-
-// FIFO admission of one job at a time.
-class JobGate {
- public:
-  explicit JobGate(int max_queued) : max_queued_(max_queued) {}
-  // Waits for the slot. RESOURCE_EXHAUSTED when max_queued callers already wait; CANCELLED
-  // when should_stop() turns true while waiting. on_wait(position) is called when the caller
-  // has to wait (position 1 = next).
-  Status Acquire(const std::function<bool()>& should_stop, const std::function<void(int)>& on_wait);
-  void Release();
-  int running() const;
-  int queued() const;
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  const int max_queued_;
-  bool busy_ = false;
-  uint64_t next_ticket_ = 0;
-  std::list<uint64_t> waiters_;
 };
 
 class ClusterdService final : public v1::Clusterd::Service {
@@ -95,7 +79,8 @@ class ClusterdService final : public v1::Clusterd::Service {
 
  private:
   struct Metrics;
-  std::string Resolve(const std::string& path) const;
+  // A request's path: relative ones under data_dir, then confined to the data roots.
+  StatusOr<std::string> Resolve(const std::string& path, const std::string& field) const;
   // AssignCallbacks::on_progress of an Assign pass started now: counts rows in the metrics and
   // emits an AssignStatus (seconds since t0) at most every progress_interval and at the end.
   std::function<void(int64_t, int64_t)> AssignProgressReporter(

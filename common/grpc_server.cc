@@ -59,7 +59,7 @@ Status GrpcServerRunner::Start(const std::string& listen_address) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &port_);
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxReceiveMessageSize(max_receive_bytes_);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   for (grpc::Service* service : services_) builder.RegisterService(service);
   server_ = builder.BuildAndStart();

@@ -46,6 +46,10 @@ class GrpcServerRunner {
   // UNAVAILABLE when the address cannot be bound.
   Status Start(const std::string& listen_address);
 
+  // Largest message a call may send this server (default kMaxGrpcMessageBytes); larger ones
+  // are refused by gRPC with RESOURCE_EXHAUSTED before any handler runs. Call before Start.
+  void set_max_receive_message_bytes(int bytes) { max_receive_bytes_ = bytes; }
+
   // The bound port.
   int port() const { return port_; }
   grpc::Server* server() { return server_.get(); }
@@ -61,6 +65,7 @@ class GrpcServerRunner {
   std::vector<grpc::Service*> services_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  int max_receive_bytes_ = kMaxGrpcMessageBytes;
   bool shut_down_ = false;
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/limits.h"
 #include "common/yaml_proto.h"
 
 namespace mlcd {
@@ -16,6 +17,12 @@ constexpr const char* kKind = "TrainingJob";
 
 ParsedJob ParseJobSpecYamlLenient(const std::string& text, std::vector<SpecProblem>* problems) {
   ParsedJob job;
+  if (text.size() > kMaxSpecYamlBytes) {
+    problems->push_back({"", "the job spec is " + std::to_string(text.size()) +
+                                 " bytes of YAML; at most " + std::to_string(kMaxSpecYamlBytes) +
+                                 " are read"});
+    return job;
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text);

@@ -1,13 +1,74 @@
 // Limits that hold across services: a job spec is checked against them before any service
 // sees it, and each service enforces the same constant again at its own boundary. Limits of
-// one service's requests live with its client library (clients/).
+// one service's requests live with its client library (clients/). Each bound is chosen so a
+// valid request cannot exhaust the machine that serves it; docs/hardening.md lists them all.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mlcd {
 
 // l: the most labels (nearest centres) per sample a label set keeps.
 constexpr int32_t kMaxLabelsPerSample = 1024;
+// k: the most clusters (class centres) of a round (paper: 1M).
+constexpr int32_t kMaxClusters = int32_t{1} << 22;
+// clustering.niter: k-means iterations.
+constexpr int32_t kMaxKMeansIterations = 1000;
+// clustering.max_points_per_centroid.
+constexpr int32_t kMaxPointsPerCentroid = 1 << 16;
+// clustering.features.dim: random-projection output dimension (the 784 x dim matrix and the
+// n x dim features are made by clusterd; 65536 would be ~15.7 GB for Fashion-MNIST).
+constexpr int32_t kMaxProjectionDim = 4096;
+
+// model: ViT shape. Each alone, and the parameter estimate (4 + 2 * mlp_ratio) * width^2 *
+// depth, bounded so the model, its gradients and AdamW state fit a worker.
+constexpr int32_t kMaxModelWidth = 8192;
+constexpr int32_t kMaxModelDepth = 128;
+constexpr int32_t kMaxModelHeads = 256;
+constexpr int32_t kMaxEmbedDim = 16384;
+constexpr double kMaxMlpRatio = 16;
+constexpr int32_t kMaxImageSize = 4096;
+constexpr int32_t kMaxChannels = 16;
+constexpr double kMaxModelParameters = 4e9;
+
+// training.
+constexpr int32_t kMaxEpochsPerRound = 100000;
+constexpr int32_t kMaxBatchSize = 1 << 20;
+constexpr int32_t kMaxThreadsPerWorker = 1024;
+constexpr int32_t kMaxLabelPrefetchDepth = 1024;
+constexpr int32_t kMaxRestarts = 1000;
+constexpr int32_t kMaxTimeoutSeconds = 7 * 24 * 3600;
+// evaluation.
+constexpr int32_t kMaxKnnK = 10000;
+
+// Any path in a spec or request: bytes (PATH_MAX) and no NUL.
+constexpr size_t kMaxPathLength = 4096;
+// Any other free-text string in a spec (names of presets, kinds, ...).
+constexpr size_t kMaxSpecStringLength = 4096;
+// Any repeated field of a spec (paths, mean/stddev values).
+constexpr int kMaxSpecListLength = 100000;
+// A job spec as YAML text (SubmitJob, dry run or not).
+constexpr size_t kMaxSpecYamlBytes = size_t{1} << 20;
+
+// IDX files (common/idx.h): the most bytes read (and decompressed), the largest image side.
+constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 32;
+constexpr uint32_t kMaxIdxImageSide = 4096;
+
+// The coordinator: the largest request message (a spec is at most kMaxSpecYamlBytes of YAML),
+// concurrent WatchJob streams (each holds a server thread), jobs not yet ended, registered
+// worker slots, the reason of a cancel, a worker's host name.
+constexpr int kMaxCoordinatorRequestBytes = 8 << 20;
+constexpr int kDefaultMaxWatchStreams = 64;
+constexpr int kMaxActiveJobs = 10000;
+constexpr size_t kMaxWorkers = 10000;
+constexpr size_t kMaxCancelReasonLength = 1000;
+constexpr size_t kMaxHostLength = 255;
+// clusterd: the largest request message.
+constexpr int kMaxClusterdRequestBytes = 16 << 20;
+
+// Error messages sent back to callers: longer ones are cut, saying how much was left out, so
+// they fit gRPC's metadata (8 KiB by default on the receiving side).
+constexpr size_t kMaxErrorMessageBytes = 4096;
 
 }  // namespace mlcd

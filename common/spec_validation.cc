@@ -23,6 +23,33 @@ class Checker {
     if (value < min) Add(field, Num(value) + " must be >= " + Num(min));
   }
   template <typename T>
+  void AtMost(const std::string& field, T value, T max) {
+    if (value > max) Add(field, Num(value) + " must be <= " + Num(max));
+  }
+  // min <= value <= max, with the bound in the message.
+  template <typename T>
+  void InRange(const std::string& field, T value, T min, T max) {
+    if (!(value >= min && value <= max))
+      Add(field, Num(value) + " is not in [" + Num(min) + ", " + Num(max) + "]");
+  }
+  // A path: at most kMaxPathLength bytes, no NUL (which would silently cut it).
+  void Path(const std::string& field, const std::string& path) {
+    if (path.size() > kMaxPathLength) Add(field, "longer than " + Num(kMaxPathLength) + " bytes");
+    if (path.find('\0') != std::string::npos)
+      Add(field, "holds a NUL byte; a path cannot contain one");
+  }
+  // Free text (names, kinds): at most kMaxSpecStringLength bytes, no NUL.
+  void Text(const std::string& field, const std::string& text) {
+    if (text.size() > kMaxSpecStringLength)
+      Add(field, "longer than " + Num(kMaxSpecStringLength) + " bytes");
+    else if (text.find('\0') != std::string::npos)
+      Add(field, "holds a NUL byte");
+  }
+  // A repeated field: at most `max` entries.
+  void ListSize(const std::string& field, int size, int max) {
+    if (size > max) Add(field, Num(size) + " entries; at most " + Num(max));
+  }
+  template <typename T>
   void Positive(const std::string& field, T value) {
     if (!(value > 0)) Add(field, Num(value) + " must be > 0");
   }
@@ -62,6 +89,15 @@ void CheckDatasetSpec(Checker& c, const v1::DatasetSpec& d, const v1::ModelSpec&
                       bool needs_test_split) {
   const int channels = model.channels();
   c.OneOf("format", d.format(), DatasetFormatNames());
+  c.Path("path", d.path());
+  c.Path("index", d.index());
+  c.Path("test_index", d.test_index());
+  c.ListSize("paths", d.paths_size(), kMaxSpecListLength);
+  for (int i = 0; i < d.paths_size() && i < kMaxSpecListLength; ++i)
+    c.Path("paths[" + std::to_string(i) + "]", d.paths(i));
+  c.ListSize("mean", d.mean_size(), kMaxChannels);
+  c.ListSize("stddev", d.stddev_size(), kMaxChannels);
+  c.AtMost("resize_size", d.resize_size(), kMaxImageSize);
   if (!IsIndexedFormat(d.format())) {
     if (d.path().empty()) c.Add("path", "empty; give the directory of the dataset's files");
     if (!d.paths().empty() || !d.index().empty() || !d.test_index().empty())
@@ -139,10 +175,13 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
   if (f.kind() != "npy" && !f.paths().empty()) {
     c.Add("features.paths", "only read when features.kind is 'npy' (it is '" + f.kind() + "')");
   }
-  for (int i = 0; i < f.paths_size(); ++i) {
+  c.ListSize("features.paths", f.paths_size(), kMaxSpecListLength);
+  for (int i = 0; i < f.paths_size() && i < kMaxSpecListLength; ++i) {
     if (f.paths(i).empty()) c.Add("features.paths[" + std::to_string(i) + "]", "empty path");
+    c.Path("features.paths[" + std::to_string(i) + "]", f.paths(i));
   }
-  if (f.kind() == "random-projection") c.AtLeast("features.dim", f.dim(), 1);
+  c.Path("features.keys", f.keys());
+  if (f.kind() == "random-projection") c.InRange("features.dim", f.dim(), 1, kMaxProjectionDim);
   const bool indexed = IsIndexedFormat(s.spec.dataset().format());
   if (indexed && (f.kind() == "pixels" || f.kind() == "random-projection")) {
     c.Add("features.kind", "'" + f.kind() + "' features are made from fashion-mnist only; for " +
@@ -154,7 +193,7 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
           "a keys file aligns 'npy' features with an image-folder or "
           "webdataset index; remove it or change the kind or dataset");
   }
-  c.AtLeast("k", cl.k(), 1);
+  c.InRange("k", cl.k(), 1, kMaxClusters);
   c.AtLeast("l", cl.l(), 1);
   if (cl.l() > kMaxLabelsPerSample) {
     c.Add("l", Checker::Num(cl.l()) + " > " + Checker::Num(kMaxLabelsPerSample) +
@@ -166,8 +205,8 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
     c.Add("k",
           Checker::Num(cl.k()) + " > the " + s.images_text + "; k-means needs at least k points");
   }
-  c.AtLeast("niter", cl.niter(), 1);
-  c.AtLeast("max_points_per_centroid", cl.max_points_per_centroid(), 1);
+  c.InRange("niter", cl.niter(), 1, kMaxKMeansIterations);
+  c.InRange("max_points_per_centroid", cl.max_points_per_centroid(), 1, kMaxPointsPerCentroid);
   c.OneOf("search", cl.search(), SearchMethodNames());
 }
 
@@ -195,22 +234,32 @@ void CheckModel(const SectionContext& s, std::vector<SpecProblem>* problems) {
   Checker c(problems, s.prefix + "model");
   auto preset = FindModelPreset(m.preset());
   if (!preset.ok()) c.Add("preset", preset.status().message());
-  c.AtLeast("width", m.width(), 1);
-  c.AtLeast("depth", m.depth(), 1);
-  c.AtLeast("heads", m.heads(), 1);
+  c.Text("preset", m.preset());
+  c.InRange("width", m.width(), 1, kMaxModelWidth);
+  c.InRange("depth", m.depth(), 1, kMaxModelDepth);
+  c.InRange("heads", m.heads(), 1, kMaxModelHeads);
   if (m.width() >= 1 && m.heads() >= 1 && m.width() % m.heads() != 0) {
     c.Add("width",
           Checker::Num(m.width()) + " is not divisible by heads: " + Checker::Num(m.heads()));
   }
-  c.AtLeast("patch_size", m.patch_size(), 1);
-  c.AtLeast("image_size", m.image_size(), 1);
+  c.InRange("patch_size", m.patch_size(), 1, kMaxImageSize);
+  c.InRange("image_size", m.image_size(), 1, kMaxImageSize);
   if (m.patch_size() >= 1 && m.image_size() >= 1 && m.image_size() % m.patch_size() != 0) {
     c.Add("image_size", Checker::Num(m.image_size()) +
                             " is not divisible by patch_size: " + Checker::Num(m.patch_size()));
   }
-  c.AtLeast("channels", m.channels(), 1);
-  c.Positive("mlp_ratio", m.mlp_ratio());
-  c.AtLeast("embed_dim", m.embed_dim(), 1);
+  c.InRange("channels", m.channels(), 1, kMaxChannels);
+  if (!(m.mlp_ratio() > 0 && m.mlp_ratio() <= kMaxMlpRatio))
+    c.Add("mlp_ratio",
+          Checker::Num(m.mlp_ratio()) + " is not in (0, " + Checker::Num(kMaxMlpRatio) + "]");
+  c.InRange("embed_dim", m.embed_dim(), 1, kMaxEmbedDim);
+  const double params = (4 + 2 * m.mlp_ratio()) * static_cast<double>(m.width()) * m.width() *
+                        static_cast<double>(m.depth());
+  if (m.mlp_ratio() > 0 && m.mlp_ratio() <= kMaxMlpRatio && params > kMaxModelParameters) {
+    c.Add("width", "the backbone would have about " + Checker::Num(params) +
+                       " parameters ((4 + 2 * mlp_ratio) * width^2 * depth); at most " +
+                       Checker::Num(kMaxModelParameters));
+  }
   c.OneOf("pooling", m.pooling(), {"cls", "mean"});
   c.OneOf("stem", m.stem(), {"patch", "conv"});
   if (m.stem() == "conv" && m.patch_size() >= 1 && m.image_size() >= 1 &&
@@ -246,8 +295,9 @@ void CheckOptimizer(const SectionContext& s, std::vector<SpecProblem>* problems)
 void CheckTraining(const SectionContext& s, std::vector<SpecProblem>* problems) {
   const auto& t = s.spec.training();
   Checker c(problems, s.prefix + "training");
-  c.AtLeast("epochs_per_round", t.epochs_per_round(), 1);
-  c.AtLeast("batch_size", t.batch_size(), 1);
+  c.InRange("epochs_per_round", t.epochs_per_round(), 1, kMaxEpochsPerRound);
+  c.InRange("batch_size", t.batch_size(), 1, kMaxBatchSize);
+  c.Path("checkpoint_dir", t.checkpoint_dir());
   c.AtLeast("world_size", t.world_size(), 1);
   if (t.world_size() > kMaxWorldSize)
     c.Add("world_size", Checker::Num(t.world_size()) + " > " + Checker::Num(kMaxWorldSize));
@@ -265,11 +315,11 @@ void CheckTraining(const SectionContext& s, std::vector<SpecProblem>* problems) 
                             "; every rank holds a shard of the class centres");
   }
   c.AtLeast("checkpoint_every_steps", t.checkpoint_every_steps(), 0);
-  c.AtLeast("threads_per_worker", t.threads_per_worker(), 0);
-  c.AtLeast("max_restarts", t.max_restarts(), 0);
-  c.AtLeast("heartbeat_timeout_seconds", t.heartbeat_timeout_seconds(), 1);
-  c.AtLeast("collective_timeout_seconds", t.collective_timeout_seconds(), 1);
-  c.AtLeast("label_prefetch_depth", t.label_prefetch_depth(), 1);
+  c.InRange("threads_per_worker", t.threads_per_worker(), 0, kMaxThreadsPerWorker);
+  c.InRange("max_restarts", t.max_restarts(), 0, kMaxRestarts);
+  c.InRange("heartbeat_timeout_seconds", t.heartbeat_timeout_seconds(), 1, kMaxTimeoutSeconds);
+  c.InRange("collective_timeout_seconds", t.collective_timeout_seconds(), 1, kMaxTimeoutSeconds);
+  c.InRange("label_prefetch_depth", t.label_prefetch_depth(), 1, kMaxLabelPrefetchDepth);
   c.AtLeast("rounds", t.rounds(), 1);
   if (t.rounds() > kMaxRounds)
     c.Add("rounds", Checker::Num(t.rounds()) + " > " + Checker::Num(kMaxRounds));
@@ -283,7 +333,7 @@ void CheckEvaluation(const SectionContext& s, std::vector<SpecProblem>* problems
   const auto& e = s.spec.evaluation();
   Checker c(problems, s.prefix + "evaluation");
   if (e.enabled()) {
-    c.AtLeast("knn_k", e.knn_k(), 1);
+    c.InRange("knn_k", e.knn_k(), 1, kMaxKnnK);
     c.Positive("knn_temperature", e.knn_temperature());
     c.OneOf("features", e.features(), EvaluationFeatureKinds());
     c.AtLeast("feature_blocks", e.feature_blocks(), 1);
@@ -346,7 +396,19 @@ Status SpecProblemsToStatus(const std::vector<SpecProblem>& problems) {
   if (problems.empty()) return Status::Ok();
   std::string message = "invalid job spec (" + std::to_string(problems.size()) +
                         (problems.size() == 1 ? " problem" : " problems") + "):";
-  for (const auto& p : problems) message += "\n  " + p.ToString();
+  // Every problem while they fit a gRPC error (kMaxErrorMessageBytes), then how many more.
+  size_t listed = 0;
+  for (const auto& p : problems) {
+    std::string line = "\n  " + p.ToString();
+    if (line.size() > 512) line = line.substr(0, 500) + " ...";
+    if (message.size() + line.size() > kMaxErrorMessageBytes - 64) break;
+    message += line;
+    ++listed;
+  }
+  if (listed < problems.size()) {
+    message += "\n  ... and " + std::to_string(problems.size() - listed) + " more problem" +
+               (problems.size() - listed == 1 ? "" : "s") + " left out";
+  }
   return Status::InvalidArgument(message);
 }
 

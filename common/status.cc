@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/error_message.h"
+
 namespace mlcd {
 
 const char* StatusCodeName(StatusCode code) {
@@ -57,7 +59,19 @@ Status Status::WithContext(const std::string& context) const {
 
 grpc::Status ToGrpcStatus(const Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), status.message());
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      FitErrorMessage(status.message()));
+}
+
+std::string FitErrorMessage(const std::string& message, size_t max_bytes) {
+  if (message.size() <= max_bytes) return message;
+  size_t keep = max_bytes > 64 ? max_bytes - 64 : max_bytes / 2;
+  // Cut at a line end when there is one near, and never inside a UTF-8 sequence.
+  const size_t newline = message.rfind('\n', keep);
+  if (newline != std::string::npos && newline > keep / 2) keep = newline;
+  while (keep > 0 && (static_cast<unsigned char>(message[keep]) & 0xC0) == 0x80) --keep;
+  return message.substr(0, keep) + "\n  ... (" + std::to_string(message.size() - keep) +
+         " more bytes left out)";
 }
 
 Status FromGrpcStatus(const grpc::Status& status) {

@@ -81,8 +81,9 @@ bool ParseInt64(const std::string& text, int64_t* out) {
   if (text.empty()) return false;
   errno = 0;
   char* end = nullptr;
-  long long v = std::strtoll(text.c_str(), &end, 0);
-  if (errno != 0 || *end != '\0') return false;
+  // Base 10 only (YAML 1.2): `k: 010` is 10, never octal 8; `0x10` is not an integer here.
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end != text.c_str() + text.size()) return false;
   *out = v;
   return true;
 }
@@ -91,8 +92,8 @@ bool ParseUint64(const std::string& text, uint64_t* out) {
   if (text.empty() || text[0] == '-') return false;
   errno = 0;
   char* end = nullptr;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 0);
-  if (errno != 0 || *end != '\0') return false;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || end != text.c_str() + text.size()) return false;
   *out = v;
   return true;
 }
@@ -102,7 +103,7 @@ bool ParseDouble(const std::string& text, double* out) {
   errno = 0;
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
-  if (errno != 0 || *end != '\0' || !std::isfinite(v)) return false;
+  if (errno != 0 || end != text.c_str() + text.size() || !std::isfinite(v)) return false;
   *out = v;
   return true;
 }

@@ -7,7 +7,7 @@
 //   - a key that is no field: "unknown field; did you mean batch_size?" (or the known fields);
 //   - a message field needs a mapping, a repeated field a list, a map<string, string> field a
 //     mapping of plain values, a scalar field a single value;
-//   - integers in the field's range (decimal, 0x hex or 0 octal as strtoll reads them), doubles
+//   - integers in the field's range, decimal only (YAML 1.2: `010` is 10, `0x10` an error), doubles
 //     finite, bools true/false, yes/no, on/off (lower case or
 //     capitalised, and TRUE/FALSE), enums by
 //     value name.

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/idx.h"
+#include "common/limits.h"
 #include "common/spec_defaults.h"
 #include "coordinator/dataset_checks.h"
 
@@ -33,8 +34,32 @@ Status CheckRendezvousPort(int port) {
 
 }  // namespace
 
+std::vector<SpecProblem> ConfinedPathProblems(const v1::JobSpec& spec, const DataRoots& roots) {
+  std::vector<SpecProblem> problems;
+  auto check = [&](const std::string& field, const std::string& path) {
+    if (path.empty()) return;
+    Status st = roots.Confine(path, field).status();
+    if (!st.ok()) problems.push_back({field, st.message().substr(field.size() + 2)});
+  };
+  auto dataset = [&](const std::string& prefix, const v1::DatasetSpec& d) {
+    check(prefix + ".path", d.path());
+    for (int i = 0; i < d.paths_size(); ++i)
+      check(prefix + ".paths[" + std::to_string(i) + "]", d.paths(i));
+    check(prefix + ".index", d.index());
+    check(prefix + ".test_index", d.test_index());
+  };
+  dataset("spec.dataset", spec.dataset());
+  if (spec.evaluation().enabled()) dataset("spec.evaluation.dataset", spec.evaluation().dataset());
+  const auto& features = spec.clustering().features();
+  for (int i = 0; i < features.paths_size(); ++i)
+    check("spec.clustering.features.paths[" + std::to_string(i) + "]", features.paths(i));
+  check("spec.clustering.features.keys", features.keys());
+  check("spec.training.checkpoint_dir", spec.training().checkpoint_dir());
+  return problems;
+}
+
 StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request,
-                                    const std::string& data_dir) {
+                                    const std::string& data_dir, const DataRoots* roots) {
   MLCD_RETURN_IF_ERROR(CheckRequestId(request.request_id()));
   ParsedJob parsed;
   if (!request.spec_yaml().empty()) {
@@ -56,6 +81,9 @@ StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request,
     for (auto& p : JobSpecProblems(parsed.spec)) problems.push_back(std::move(p));
     MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(problems));
   }
+  // Confinement first: nothing below may look at a path outside the roots, so no answer
+  // (dry run or not) tells whether one exists.
+  if (roots) MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(ConfinedPathProblems(parsed.spec, *roots)));
   MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(InputProblems(parsed.spec)));
   MLCD_RETURN_IF_ERROR(ResolveDatasetIndexes(data_dir, &parsed.spec));
   MLCD_RETURN_IF_ERROR(CheckDatasetInputs(parsed.spec));
@@ -169,12 +197,29 @@ Status CheckRegistration(const v1::RegisterWorkerRequest& request) {
   }
   if (request.host().empty())
     return Status::InvalidArgument("host: empty; give the host other workers reach this one at");
+  if (request.host().size() > kMaxHostLength)
+    return Status::InvalidArgument("host: longer than " + std::to_string(kMaxHostLength) +
+                                   " bytes; give a host name or address");
+  for (char c : request.host()) {
+    if (!std::isgraph(static_cast<unsigned char>(c)))
+      return Status::InvalidArgument("host: only printable characters without spaces");
+  }
   MLCD_RETURN_IF_ERROR(CheckRendezvousPort(request.rendezvous_port()));
   for (int kind : request.kinds()) {
     if (!v1::AssignmentKind_IsValid(kind) || kind == v1::ASSIGNMENT_KIND_NONE) {
       return Status::InvalidArgument("kinds: " + std::to_string(kind) +
                                      " is not an assignment kind");
     }
+  }
+  return Status::Ok();
+}
+
+Status CheckCancel(const v1::CancelJobRequest& request) {
+  if (request.id().empty())
+    return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
+  if (request.reason().size() > kMaxCancelReasonLength) {
+    return Status::InvalidArgument("reason: " + std::to_string(request.reason().size()) +
+                                   " bytes; at most " + std::to_string(kMaxCancelReasonLength));
   }
   return Status::Ok();
 }

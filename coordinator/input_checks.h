@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "coordinator/job_entry.h"
@@ -24,8 +25,15 @@ namespace mlcd::coordinator {
 // validated: request id, spec and metadata rules (common/job_spec.h), InputProblems and the
 // image datasets (coordinator/dataset_checks.h; with a data_dir, an image dataset given by
 // path gets its index built there: ResolveDatasetIndexes).
+// With `roots`, every path the spec names must resolve under them first
+// (ConfinedPathProblems), before anything looks at the files.
 StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request,
-                                    const std::string& data_dir = "");
+                                    const std::string& data_dir = "",
+                                    const DataRoots* roots = nullptr);
+
+// The spec's paths (datasets, indexes, features, keys, checkpoint_dir) that do not resolve
+// under `roots`: one problem each, the same whether the path exists or not.
+std::vector<SpecProblem> ConfinedPathProblems(const v1::JobSpec& spec, const DataRoots& roots);
 
 // A ListJobsRequest, checked: page size (0 = 100, at most 1000), states, and the page token
 // (the seq below which to list; INT64_MAX for the first page).
@@ -47,8 +55,11 @@ Status CheckWorkerSupport(const v1::JobSpec& spec, const WorkerRegistry& workers
 
 // SubmitJobRequest.request_id: at most 200 printable characters.
 Status CheckRequestId(const std::string& request_id);
-// RegisterWorkerRequest: name, host, rendezvous port, kinds.
+// RegisterWorkerRequest: name, host (at most kMaxHostLength printable bytes), rendezvous
+// port, kinds.
 Status CheckRegistration(const v1::RegisterWorkerRequest& request);
+// CancelJobRequest: an id, a reason of at most kMaxCancelReasonLength bytes.
+Status CheckCancel(const v1::CancelJobRequest& request);
 // GetAssignmentRequest: wait_seconds in [0, max_poll_seconds], rendezvous port.
 Status CheckPoll(const v1::GetAssignmentRequest& request, int max_poll_seconds);
 

@@ -14,90 +14,6 @@
 
 namespace mlcd::coordinator {
 
-// ---------------------------------------------------------------------------------------
-// Opening and loading.
-
-JobManager::JobManager(JobManagerOptions options, CoordinatorMetrics* metrics,
-                       std::unique_ptr<CoordinatorStore> store)
-    : options_(std::move(options)),
-      metrics_(metrics),
-      store_(std::move(store)),
-      jobs_(store_.get(), &watch_cv_),
-      workers_(store_.get(), {options_.idle_worker_timeout, options_.lost_worker_expiry}),
-      gangs_({options_.data_dir, options_.labelstore_address, options_.heartbeat_interval}, &jobs_,
-             &workers_, metrics_, &work_cv_),
-      progress_(&jobs_, metrics_),
-      phases_({options_.data_dir, options_.clusterd_address, options_.labelstore_address}, &jobs_,
-              &mu_, &tick_cv_) {}
-
-StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options,
-                                                       CoordinatorMetrics* metrics) {
-  if (options.data_dir.empty()) return Status::InvalidArgument("--data-dir is required");
-  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorStore> store,
-                        CoordinatorStore::Open(options.data_dir + "/db"));
-  std::unique_ptr<JobManager> manager(
-      new JobManager(std::move(options), metrics, std::move(store)));
-  MLCD_RETURN_IF_ERROR(manager->Load());
-  return manager;
-}
-
-JobManager::~JobManager() { Shutdown(); }
-
-Status JobManager::Load() {
-  std::lock_guard<std::mutex> lock(mu_);
-  MLCD_ASSIGN_OR_RETURN(next_job_seq_, store_->NextJobSeq());
-  const auto now = Clock::now();
-  const int64_t now_ms = NowUnixMs();
-  MLCD_RETURN_IF_ERROR(workers_.Load(now));
-
-  std::vector<v1::JobRecord> jobs;
-  MLCD_RETURN_IF_ERROR(store_->LoadJobs(&jobs));
-  int recovered = 0;
-  for (auto& record : jobs) {
-    auto entry = std::make_unique<JobEntry>();
-    entry->rec = std::move(record);
-    // The job stayed in its state while the coordinator was down: keep counting from when it
-    // entered it (phase_seconds, mlcd_coordinator_phase_seconds).
-    const int64_t entered_ms = entry->rec.state_entered_unix_ms();
-    const int64_t in_state_ms = entered_ms > 0 ? std::max<int64_t>(0, now_ms - entered_ms) : 0;
-    entry->state_entered = now - std::chrono::milliseconds(in_state_ms);
-    Recover(jobs_.Add(std::move(entry)), now, &recovered);
-  }
-  if (!jobs.empty() || workers_.size() > 0) {
-    metrics_->Restarted(recovered);
-    MLCD_LOG(INFO) << "reloaded " << jobs_.size() << " jobs (" << recovered << " unfinished) and "
-                   << workers_.size() << " workers from " << store_->dir();
-  }
-  UpdateGauges();
-  return Status::Ok();
-}
-
-void JobManager::Recover(JobEntry* job, Clock::time_point now, int* recovered) {
-  if (IsTerminal(job->state())) return;
-  const int max_restarts = job->spec().training().max_restarts();
-  if (!job->rec.has_attempt() && job->job().restarts() > max_restarts) {
-    // A gang's last allowed failure was written but not the FAILED that follows it (a
-    // database of an older coordinator, which wrote them separately): finish the decision
-    // instead of granting another attempt.
-    Transition(job, v1::JOB_STATE_FAILED,
-               RestartsExhausted(job->job().restarts(), max_restarts, job->job().message()));
-    return;
-  }
-  ++*recovered;
-  std::vector<v1::JobHistoryEntry> history;
-  std::string message = "coordinator restarted in state " + StateName(job->state());
-  if (job->rec.has_attempt()) {
-    // Reattach: the gang may still be running. Its members get a full heartbeat timeout to
-    // show up; the scheduler restarts the phase from the last checkpoint if they do not.
-    gangs_.Reattach(job, now);
-    message += "; reattaching to gang " + job->rec.attempt().id() +
-               " (waiting for its workers' heartbeats)";
-  }
-  history.push_back(jobs_.NewHistory(job, "recovered", message));
-  job->job().set_message(message);
-  jobs_.Persist(job, std::move(history));
-}
-
 void JobManager::Start() {
   scheduler_ = std::thread([this] { SchedulerLoop(); });
 }
@@ -147,6 +63,7 @@ void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string
     job->control.reset();
   }
   job->transient_failures = 0;
+  job->rec.set_phase_attempts(0);
   job->retry_after = {};
   job->short_since.reset();
 
@@ -273,10 +190,15 @@ void JobManager::AfterRoundTrained(JobEntry* job) {
 // User API.
 
 StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request) {
-  MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed, ParseSubmission(request, options_.data_dir));
+  MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed,
+                        ParseSubmission(request, options_.data_dir, &data_roots_));
 
   std::unique_lock<std::mutex> lock(mu_);
   if (shutting_down_) return Status::Unavailable("the coordinator is shutting down; retry");
+  if (!request.dry_run() && jobs_.CountActive() >= kMaxActiveJobs) {
+    return Status::ResourceExhausted("the coordinator holds " + std::to_string(kMaxActiveJobs) +
+                                     " jobs that have not ended; cancel some or wait");
+  }
   // A dry run answers as a dry run even for a used request id, saying what submitting would
   // do (return that job, or ALREADY_EXISTS for another spec).
   std::string existing_job;
@@ -378,8 +300,7 @@ StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& r
 }
 
 StatusOr<v1::Job> JobManager::CancelJob(const v1::CancelJobRequest& request) {
-  if (request.id().empty())
-    return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
+  MLCD_RETURN_IF_ERROR(CheckCancel(request));
   std::lock_guard<std::mutex> lock(mu_);
   JobEntry* job = jobs_.Find(request.id());
   if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");
@@ -400,6 +321,17 @@ Status JobManager::WatchJob(const v1::WatchJobRequest& request,
                             const std::function<bool()>& is_cancelled) {
   if (request.id().empty())
     return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
+  // Each stream holds a server thread: at most max_watch_streams at once.
+  if (watch_streams_.fetch_add(1) >= options_.max_watch_streams) {
+    --watch_streams_;
+    return Status::ResourceExhausted(
+        std::to_string(options_.max_watch_streams) +
+        " WatchJob streams are open (--max-watch-streams); retry later or poll GetJob");
+  }
+  struct Release {
+    std::atomic<int>* n;
+    ~Release() { --*n; }
+  } release{&watch_streams_};
   std::unique_lock<std::mutex> lock(mu_);
   JobEntry* job = jobs_.Find(request.id());
   if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");
@@ -431,6 +363,10 @@ StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
   MLCD_RETURN_IF_ERROR(CheckRegistration(request));
   std::lock_guard<std::mutex> lock(mu_);
   const auto now = Clock::now();
+  if (!workers_.Find(request.name()) && workers_.size() >= kMaxWorkers) {
+    return Status::ResourceExhausted("the coordinator has " + std::to_string(kMaxWorkers) +
+                                     " registered worker slots, its limit");
+  }
   if (WorkerEntry* old = workers_.Find(request.name())) {
     // A new process under the same name: whatever the old one ran is gone.
     JobEntry* job = old->assignment_id.empty() ? nullptr : gangs_.JobOf(old->assignment_id);
@@ -650,13 +586,28 @@ void JobManager::ApplyPhaseOutcomes() {
     JobEntry* job = phases_.StillCurrent(outcome.job_id, outcome.generation);
     if (!job) continue;
     if (!outcome.status.ok()) {
-      if (!phases_.HandleError(job, outcome.what, outcome.status))
+      if (!phases_.HandleError(job, outcome))
         FailJob(job, outcome.what + " failed: " + outcome.status.ToString());
       continue;
     }
     const PhaseNext next = phases_.Apply(job, outcome);
     Transition(job, next.state, next.message);
   }
+}
+
+void JobManager::LaunchPhase(JobEntry* job) {
+  const int attempts = job->rec.phase_attempts();
+  if (attempts >= kMaxCrashedPhaseAttempts) {
+    FailJob(job, StateName(job->state()) + " died with the coordinator or clusterd " +
+                     std::to_string(attempts) +
+                     " times (see their logs); not resumed into the same crash. Fix the input "
+                     "and submit the job again");
+    return;
+  }
+  // Marked before the call: a crash during it is known after a restart.
+  job->rec.set_phase_attempts(attempts + 1);
+  jobs_.Persist(job, {});
+  phases_.Launch(job);
 }
 
 void JobManager::AdvanceJobs(Clock::time_point now) {
@@ -680,7 +631,7 @@ void JobManager::AdvanceJobs(Clock::time_point now) {
       }
       case v1::JOB_STATE_CLUSTERING:
       case v1::JOB_STATE_ASSIGNING:
-        if (!job->phase_running && now >= job->retry_after) phases_.Launch(job);
+        if (!job->phase_running && now >= job->retry_after) LaunchPhase(job);
         break;
       case v1::JOB_STATE_TRAINING:
         // Crash between "round trained" and the next transition (not expected: one write).

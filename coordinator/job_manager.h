@@ -48,6 +48,7 @@
 // any thread: GetJob reads history without mu_, as before.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -57,7 +58,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/job_spec.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "coordinator/gang_scheduler.h"
 #include "coordinator/job_entry.h"
@@ -75,7 +78,10 @@ struct JobManagerOptions {
   // Where the database (db/), round-0 features (features/, written by clusterd) and per-job
   // files (jobs/<id>/: centroids, extracted features, default checkpoints, evaluation) live.
   std::string data_dir;
-  // mlcd-labelstore address handed to workers and to clusterd's Assign.
+  // Every path a job spec names must resolve under these (common/data_roots.h); none given =
+  // DataRoots::FromFlags' default (data_dir and /usr/share/datasets).
+  std::vector<std::string> data_roots;
+  // mlcd-labelstore address handed to workers (clusterd writes to its own --labelstore).
   std::string labelstore_address = "127.0.0.1:7610";
   // mlcd-clusterd address for the CLUSTERING and ASSIGNING phases.
   std::string clusterd_address = "127.0.0.1:7620";
@@ -89,6 +95,8 @@ struct JobManagerOptions {
   std::chrono::milliseconds tick{200};
   // Longest GetAssignment long poll.
   int max_poll_seconds = 60;
+  // WatchJob streams open at once; more are RESOURCE_EXHAUSTED.
+  int max_watch_streams = kDefaultMaxWatchStreams;
 };
 
 class JobManager {
@@ -146,6 +154,9 @@ class JobManager {
   void Tick();
   void ApplyPhaseOutcomes();
   void AdvanceJobs(Clock::time_point now);
+  // Counts and persists the phase attempt, then launches it; fails the job instead when
+  // kMaxCrashedPhaseAttempts attempts died before.
+  void LaunchPhase(JobEntry* job);
 
   // State machine (all with mu_ held). Each persists before returning; a failed write is
   // fatal for the coordinator (state on disk would no longer match what it does).
@@ -192,6 +203,9 @@ class JobManager {
   PhaseRunner phases_;
 
   std::thread scheduler_;
+  // The paths job specs may name (set once in Open).
+  DataRoots data_roots_;
+  std::atomic<int> watch_streams_{0};
 };
 
 }  // namespace mlcd::coordinator

@@ -85,4 +85,10 @@ int JobTable::GangMembers() const {
   return gang;
 }
 
+int JobTable::CountActive() const {
+  int n = 0;
+  for (const auto& [id, job] : jobs_) n += IsTerminal(job->state()) ? 0 : 1;
+  return n;
+}
+
 }  // namespace mlcd::coordinator

@@ -32,6 +32,8 @@ class JobTable {
   std::map<std::string, std::unique_ptr<JobEntry>>& all() { return jobs_; }
   const std::map<std::string, std::unique_ptr<JobEntry>>& all() const { return jobs_; }
   size_t size() const { return jobs_.size(); }
+  // Jobs not in a terminal state.
+  int CountActive() const;
 
   // A history entry of the job in its current state (next sequence number, now).
   v1::JobHistoryEntry NewHistory(JobEntry* job, const std::string& kind,

@@ -2,8 +2,10 @@
 // See docs/coordinator.md and `mlcd-coordinator --help`.
 #include <iostream>
 
+#include "common/data_roots.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "coordinator/job_manager.h"
@@ -27,6 +29,13 @@ int main(int argc, char** argv) {
   mlcd::coordinator::JobManagerOptions options;
   mlcd::AddPeerFlag(app, "labelstore", &options.labelstore_address, "127.0.0.1:7610");
   mlcd::AddPeerFlag(app, "clusterd", &options.clusterd_address, "127.0.0.1:7620");
+  app.add_option("--max-watch-streams", options.max_watch_streams,
+                 "WatchJob streams open at once (each holds a server thread); more are "
+                 "RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  mlcd::AddDataRootFlag(app, &options.data_roots,
+                        "--data-dir and /usr/share/datasets (where dataset-fashion-mnist lives)");
   int heartbeat_ms = 1000;
   app.add_option("--heartbeat-interval-ms", heartbeat_ms,
                  "how often workers heartbeat while running an assignment")
@@ -53,6 +62,7 @@ int main(int argc, char** argv) {
   mlcd::coordinator::CoordinatorService service(manager->get(), &metrics);
   mlcd::GrpcServerRunner runner("mlcd.v1.Coordinator");
   runner.AddService(&service);
+  runner.set_max_receive_message_bytes(mlcd::kMaxCoordinatorRequestBytes);
   mlcd::Status s = runner.Start(flags.listen);
   if (!s.ok()) {
     MLCD_LOG(ERROR) << s.ToString();

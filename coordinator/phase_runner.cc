@@ -88,10 +88,17 @@ void PhaseRunner::Launch(JobEntry* job) {
   PhaseThread t;
   t.slot = slot;
   t.thread = std::thread([this, slot, snapshot = std::move(snapshot), control]() {
-    if (slot->outcome.clustering) {
-      RunClustering(snapshot, control.get(), &slot->outcome);
-    } else {
-      RunAssigning(snapshot, control.get(), &slot->outcome);
+    // Nothing a phase meets may take the coordinator down: an exception fails the phase.
+    try {
+      if (slot->outcome.clustering) {
+        RunClustering(snapshot, control.get(), &slot->outcome);
+      } else {
+        RunAssigning(snapshot, control.get(), &slot->outcome);
+      }
+    } catch (const std::exception& e) {
+      slot->outcome.status = Status::Internal(std::string("unexpected error: ") + e.what());
+    } catch (...) {
+      slot->outcome.status = Status::Internal("unexpected error of unknown type");
     }
     {
       std::lock_guard<std::mutex> lock(*mu_);
@@ -142,9 +149,15 @@ void PhaseRunner::Publish(const PhaseOutcome& phase, const std::string& detail) 
   }
 }
 
-bool PhaseRunner::HandleError(JobEntry* job, const std::string& what, const Status& status) {
+bool PhaseRunner::HandleError(JobEntry* job, const PhaseOutcome& outcome) {
+  const std::string& what = outcome.what;
+  const Status& status = outcome.status;
   job->phase_running = false;
   job->control.reset();
+  // Only clusterd dying under a call it had taken keeps the attempt counted; the next
+  // Launch persists the count.
+  if (!(outcome.call_started && status.code() == StatusCode::kUnavailable))
+    job->rec.set_phase_attempts(0);
   if (!IsTransient(status)) return false;
   job->transient_failures = std::min(job->transient_failures + 1, 6);
   const int delay = 1 << (job->transient_failures - 1);  // 1, 2, 4 ... 32 s
@@ -248,6 +261,7 @@ void PhaseRunner::RunClustering(const v1::JobRecord& snapshot, clusterd::CallCon
     auto res = client.Cluster(
         request,
         [&](const v1::ClusterProgress& p) {
+          out->call_started = true;
           if (p.has_iteration()) {
             Publish(*out, "k-means iteration " + std::to_string(p.iteration().iteration() + 1) +
                               "/" + std::to_string(niter) + ", objective " +
@@ -286,7 +300,6 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
   request.set_centroids_path(round.centroids_path());
   request.set_l(spec.clustering().l());
   request.set_label_set(label_set);
-  request.set_labelstore(options_.labelstore_address);
   // The spec was validated: an unknown spelling cannot reach here (exact when empty).
   const StatusOr<SearchMethod> method = ParseSearchMethod(spec.clustering().search());
   request.set_method(method.ok() ? clusterd::SearchMethodToProto(*method)
@@ -304,6 +317,7 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
   auto result = client.Assign(
       request,
       [&](const v1::AssignProgress& p) {
+        out->call_started = true;
         if (!p.has_status()) return;
         Publish(*out, "assigning labels: " + std::to_string(p.status().rows_done()) + "/" +
                           std::to_string(p.status().rows_total()) + " samples");

@@ -33,12 +33,15 @@
 
 namespace mlcd::coordinator {
 
+// Attempts of one CLUSTERING / ASSIGNING phase that may die with the coordinator or clusterd
+// before the job fails instead of being resumed into the same crash.
+inline constexpr int kMaxCrashedPhaseAttempts = 2;
+
 struct PhaseRunnerOptions {
   // Round-0 features go under <data_dir>/features/, centroids under <data_dir>/jobs/<id>/.
   std::string data_dir;
+  // clusterd's Assign writes into its own --labelstore: a request never names one.
   std::string clusterd_address;
-  // The label store clusterd's Assign writes into.
-  std::string labelstore_address;
 };
 
 // How a phase thread ended.
@@ -49,6 +52,9 @@ struct PhaseOutcome {
   int round = 0;
   // Not OK: `what` failed with it.
   Status status;
+  // clusterd took the call (sent progress): an UNAVAILABLE after that is clusterd dying
+  // during the phase, which counts as a crashed attempt.
+  bool call_started = false;
   std::string what;
   // CLUSTERING: the round as it is to be stored (features, centroids path, labels path).
   v1::RoundStatus round_record;
@@ -72,7 +78,9 @@ class PhaseRunner {
               std::condition_variable* tick);
 
   // Starts the phase of the job's state (CLUSTERING or ASSIGNING) on a new thread; sets
-  // phase_running and the job's call control (cancelled by any transition).
+  // phase_running and the job's call control (cancelled by any transition). The caller has
+  // counted and persisted the attempt (JobRecord.phase_attempts) before. A phase thread
+  // never lets an exception out: it becomes the outcome's INTERNAL status.
   void Launch(JobEntry* job);
   // Joins the threads that ended and returns their outcomes.
   std::vector<PhaseOutcome> CollectFinished();
@@ -82,8 +90,9 @@ class PhaseRunner {
   PhaseNext Apply(JobEntry* job, const PhaseOutcome& outcome);
   // After a failed phase: clears the running phase; a transient status (clusterd restarting
   // or busy, the call cancelled) schedules a retry with backoff (1, 2, 4 ... 32 s) and
-  // returns true; otherwise returns false and the caller fails the job.
-  bool HandleError(JobEntry* job, const std::string& what, const Status& status);
+  // returns true; otherwise returns false and the caller fails the job. The attempt stays
+  // counted (JobRecord.phase_attempts) only when clusterd died during the call.
+  bool HandleError(JobEntry* job, const PhaseOutcome& outcome);
 
   // Outcomes and details from now on are dropped.
   void BeginShutdown() { stopping_ = true; }

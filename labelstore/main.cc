@@ -6,7 +6,10 @@
 // Exits 0 after SIGTERM/SIGINT (in-flight calls get a grace period, the WAL is synced and
 // the database closed), 1 when it cannot start (bad flags, data dir locked or corrupt,
 // address in use).
+#include <atomic>
+#include <chrono>
 #include <iostream>
+#include <thread>
 
 #include "common/flags.h"
 #include "common/grpc_server.h"
@@ -55,7 +58,25 @@ int main(int argc, char** argv) {
     MLCD_LOG(ERROR) << s.ToString();
     return 1;
   }
+  // Health follows the storage: NOT_SERVING while writes fail (disk full), SERVING again once
+  // the database has resumed on its own.
+  std::atomic<bool> stopping{false};
+  std::thread health_watch([&] {
+    bool serving = true;
+    while (!stopping.load()) {
+      const mlcd::Status health = (*storage)->Health();
+      if (health.ok() != serving && !mlcd::ShutdownRequested()) {
+        if (auto* h = runner.server()->GetHealthCheckService()) h->SetServingStatus(health.ok());
+        serving = health.ok();
+        MLCD_LOG(WARNING) << "health: "
+                          << (serving ? "SERVING" : "NOT_SERVING: " + health.message());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
   runner.WaitForShutdown();
+  stopping.store(true);
+  health_watch.join();
   storage->reset();  // syncs the WAL and closes the database
   MLCD_LOG(INFO) << "label store closed cleanly";
   return 0;

@@ -76,6 +76,9 @@ StatusOr<std::unique_ptr<LabelStorage>> LabelStorage::Open(const LabelStorageOpt
   std::unique_ptr<LabelStorage> storage(new LabelStorage(options));
   MLCD_RETURN_IF_ERROR(MakeDirs(options.data_dir));
   MLCD_RETURN_IF_ERROR(storage->OpenDb());
+  storage->health_ =
+      std::make_unique<StorageHealth>(options.env ? options.env.get() : rocksdb::Env::Default(),
+                                      options.data_dir, options.min_free_bytes);
   MLCD_RETURN_IF_ERROR(storage->LoadSets());
   storage->bg_thread_ = std::thread([s = storage.get()] { s->BackgroundLoop(); });
   return storage;
@@ -85,6 +88,7 @@ Status LabelStorage::OpenDb() {
   cache_ = rocksdb::NewLRUCache(options_.block_cache_bytes, /*num_shard_bits=*/6);
 
   rocksdb::DBOptions db_options;
+  if (options_.env) db_options.env = options_.env.get();
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
   db_options.max_background_jobs = 2;
@@ -185,6 +189,12 @@ LabelStorage::~LabelStorage() {
   bg_cv_.notify_all();
   if (db_) db_->DisableManualCompaction();  // aborts a running CompactRange
   if (bg_thread_.joinable()) bg_thread_.join();
+  if (db_ && health_ && health_->write_failed()) {
+    // RocksDB cannot touch a WAL whose write failed (its debug build asserts): leave the
+    // database to the process exit; every acknowledged write was synced before.
+    MLCD_LOG(WARNING) << "label store closed after a failed write: not syncing its WAL";
+    return;
+  }
   if (db_) {
     db_->SyncWAL();
     for (auto* handle : {default_cf_, sets_cf_, blocks_cf_}) {
@@ -226,6 +236,7 @@ v1::LabelSetInfo LabelStorage::InfoWithSize(const SetState& set) const {
 
 StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest& request) {
   MLCD_RETURN_IF_ERROR(ValidateCreateRequest(request));
+  MLCD_RETURN_IF_ERROR(health_->CheckSpace());
   std::lock_guard<std::mutex> create_lock(create_mu_);
   if (Find(request.name())) {
     return Status::AlreadyExists("label set '" + request.name() +
@@ -260,8 +271,8 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
   batch.Put(sets_cf_, set->name, EncodeRecord(*set, info));
   rocksdb::WriteOptions write_options;
   write_options.sync = true;
-  MLCD_RETURN_IF_ERROR(
-      FromRocks(db_->Write(write_options, &batch), "creating label set '" + set->name + "'"));
+  MLCD_RETURN_IF_ERROR(Checked(
+      FromRocks(db_->Write(write_options, &batch), "creating label set '" + set->name + "'")));
   {
     std::unique_lock<std::shared_mutex> lock(sets_mu_);
     next_set_id_ = set_id + 1;
@@ -277,6 +288,7 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
                                           const v1::WriteLabelsRequest& message) {
   auto set = Find(name);
   if (!set) return NotFound(name);
+  MLCD_RETURN_IF_ERROR(health_->CheckSpace());
   std::lock_guard<std::mutex> write_lock(set->write_mu);
   if (set->deleted) return NotFound(name);
   if (set->sealed) {
@@ -358,8 +370,8 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
     info.set_sample_id_end(max_id);
   }
   batch.Put(sets_cf_, name, EncodeRecord(*set, info));
-  MLCD_RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
-                                 "writing rows of label set '" + name + "'"));
+  MLCD_RETURN_IF_ERROR(Checked(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
+                                         "writing rows of label set '" + name + "'")));
   {
     std::lock_guard<std::mutex> lock(set->info_mu);
     set->info = info;
@@ -367,7 +379,21 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
   return WriteResult{n, new_samples, info.num_samples()};
 }
 
-Status LabelStorage::SyncWal() { return FromRocks(db_->SyncWAL(), "syncing the label store WAL"); }
+Status LabelStorage::SyncWal() {
+  return Checked(FromRocks(db_->SyncWAL(), "syncing the label store WAL"));
+}
+
+Status LabelStorage::Checked(Status status) { return health_->Checked(std::move(status)); }
+
+Status LabelStorage::Health() const { return health_->Get(); }
+
+bool LabelStorage::TryResume() {
+  if (!db_->Resume().ok()) return false;
+  // A write that failed in the WAL may have left no background error: prove writes work.
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  return db_->Put(sync, default_cf_, "health_probe", "1").ok();
+}
 
 StatusOr<v1::LabelSetInfo> LabelStorage::Seal(const std::string& name, bool require_open) {
   auto set = Find(name);
@@ -385,8 +411,9 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Seal(const std::string& name, bool requ
   info.set_sealed_unix_ms(NowUnixMs());
   rocksdb::WriteOptions write_options;
   write_options.sync = true;
-  MLCD_RETURN_IF_ERROR(FromRocks(db_->Put(write_options, sets_cf_, name, EncodeRecord(*set, info)),
-                                 "sealing label set '" + name + "'"));
+  MLCD_RETURN_IF_ERROR(
+      Checked(FromRocks(db_->Put(write_options, sets_cf_, name, EncodeRecord(*set, info)),
+                        "sealing label set '" + name + "'")));
   {
     std::lock_guard<std::mutex> lock(set->info_mu);
     set->info = info;
@@ -458,7 +485,7 @@ StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& nam
     rocksdb::WriteOptions write_options;
     write_options.sync = true;
     MLCD_RETURN_IF_ERROR(
-        FromRocks(db_->Write(write_options, &batch), "deleting label set '" + name + "'"));
+        Checked(FromRocks(db_->Write(write_options, &batch), "deleting label set '" + name + "'")));
     set->deleted = true;
     response.set_deleted(true);
     response.set_rows_deleted(set->Info().num_samples());
@@ -587,8 +614,15 @@ void LabelStorage::ScheduleCompaction(uint64_t set_id) {
 void LabelStorage::BackgroundLoop() {
   std::unique_lock<std::mutex> lock(bg_mu_);
   while (true) {
-    bg_cv_.wait(lock, [this] { return bg_stop_ || !bg_queue_.empty(); });
+    bg_cv_.wait_for(lock, options_.recovery_interval,
+                    [this] { return bg_stop_ || !bg_queue_.empty(); });
     if (bg_stop_) return;
+    if (bg_queue_.empty()) {
+      lock.unlock();
+      health_->Poll([this] { return TryResume(); });
+      lock.lock();
+      continue;
+    }
     const uint64_t set_id = bg_queue_.front();
     bg_queue_.pop_front();
     bg_busy_ = true;

@@ -7,6 +7,7 @@
 //                            per-word rank counts, then the present rows packed (l int32
 //                            labels each, then l float scores each when the set has scores)
 //   column family "default": "next_set_id" -> be64 counter (set ids are never reused)
+//                            and "health_probe" (written when writes are resumed after a failure)
 // B is a power of two fixed per set at creation (about 128 KiB of row data per block).
 //
 // Reads look up the unique blocks of a batch with one RocksDB MultiGet (values pinned in the
@@ -21,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -34,10 +36,12 @@
 
 #include "clients/labelstore_limits.h"
 #include "common/status.h"
+#include "labelstore/storage_health.h"
 #include "mlcd/v1/labelstore.pb.h"
 
 namespace rocksdb {
 class DB;
+class Env;
 class ColumnFamilyHandle;
 class Cache;
 }  // namespace rocksdb
@@ -58,6 +62,15 @@ struct LabelStorageOptions {
   bool compact_on_seal = true;
   // Memtable size of the blocks column family.
   size_t write_buffer_bytes = size_t{64} << 20;
+  // The file layer RocksDB writes through (null = the default). Tests inject one that fails
+  // writes on demand, as a full disk does.
+  std::shared_ptr<rocksdb::Env> env;
+  // After a failed write (disk full, I/O error) the database refuses writes; it is resumed
+  // (rocksdb::DB::Resume) this often until that works again.
+  std::chrono::milliseconds recovery_interval{1000};
+  // Writes are refused (UNAVAILABLE, health NOT_SERVING) while the file system of data_dir
+  // has less free space than this (labelstore/storage_health.h); 0 = never.
+  uint64_t min_free_bytes = uint64_t{64} << 20;
 };
 
 // What one WriteLabels message did.
@@ -98,6 +111,11 @@ class LabelStorage {
   Status GetLabels(const std::string& name, const uint64_t* ids, size_t n, bool with_scores,
                    v1::GetLabelsResponse* response) const;
 
+  // OK while writes work; UNAVAILABLE naming the failure while the disk is (nearly) full or
+  // after a write failed, until the background thread finds it cleared (every
+  // recovery_interval; labelstore/storage_health.h). Health checks report NOT_SERVING then.
+  Status Health() const;
+
   // Waits until background compactions queued so far are done (tests, benchmarks).
   void WaitForBackgroundWork();
   // Flushes memtables and compacts every set's range now (benchmarks; not needed for use).
@@ -117,6 +135,10 @@ class LabelStorage {
   std::string EncodeRecord(const SetState& set, const v1::LabelSetInfo& info) const;
   v1::LabelSetInfo InfoWithSize(const SetState& set) const;
   void ScheduleCompaction(uint64_t set_id);
+  // A write's status: an I/O or space error marks the storage failed (Health()).
+  Status Checked(Status status);
+  // rocksdb::DB::Resume and a synced probe write; true when writes work again.
+  bool TryResume();
   void BackgroundLoop();
 
   LabelStorageOptions options_;
@@ -130,6 +152,8 @@ class LabelStorage {
   mutable std::shared_mutex sets_mu_;  // guards sets_ and next_set_id_
   std::map<std::string, std::shared_ptr<SetState>> sets_;
   uint64_t next_set_id_ = 1;
+
+  std::unique_ptr<StorageHealth> health_;  // set once the database is open
 
   std::mutex bg_mu_;
   std::condition_variable bg_cv_;

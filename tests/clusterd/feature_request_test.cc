@@ -13,7 +13,7 @@
 namespace mlcd::clusterd {
 namespace {
 
-std::string Under(const std::string& dir, const std::string& path) {
+StatusOr<std::string> Under(const std::string& dir, const std::string& path) {
   return path.empty() || path[0] == '/' ? path : dir + "/" + path;
 }
 
@@ -24,7 +24,7 @@ TEST(FeatureRequest, PathsAreResolvedAndPassedOn) {
   source.add_ids_paths("a.ids.npy");
   ASSERT_TRUE(CheckFeatureSource(source).ok());
   auto in = PrepareFeatures(
-      source, [](const std::string& p) { return Under("/data", p); }, nullptr);
+      source, [](const std::string& p, const std::string&) { return Under("/data", p); }, nullptr);
   ASSERT_TRUE(in.ok()) << in.status().ToString();
   EXPECT_EQ(in->paths, (std::vector<std::string>{"/data/a.npy", "/abs/b.npy"}));
   EXPECT_EQ(in->ids_paths, (std::vector<std::string>{"/data/a.ids.npy"}));
@@ -58,7 +58,7 @@ TEST(FeatureRequest, GeneratedFeaturesAreWrittenOnceLikeFeatureGen) {
   g->set_features_out("feats/features.npy");
   g->set_labels_out("feats/classes.labels.npy");
   ASSERT_TRUE(CheckFeatureSource(source).ok());
-  auto resolve = [&](const std::string& p) { return Under(dir.path(), p); };
+  auto resolve = [&](const std::string& p, const std::string&) { return Under(dir.path(), p); };
   std::vector<std::string> notes;
   auto note = [&](const std::string& n) { notes.push_back(n); };
   auto in = PrepareFeatures(source, resolve, note);

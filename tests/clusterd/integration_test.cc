@@ -74,7 +74,8 @@ class ClusterdIntegration : public ::testing::Test {
                     ->Start(testing::BinPath("mlcd-clusterd"),
                             {"--listen", clusterd_addr_, "--metrics-listen",
                              "127.0.0.1:" + std::to_string(metrics_port_), "--data-dir",
-                             dir_->Sub("cd"), "--labelstore", labelstore_addr_},
+                             dir_->Sub("cd"), "--labelstore", labelstore_addr_, "--data-root",
+                             dir_->path(), "--data-root", "/usr/share/datasets"},
                             dir_->Sub("clusterd.log"), env)
                     .ok());
     ASSERT_TRUE(testing::WaitForServing(labelstore_addr_, std::chrono::seconds(30)).ok())
@@ -406,9 +407,10 @@ TEST_F(ClusterdIntegration, MlcdctlClusterAndAssign) {
       << out;
 }
 
-// mlcdctl's global --labelstore / MLCD_LABELSTORE (one spelling everywhere) picks the store
-// the daemon writes to; without it the daemon uses its own --labelstore.
-TEST_F(ClusterdIntegration, MlcdctlAssignWritesToTheGlobalLabelstore) {
+// Before: Assign dialled whatever labelstore address the caller named and, with
+// replace_existing, deleted a set of that name there (SSRF). Now the daemon writes only to its
+// own --labelstore; naming another is PERMISSION_DENIED and nothing reaches it.
+TEST_F(ClusterdIntegration, AssignNeverDialsACallerChosenLabelstore) {
   testing::ChildProcess other;
   const std::string other_addr = "127.0.0.1:" + std::to_string(PickFreePort());
   ASSERT_TRUE(
@@ -420,49 +422,93 @@ TEST_F(ClusterdIntegration, MlcdctlAssignWritesToTheGlobalLabelstore) {
   ASSERT_TRUE(testing::WaitForServing(other_addr, std::chrono::seconds(30)).ok()) << other.Log();
   ClusterdClient client(clusterd_addr_);
   ASSERT_TRUE(client.Cluster(ClusterRequest(dir_->Sub("feats"), 5, 2, dir_->Sub("c5.npy"))).ok());
-  auto assign = [&](const std::string& name, std::vector<std::string> global,
-                    std::vector<std::string> env) {
+  v1::AssignRequest req = AssignRequest(dir_->Sub("feats"), dir_->Sub("c5.npy"), 2, "it/ssrf");
+  req.set_labelstore(other_addr);
+  req.set_replace_existing(true);
+  auto refused = client.Assign(req);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("writes only to the label store it was started with"),
+            std::string::npos)
+      << refused.status().message();
+  labelstore::LabelStoreClient own(labelstore_addr_), second(other_addr);
+  EXPECT_EQ(second.Describe("it/ssrf").status().code(), StatusCode::kNotFound);
+  // Its own address, or none, is fine.
+  req.set_labelstore(labelstore_addr_);
+  ASSERT_TRUE(client.Assign(req).ok());
+  EXPECT_TRUE(own.Describe("it/ssrf").ok());
+
+  // mlcdctl's global --labelstore names the store; the daemon refuses another one.
+  auto assign = [&](const std::string& name, std::vector<std::string> global, int want_rc) {
     std::vector<std::string> args = global;
     for (const char* a : {"assign", "--features"}) args.push_back(a);
     args.insert(args.end(), {dir_->Sub("feats"), "--centroids", dir_->Sub("c5.npy"), "--l", "2",
                              "--label-set", name});
-    env.push_back("MLCD_CLUSTERD=" + clusterd_addr_);
     std::string out;
-    int rc = testing::RunCommand(testing::BinPath("mlcdctl"), args, &out, env);
-    EXPECT_EQ(rc, 0) << out;
+    int rc = testing::RunCommand(testing::BinPath("mlcdctl"), args, &out,
+                                 {"MLCD_CLUSTERD=" + clusterd_addr_, "MLCD_LABELSTORE="});
+    EXPECT_EQ(rc, want_rc) << out;
     return out;
   };
-  assign("it/global/flag", {"--labelstore", other_addr}, {});
-  assign("it/global/env", {}, {"MLCD_LABELSTORE=" + other_addr});
-  assign("it/global/default", {}, {"MLCD_LABELSTORE="});  // empty: as if unset
-
-  labelstore::LabelStoreClient own(labelstore_addr_), second(other_addr);
-  for (const char* name : {"it/global/flag", "it/global/env"}) {
-    auto info = second.Describe(name);
-    ASSERT_TRUE(info.ok()) << name << ": " << info.status().ToString();
-    EXPECT_EQ(info->state(), v1::LABEL_SET_STATE_SEALED);
-    EXPECT_EQ(info->num_samples(), 4000u);
-    EXPECT_EQ(own.Describe(name).status().code(), StatusCode::kNotFound) << name;
-  }
+  const std::string out = assign("it/global/flag", {"--labelstore", other_addr}, 1);
+  EXPECT_NE(out.find("PERMISSION_DENIED"), std::string::npos) << out;
+  assign("it/global/default", {}, 0);
+  EXPECT_EQ(second.Describe("it/global/flag").status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(own.Describe("it/global/default").ok());
-  EXPECT_EQ(second.Describe("it/global/default").status().code(), StatusCode::kNotFound);
-
-  // The old per-command spelling still works (hidden, with a warning) and is not in --help.
-  std::string help;
-  ASSERT_EQ(testing::RunCommand(testing::BinPath("mlcdctl"), {"assign", "--help"}, &help), 0)
-      << help;
-  EXPECT_EQ(help.find("--into-labelstore"), std::string::npos) << help;
-  EXPECT_NE(help.find("global --labelstore ADDR"), std::string::npos) << help;
-  std::string out;
-  int rc = testing::RunCommand(
-      testing::BinPath("mlcdctl"),
-      {"assign", "--features", dir_->Sub("feats"), "--centroids", dir_->Sub("c5.npy"), "--l", "2",
-       "--label-set", "it/global/old", "--into-labelstore", other_addr},
-      &out, {"MLCD_CLUSTERD=" + clusterd_addr_});
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("--into-labelstore is deprecated"), std::string::npos) << out;
-  EXPECT_TRUE(second.Describe("it/global/old").ok());
   other.Stop();
+}
+
+// Before: centroids_out could be absolute or hold "../" (an existing file was overwritten with
+// centroids), features were read from anywhere, and the errors told whether a path existed.
+// Now every path resolves under the data roots, and a path outside gets the same answer
+// whether it exists or not.
+TEST_F(ClusterdIntegration, PathsOutsideTheDataRootsAreRefusedAlike) {
+  testing::TempDir outside;  // not under any --data-root of the daemon
+  const std::string victim = outside.Sub("victim.npy");
+  ASSERT_TRUE(WriteFileAtomically(victim, std::string("precious")).ok());
+  ASSERT_EQ(symlink(outside.path().c_str(), dir_->Sub("escape").c_str()), 0);
+  ClusterdClient client(clusterd_addr_);
+  auto refusal = [&](const v1::ClusterRequest& r, const std::string& path) {
+    auto res = client.Cluster(r);
+    EXPECT_FALSE(res.ok());
+    EXPECT_EQ(res.status().code(), StatusCode::kPermissionDenied) << res.status().ToString();
+    std::string m = res.status().message();
+    const size_t at = m.find(path);
+    EXPECT_NE(at, std::string::npos) << m;
+    if (at != std::string::npos) m.replace(at, path.size(), "<path>");
+    return m;
+  };
+  for (const std::string& out :
+       {victim, dir_->Sub("cd/../../" + outside.path().substr(1) + "/victim.npy"),
+        dir_->Sub("escape/victim.npy")}) {
+    refusal(ClusterRequest(dir_->Sub("feats"), 3, 2, out), out);
+  }
+  EXPECT_EQ(*ReadFileToString(victim), "precious");
+  // Relative paths resolve under --data-dir: "../../.." climbs out of the roots.
+  refusal(ClusterRequest(dir_->Sub("feats"), 3, 2, "../../../../../../tmp/x.npy"), "centroids_out");
+  // An existing and a missing feature file outside the roots: the same message.
+  const std::string exists = refusal(ClusterRequest(victim, 3, 2, dir_->Sub("o.npy")), victim);
+  const std::string missing = refusal(
+      ClusterRequest(outside.Sub("none.npy"), 3, 2, dir_->Sub("o.npy")), outside.Sub("none.npy"));
+  EXPECT_EQ(exists, missing);
+  EXPECT_NE(exists.find("is not under a data root"), std::string::npos) << exists;
+  auto assign = client.Assign(AssignRequest(dir_->Sub("feats"), victim, 2, "it/escape"));
+  EXPECT_EQ(assign.status().code(), StatusCode::kPermissionDenied);
+}
+
+// Before: `threads: 100000` made OpenMP fail to start threads and the exit hang in OpenBLAS
+// while holding the job slot. Now threads are capped at the host's cores.
+TEST_F(ClusterdIntegration, ThreadsBeyondTheCoresAreRefusedAndTheSlotStaysFree) {
+  ClusterdClient client(clusterd_addr_);
+  v1::ClusterRequest r = ClusterRequest(dir_->Sub("feats"), 3, 2, dir_->Sub("threads.npy"));
+  r.set_threads(100000);
+  auto res = client.Cluster(r);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(res.status().message().find("threads: 100000 is not in [0, "), std::string::npos)
+      << res.status().message();
+  r.set_threads(1);
+  EXPECT_TRUE(client.Cluster(r).ok());  // the slot was not held
 }
 
 TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {

@@ -53,7 +53,8 @@ Status TestCluster::StartClusterd() {
   MLCD_RETURN_IF_ERROR(
       clusterd_.Start(BinPath("mlcd-clusterd"),
                       {"--listen", clusterd_address_, "--metrics-listen", "", "--data-dir",
-                       dir_ + "/clusterd", "--labelstore", labelstore_address_},
+                       dir_ + "/clusterd", "--labelstore", labelstore_address_, "--data-root", dir_,
+                       "--data-root", "/usr/share/datasets"},
                       dir_ + "/logs/clusterd.log"));
   return WaitForServing(clusterd_address_, std::chrono::seconds(30));
 }
@@ -70,7 +71,11 @@ Status TestCluster::StartCoordinator(const std::vector<std::string>& extra_flags
                                    "--clusterd",
                                    clusterd_address_,
                                    "--heartbeat-interval-ms",
-                                   "500"};
+                                   "500",
+                                   "--data-root",
+                                   dir_,
+                                   "--data-root",
+                                   "/usr/share/datasets"};
   for (const auto& f : extra_flags) args.push_back(f);
   MLCD_RETURN_IF_ERROR(
       coordinator_.Start(BinPath("mlcd-coordinator"), args, dir_ + "/logs/coordinator.log"));

@@ -160,7 +160,7 @@ spec:
            "spec.model.width: 100 is not divisible by heads: 3",
            "spec.training.batch_sze (line 13): unknown field; did you mean batch_size?",
            "spec.training.batch_size: 30 is not divisible by world_size: 4",
-           "spec.training.epochs_per_round: -1 must be >= 1",
+           "spec.training.epochs_per_round: -1 is not in [1, 100000]",
            "spec.bogus_section (line 17): unknown field; known fields: dataset, clustering",
        }) {
     EXPECT_TRUE(HasProblem(s, expected)) << "missing: " << expected << "\nin:\n" << s.message();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/enums.h"
+#include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/npy.h"
 #include "tests/testing/process.h"
@@ -22,6 +23,7 @@
 #include "worker/torch_compat.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/checkpoint_index.h"
 #include "worker/train/grad_sync.h"
 #include "worker/train/train_step.h"
 
@@ -291,6 +293,74 @@ TEST(TrainStepTest, CudaStepMatchesCpu) {
   back.model->eval();
   torch::NoGradGuard no_grad;
   EXPECT_LT(MaxAbsDiff(back.model->forward(x), gpu.model->forward(x.to(cuda)).cpu()), 1e-4);
+}
+
+// Before: pruning to the newest keep_last deleted the checkpoint the gang had resumed from
+// (the coordinator's last commit); a gang that then failed before a newer commit left the job
+// failing every restart with "checkpoint does not exist". Pruning now keeps it.
+TEST(CheckpointHardeningTest, PruningKeepsTheCommittedCheckpoint) {
+  ::mlcd::testing::TempDir root;
+  v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  Rig rig(5);
+  auto write = [&](int epoch, const std::string& keep) {
+    CheckpointState state = rig.State(spec, epoch + 1);
+    state.meta.epoch = epoch;
+    auto dir = WriteCheckpoint(root.path(), state, rig.comm.get(), /*keep_last=*/1, keep);
+    EXPECT_TRUE(dir.ok()) << dir.status().ToString();
+    return dir.ok() ? *dir : std::string();
+  };
+  const std::string committed = write(0, "");
+  for (int epoch = 1; epoch <= 3; ++epoch) write(epoch, committed);
+  const std::vector<std::string> left = ListCheckpoints(root.path());
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0], committed);
+  EXPECT_NE(left[1].find("ckpt-r0-e3-s1"), std::string::npos) << left[1];
+  write(4, "");  // without a committed one, only the newest stays
+  EXPECT_EQ(ListCheckpoints(root.path()).size(), 1u);
+}
+
+// Before: `offset + numel` of a crafted backbone.json overflowed and the copy read far outside
+// the mapped array (SIGSEGV). Now it is DATA_LOSS naming the parameter.
+TEST(CheckpointHardeningTest, OverflowingParameterOffsetIsDataLoss) {
+  ::mlcd::testing::TempDir root;
+  v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  Rig rig(6);
+  auto dir = WriteCheckpoint(root.path(), rig.State(spec, 1), rig.comm.get());
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  auto text = ReadFileToString(*dir + "/backbone.json");
+  ASSERT_TRUE(text.ok());
+  std::string crafted = *text;
+  const size_t at = crafted.find("\"offset\": 0");
+  ASSERT_NE(at, std::string::npos) << crafted.substr(0, 400);
+  crafted.replace(at, 11, "\"offset\": 9223372036854775800");
+  ASSERT_TRUE(WriteFileAtomically(*dir + "/backbone.json", crafted).ok());
+  Rig back(7);
+  Status st = LoadBackboneWeights(*dir, back.model);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+  EXPECT_NE(st.message().find("lies outside the array"), std::string::npos) << st.message();
+}
+
+// Found by fuzz_checkpoint_index: an offset written as a float beyond INT64_MAX was converted
+// with undefined behaviour. Every integer of the index is checked as an integer now.
+TEST(CheckpointHardeningTest, NonIntegerIndexValuesAreDataLoss) {
+  for (const char* offset : {"92233720368547755880", "1.5", "-3e30", "\"7\""}) {
+    const std::string text = std::string(
+                                 "{\"optimizer_step\": 3, \"parameters\": [{\"name\": \"b\", "
+                                 "\"shape\": [2], \"offset\": ") +
+                             offset + ", \"numel\": 2}]}";
+    auto parsed = ParseBackboneIndex(text, "backbone.json", nullptr);
+    ASSERT_FALSE(parsed.ok()) << offset;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kDataLoss) << offset;
+  }
+  auto ok = ParseBackboneIndex(
+      R"({"optimizer_step": 3, "parameters": [{"name": "b", "shape": [2], "offset": 4, "numel": 2}]})",
+      "backbone.json", nullptr);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->at("b").offset, 4);
+  EXPECT_FALSE(CheckParamSlice("b", INT64_MAX - 1, 2, 10, "w").ok());
+  EXPECT_TRUE(CheckParamSlice("b", 8, 2, 10, "w").ok());
 }
 
 // A checkpoint written by one libtorch build and resumed by the other: the pip build's test

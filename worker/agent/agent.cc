@@ -575,11 +575,15 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
           ask_to_stop("drained: " + response.reason());
         }
         if (response.action() == v1::WORKER_ACTION_REREGISTER) {
+          // The coordinator no longer knows this worker, so the gang the child belongs to was
+          // aborted: the child stops before it writes (or prunes) another checkpoint.
           MLCD_LOG(WARNING) << "coordinator asks to register again: " << response.reason();
           Status rs = Register();
           if (!rs.ok()) {
             MLCD_LOG(ERROR) << rs.ToString();
           }
+          return "the coordinator no longer knows this worker (" + response.reason() +
+                 "); its gang was aborted";
         }
       } else if (coordinator_reachable) {
         // Keep training: the coordinator reattaches when it is back.

@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/npy.h"
+#include "worker/train/checkpoint_index.h"
 
 namespace mlcd::worker {
 namespace {
@@ -49,15 +50,6 @@ json MetaToJson(const CheckpointMeta& m) {
               {"created_unix_ms", m.created_unix_ms}};
 }
 
-// Parameter names, shapes and their offsets in the flat buffer (or consecutive offsets when
-// the model is not flattened).
-struct ParamEntry {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0;
-  int64_t numel = 0;
-};
-
 std::vector<ParamEntry> ModelEntries(VisionTransformer& model, FlatParameters* flat) {
   std::vector<ParamEntry> out;
   int64_t running = 0;
@@ -80,22 +72,7 @@ std::vector<ParamEntry> ModelEntries(VisionTransformer& model, FlatParameters* f
 StatusOr<std::map<std::string, ParamEntry>> ReadBackboneEntries(const std::string& dir,
                                                                 int64_t* optimizer_step) {
   MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kBackboneJson));
-  std::map<std::string, ParamEntry> entries;
-  try {
-    json j = json::parse(text);
-    for (const auto& p : j.at("parameters")) {
-      ParamEntry e;
-      e.name = p.at("name").get<std::string>();
-      e.shape = p.at("shape").get<std::vector<int64_t>>();
-      e.offset = p.at("offset").get<int64_t>();
-      e.numel = p.at("numel").get<int64_t>();
-      entries[e.name] = e;
-    }
-    if (optimizer_step) *optimizer_step = j.at("optimizer_step").get<int64_t>();
-  } catch (const std::exception& e) {
-    return Status::DataLoss(dir + "/" + kBackboneJson + ": malformed (" + e.what() + ")");
-  }
-  return entries;
+  return ParseBackboneIndex(text, dir + "/" + kBackboneJson, optimizer_step);
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
@@ -128,9 +105,7 @@ Status CopyByName(const std::string& dir, const std::string& file,
           " in checkpoint " + dir + " but " + ShapeText(e.shape) +
           " in this model: the spec's model sizes differ from the checkpoint's");
     }
-    if (it->second.offset < 0 || it->second.offset + e.numel > total) {
-      return Status::DataLoss(npy.path() + ": parameter '" + e.name + "' lies outside the array");
-    }
+    MLCD_RETURN_IF_ERROR(CheckParamSlice(e.name, it->second.offset, e.numel, total, npy.path()));
     std::memcpy(dest(e), data + it->second.offset, static_cast<size_t>(e.numel) * sizeof(float));
   }
   if (saved.size() != mine.size()) {
@@ -219,7 +194,7 @@ std::string CheckpointName(const CheckpointMeta& meta) {
 }
 
 StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointState& state,
-                                      Collectives* comm, int keep_last) {
+                                      Collectives* comm, int keep_last, const std::string& keep) {
   const std::string name = CheckpointName(state.meta);
   const std::string tmp = root + "/.tmp-" + name;
   const std::string final_dir = root + "/" + name;
@@ -263,8 +238,12 @@ StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointS
     if (local.ok() && !trash.empty()) RemoveTree(trash);
     if (local.ok() && keep_last > 0) {
       std::vector<std::string> all = ListCheckpoints(root);
+      std::error_code ec;
+      const fs::path kept = keep.empty() ? fs::path() : fs::weakly_canonical(keep, ec);
       for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
-        if (fs::path(all[i]).filename() != name) RemoveTree(all[i]);
+        if (fs::path(all[i]).filename() == name) continue;
+        if (!kept.empty() && fs::weakly_canonical(all[i], ec) == kept) continue;
+        RemoveTree(all[i]);
       }
     }
   }
@@ -296,25 +275,27 @@ StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
   CheckpointMeta m;
   try {
     json j = json::parse(text);
-    m.format_version = j.at("format_version").get<int>();
+    m.format_version = static_cast<int>(JsonInt64(j.at("format_version"), "format_version"));
     if (m.format_version != kCheckpointFormatVersion) {
       return Status::FailedPrecondition(
           dir + " has checkpoint format " + std::to_string(m.format_version) +
           "; this worker reads format " + std::to_string(kCheckpointFormatVersion));
     }
-    m.round = j.at("round").get<int>();
-    m.epoch = j.at("epoch").get<int>();
-    m.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
-    m.steps_per_epoch = j.at("steps_per_epoch").get<int64_t>();
+    m.round = static_cast<int>(JsonInt64(j.at("round"), "round"));
+    m.epoch = static_cast<int>(JsonInt64(j.at("epoch"), "epoch"));
+    m.step_in_epoch = JsonInt64(j.at("step_in_epoch"), "step_in_epoch");
+    m.steps_per_epoch = JsonInt64(j.at("steps_per_epoch"), "steps_per_epoch");
     m.epoch_complete = j.at("epoch_complete").get<bool>();
-    m.global_step = j.at("global_step").get<int64_t>();
-    m.world_size = j.at("world_size").get<int>();
-    m.num_classes = j.at("num_classes").get<int64_t>();
-    m.embedding_dim = j.at("embedding_dim").get<int64_t>();
+    m.global_step = JsonInt64(j.at("global_step"), "global_step");
+    m.world_size = static_cast<int>(JsonInt64(j.at("world_size"), "world_size"));
+    m.num_classes = JsonInt64(j.at("num_classes"), "num_classes");
+    m.embedding_dim = JsonInt64(j.at("embedding_dim"), "embedding_dim");
     m.label_set = j.at("label_set").get<std::string>();
-    m.seed = j.at("seed").get<uint64_t>();
-    m.num_samples = j.at("num_samples").get<int64_t>();
-    m.global_batch_size = j.at("global_batch_size").get<int64_t>();
+    const json& seed = j.at("seed");
+    if (!seed.is_number_integer()) throw std::domain_error("seed is not an integer");
+    m.seed = seed.get<uint64_t>();
+    m.num_samples = JsonInt64(j.at("num_samples"), "num_samples");
+    m.global_batch_size = JsonInt64(j.at("global_batch_size"), "global_batch_size");
     m.created_unix_ms = j.value("created_unix_ms", int64_t{0});
   } catch (const std::exception& e) {
     return Status::DataLoss(dir + "/" + kMeta + ": malformed (" + e.what() + ")");

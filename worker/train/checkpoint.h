@@ -84,9 +84,12 @@ struct CheckpointState {
 
 // Writes a checkpoint under `root` (a collective over `comm`; every rank calls it with the
 // same meta). Returns the complete checkpoint's directory. `keep_last` > 0 removes older
-// checkpoints of this root beyond the newest `keep_last` (rank 0).
+// checkpoints of this root beyond the newest `keep_last` (rank 0), never `keep` (the
+// checkpoint the coordinator committed last, which the assignment resumed from: if this
+// gang fails before a newer commit, the job restarts from it).
 StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointState& state,
-                                      Collectives* comm, int keep_last = 0);
+                                      Collectives* comm, int keep_last = 0,
+                                      const std::string& keep = "");
 
 // `path` is a checkpoint directory (with meta.json) or a root with a LATEST file: returns the
 // checkpoint directory. NOT_FOUND / FAILED_PRECONDITION with what is missing otherwise.

@@ -443,7 +443,10 @@ StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
   state.flat = flat.get();
   state.optimizer = optimizer.get();
   state.partial_fc = partial_fc.get();
-  auto path = WriteCheckpoint(checkpoint_root, state, comm.get(), options.keep_checkpoints);
+  // The checkpoint this run resumed from is the coordinator's last commit until a newer one
+  // is committed: pruning keeps it.
+  auto path =
+      WriteCheckpoint(checkpoint_root, state, comm.get(), options.keep_checkpoints, resumed_from);
   if (!path.ok())
     return path.status().WithContext("checkpoint at global step " +
                                      std::to_string(state.meta.global_step));

@@ -1,0 +1,116 @@
+#include "common/data_roots.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+
+#include "common/file_util.h"
+#include "common/limits.h"
+
+namespace mlcd {
+namespace {
+
+// realpath(3) of `path`, or "" when any component is missing or unreadable.
+std::string RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) return "";
+  return buf;
+}
+
+bool Under(const std::string& resolved, const std::string& root) {
+  if (root == "/") return true;
+  return resolved == root ||
+         (resolved.size() > root.size() && resolved.compare(0, root.size(), root) == 0 &&
+          resolved[root.size()] == '/');
+}
+
+// The resolved form of an absolute path: realpath of the longest existing prefix plus the
+// remaining components ("." dropped); "" when the remainder holds "..".
+std::string ResolveAbsolute(const std::string& path) {
+  std::vector<std::string> tail;
+  std::string prefix = path;
+  while (true) {
+    while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+    std::string real = RealPath(prefix);
+    if (!real.empty()) {
+      for (auto it = tail.rbegin(); it != tail.rend(); ++it) {
+        if (*it == "..") return "";
+        if (*it == "." || it->empty()) continue;
+        real += (real == "/" ? "" : "/") + *it;
+      }
+      return real;
+    }
+    const size_t slash = prefix.rfind('/');
+    if (slash == std::string::npos || prefix == "/") return "";
+    tail.push_back(prefix.substr(slash + 1));
+    prefix = slash == 0 ? "/" : prefix.substr(0, slash);
+  }
+}
+
+}  // namespace
+
+StatusOr<DataRoots> DataRoots::Make(const std::vector<std::string>& roots) {
+  DataRoots out;
+  for (const std::string& root : roots) {
+    if (root.empty() || root.find('\0') != std::string::npos || !IsDirectory(root)) {
+      return Status::InvalidArgument("--data-root '" + root +
+                                     "' is not an existing directory; create it or drop the flag");
+    }
+    const std::string real = RealPath(root);
+    if (real.empty())
+      return Status::InvalidArgument("--data-root '" + root + "': cannot resolve it");
+    if (std::find(out.roots_.begin(), out.roots_.end(), real) == out.roots_.end())
+      out.roots_.push_back(real);
+  }
+  return out;
+}
+
+StatusOr<DataRoots> DataRoots::FromFlags(const std::vector<std::string>& given,
+                                         const std::string& data_dir) {
+  if (!given.empty()) return Make(given);
+  std::vector<std::string> roots = {data_dir.empty() ? "." : data_dir};
+  if (IsDirectory(kSharedDatasetsDir)) roots.push_back(kSharedDatasetsDir);
+  return Make(roots);
+}
+
+std::string DataRoots::Describe() const {
+  if (roots_.empty()) return "none";
+  std::string s;
+  for (const auto& r : roots_) s += (s.empty() ? "" : ", ") + r;
+  return s;
+}
+
+StatusOr<std::string> DataRoots::Confine(const std::string& path, const std::string& field) const {
+  if (path.empty()) return Status::InvalidArgument(field + ": empty path");
+  if (path.size() > kMaxPathLength) {
+    return Status::InvalidArgument(field + ": path longer than " + std::to_string(kMaxPathLength) +
+                                   " bytes");
+  }
+  if (path.find('\0') != std::string::npos)
+    return Status::InvalidArgument(field + ": the path holds a NUL byte");
+  if (path[0] != '/')
+    return Status::InvalidArgument(field + ": '" + path + "' must be an absolute path");
+  const std::string resolved = ResolveAbsolute(path);
+  if (!resolved.empty()) {
+    for (const auto& root : roots_) {
+      if (Under(resolved, root)) return resolved;
+    }
+  }
+  return Status(StatusCode::kPermissionDenied,
+                field + ": '" + path + "' is not under a data root of this service (--data-root: " +
+                    Describe() + "); paths are refused there whether or not they exist");
+}
+
+void AddDataRootFlag(CLI::App& app, std::vector<std::string>* roots,
+                     const std::string& default_text) {
+  app.add_option("--data-root", *roots,
+                 "Directory under which every path a request or job spec names must resolve "
+                 "(after symlinks); repeatable. Default: " +
+                     default_text + ". docs/hardening.md")
+      ->take_all()
+      ->allow_extra_args(false);
+}
+
+}  // namespace mlcd

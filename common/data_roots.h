@@ -1,0 +1,61 @@
+// Confined paths: the directories a service may read and write for its callers.
+//
+// Every path a request or job spec names (features, centroids, checkpoints, datasets) must
+// resolve, after symlinks, under one of the service's data roots (`--data-root DIR`,
+// repeatable). Resolution takes the realpath of the longest prefix that exists and appends
+// the rest, which may not hold "..". A path outside every root is refused with one message
+// whether or not it exists, so errors never tell a caller what lies outside the roots.
+//
+//   MLCD_ASSIGN_OR_RETURN(DataRoots roots, DataRoots::Make(flags.data_roots));
+//   MLCD_ASSIGN_OR_RETURN(std::string out, roots.Confine(request.centroids_out(), "centroids_out"));
+//
+// What is checked is the path at the time of the call: a symlink swapped in afterwards by
+// someone who can write inside a root is not caught (the roots are meant for data the
+// callers cannot otherwise write to).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace mlcd {
+
+// Where Debian's dataset packages (dataset-fashion-mnist) install: a default root.
+inline constexpr const char* kSharedDatasetsDir = "/usr/share/datasets";
+
+class DataRoots {
+ public:
+  DataRoots() = default;
+  // Each root made absolute and resolved (it must exist and be a directory): INVALID_ARGUMENT
+  // naming the first that is not. Duplicates are dropped.
+  static StatusOr<DataRoots> Make(const std::vector<std::string>& roots);
+  // A service's roots from its flags: `given` (--data-root) when any, else the default: its
+  // --data-dir (the working directory when empty) and kSharedDatasetsDir when it exists.
+  static StatusOr<DataRoots> FromFlags(const std::vector<std::string>& given,
+                                       const std::string& data_dir);
+
+  const std::vector<std::string>& roots() const { return roots_; }
+  // "/a, /b" (or "none").
+  std::string Describe() const;
+
+  // The resolved form of `path` when it lies under a root. `path` must be absolute, at most
+  // kMaxPathLength bytes and hold no NUL (INVALID_ARGUMENT). Outside every root:
+  // PERMISSION_DENIED "<field>: '<path>' is not under a data root of this service (...)", the
+  // same for existing and missing paths.
+  StatusOr<std::string> Confine(const std::string& path, const std::string& field) const;
+
+ private:
+  std::vector<std::string> roots_;  // resolved, no trailing '/' (except "/")
+};
+
+// Adds the repeatable `--data-root DIR` flag to `app`, filling `roots`; `default_text` says
+// in --help what applies when none is given.
+void AddDataRootFlag(CLI::App& app, std::vector<std::string>* roots,
+                     const std::string& default_text);
+
+}  // namespace mlcd

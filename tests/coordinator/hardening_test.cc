@@ -1,0 +1,222 @@
+// Findings of issue 17 against the real mlcd-coordinator, mlcd-clusterd and mlcd-labelstore on
+// loopback: spec paths confined to the data roots (no existence oracle), a crafted IDX file
+// that fails its job instead of crashing a daemon, and a phase that died with the coordinator
+// twice failing its job instead of being resumed into the same crash.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/file_util.h"
+#include "tests/coordinator/harness.h"
+
+namespace mlcd::testing {
+namespace {
+
+using std::chrono::seconds;
+
+std::string Head(const std::string& name) {
+  return "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata: {name: " + name + "}\nspec:\n";
+}
+
+class CoordinatorHardeningTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = std::make_unique<TestCluster>(dir_);
+    ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << cluster_->Logs();
+  }
+  StatusOr<v1::Job> DryRun(const std::string& yaml) {
+    v1::SubmitJobRequest req;
+    req.set_spec_yaml(yaml);
+    req.set_dry_run(true);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(20));
+    v1::Job job;
+    grpc::Status st = cluster_->stub()->SubmitJob(&ctx, req, &job);
+    if (!st.ok()) return FromGrpcStatus(st);
+    return job;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+// Before: checkpoint_dir only had to be absolute (/etc/cron.d was accepted) and a dry run
+// told whether any path existed on the coordinator's host. Now each path must resolve under
+// a data root, and an existing and a missing path outside get the same answer.
+TEST_F(CoordinatorHardeningTest, SpecPathsOutsideTheDataRootsAreRefusedAlike) {
+  TempDir outside;
+  ASSERT_TRUE(WriteFileAtomically(outside.Sub("secret.npy"), std::string("x")).ok());
+  auto answer = [&](const std::string& path) {
+    auto job =
+        DryRun(Head("oracle") + "  clustering: {k: 8, l: 2, features: {kind: npy, paths: ['" +
+               path + "']}}\n  evaluation: {enabled: false}\n");
+    EXPECT_FALSE(job.ok());
+    std::string m = job.status().message();
+    const size_t at = m.find(path);
+    EXPECT_NE(at, std::string::npos) << m;
+    if (at != std::string::npos) m.replace(at, path.size(), "<path>");
+    return m;
+  };
+  const std::string exists = answer(outside.Sub("secret.npy"));
+  const std::string missing = answer(outside.Sub("nothing.npy"));
+  EXPECT_EQ(exists, missing);
+  EXPECT_NE(exists.find("is not under a data root"), std::string::npos) << exists;
+  EXPECT_EQ(exists.find("does not exist"), std::string::npos) << exists;
+  // Inside a root, a missing path is still named as missing.
+  EXPECT_NE(answer(dir_.Sub("nothing.npy")).find("does not exist"), std::string::npos);
+
+  for (const std::string& ckpt : {std::string("/etc/cron.d"), dir_.Sub("../../etc/cron.d")}) {
+    auto job = DryRun(Head("ckpt") + "  dataset: {limit: 500}\n  clustering: {k: 8, l: 2}\n" +
+                      "  training: {checkpoint_dir: '" + ckpt + "'}\n");
+    ASSERT_FALSE(job.ok());
+    EXPECT_NE(job.status().message().find("spec.training.checkpoint_dir: '" + ckpt +
+                                          "' is not under a data root"),
+              std::string::npos)
+        << job.status().message();
+  }
+  auto dataset =
+      DryRun(Head("ds") + "  dataset: {path: /etc, limit: 500}\n  clustering: {k: 8, l: 2}\n");
+  ASSERT_FALSE(dataset.ok());
+  EXPECT_NE(dataset.status().message().find("spec.dataset.path: '/etc' is not under a data root"),
+            std::string::npos)
+      << dataset.status().message();
+  // Inside the roots (the harness's dir and /usr/share/datasets) the same spec is fine.
+  auto ok = DryRun(Head("ok") + "  dataset: {limit: 500}\n  clustering: {k: 8, l: 2}\n" +
+                   "  training: {checkpoint_dir: '" + dir_.Sub("ckpt") + "'}\n");
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
+// Before: an IDX header whose sizes overflow made std::length_error escape the phase thread
+// (the daemon crashed, and crashed again on every retry). Now the job fails with the reason
+// and every service keeps serving.
+TEST_F(CoordinatorHardeningTest, ACraftedIdxFileFailsItsJobAndNoDaemon) {
+  const std::string data = dir_.Sub("evil-mnist");
+  ASSERT_TRUE(MakeDirs(data).ok());
+  auto be = [](uint32_t v) {
+    return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                       static_cast<char>(v >> 8), static_cast<char>(v)};
+  };
+  ASSERT_TRUE(WriteFileAtomically(data + "/train-images-idx3-ubyte",
+                                  be(0x803) + be(0xffffffffu) + be(0xffffffffu) + be(0xffffffffu))
+                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(data + "/train-labels-idx1-ubyte", be(0x801) + be(1000) + "x").ok());
+  auto job = cluster_->Submit(Head("evil") + "  dataset: {path: '" + data +
+                              "', limit: 500}\n  clustering: {k: 8, l: 2}\n"
+                              "  evaluation: {enabled: false}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = cluster_->WaitForState(job->id(), v1::JOB_STATE_FAILED, seconds(60));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_NE(done->message().find("IDX header gives"), std::string::npos) << done->message();
+  EXPECT_TRUE(WaitForServing(cluster_->clusterd_address(), seconds(5)).ok());
+  EXPECT_TRUE(WaitForServing(cluster_->coordinator_address(), seconds(5)).ok());
+}
+
+// Before: a job whose phase crashed the daemon was persisted in CLUSTERING and resumed into
+// the same crash on every restart. Now the attempt is written before the phase runs; the
+// second attempt that dies with the coordinator fails the job with the reason.
+TEST_F(CoordinatorHardeningTest, APhaseThatDiesWithTheCoordinatorTwiceFailsTheJob) {
+  // k-means of 20000 Fashion-MNIST images into 500 centres for 1000 iterations: minutes,
+  // long enough to kill the coordinator under it.
+  auto job = cluster_->Submit(Head("loop") +
+                              "  dataset: {limit: 20000}\n"
+                              "  clustering: {k: 500, l: 2, niter: 1000}\n"
+                              "  evaluation: {enabled: false}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto in_phase = [](const v1::Job& j) {
+    return j.state() == v1::JOB_STATE_CLUSTERING && !j.progress().detail().empty();
+  };
+  for (int crash = 1; crash <= 2; ++crash) {
+    auto running = cluster_->WaitForJob(job->id(), in_phase, seconds(120));
+    ASSERT_TRUE(running.ok() && in_phase(*running))
+        << "crash " << crash << ": " << (running.ok() ? running->DebugString() : "");
+    cluster_->KillCoordinator();
+    ASSERT_TRUE(cluster_->StartCoordinator().ok()) << cluster_->Logs();
+  }
+  auto failed = cluster_->WaitForState(job->id(), v1::JOB_STATE_FAILED, seconds(30));
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  EXPECT_NE(failed->message().find("CLUSTERING died with the coordinator or clusterd 2 times"),
+            std::string::npos)
+      << failed->message();
+  EXPECT_NE(failed->message().find("not resumed into the same crash"), std::string::npos);
+}
+
+// Before: 300 WatchJob streams took the coordinator from 17 to 316 threads, an 8 MiB cancel
+// reason and a 10 MiB worker host were persisted, a 27 MB YAML dry run was parsed. Now each
+// has a bound, and the refusal says which.
+TEST_F(CoordinatorHardeningTest, StreamsRequestsAndStringsAreBounded) {
+  cluster_->KillCoordinator();
+  ASSERT_TRUE(cluster_->StartCoordinator({"--max-watch-streams", "3"}).ok()) << cluster_->Logs();
+  auto job = cluster_->Submit(Head("bounded") + "  dataset: {limit: 500}\n" +
+                              "  clustering: {k: 8, l: 2}\n  evaluation: {enabled: false}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> streams;
+  v1::WatchJobRequest watch;
+  watch.set_id(job->id());
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(cluster_->stub()->WatchJob(contexts.back().get(), watch));
+    v1::JobEvent event;
+    ASSERT_TRUE(streams.back()->Read(&event)) << "stream " << i;  // open on the server
+  }
+  grpc::ClientContext extra;
+  auto refused = cluster_->stub()->WatchJob(&extra, watch);
+  v1::JobEvent event;
+  EXPECT_FALSE(refused->Read(&event));
+  grpc::Status st = refused->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("3 WatchJob streams are open"), std::string::npos)
+      << st.error_message();
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& r : streams) (void)r->Finish();
+  // A slot is free again once a stream ends (the server notices a cancel within 500 ms).
+  bool reopened = false;
+  for (int attempt = 0; attempt < 50 && !reopened; ++attempt) {
+    grpc::ClientContext again;
+    again.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    auto stream = cluster_->stub()->WatchJob(&again, watch);
+    reopened = stream->Read(&event);
+    again.TryCancel();
+    (void)stream->Finish();
+    if (!reopened) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(reopened);
+
+  v1::CancelJobRequest cancel;
+  cancel.set_id(job->id());
+  cancel.set_reason(std::string(8 << 10, 'r'));
+  grpc::ClientContext cancel_ctx;
+  v1::Job cancelled;
+  st = cluster_->stub()->CancelJob(&cancel_ctx, cancel, &cancelled);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("reason: 8192 bytes; at most 1000"), std::string::npos)
+      << st.error_message();
+
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("w-big-host");
+  reg.set_host(std::string(10 << 10, 'h'));
+  reg.add_kinds(v1::ASSIGNMENT_KIND_TRAIN);
+  grpc::ClientContext reg_ctx;
+  v1::RegisterWorkerResponse reg_response;
+  st = cluster_->stub()->RegisterWorker(&reg_ctx, reg, &reg_response);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("host: longer than 255 bytes"), std::string::npos);
+
+  // A 27 MB YAML dry run never reaches the parser: gRPC refuses the message (8 MiB at most).
+  auto huge = DryRun(Head("huge") + "# " + std::string(27 << 20, 'x') + "\n");
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted) << huge.status().ToString();
+  // 2 MiB passes gRPC and is refused by the spec's own limit, which it names.
+  auto big = DryRun(Head("big") + "# " + std::string(2 << 20, 'x') + "\n");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("at most 1048576 are read"), std::string::npos)
+      << big.status().message();
+}
+
+}  // namespace
+}  // namespace mlcd::testing

@@ -1,0 +1,149 @@
+// Disk full under the label store (issue 17): RocksDB runs on a file layer that, on demand,
+// reports 1 MiB free and fails every write with "no space" (the real default file system
+// underneath), so the test is deterministic and needs no mount. Before: a failed write left
+// the store failing writes until restarted while health said SERVING. Now writes are refused
+// before RocksDB meets the full disk, Health() reports it (the service's health check says
+// NOT_SERVING), and the store takes writes again on its own once space returns.
+#include <gtest/gtest.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "labelstore/storage.h"
+#include "tests/testing/process.h"
+
+namespace mlcd::labelstore {
+namespace {
+
+// Every write of a file fails with NoSpace while `full` is set.
+class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  explicit FullDiskFileSystem(std::shared_ptr<rocksdb::FileSystem> target)
+      : FileSystemWrapper(std::move(target)) {}
+  const char* Name() const override { return "FullDiskFileSystem"; }
+  std::atomic<bool> full{false};
+
+  class File : public rocksdb::FSWritableFileOwnerWrapper {
+   public:
+    File(std::unique_ptr<rocksdb::FSWritableFile> f, const std::atomic<bool>* full)
+        : FSWritableFileOwnerWrapper(std::move(f)), full_(full) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                             rocksdb::IODebugContext* dbg) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return FSWritableFileOwnerWrapper::Append(data, o, dbg);
+    }
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                             const rocksdb::DataVerificationInfo& v,
+                             rocksdb::IODebugContext* dbg) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return FSWritableFileOwnerWrapper::Append(data, o, v, dbg);
+    }
+    rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return FSWritableFileOwnerWrapper::Sync(o, dbg);
+    }
+    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
+      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
+      return FSWritableFileOwnerWrapper::Fsync(o, dbg);
+    }
+
+   private:
+    const std::atomic<bool>* full_;
+  };
+
+  // statvfs of the real file system, or 1 MiB while full.
+  rocksdb::IOStatus GetFreeSpace(const std::string& path, const rocksdb::IOOptions& o,
+                                 uint64_t* free, rocksdb::IODebugContext* dbg) override {
+    if (full) {
+      *free = 1 << 20;
+      return rocksdb::IOStatus::OK();
+    }
+    return FileSystemWrapper::GetFreeSpace(path, o, free, dbg);
+  }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
+                                    rocksdb::IODebugContext* dbg) override {
+    if (full) return rocksdb::IOStatus::NoSpace("injected: disk full");
+    std::unique_ptr<rocksdb::FSWritableFile> file;
+    rocksdb::IOStatus s = FileSystemWrapper::NewWritableFile(f, o, &file, dbg);
+    if (s.ok()) *r = std::make_unique<File>(std::move(file), &full);
+    return s;
+  }
+};
+
+v1::WriteLabelsRequest Rows(uint64_t first, int n) {
+  v1::WriteLabelsRequest m;
+  for (int i = 0; i < n; ++i) {
+    m.add_sample_ids(first + static_cast<uint64_t>(i));
+    m.add_labels(static_cast<int32_t>((first + i) % 10));
+    m.add_labels(static_cast<int32_t>((first + i + 1) % 10));
+  }
+  return m;
+}
+
+TEST(LabelStorageDiskFull, HealthFailsWhileWritesFailAndRecoversOnItsOwn) {
+  testing::TempDir dir;
+  auto fs = std::make_shared<FullDiskFileSystem>(rocksdb::FileSystem::Default());
+  LabelStorageOptions options;
+  options.data_dir = dir.Sub("db");
+  options.block_cache_bytes = 8 << 20;
+  options.env = std::shared_ptr<rocksdb::Env>(rocksdb::NewCompositeEnv(fs));
+  options.recovery_interval = std::chrono::milliseconds(50);
+  auto storage = LabelStorage::Open(options);
+  ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+  LabelStorage& s = **storage;
+  v1::CreateLabelSetRequest create;
+  create.set_name("full/r0");
+  create.set_num_classes(10);
+  create.set_labels_per_sample(2);
+  ASSERT_TRUE(s.Create(create).ok());
+  ASSERT_TRUE(s.Write("full/r0", Rows(0, 100)).ok());
+  ASSERT_TRUE(s.SyncWal().ok());
+  EXPECT_TRUE(s.Health().ok());
+
+  fs->full = true;
+  auto failed = s.Write("full/r0", Rows(100, 100));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable) << failed.status().ToString();
+  EXPECT_NE(failed.status().message().find("writes resume by themselves"), std::string::npos);
+  EXPECT_EQ(s.Health().code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.Health().message().find("resumed automatically once the disk has room"),
+            std::string::npos)
+      << s.Health().ToString();
+  create.set_name("full/r1");
+  EXPECT_EQ(s.Create(create).status().code(), StatusCode::kUnavailable);
+  // Still full: several recovery attempts later the store still says so.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_FALSE(s.Health().ok());
+  EXPECT_FALSE(s.Write("full/r0", Rows(300, 10)).ok());
+
+  fs->full = false;  // space returns
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!s.Health().ok() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(s.Health().ok()) << s.Health().ToString();
+  ASSERT_TRUE(s.Write("full/r0", Rows(200, 100)).ok());
+  ASSERT_TRUE(s.SyncWal().ok());
+  // The rows acknowledged before the failure and after the recovery are all there.
+  std::vector<uint64_t> ids = {0, 99, 200, 299};
+  v1::GetLabelsResponse response;
+  ASSERT_TRUE(s.GetLabels("full/r0", ids.data(), ids.size(), false, &response).ok());
+  ASSERT_EQ(response.labels_size(), 8);
+  EXPECT_EQ(response.labels(0), 0);
+  EXPECT_EQ(response.labels(2), 9);
+  EXPECT_EQ(response.labels(4), 0);
+  EXPECT_EQ(response.labels(6), 9);
+  EXPECT_EQ(response.missing_ids_size(), 0);
+  // Rows refused while full were not written.
+  ids = {100};
+  ASSERT_TRUE(s.GetLabels("full/r0", ids.data(), ids.size(), false, &response).ok());
+  EXPECT_EQ(response.missing_ids_size(), 1);
+}
+
+}  // namespace
+}  // namespace mlcd::labelstore
