@@ -168,6 +168,7 @@ int main(int argc, char** argv) {
   mlcd::clusterd::ClusterdService service(options, metrics.registry());
   mlcd::GrpcServerRunner runner("clusterd");
   runner.AddService(&service);
+  runner.SetHealthListen(flags.health_listen);
   st = runner.Start(flags.listen);
   if (!st.ok()) {
     MLCD_LOG(ERROR) << st.ToString();

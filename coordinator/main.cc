@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   mlcd::coordinator::CoordinatorService service(manager->get(), &metrics);
   mlcd::GrpcServerRunner runner("mlcd.v1.Coordinator");
   runner.AddService(&service);
+  runner.SetHealthListen(flags.health_listen);
   mlcd::Status s = runner.Start(flags.listen);
   if (!s.ok()) {
     MLCD_LOG(ERROR) << s.ToString();
