@@ -16,8 +16,8 @@ int main(int argc, char** argv) {
       "(docs/security.md; `source <dir>/env` after `mlcdctl local up` sets them all).\n\n"
       "Exit codes: 0 ok, 1 failure, 2 bad arguments, 3 not found, 4 already exists,\n"
       "5 failed precondition, 6 service unavailable or timed out, 7 cancelled (e.g. Ctrl-C or\n"
-      "SIGTERM while watching a job, which keeps running), 10 watched job failed, 11 watched job\n"
-      "cancelled.",
+      "SIGTERM while watching a job, which keeps running), 8 refused: UNAUTHENTICATED or\n"
+      "PERMISSION_DENIED (no, unknown or expired token; a role that may not), 10 watched job failed, 11 watched job cancelled.",
       "mlcdctl"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");

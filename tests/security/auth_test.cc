@@ -234,5 +234,34 @@ TEST_F(AuthTest, AFakeWorkerCannotTakeOverALiveWorkerOrItsAssignment) {
   EXPECT_NE(now->state(), v1::JOB_STATE_SUCCEEDED);
 }
 
+TEST_F(AuthTest, MlcdctlSendsItsTokenFileAndExitsEightWhenRefused) {
+  const std::string flag = "--coordinator=" + cluster_.coordinator_address();
+  std::string out;
+  // No token: refused, saying what is missing (the environment's admin token cleared).
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "list"}, &out, {"MLCD_TOKEN_FILE="}), 8) << out;
+  EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << out;
+  EXPECT_NE(out.find("--token-file"), std::string::npos) << out;
+  // A viewer's token file: it lists, but may not list workers.
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "--token-file", t_.viewer_token_file, "list"},
+                       &out),
+            0)
+      << out;
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"),
+                       {flag, "--token-file", t_.viewer_token_file, "workers"}, &out),
+            8)
+      << out;
+  EXPECT_NE(out.find("PERMISSION_DENIED"), std::string::npos) << out;
+  // A token file that does not exist: a usage error before any call.
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "--token-file", dir_.Sub("none"), "list"}, &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("--token-file"), std::string::npos) << out;
+  // Without TLS settings mlcdctl speaks plaintext, which the TLS coordinator does not accept.
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "--timeout", "3", "list"}, &out,
+                       {"MLCD_TLS_CA=", "MLCD_TLS_CERT=", "MLCD_TLS_KEY="}),
+            6)
+      << out;
+}
+
 }  // namespace
 }  // namespace mlcd::testing
