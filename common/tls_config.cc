@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "common/file_util.h"
 #include "common/log.h"
@@ -77,6 +78,17 @@ Status CheckPem(const Pem& pem, const TlsFiles& files) {
   return Status::Ok();
 }
 
+// The private copies are removed at exit, not with their TlsConfig: channels made from a
+// replaced config keep watching its copy for as long as they live.
+std::vector<std::string>* g_private_dirs = nullptr;
+std::mutex g_private_dirs_mu;
+
+void RemovePrivateDirs() {
+  std::lock_guard<std::mutex> lock(g_private_dirs_mu);
+  std::error_code ec;
+  for (const auto& d : *g_private_dirs) std::filesystem::remove_all(d, ec);
+}
+
 }  // namespace
 
 bool IsLoopbackHost(const std::string& host) {
@@ -102,6 +114,14 @@ StatusOr<std::shared_ptr<TlsConfig>> TlsConfig::Open(const TlsFiles& files) {
                             " (set TMPDIR to a writable folder)");
   }
   config->private_dir_ = templ;
+  {
+    std::lock_guard<std::mutex> lock(g_private_dirs_mu);
+    if (!g_private_dirs) {
+      g_private_dirs = new std::vector<std::string>();
+      std::atexit(RemovePrivateDirs);
+    }
+    g_private_dirs->push_back(templ);
+  }
   MLCD_RETURN_IF_ERROR(config->Install());
   const std::string cur = config->private_dir_ + "/current/";
   config->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
@@ -110,11 +130,7 @@ StatusOr<std::shared_ptr<TlsConfig>> TlsConfig::Open(const TlsFiles& files) {
   return config;
 }
 
-TlsConfig::~TlsConfig() {
-  provider_.reset();
-  std::error_code ec;
-  if (!private_dir_.empty()) std::filesystem::remove_all(private_dir_, ec);
-}
+TlsConfig::~TlsConfig() = default;
 
 Status TlsConfig::Install() {
   std::lock_guard<std::mutex> lock(mu_);

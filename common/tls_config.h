@@ -8,7 +8,8 @@
 // on SIGHUP, re-reads and re-checks the configured files and swaps the copy; gRPC's file
 // watcher (one-second period) hands the new material to every listener and channel, so
 // connections made after the reload use the new certificates and open ones keep theirs. A
-// reload whose files do not check out keeps the old material and says why.
+// reload whose files do not check out keeps the old material and says why. The private
+// copies are removed when the process exits.
 #pragma once
 
 #include <grpcpp/security/credentials.h>

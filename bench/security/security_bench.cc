@@ -1,7 +1,8 @@
 // TLS + token overhead on GetLabels (docs/security.md; issue 17's benchmark).
 //
-// Starts mlcd-labelstore twice on loopback from this build: A plaintext without tokens, B
-// with mTLS (certificates made by openssl, tests/testing/security.h) and a tokens file.
+// Starts mlcd-labelstore three times on loopback from this build: A plaintext without tokens,
+// C with mTLS (certificates made by openssl, tests/testing/security.h) and no tokens, B with
+// mTLS and a tokens file (what a cluster runs).
 // Both get the same label set (--ids rows, l = 8). Then, for each batch size, the same id
 // sequence is read through LabelStoreClient (what a worker's prefetcher calls) from A and B
 // alternately in --rounds rounds of --seconds each; the figure per side is the median over
@@ -103,7 +104,8 @@ int Run(int argc, char** argv) {
   const std::string bin = SelfDir() + "/mlcd-labelstore";
   const std::string plain = "127.0.0.1:" + std::to_string(PickFreePort());
   const std::string secure = "127.0.0.1:" + std::to_string(PickFreePort());
-  testing::ChildProcess a, b;
+  const std::string tls_only = "127.0.0.1:" + std::to_string(PickFreePort());
+  testing::ChildProcess a, b, c;
   const std::vector<std::string> off = {
       "MLCD_TLS_CERT=", "MLCD_TLS_KEY=", "MLCD_TLS_CA=", "MLCD_TOKENS_FILE=", "MLCD_TOKEN_FILE="};
   const std::vector<std::string> on = {
@@ -114,21 +116,30 @@ int Run(int argc, char** argv) {
   if (st.ok())
     st = b.Start(bin, {"--listen", secure, "--metrics-listen", "", "--data-dir", dir.Sub("b")},
                  dir.Sub("b.log"), on);
+  // C: mTLS, no tokens file (the split between transport and token check).
+  std::vector<std::string> tls_env = on;
+  tls_env[3] = "MLCD_TOKENS_FILE=";
+  if (st.ok())
+    st = c.Start(bin, {"--listen", tls_only, "--metrics-listen", "", "--data-dir", dir.Sub("c")},
+                 dir.Sub("c.log"), tls_env);
   // This process: TLS with the test certificate, the worker token (what a worker sends).
   SecurityOptions client;
   client.tls = {certs.server.cert, certs.server.key, certs.ca.cert};
   client.token_file = certs.worker_token_file;
   if (st.ok()) st = ConfigureSecurity(client);
   if (st.ok()) st = testing::WaitForServing(secure, std::chrono::seconds(30));
+  if (st.ok()) st = testing::WaitForServing(tls_only, std::chrono::seconds(30));
   labelstore::LabelStoreClient store_a(
       grpc::CreateCustomChannel(plain, grpc::InsecureChannelCredentials(), StoreArgs()), plain);
   labelstore::LabelStoreClient store_b(secure);  // CreateSecureChannel: mTLS + token
+  labelstore::LabelStoreClient store_c(tls_only);
   // Filling needs submitter rights on B: the admin token for that part.
   SecurityOptions admin = client;
   admin.token_file = certs.admin_token_file;
   if (st.ok()) st = ConfigureSecurity(admin);
   if (st.ok()) st = Fill(store_a, ids);
   if (st.ok()) st = Fill(store_b, ids);
+  if (st.ok()) st = Fill(store_c, ids);
   if (st.ok()) st = ConfigureSecurity(client);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n%s\n%s\n", st.ToString().c_str(), a.Log().c_str(),
@@ -157,36 +168,36 @@ int Run(int argc, char** argv) {
   for (uint64_t i = 0; i < ids; ++i) pool[i] = i;
   std::shuffle(pool.begin(), pool.end(), std::mt19937(11));
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%8s %14s %14s %10s %12s\n", "batch", "plain us/call", "mtls us/call", "overhead",
-              "mtls ids/s");
+  std::printf("%8s %14s %14s %10s %18s %10s\n", "batch", "plain us/call", "mtls us/call",
+              "overhead", "mtls+token us/call", "overhead");
   for (int batch : batches) {
-    std::vector<double> la, lb;
-    int64_t calls_a = 0, calls_b = 0;
-    size_t off_a = 0, off_b = 0;
-    TimeCalls(store_a, pool, batch, 0.3, &off_a, &calls_a);  // warm-up
-    TimeCalls(store_b, pool, batch, 0.3, &off_b, &calls_b);
-    calls_a = calls_b = 0;
-    off_a = off_b = 0;
+    const labelstore::LabelStoreClient* stores[3] = {&store_a, &store_c, &store_b};
+    std::vector<double> lat[3];
+    int64_t calls[3] = {0, 0, 0};
+    size_t off[3] = {0, 0, 0};
+    for (int s = 0; s < 3; ++s) TimeCalls(*stores[s], pool, batch, 0.3, &off[s], &calls[s]);
+    for (int s = 0; s < 3; ++s) calls[s] = 0, off[s] = 0;
     for (int r = 0; r < rounds; ++r) {
-      // Alternate which side goes first, so drift on a shared machine hits both.
-      if (r % 2 == 0) {
-        la.push_back(TimeCalls(store_a, pool, batch, seconds, &off_a, &calls_a));
-        lb.push_back(TimeCalls(store_b, pool, batch, seconds, &off_b, &calls_b));
-      } else {
-        lb.push_back(TimeCalls(store_b, pool, batch, seconds, &off_b, &calls_b));
-        la.push_back(TimeCalls(store_a, pool, batch, seconds, &off_a, &calls_a));
+      // Rotate which side goes first, so drift on a shared machine hits all of them.
+      for (int k = 0; k < 3; ++k) {
+        const int s = (r + k) % 3;
+        lat[s].push_back(TimeCalls(*stores[s], pool, batch, seconds, &off[s], &calls[s]));
       }
     }
-    const double ma = Median(la), mb = Median(lb);
-    std::printf("%8d %14.1f %14.1f %9.1f%% %12.0f\n", batch, ma * 1e6, mb * 1e6,
-                (mb / ma - 1) * 100, batch / mb);
-    rows.push_back({{"batch", batch},
-                    {"plain_seconds_per_call", ma},
-                    {"mtls_token_seconds_per_call", mb},
-                    {"overhead_fraction", mb / ma - 1},
-                    {"plain_rounds", la},
-                    {"mtls_token_rounds", lb},
-                    {"calls", {{"plain", calls_a}, {"mtls_token", calls_b}}}});
+    const double ma = Median(lat[0]), mc = Median(lat[1]), mb = Median(lat[2]);
+    std::printf("%8d %14.1f %14.1f %9.1f%% %18.1f %9.1f%%\n", batch, ma * 1e6, mc * 1e6,
+                (mc / ma - 1) * 100, mb * 1e6, (mb / ma - 1) * 100);
+    rows.push_back(
+        {{"batch", batch},
+         {"plain_seconds_per_call", ma},
+         {"mtls_seconds_per_call", mc},
+         {"mtls_token_seconds_per_call", mb},
+         {"overhead_fraction", mb / ma - 1},
+         {"mtls_only_overhead_fraction", mc / ma - 1},
+         {"plain_rounds", lat[0]},
+         {"mtls_rounds", lat[1]},
+         {"mtls_token_rounds", lat[2]},
+         {"calls", {{"plain", calls[0]}, {"mtls", calls[1]}, {"mtls_token", calls[2]}}}});
   }
   const double ca = Median(connect_a), cb = Median(connect_b);
   std::printf("new connection + first call: plain %.2f ms, mTLS + token %.2f ms\n", ca * 1e3,
