@@ -36,6 +36,9 @@ int ExitCodeFor(const Status& status) {
       return kExitUnavailable;
     case StatusCode::kCancelled:
       return kExitCancelled;
+    case StatusCode::kUnauthenticated:
+    case StatusCode::kPermissionDenied:
+      return kExitDenied;
     default:
       return kExitFailure;
   }

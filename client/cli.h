@@ -38,6 +38,8 @@ enum ExitCode : int {
   kExitPrecondition = 5,   // FAILED_PRECONDITION
   kExitUnavailable = 6,    // a service could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED)
   kExitCancelled = 7,      // CANCELLED, e.g. Ctrl-C / SIGTERM (InterruptGuard) while watching a job
+  kExitDenied = 8,         // UNAUTHENTICATED or PERMISSION_DENIED (token missing, unknown, expired;
+                           // a role that may not; not the job's submitter)
   kExitJobFailed = 10,     // watched job ended FAILED
   kExitJobCancelled = 11,  // watched job ended CANCELLED
 };

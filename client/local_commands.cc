@@ -10,8 +10,10 @@
 //   mlcdctl local down --dir .mlcd/local
 //
 // Layout of --dir: local.pid (the supervisor), cluster.json (addresses, once ready), env
-// (export MLCD_COORDINATOR=... for shells), logs/<process>.log, labelstore/, clusterd/,
-// coordinator/ (its RocksDB, features, per-job files and checkpoints), workers/w<i>/.
+// (export MLCD_COORDINATOR=..., MLCD_TLS_*, MLCD_TOKEN_FILE for shells), tls/ (CA, the
+// services' certificate, tokens: local_security.h; not with --insecure),
+// logs/<process>.log, labelstore/, clusterd/, coordinator/ (its RocksDB, features, per-job
+// files and checkpoints), workers/w<i>/.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -29,6 +31,7 @@
 #include <thread>
 
 #include "client/cli.h"
+#include "client/local_security.h"
 #include "clients/coordinator_client.h"
 #include "common/data_roots.h"
 #include "common/file_util.h"
@@ -57,6 +60,7 @@ struct LocalOptions {
   // --data-root of clusterd and the coordinator; none given = the cluster's --dir, the
   // working directory `local up` runs in, and /usr/share/datasets.
   std::vector<std::string> data_roots;
+  bool insecure = false;
 };
 
 struct Proc {
@@ -67,6 +71,8 @@ struct Proc {
   pid_t pid = -1;
   int restarts = 0;
   bool worker = false;
+  // Environment entries added to the inherited environment.
+  std::vector<std::string> env{};
 };
 
 std::string SelfDir() {
@@ -139,6 +145,7 @@ class LocalCluster {
   std::string coordinator_, labelstore_, clusterd_;
   std::set<int> used_ports_;
   nlohmann::json info_;
+  LocalSecurity security_;
 };
 
 std::string LocalCluster::Port(int default_port) {
@@ -161,6 +168,7 @@ Status LocalCluster::StartProc(Proc* p) {
   spawn.parent_death_signal = SIGTERM;
   spawn.clear_signal_mask = true;
   spawn.default_sigpipe = true;
+  spawn.set_env = p->env;
   MLCD_ASSIGN_OR_RETURN(p->pid, Spawn(spawn));
   return Status::Ok();
 }
@@ -179,6 +187,7 @@ Status LocalCluster::Up() {
   ::unlink((opt_.dir + "/cluster.json").c_str());
   MLCD_RETURN_IF_ERROR(
       WriteFileAtomically(opt_.dir + "/local.pid", std::to_string(::getpid()) + "\n"));
+  MLCD_ASSIGN_OR_RETURN(security_, PrepareLocalSecurity(opt_.dir, opt_.insecure));
   const std::string bin = opt_.bin_dir.empty() ? SelfDir() : AbsolutePath(opt_.bin_dir);
   for (const char* b : {"mlcd-labelstore", "mlcd-clusterd", "mlcd-coordinator", "mlcd-worker"}) {
     if (::access((bin + "/" + b).c_str(), X_OK) != 0) {
@@ -219,8 +228,10 @@ Status LocalCluster::Up() {
                      "--clusterd", clusterd_, "--log-level", opt_.log_level},
                     logs + "coordinator.log"});
   procs_.back().args.insert(procs_.back().args.end(), root_flags.begin(), root_flags.end());
+  for (auto& p : procs_) p.env = security_.ServiceEnv();
   info_ = nlohmann::json::object();
   info_["dir"] = opt_.dir;
+  info_["tls"] = security_.on;
   info_["coordinator"] = coordinator_;
   info_["labelstore"] = labelstore_;
   info_["clusterd"] = clusterd_;
@@ -242,6 +253,7 @@ Status LocalCluster::Up() {
          metrics, "--child-metrics-listen", child_metrics, "--log-level", opt_.log_level},
         logs + name + ".log"};
     p.worker = true;
+    p.env = security_.WorkerEnv();
     procs_.push_back(p);
     info_["workers"].push_back({{"name", name},
                                 {"status", status},
@@ -260,8 +272,9 @@ Status LocalCluster::Up() {
   info_["logs"] = opt_.dir + "/logs";
   MLCD_RETURN_IF_ERROR(WriteFileAtomically(opt_.dir + "/cluster.json", info_.dump(2) + "\n"));
   MLCD_RETURN_IF_ERROR(WriteFileAtomically(
-      opt_.dir + "/env", "export MLCD_COORDINATOR=" + coordinator_ + "\nexport MLCD_LABELSTORE=" +
-                             labelstore_ + "\nexport MLCD_CLUSTERD=" + clusterd_ + "\n"));
+      opt_.dir + "/env",
+      "export MLCD_COORDINATOR=" + coordinator_ + "\nexport MLCD_LABELSTORE=" + labelstore_ +
+          "\nexport MLCD_CLUSTERD=" + clusterd_ + "\n" + security_.EnvExports()));
   return Status::Ok();
 }
 
@@ -402,6 +415,10 @@ void PrintUp(const nlohmann::json& info, bool detached) {
               info["metrics"].value("clusterd", "").c_str());
   std::printf("  state, logs  %s (source %s/env for MLCD_COORDINATOR etc.)\n",
               info.value("dir", "").c_str(), info.value("dir", "").c_str());
+  std::printf("  security     %s\n", info.value("tls", false)
+                                         ? "mTLS + tokens (certificates and tokens in <dir>/tls; "
+                                           "the env file sets MLCD_TLS_* and MLCD_TOKEN_FILE)"
+                                         : "off (--insecure: plaintext on loopback, no tokens)");
   std::printf(
       "submit a job:  mlcdctl --coordinator %s submit examples/tiny-test-job.yaml --watch\n",
       info.value("coordinator", "").c_str());
@@ -540,6 +557,10 @@ int RunStatus(Context& ctx, const std::string& dir_flag) {
   }
   auto info = nlohmann::json::parse(*text, nullptr, false);
   if (info.is_discarded()) return ctx.Fail(Status::DataLoss(dir + "/cluster.json does not parse"));
+  if (info.value("tls", false)) {
+    Status s = UseLocalSecurity(dir);
+    if (!s.ok()) return ctx.Fail(s);
+  }
   if (ctx.format() == OutputFormat::kJson) {
     std::printf("%s\n", info.dump(2).c_str());
     return kExitOk;
@@ -586,6 +607,9 @@ CommandRegistration reg(90, [](CLI::App& app, Context& ctx) {
                    "working directory and /usr/share/datasets)");
     up->add_option("--log-level", opt->log_level, "log level of the services")
         ->capture_default_str();
+    up->add_flag("--insecure", opt->insecure,
+                 "no TLS and no tokens (by default the cluster makes a CA, certificates and "
+                 "tokens under --dir/tls with openssl; `source --dir/env` to use them)");
     up->callback([&ctx, opt] { ctx.exit_code = RunUp(ctx, *opt); });
   }
   {

@@ -4,17 +4,20 @@
 #include "client/cli.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
+#include "common/security.h"
 
 int main(int argc, char** argv) {
   mlcd::cli::Context ctx;
   CLI::App app{
       "mlcdctl: drive the MLCD training system (jobs, label sets, clustering).\n\n"
       "Service addresses come from the flags below or the environment (MLCD_COORDINATOR,\n"
-      "MLCD_LABELSTORE, MLCD_CLUSTERD).\n\n"
+      "MLCD_LABELSTORE, MLCD_CLUSTERD); TLS and the bearer token from --tls-ca, --tls-cert,\n"
+      "--tls-key, --token-file or MLCD_TLS_CA, MLCD_TLS_CERT, MLCD_TLS_KEY, MLCD_TOKEN_FILE\n"
+      "(docs/security.md; `source <dir>/env` after `mlcdctl local up` sets them all).\n\n"
       "Exit codes: 0 ok, 1 failure, 2 bad arguments, 3 not found, 4 already exists,\n"
       "5 failed precondition, 6 service unavailable or timed out, 7 cancelled (e.g. Ctrl-C or\n"
-      "SIGTERM while watching a job, which keeps running), 10 watched job failed, 11 watched job\n"
-      "cancelled.",
+      "SIGTERM while watching a job, which keeps running), 8 refused: UNAUTHENTICATED or\n"
+      "PERMISSION_DENIED (no, unknown or expired token; a role that may not), 10 watched job failed, 11 watched job cancelled.",
       "mlcdctl"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");
@@ -30,6 +33,15 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", ctx.timeout_seconds, "deadline in seconds for single requests")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  // TLS (on when --tls-ca / MLCD_TLS_CA is set) and the bearer token (--token-file /
+  // MLCD_TOKEN_FILE), applied before any command runs.
+  mlcd::SecurityOptions security;
+  mlcd::AddSecurityFlags(app, &security, /*server=*/false);
+  app.parse_complete_callback([&app, &security] {
+    // `local` sets up (or reads) its cluster's own certificates and tokens.
+    if (app.got_subcommand("local")) return;
+    if (!mlcd::ApplySecurityFlags(security)) throw CLI::RuntimeError(mlcd::cli::kExitUsage);
+  });
   mlcd::cli::AddRegisteredCommands(app, ctx);
   try {
     app.parse(argc, argv);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/grpc_server.h"
+#include "common/security.h"
 
 namespace mlcd::labelstore {
 
@@ -107,7 +108,7 @@ std::shared_ptr<grpc::Channel> MakeLabelStoreChannel(const std::string& address)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return CreateSecureChannel(address, args);
 }
 
 }  // namespace

@@ -181,6 +181,7 @@ int main(int argc, char** argv) {
   mlcd::GrpcServerRunner runner("clusterd");
   runner.AddService(&service);
   runner.set_max_receive_message_bytes(mlcd::kMaxClusterdRequestBytes);
+  runner.SetHealthListen(flags.health_listen);
   st = runner.Start(flags.listen);
   if (!st.ok()) {
     MLCD_LOG(ERROR) << st.ToString();

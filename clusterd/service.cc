@@ -18,6 +18,7 @@
 #include "common/format.h"
 #include "common/log.h"
 #include "common/npy.h"
+#include "common/security.h"
 
 namespace mlcd::clusterd {
 namespace {
@@ -614,6 +615,9 @@ namespace {
 template <typename Progress, typename Run>
 grpc::Status ServeStream(RpcMetrics* rpc_metrics, const char* method, grpc::ServerContext* context,
                          grpc::ServerWriter<Progress>* writer, const Run& run) {
+  Principal caller;
+  grpc::Status auth = AuthorizeCall(*context, std::string("/mlcd.v1.Clusterd/") + method, &caller);
+  if (!auth.ok()) return auth;
   RpcTimer timer(rpc_metrics, method);
   std::atomic<bool> gone{false};
   const std::function<bool()> should_stop = [&] { return gone.load() || context->IsCancelled(); };

@@ -20,10 +20,14 @@ void AddServiceFlags(CLI::App& app, ServiceFlags* flags, const std::string& defa
   app.add_option("--metrics-listen", flags->metrics_listen,
                  "Prometheus /metrics listen address HOST:PORT (empty: no metrics endpoint)")
       ->capture_default_str();
+  app.add_option("--health-listen", flags->health_listen,
+                 "plaintext gRPC health-only listen address HOST:PORT for probes that cannot "
+                 "speak TLS (empty: none)");
   app.add_option("--data-dir", flags->data_dir, "directory where the service keeps its state")
       ->capture_default_str();
   app.add_option("--log-level", flags->log_level, "debug | info | warning | error")
       ->capture_default_str();
+  AddSecurityFlags(app, &flags->security, /*server=*/true);
 }
 
 bool ApplyLogFlags(const ServiceFlags& flags, const std::string& component) {
@@ -35,7 +39,7 @@ bool ApplyLogFlags(const ServiceFlags& flags, const std::string& component) {
     return false;
   }
   SetLogLevel(level);
-  return true;
+  return ApplySecurityFlags(flags.security);
 }
 
 CLI::Option* AddPeerFlag(CLI::App& app, const std::string& peer, std::string* address,

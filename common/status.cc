@@ -43,6 +43,8 @@ const char* StatusCodeName(StatusCode code) {
       return "UNAVAILABLE";
     case StatusCode::kDataLoss:
       return "DATA_LOSS";
+    case StatusCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
   }
   return "UNKNOWN";
 }
@@ -77,8 +79,7 @@ std::string FitErrorMessage(const std::string& message, size_t max_bytes) {
 Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return Status::Ok();
   int code = static_cast<int>(status.error_code());
-  if (code == 16) code = static_cast<int>(StatusCode::kPermissionDenied);  // UNAUTHENTICATED
-  if (code < 0 || code > static_cast<int>(StatusCode::kDataLoss))
+  if (code < 0 || code > static_cast<int>(StatusCode::kUnauthenticated))
     code = static_cast<int>(StatusCode::kUnknown);
   return Status(static_cast<StatusCode>(code), status.error_message());
 }

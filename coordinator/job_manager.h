@@ -113,28 +113,38 @@ class JobManager {
   void Shutdown();
 
   // --- users ---
-  StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request);
+  // `caller`: the submitting identity (Principal::identity, common/security.h), recorded as
+  // the job's submitted_by.
+  StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request, const std::string& caller);
   StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
   StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
-  StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request);
+  // PERMISSION_DENIED when `caller` did not submit the job and `any_job` (admin) is false.
+  StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request, const std::string& caller,
+                              bool any_job);
   // Sends the job now, then on every change until it ends (OK), `is_cancelled()` turns true
   // (CANCELLED) or the manager shuts down (UNAVAILABLE). `send` returning false ends it.
   Status WatchJob(const v1::WatchJobRequest& request,
                   const std::function<bool(const v1::JobEvent&)>& send,
                   const std::function<bool()>& is_cancelled);
 
-  // --- workers ---
-  StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& request);
+  // --- workers (worker_api.cc) ---
+  // `caller` is the calling identity. A worker name is bound to the identity that registered
+  // it: re-registering a live worker, polling, heartbeating or reporting for it from another
+  // identity, or reporting an assignment the worker was not given, is PERMISSION_DENIED.
+  StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& request,
+                                                      const std::string& caller);
   StatusOr<v1::Assignment> GetAssignment(const v1::GetAssignmentRequest& request,
+                                         const std::string& caller,
                                          const std::function<bool()>& is_cancelled);
-  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request,
+                                            const std::string& caller);
   StatusOr<v1::ReportAssignmentResponse> ReportAssignment(
-      const v1::ReportAssignmentRequest& request);
+      const v1::ReportAssignmentRequest& request, const std::string& caller);
   StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request);
   // A stopping agent leaves (worker_leave.cc): its entry goes; an assignment it still holds
   // aborts its gang without counting a restart. Unknown workers are OK (idempotent).
   StatusOr<v1::DeregisterWorkerResponse> DeregisterWorker(
-      const v1::DeregisterWorkerRequest& request);
+      const v1::DeregisterWorkerRequest& request, const std::string& caller);
   // Cordons (or, with undo, uncordons) a worker; a running TRAIN assignment is told to stop
   // at a checkpoint by its next heartbeat (WORKER_ACTION_STOP). NOT_FOUND for unknown ids.
   StatusOr<v1::DrainWorkerResponse> DrainWorker(const v1::DrainWorkerRequest& request);

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   mlcd::GrpcServerRunner runner("mlcd.v1.Coordinator");
   runner.AddService(&service);
   runner.set_max_receive_message_bytes(mlcd::kMaxCoordinatorRequestBytes);
+  runner.SetHealthListen(flags.health_listen);
   mlcd::Status s = runner.Start(flags.listen);
   if (!s.ok()) {
     MLCD_LOG(ERROR) << s.ToString();

@@ -1,5 +1,7 @@
 #include "coordinator/service.h"
 
+#include "common/security.h"
+
 namespace mlcd::coordinator {
 namespace {
 
@@ -11,33 +13,47 @@ grpc::Status Reply(RpcTimer& timer, StatusOr<T> result, T* response) {
 
 }  // namespace
 
-grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*,
+// Every handler first checks its caller against the access table (common/access_policy.cc).
+#define MLCD_AUTHORIZE(method)                                                              \
+  Principal caller;                                                                         \
+  if (grpc::Status auth = AuthorizeCall(*context, "/mlcd.v1.Coordinator/" method, &caller); \
+      !auth.ok())                                                                           \
+  return auth
+
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
                                            const v1::SubmitJobRequest* request, v1::Job* response) {
+  MLCD_AUTHORIZE("SubmitJob");
   RpcTimer timer(&metrics_->rpc(), "SubmitJob");
-  return Reply(timer, manager_->SubmitJob(*request), response);
+  return Reply(timer, manager_->SubmitJob(*request, caller.identity), response);
 }
 
-grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
-                                        v1::Job* response) {
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
+                                        const v1::GetJobRequest* request, v1::Job* response) {
+  MLCD_AUTHORIZE("GetJob");
   RpcTimer timer(&metrics_->rpc(), "GetJob");
   return Reply(timer, manager_->GetJob(*request), response);
 }
 
-grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
+                                          const v1::ListJobsRequest* request,
                                           v1::ListJobsResponse* response) {
+  MLCD_AUTHORIZE("ListJobs");
   RpcTimer timer(&metrics_->rpc(), "ListJobs");
   return Reply(timer, manager_->ListJobs(*request), response);
 }
 
-grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*,
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
                                            const v1::CancelJobRequest* request, v1::Job* response) {
+  MLCD_AUTHORIZE("CancelJob");
   RpcTimer timer(&metrics_->rpc(), "CancelJob");
-  return Reply(timer, manager_->CancelJob(*request), response);
+  return Reply(timer, manager_->CancelJob(*request, caller.identity, caller.role == Role::kAdmin),
+               response);
 }
 
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
                                           const v1::WatchJobRequest* request,
                                           grpc::ServerWriter<v1::JobEvent>* writer) {
+  MLCD_AUTHORIZE("WatchJob");
   RpcTimer timer(&metrics_->rpc(), "WatchJob");
   Status s = manager_->WatchJob(
       *request, [writer](const v1::JobEvent& event) { return writer->Write(event); },
@@ -45,53 +61,61 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
   return ToGrpcStatus(timer.Done(s));
 }
 
-grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
+grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext* context,
                                                 const v1::RegisterWorkerRequest* request,
                                                 v1::RegisterWorkerResponse* response) {
+  MLCD_AUTHORIZE("RegisterWorker");
   RpcTimer timer(&metrics_->rpc(), "RegisterWorker");
-  return Reply(timer, manager_->RegisterWorker(*request), response);
+  return Reply(timer, manager_->RegisterWorker(*request, caller.identity), response);
 }
 
 grpc::Status CoordinatorService::GetAssignment(grpc::ServerContext* context,
                                                const v1::GetAssignmentRequest* request,
                                                v1::Assignment* response) {
+  MLCD_AUTHORIZE("GetAssignment");
   RpcTimer timer(&metrics_->rpc(), "GetAssignment");
   return Reply(timer,
-               manager_->GetAssignment(*request, [context] { return context->IsCancelled(); }),
+               manager_->GetAssignment(*request, caller.identity,
+                                       [context] { return context->IsCancelled(); }),
                response);
 }
 
-grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext*,
+grpc::Status CoordinatorService::Heartbeat(grpc::ServerContext* context,
                                            const v1::HeartbeatRequest* request,
                                            v1::HeartbeatResponse* response) {
+  MLCD_AUTHORIZE("Heartbeat");
   RpcTimer timer(&metrics_->rpc(), "Heartbeat");
-  return Reply(timer, manager_->Heartbeat(*request), response);
+  return Reply(timer, manager_->Heartbeat(*request, caller.identity), response);
 }
 
-grpc::Status CoordinatorService::ReportAssignment(grpc::ServerContext*,
+grpc::Status CoordinatorService::ReportAssignment(grpc::ServerContext* context,
                                                   const v1::ReportAssignmentRequest* request,
                                                   v1::ReportAssignmentResponse* response) {
+  MLCD_AUTHORIZE("ReportAssignment");
   RpcTimer timer(&metrics_->rpc(), "ReportAssignment");
-  return Reply(timer, manager_->ReportAssignment(*request), response);
+  return Reply(timer, manager_->ReportAssignment(*request, caller.identity), response);
 }
 
-grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext*,
+grpc::Status CoordinatorService::ListWorkers(grpc::ServerContext* context,
                                              const v1::ListWorkersRequest* request,
                                              v1::ListWorkersResponse* response) {
+  MLCD_AUTHORIZE("ListWorkers");
   RpcTimer timer(&metrics_->rpc(), "ListWorkers");
   return Reply(timer, manager_->ListWorkers(*request), response);
 }
 
-grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext*,
+grpc::Status CoordinatorService::DeregisterWorker(grpc::ServerContext* context,
                                                   const v1::DeregisterWorkerRequest* request,
                                                   v1::DeregisterWorkerResponse* response) {
+  MLCD_AUTHORIZE("DeregisterWorker");
   RpcTimer timer(&metrics_->rpc(), "DeregisterWorker");
-  return Reply(timer, manager_->DeregisterWorker(*request), response);
+  return Reply(timer, manager_->DeregisterWorker(*request, caller.identity), response);
 }
 
-grpc::Status CoordinatorService::DrainWorker(grpc::ServerContext*,
+grpc::Status CoordinatorService::DrainWorker(grpc::ServerContext* context,
                                              const v1::DrainWorkerRequest* request,
                                              v1::DrainWorkerResponse* response) {
+  MLCD_AUTHORIZE("DrainWorker");
   RpcTimer timer(&metrics_->rpc(), "DrainWorker");
   return Reply(timer, manager_->DrainWorker(*request), response);
 }
@@ -99,11 +123,14 @@ grpc::Status CoordinatorService::DrainWorker(grpc::ServerContext*,
 grpc::Status CoordinatorService::BackupState(grpc::ServerContext* context,
                                              const v1::BackupStateRequest*,
                                              grpc::ServerWriter<v1::BackupChunk>* writer) {
+  MLCD_AUTHORIZE("BackupState");
   RpcTimer timer(&metrics_->rpc(), "BackupState");
   Status s = manager_->BackupState([context, writer](const v1::BackupChunk& chunk) {
     return !context->IsCancelled() && writer->Write(chunk);
   });
   return ToGrpcStatus(timer.Done(s));
 }
+
+#undef MLCD_AUTHORIZE
 
 }  // namespace mlcd::coordinator

@@ -2,7 +2,8 @@
 // mlcd::Status onto the gRPC status (INVALID_ARGUMENT for bad specs and requests, with every
 // problem and its field path; NOT_FOUND for unknown jobs and workers; FAILED_PRECONDITION
 // for requests the job's state forbids; ALREADY_EXISTS for a reused request id with another
-// spec).
+// spec). Every call is first checked against the caller's token or certificate and the
+// access table (AuthorizeCall, common/security.h): UNAUTHENTICATED / PERMISSION_DENIED.
 #pragma once
 
 #include "coordinator/job_manager.h"

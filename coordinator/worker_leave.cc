@@ -2,6 +2,7 @@
 // checkpoint, an agent that deregisters, a worker an operator drains. None of them is a
 // failure of the gang, so none spends one of the job's training.max_restarts.
 #include "common/log.h"
+#include "coordinator/caller_checks.h"
 #include "coordinator/job_manager.h"
 
 namespace mlcd::coordinator {
@@ -37,12 +38,13 @@ void JobManager::MemberDone(JobEntry* job, int rank, const v1::ReportAssignmentR
 }
 
 StatusOr<v1::DeregisterWorkerResponse> JobManager::DeregisterWorker(
-    const v1::DeregisterWorkerRequest& request) {
+    const v1::DeregisterWorkerRequest& request, const std::string& caller) {
   if (request.worker_id().empty())
     return Status::InvalidArgument("worker_id: empty; give the id RegisterWorker returned");
   std::lock_guard<std::mutex> lock(mu_);
   WorkerEntry* worker = workers_.Find(request.worker_id());
   if (!worker) return v1::DeregisterWorkerResponse();
+  MLCD_RETURN_IF_ERROR(CheckWorkerCaller(*worker, caller));
   const std::string reason = request.reason().empty() ? "stopped" : request.reason();
   if (!worker->assignment_id.empty()) {
     if (JobEntry* job = gangs_.JobOf(worker->assignment_id)) {

@@ -48,6 +48,7 @@ void WorkerRegistry::Seen(WorkerEntry* worker, Clock::time_point now) {
 }
 
 StatusOr<WorkerEntry*> WorkerRegistry::Register(const v1::RegisterWorkerRequest& request,
+                                                const std::string& identity,
                                                 Clock::time_point now) {
   WorkerEntry* worker = Find(request.name());
   if (worker) {
@@ -60,6 +61,7 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const v1::RegisterWorkerRequest&
   worker->record.set_worker_id(request.name());
   *worker->record.mutable_registration() = request;
   worker->record.set_registered_unix_ms(NowUnixMs());
+  worker->record.set_identity(identity);
   worker->state = v1::WORKER_STATE_IDLE;
   Seen(worker, now);
   worker->offered_port = 0;  // set by its polls

@@ -44,9 +44,11 @@ class WorkerRegistry {
   // The worker was heard from now (a poll, heartbeat or report).
   void Seen(WorkerEntry* worker, Clock::time_point now);
 
-  // Records a (re)registration: an existing entry is released (its old process is gone; the
-  // caller aborts its gang first), a new one is created. Persists the record.
-  StatusOr<WorkerEntry*> Register(const v1::RegisterWorkerRequest& request, Clock::time_point now);
+  // Records a (re)registration by `identity` (Principal::identity, security.h): an existing
+  // entry is released (its old process is gone; the caller aborts its gang first), a new one
+  // is created. Persists the record, identity included.
+  StatusOr<WorkerEntry*> Register(const v1::RegisterWorkerRequest& request,
+                                  const std::string& identity, Clock::time_point now);
   // Forgets a worker that left (DeregisterWorker): entry and persisted record.
   Status Remove(const std::string& id);
   // Persists the cordon of a drained worker (no new work while set).

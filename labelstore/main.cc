@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   }
   mlcd::GrpcServerRunner runner("mlcd-labelstore");
   runner.AddService(&service);
+  runner.SetHealthListen(flags.health_listen);
   if (mlcd::Status s = runner.Start(flags.listen); !s.ok()) {
     MLCD_LOG(ERROR) << s.ToString();
     return 1;

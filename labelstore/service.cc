@@ -1,5 +1,7 @@
 #include "labelstore/service.h"
 
+#include "common/security.h"
+
 namespace mlcd::labelstore {
 
 LabelStoreService::LabelStoreService(LabelStorage* storage, prometheus::Registry& registry)
@@ -34,13 +36,21 @@ LabelStoreService::LabelStoreService(LabelStorage* storage, prometheus::Registry
   UpdateSetGauge();
 }
 
+// Every handler first checks its caller against the access table (common/access_policy.cc).
+#define MLCD_AUTHORIZE(method)                                                             \
+  Principal caller;                                                                        \
+  if (grpc::Status auth = AuthorizeCall(*context, "/mlcd.v1.LabelStore/" method, &caller); \
+      !auth.ok())                                                                          \
+  return auth
+
 void LabelStoreService::UpdateSetGauge() {
   label_sets_.Set(static_cast<double>(storage_->num_sets()));
 }
 
-grpc::Status LabelStoreService::CreateLabelSet(grpc::ServerContext*,
+grpc::Status LabelStoreService::CreateLabelSet(grpc::ServerContext* context,
                                                const v1::CreateLabelSetRequest* request,
                                                v1::LabelSetInfo* response) {
+  MLCD_AUTHORIZE("CreateLabelSet");
   RpcTimer timer(&rpc_metrics_, "CreateLabelSet");
   auto result = storage_->Create(*request);
   if (result.ok()) {
@@ -53,6 +63,7 @@ grpc::Status LabelStoreService::CreateLabelSet(grpc::ServerContext*,
 grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
                                             grpc::ServerReader<v1::WriteLabelsRequest>* reader,
                                             v1::WriteLabelsResponse* response) {
+  MLCD_AUTHORIZE("WriteLabels");
   RpcTimer timer(&rpc_metrics_, "WriteLabels");
   v1::WriteLabelsRequest message;
   std::string name;
@@ -107,36 +118,40 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
   return ToGrpcStatus(timer.Done(status));
 }
 
-grpc::Status LabelStoreService::SealLabelSet(grpc::ServerContext*,
+grpc::Status LabelStoreService::SealLabelSet(grpc::ServerContext* context,
                                              const v1::SealLabelSetRequest* request,
                                              v1::LabelSetInfo* response) {
+  MLCD_AUTHORIZE("SealLabelSet");
   RpcTimer timer(&rpc_metrics_, "SealLabelSet");
   auto result = storage_->Seal(request->name(), request->require_open());
   if (result.ok()) *response = std::move(result).value();
   return ToGrpcStatus(timer.Done(result.status()));
 }
 
-grpc::Status LabelStoreService::ListLabelSets(grpc::ServerContext*,
+grpc::Status LabelStoreService::ListLabelSets(grpc::ServerContext* context,
                                               const v1::ListLabelSetsRequest* request,
                                               v1::ListLabelSetsResponse* response) {
+  MLCD_AUTHORIZE("ListLabelSets");
   RpcTimer timer(&rpc_metrics_, "ListLabelSets");
   auto result = storage_->List(*request);
   if (result.ok()) *response = std::move(result).value();
   return ToGrpcStatus(timer.Done(result.status()));
 }
 
-grpc::Status LabelStoreService::DescribeLabelSet(grpc::ServerContext*,
+grpc::Status LabelStoreService::DescribeLabelSet(grpc::ServerContext* context,
                                                  const v1::DescribeLabelSetRequest* request,
                                                  v1::LabelSetInfo* response) {
+  MLCD_AUTHORIZE("DescribeLabelSet");
   RpcTimer timer(&rpc_metrics_, "DescribeLabelSet");
   auto result = storage_->Describe(request->name());
   if (result.ok()) *response = std::move(result).value();
   return ToGrpcStatus(timer.Done(result.status()));
 }
 
-grpc::Status LabelStoreService::DeleteLabelSet(grpc::ServerContext*,
+grpc::Status LabelStoreService::DeleteLabelSet(grpc::ServerContext* context,
                                                const v1::DeleteLabelSetRequest* request,
                                                v1::DeleteLabelSetResponse* response) {
+  MLCD_AUTHORIZE("DeleteLabelSet");
   RpcTimer timer(&rpc_metrics_, "DeleteLabelSet");
   auto result = storage_->Delete(request->name(), request->allow_missing());
   if (result.ok()) {
@@ -149,6 +164,13 @@ grpc::Status LabelStoreService::DeleteLabelSet(grpc::ServerContext*,
 grpc::ServerUnaryReactor* LabelStoreService::GetLabels(grpc::CallbackServerContext* context,
                                                        const v1::GetLabelsRequest* request,
                                                        v1::GetLabelsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Principal caller;
+  if (grpc::Status auth = AuthorizeCall(*context, "/mlcd.v1.LabelStore/GetLabels", &caller);
+      !auth.ok()) {
+    reactor->Finish(auth);
+    return reactor;
+  }
   RpcTimer timer(&rpc_metrics_, "GetLabels");
   const size_t n = static_cast<size_t>(request->sample_ids_size());
   Status status = storage_->GetLabels(request->name(), request->sample_ids().data(), n,
@@ -159,9 +181,10 @@ grpc::ServerUnaryReactor* LabelStoreService::GetLabels(grpc::CallbackServerConte
       ids_missing_.Increment(response->missing_indices_size());
     get_batch_ids_.Observe(static_cast<double>(n));
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(timer.Done(status)));
   return reactor;
 }
+
+#undef MLCD_AUTHORIZE
 
 }  // namespace mlcd::labelstore

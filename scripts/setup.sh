@@ -32,6 +32,9 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   # RPC
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # TLS: OpenSSL checks certificates and hashes tokens (common/tls_config, common/tokens);
+  # the openssl tool makes the local cluster's and the tests' certificates
+  libssl-dev openssl
   # clustering, storage, metrics
   libfaiss-dev librocksdb-dev prometheus-cpp-dev zlib1g-dev
   # CLI, config, JSON

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/net.h"
+#include "common/security.h"
 #include "mlcd/v1/worker.grpc.pb.h"
 #include "worker/agent/agent.h"
 #include "worker/command.h"
@@ -23,8 +24,11 @@ namespace {
 class WorkerStatusService final : public v1::Worker::Service {
  public:
   explicit WorkerStatusService(Agent* agent) : agent_(agent) {}
-  grpc::Status GetWorkerStatus(grpc::ServerContext*, const v1::GetWorkerStatusRequest*,
+  grpc::Status GetWorkerStatus(grpc::ServerContext* context, const v1::GetWorkerStatusRequest*,
                                v1::WorkerStatus* response) override {
+    Principal caller;
+    grpc::Status auth = AuthorizeCall(*context, "/mlcd.v1.Worker/GetWorkerStatus", &caller);
+    if (!auth.ok()) return auth;
     *response = agent_->Snapshot();
     return grpc::Status::OK;
   }
@@ -39,13 +43,15 @@ std::string HostName() {
   return buf;
 }
 
-int RunAgent(AgentOptions options, const std::string& log_level) {
-  // A handler, not a blocked signal: SIGTERM must be caught on whichever thread it lands
-  // (OpenBLAS starts threads before main()); worker/agent/stop_signal.h.
+int RunAgent(AgentOptions options, const std::string& log_level, const SecurityOptions& security) {
+  // Handlers, not blocked signals: SIGTERM must be caught on whichever thread it lands
+  // (OpenBLAS starts threads before main()); worker/agent/stop_signal.h. SIGHUP asks for the
+  // certificates and tokens to be read again (ReloadSecurity, common/security.h).
   InstallStopSignalHandler();
   ::signal(SIGPIPE, SIG_IGN);
   ServiceFlags log_flags;
   log_flags.log_level = log_level;
+  log_flags.security = security;
   if (!ApplyLogFlags(log_flags, "agent " + options.name)) return 2;
   Agent agent(options);
   // The agent's own /metrics, up whether or not a child trains, with the child's merged in.
@@ -65,6 +71,7 @@ int RunAgent(AgentOptions options, const std::string& log_level) {
   WorkerStatusService service(&agent);
   if (!options.listen.empty()) {
     runner.AddService(&service);
+    runner.SetHealthListen(options.health_listen);
     Status s = runner.Start(options.listen);
     if (!s.ok()) {
       MLCD_LOG(ERROR) << s.ToString();
@@ -85,7 +92,13 @@ int RunAgent(AgentOptions options, const std::string& log_level) {
                  << options.data_dir << ")";
   std::atomic<bool> ran{false};
   std::thread signals([&agent, &ran] {
-    while (!ran && !StopSignal()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    while (!ran && !StopSignal()) {
+      if (TakeReloadSignal()) {
+        MLCD_LOG(INFO) << "received SIGHUP, reloading certificates and tokens";
+        ReloadSecurity();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     if (StopSignal()) {
       MLCD_LOG(INFO) << "received a stop signal; a running training child checkpoints first";
       agent.Stop();
@@ -123,6 +136,9 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--listen", options->listen,
                   "where to serve mlcd.v1.Worker status (HOST:PORT, port 0 = any; empty = off)")
       ->capture_default_str();
+  cmd->add_option("--health-listen", options->health_listen,
+                  "plaintext gRPC health-only address HOST:PORT for probes that cannot speak "
+                  "TLS (empty: none)");
   cmd->add_option(
          "--data-dir", options->data_dir,
          "where assignment files go: assignments/<id>/{assignment.json,progress.jsonl,worker.log}")
@@ -151,8 +167,12 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 60))
       ->capture_default_str();
   cli::AddLogLevelFlag(cmd, log_level.get());
+  // Its status server and its calls to the coordinator; its children read the same settings
+  // from the environment (MLCD_TLS_*, MLCD_TOKEN_FILE).
+  auto security = std::make_shared<SecurityOptions>();
+  AddSecurityFlags(*cmd, security.get(), /*server=*/true);
   CLI::App* root = &app;
-  cmd->callback([options, log_level, exit_code, root, stop_deadline] {
+  cmd->callback([options, log_level, security, exit_code, root, stop_deadline] {
     if (options->name.empty()) options->name = HostName();
     options->stop_deadline = std::chrono::seconds(*stop_deadline);
     // The kinds this executable runs follow from its subcommands.
@@ -173,7 +193,7 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
       *exit_code = 1;
       return;
     }
-    *exit_code = RunAgent(*options, *log_level);
+    *exit_code = RunAgent(*options, *log_level, *security);
   });
 });
 

@@ -84,6 +84,11 @@ spec:
     try:
         info = json.load(open(os.path.join(cluster_dir, "cluster.json")))
         env = dict(os.environ, MLCD_COORDINATOR=info["coordinator"])
+        # TLS and the admin token of the local cluster (its env file, as `source` sets them).
+        for line in open(os.path.join(cluster_dir, "env")):
+            if line.startswith("export ") and "=" in line:
+                name, value = line[len("export "):].strip().split("=", 1)
+                env[name] = value
         coordinator_pid = info["pids"]["coordinator"]
         agent_pids = [info["pids"][w["name"]] for w in info["workers"]]
 

@@ -24,7 +24,8 @@ TEST(Status, CodesMapOntoGrpc) {
   EXPECT_EQ(g.error_message(), "label set 'x' does not exist");
   EXPECT_EQ(FromGrpcStatus(g).code(), StatusCode::kNotFound);
   EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "")).code(),
-            StatusCode::kPermissionDenied);
+            StatusCode::kUnauthenticated);
+  EXPECT_EQ(Status::Unauthenticated("no token").ToString(), "UNAUTHENTICATED: no token");
   EXPECT_EQ(s.ToString(), "NOT_FOUND: label set 'x' does not exist");
   EXPECT_EQ(s.WithContext("GetLabels").message(), "GetLabels: label set 'x' does not exist");
 }

@@ -1,5 +1,6 @@
 #include "tests/coordinator/harness.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <thread>
@@ -8,6 +9,7 @@
 #include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
+#include "tests/testing/security.h"
 
 namespace mlcd::testing {
 namespace {
@@ -26,6 +28,10 @@ TestCluster::TestCluster(const TempDir& dir) : dir_(dir.path()) {
   coordinator_address_ = Loopback();
   coordinator_metrics_ = Loopback();
   (void)MakeDirs(dir_ + "/logs");
+  // TLS (mTLS) and tokens on, as in the local cluster: this process calls as admin, the
+  // services by their certificate, the workers with a worker token.
+  Status security = EnableTestSecurity();
+  if (!security.ok()) ADD_FAILURE() << security.ToString();
   channel_ = MakeChannel(coordinator_address_);
   stub_ = coordinator::NewCoordinatorStub(channel_);
 }
@@ -45,7 +51,7 @@ Status TestCluster::StartLabelstore() {
   MLCD_RETURN_IF_ERROR(labelstore_.Start(
       BinPath("mlcd-labelstore"),
       {"--listen", labelstore_address_, "--metrics-listen", "", "--data-dir", dir_ + "/labelstore"},
-      dir_ + "/logs/labelstore.log"));
+      dir_ + "/logs/labelstore.log", NoTokenEnv()));
   return WaitForServing(labelstore_address_, std::chrono::seconds(30));
 }
 
@@ -55,7 +61,7 @@ Status TestCluster::StartClusterd() {
                       {"--listen", clusterd_address_, "--metrics-listen", "", "--data-dir",
                        dir_ + "/clusterd", "--labelstore", labelstore_address_, "--data-root", dir_,
                        "--data-root", "/usr/share/datasets"},
-                      dir_ + "/logs/clusterd.log"));
+                      dir_ + "/logs/clusterd.log", NoTokenEnv()));
   return WaitForServing(clusterd_address_, std::chrono::seconds(30));
 }
 
@@ -77,8 +83,8 @@ Status TestCluster::StartCoordinator(const std::vector<std::string>& extra_flags
                                    "--data-root",
                                    "/usr/share/datasets"};
   for (const auto& f : extra_flags) args.push_back(f);
-  MLCD_RETURN_IF_ERROR(
-      coordinator_.Start(BinPath("mlcd-coordinator"), args, dir_ + "/logs/coordinator.log"));
+  MLCD_RETURN_IF_ERROR(coordinator_.Start(BinPath("mlcd-coordinator"), args,
+                                          dir_ + "/logs/coordinator.log", NoTokenEnv()));
   return WaitForServing(coordinator_address_, std::chrono::seconds(30));
 }
 
@@ -94,11 +100,13 @@ std::string TestCluster::WorkerDataDir(int i) const {
 Status TestCluster::StartWorker(int i, const std::vector<std::string>& env) {
   while (static_cast<int>(workers_.size()) <= i)
     workers_.push_back(std::make_unique<ChildProcess>());
+  std::vector<std::string> worker_env = WorkerTokenEnv();
+  worker_env.insert(worker_env.end(), env.begin(), env.end());
   return workers_[i]->Start(BinPath("mlcd-worker"),
                             {"agent", "--coordinator", coordinator_address_, "--name",
                              "w" + std::to_string(i), "--host", "127.0.0.1", "--listen",
                              "127.0.0.1:0", "--data-dir", WorkerDataDir(i), "--poll-seconds", "2"},
-                            dir_ + "/logs/w" + std::to_string(i) + ".log", env);
+                            dir_ + "/logs/w" + std::to_string(i) + ".log", worker_env);
 }
 
 Status TestCluster::WaitForIdleWorkers(int n, std::chrono::milliseconds timeout) {

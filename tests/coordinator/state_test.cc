@@ -183,7 +183,7 @@ class JobManagerStateTest : public ::testing::Test {
     v1::SubmitJobRequest request;
     request.set_spec_yaml(kSpec);
     request.set_request_id(request_id);
-    auto job = m->SubmitJob(request);
+    auto job = m->SubmitJob(request, "");
     EXPECT_TRUE(job.ok()) << job.status().ToString();
     return job.ok() ? *job : v1::Job();
   }
@@ -226,7 +226,7 @@ class JobManagerStateTest : public ::testing::Test {
     reg.set_host("127.0.0.1");
     reg.set_rendezvous_port(29500);
     reg.add_kinds(v1::ASSIGNMENT_KIND_TRAIN);
-    auto r = m->RegisterWorker(reg);
+    auto r = m->RegisterWorker(reg, "");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
   static v1::Job Get(JobManager* m, const std::string& id, bool history = false) {
@@ -274,17 +274,17 @@ TEST_F(JobManagerStateTest, JobsRequestIdsHistoryAndWorkersSurviveReopen) {
     v1::CancelJobRequest cancel;
     cancel.set_id(b);
     cancel.set_reason("unit test");
-    auto cancelled = m->CancelJob(cancel);
+    auto cancelled = m->CancelJob(cancel, "", false);
     ASSERT_TRUE(cancelled.ok());
     EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
     EXPECT_EQ(cancelled->message(), "cancelled: unit test");
     // Cancelling a finished job is refused, cancelling it again is a no-op.
-    EXPECT_TRUE(m->CancelJob(cancel).ok());
+    EXPECT_TRUE(m->CancelJob(cancel, "", false).ok());
     v1::RegisterWorkerRequest reg;
     reg.set_name("w0");
     reg.set_host("10.0.0.5");
     reg.add_kinds(v1::ASSIGNMENT_KIND_TRAIN);
-    ASSERT_TRUE(m->RegisterWorker(reg).ok());
+    ASSERT_TRUE(m->RegisterWorker(reg, "").ok());
   }
   auto m = Open();
   ASSERT_TRUE(m);
@@ -311,7 +311,7 @@ TEST_F(JobManagerStateTest, JobsRequestIdsHistoryAndWorkersSurviveReopen) {
   // Cancelling a cancelled job again is a no-op.
   v1::CancelJobRequest cancel;
   cancel.set_id(b);
-  EXPECT_TRUE(m->CancelJob(cancel).ok());
+  EXPECT_TRUE(m->CancelJob(cancel, "", false).ok());
   auto workers = m->ListWorkers(v1::ListWorkersRequest());
   ASSERT_TRUE(workers.ok());
   ASSERT_EQ(workers->workers_size(), 1);
@@ -332,12 +332,12 @@ TEST_F(JobManagerStateTest, DryRunAndInvalidSpecsCreateNothing) {
   v1::SubmitJobRequest dry;
   dry.set_spec_yaml(kSpec);
   dry.set_dry_run(true);
-  auto job = m->SubmitJob(dry);
+  auto job = m->SubmitJob(dry, "");
   ASSERT_TRUE(job.ok());
   EXPECT_TRUE(job->id().empty());
   v1::SubmitJobRequest bad;
   bad.set_spec_yaml(std::string(kSpec) + "  loss: {variant: arcface}\n");
-  auto rejected = m->SubmitJob(bad);
+  auto rejected = m->SubmitJob(bad, "");
   EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(rejected.status().message().find("spec.loss.variant: 'arcface'"), std::string::npos);
   auto list = m->ListJobs(v1::ListJobsRequest());
@@ -412,7 +412,7 @@ TEST_F(JobManagerStateTest, SchedulerSkipsJobsThatCannotFitAndKeepsFifoAmongTheR
   // never took their assignments) go to "later".
   v1::CancelJobRequest cancel;
   cancel.set_id("small-2");
-  ASSERT_TRUE(m->CancelJob(cancel).ok());
+  ASSERT_TRUE(m->CancelJob(cancel, "", false).ok());
   v1::Job small = Get(m.get(), "small-2", true);
   EXPECT_EQ(small.state(), v1::JOB_STATE_CANCELLED);
   ASSERT_GE(small.history_size(), 3);
@@ -429,9 +429,9 @@ TEST_F(JobManagerStateTest, SchedulerSkipsJobsThatCannotFitAndKeepsFifoAmongTheR
   // A poll whose client gave up does not consume the assignment; the next poll gets it.
   v1::GetAssignmentRequest poll;
   poll.set_worker_id("w0");
-  auto lost = m->GetAssignment(poll, [] { return true; });
+  auto lost = m->GetAssignment(poll, "", [] { return true; });
   EXPECT_EQ(lost.status().code(), StatusCode::kCancelled);
-  auto got = m->GetAssignment(poll, [] { return false; });
+  auto got = m->GetAssignment(poll, "", [] { return false; });
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->kind(), v1::ASSIGNMENT_KIND_TRAIN);
   EXPECT_EQ(got->job_id(), "later-3");
@@ -443,9 +443,9 @@ TEST_F(JobManagerStateTest, SchedulerSkipsJobsThatCannotFitAndKeepsFifoAmongTheR
   EXPECT_EQ(later.state(), v1::JOB_STATE_TRAINING);
   // Once a re-registering worker had its assignment, it is. (w0 ran the aborted gang: its
   // next poll says it stopped, then both form the next gang.)
-  ASSERT_TRUE(m->GetAssignment(poll, [] { return false; }).ok());
+  ASSERT_TRUE(m->GetAssignment(poll, "", [] { return false; }).ok());
   ASSERT_TRUE(Eventually([&] { return Get(m.get(), "later-3").progress().gang_size() == 2; }));
-  got = m->GetAssignment(poll, [] { return false; });
+  got = m->GetAssignment(poll, "", [] { return false; });
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ASSERT_EQ(got->job_id(), "later-3");
   Register(m.get(), "w0");

@@ -11,9 +11,13 @@ Checks, for every overlay under deploy/k8s/overlays:
     app.kubernetes.io/part-of: mlcd;
   * every container: pinned image (no :latest; the gpu overlay uses the -cuda tag), the
     right binary, --listen / --metrics-listen on the ports of common/flags.h (metrics = port
-    + 1), container ports, gRPC readiness and liveness probes on the --listen port,
+    + 1), container ports, gRPC readiness and liveness probes on the plaintext health-only
+    port (--health-listen, port + 2: kubelet's grpc probes cannot speak TLS),
     Prometheus annotations on the metrics port, cpu/memory requests <= limits, non-root
     read-only security context, every $(VAR) of the args defined, every volume mounted;
+  * TLS (docs/security.md): the ConfigMap sets MLCD_TLS_CERT/KEY/CA under /etc/mlcd/tls,
+    every pod mounts the Secret mlcd-tls there read-only, the services (not the workers)
+    pass --tokens-file from the Secret mlcd-tokens mounted at /etc/mlcd/tokens;
   * Services target named container ports of the pods they select, on the same numbers;
     the ConfigMap's peer addresses name those Services and ports;
   * GPUs: the gpu overlay's workers request nvidia.com/gpu (requests = limits), nothing in
@@ -344,11 +348,16 @@ def check_overlay(name, docs, ports, problems, binaries_flags):
             if problems.check(probe is not None, cw, f"no {probe_name}"):
                 grpc_probe = probe.get("grpc")
                 if problems.check(grpc_probe is not None, cw, f"{probe_name} must be a gRPC health probe (grpc:)"):
-                    problems.check(grpc_probe.get("port") == port, cw,
-                                   f"{probe_name} probes port {grpc_probe.get('port')}, the service listens on {port}")
+                    problems.check(grpc_probe.get("port") == port + 2, cw,
+                                   f"{probe_name} probes port {grpc_probe.get('port')}, the health-only "
+                                   f"listener is on {port + 2}")
         startup = c.get("startupProbe")
         if startup is not None and "grpc" in startup:
-            problems.check(startup["grpc"].get("port") == port, cw, "startupProbe probes the wrong port")
+            problems.check(startup["grpc"].get("port") == port + 2, cw, "startupProbe probes the wrong port")
+        problems.check(host_port(flags.get("--health-listen", "")) == ("0.0.0.0", port + 2), cw,
+                       f"--health-listen is {flags.get('--health-listen')!r}, expected 0.0.0.0:{port + 2} "
+                       "(the grpc probes' plaintext health port)")
+        problems.check(cports.get("health") == port + 2, cw, f"container port health must be {port + 2}")
         problems.check(annotations.get("prometheus.io/scrape") == "true", w, "annotation prometheus.io/scrape "
                        "must be \"true\"")
         problems.check(annotations.get("prometheus.io/port") == str(port + 1), w,
@@ -400,6 +409,16 @@ def check_overlay(name, docs, ports, problems, binaries_flags):
         problems.check(any(data_dir == p or data_dir.startswith(p.rstrip("/") + "/") for p in mounts), cw,
                        f"--data-dir {data_dir} is not on a mounted volume (the root filesystem is read-only)")
         problems.check("/tmp" in mounts, cw, "/tmp must be a mounted volume (read-only root filesystem)")
+        # TLS material and tokens from Secrets.
+        secret_mounts = {m["mountPath"]: ((volumes.get(m["name"]) or {}).get("secret") or {}).get("secretName")
+                         for m in c.get("volumeMounts") or [] if m.get("readOnly")}
+        problems.check(secret_mounts.get("/etc/mlcd/tls") == "mlcd-tls", cw,
+                       "must mount the Secret mlcd-tls read-only at /etc/mlcd/tls (TLS certificate, key, CA)")
+        if component != "worker":
+            problems.check(flags.get("--tokens-file") == "/etc/mlcd/tokens/tokens", cw,
+                           "needs --tokens-file=/etc/mlcd/tokens/tokens (callers are checked)")
+            problems.check(secret_mounts.get("/etc/mlcd/tokens") == "mlcd-tokens", cw,
+                           "must mount the Secret mlcd-tokens read-only at /etc/mlcd/tokens")
         if component in ("coordinator", "clusterd", "worker"):
             shared = {(m["mountPath"], m.get("subPath", "")) for m in c.get("volumeMounts") or []
                       if (volumes.get(m["name"], {}).get("persistentVolumeClaim") or {}).get("claimName")
@@ -498,6 +517,9 @@ def check_overlay(name, docs, ports, problems, binaries_flags):
                        f"mlcd-{component}:{ports[component]}")
     problems.check(data.get("MLCD_LOG_LEVEL") in ("debug", "info", "warning", "error"), where,
                    "ConfigMap: MLCD_LOG_LEVEL must be debug|info|warning|error")
+    for env_name, file_name in (("MLCD_TLS_CERT", "tls.crt"), ("MLCD_TLS_KEY", "tls.key"), ("MLCD_TLS_CA", "ca.crt")):
+        problems.check(data.get(env_name) == "/etc/mlcd/tls/" + file_name, where,
+                       f"ConfigMap: {env_name} must be /etc/mlcd/tls/{file_name} (TLS on for every process)")
 
     check_network_policies(where, by_kind.get("NetworkPolicy", {}), pods, problems)
 
@@ -593,11 +615,13 @@ def run_checks(k8s_dir, source_dir, kubectl, binaries_flags, extras=True):
 
 
 def check_extras(k8s_dir, kubectl, problems):
-    """The Prometheus Operator extras and the Grafana dashboards ConfigMap render, in the namespace."""
+    """The Prometheus Operator and cert-manager extras and the Grafana dashboards ConfigMap render, in the
+    namespace; cert-manager's Certificate fills the Secret mlcd-tls the pods mount."""
     expected = {os.path.join(k8s_dir, "extras", "prometheus-operator"): {"PodMonitor", "PrometheusRule"},
                 os.path.join(k8s_dir, "namespace"): {"Namespace"},
                 os.path.join(k8s_dir, "jobs"): {"Job"},
                 os.path.join(k8s_dir, "backup"): {"CronJob", "PersistentVolumeClaim"},
+                os.path.join(k8s_dir, "extras", "cert-manager"): {"Issuer", "Certificate"},
                 os.path.join(k8s_dir, "..", "grafana"): {"ConfigMap"}}
     for path, kinds in expected.items():
         where = os.path.relpath(path, os.path.join(k8s_dir, ".."))
@@ -614,6 +638,11 @@ def check_extras(k8s_dir, kubectl, problems):
                 continue
             problems.check(d["metadata"].get("namespace") == NAMESPACE, where,
                            f"{d['kind']}/{d['metadata']['name']} is not in namespace {NAMESPACE}")
+            if d["kind"] == "Certificate" and not d["spec"].get("isCA"):
+                problems.check(d["spec"].get("secretName") == "mlcd-tls", where,
+                               "the service Certificate must fill the Secret mlcd-tls (mounted by every pod)")
+                problems.check({"server auth", "client auth"} <= set(d["spec"].get("usages") or []), where,
+                               "the service Certificate needs usages server auth and client auth (mTLS)")
             if d["kind"] == "PodMonitor":
                 problems.check([e.get("port") for e in d["spec"].get("podMetricsEndpoints", [])] == ["metrics"], where,
                                "the PodMonitor must scrape the container port named metrics")
@@ -639,7 +668,7 @@ MUTATIONS = [
     ("shared subPath folder not made before the mount", "base/worker.yaml",
      "            - /var/lib/mlcd/shared/coordinator/features\n", "", "subPath coordinator/features"),
     ("probe on the wrong port", "base/coordinator.yaml",
-     "readinessProbe:\n            grpc:\n              port: 7600", "readinessProbe:\n            grpc:\n              port: 7700",
+     "readinessProbe:\n            grpc:\n              port: 7602", "readinessProbe:\n            grpc:\n              port: 7700",
      "readinessProbe probes port 7700"),
     ("listen port that does not match flags.h", "base/labelstore.yaml", "--listen=0.0.0.0:7610",
      "--listen=0.0.0.0:7619", "--listen is '0.0.0.0:7619'"),
@@ -676,6 +705,10 @@ MUTATIONS = [
     ("workers mount the shared job directories elsewhere", "base/worker.yaml",
      "              mountPath: /var/lib/mlcd/coordinator/jobs\n", "              mountPath: /var/lib/mlcd/jobs\n",
      "must mount mlcd-shared at the same paths"),
+    ("TLS turned off", "base/kustomization.yaml", "      - MLCD_TLS_CA=/etc/mlcd/tls/ca.crt\n", "",
+     "MLCD_TLS_CA must be"),
+    ("tokens file dropped", "base/labelstore.yaml", "            - --tokens-file=/etc/mlcd/tokens/tokens\n", "",
+     "needs --tokens-file"),
     ("memory request above its limit", "base/labelstore.yaml", "              memory: 1Gi\n",
      "              memory: 9Gi\n", "memory request 9Gi exceeds its limit"),
 ]

@@ -47,6 +47,8 @@ struct AgentOptions {
   std::string host = "127.0.0.1";
   // mlcd.v1.Worker status service ("" = not served; port 0 = any).
   std::string listen = "127.0.0.1:7630";
+  // Plaintext health-only gRPC address for probes that cannot speak TLS ("" = none).
+  std::string health_listen;
   std::string data_dir = "./mlcd-worker-data";
   // Executable of the children (default: this process's own executable).
   std::string worker_binary;

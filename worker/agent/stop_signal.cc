@@ -6,6 +6,7 @@ namespace mlcd::worker {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_reload{false};
 std::atomic<std::atomic<bool>*> g_also{nullptr};
 static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs lock-free flags");
 
@@ -13,6 +14,8 @@ extern "C" void OnStopSignal(int) {
   g_stop.store(true);
   if (std::atomic<bool>* also = g_also.load()) also->store(true);
 }
+
+extern "C" void OnReloadSignal(int) { g_reload.store(true); }
 
 }  // namespace
 
@@ -24,8 +27,15 @@ void InstallStopSignalHandler(std::atomic<bool>* also) {
   action.sa_flags = SA_RESTART;
   ::sigaction(SIGTERM, &action, nullptr);
   ::sigaction(SIGINT, &action, nullptr);
+  struct sigaction reload = {};
+  reload.sa_handler = OnReloadSignal;
+  sigemptyset(&reload.sa_mask);
+  reload.sa_flags = SA_RESTART;
+  ::sigaction(SIGHUP, &reload, nullptr);
 }
 
 const std::atomic<bool>& StopSignal() { return g_stop; }
+
+bool TakeReloadSignal() { return g_reload.exchange(false); }
 
 }  // namespace mlcd::worker

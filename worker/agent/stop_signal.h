@@ -29,9 +29,13 @@ constexpr int kDefaultStopDeadlineSeconds = 50;
 constexpr std::chrono::seconds kAgentStopMargin{5};
 
 // Installs the SIGTERM/SIGINT handler (once; idempotent). After it, StopSignal() turns true
-// when either arrives; `also` (may be null) is set too. Async-signal-safe by construction.
+// when either arrives; `also` (may be null) is set too. SIGHUP only raises the flag
+// TakeReloadSignal() reads (the agent then reloads its certificates and tokens). Async-signal-
+// safe by construction.
 void InstallStopSignalHandler(std::atomic<bool>* also = nullptr);
 // The flag the handler sets.
 const std::atomic<bool>& StopSignal();
+// True once per SIGHUP received since the last call.
+bool TakeReloadSignal();
 
 }  // namespace mlcd::worker

@@ -1,0 +1,205 @@
+#include "common/tls_config.h"
+
+#include <arpa/inet.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include "common/file_util.h"
+#include "common/log.h"
+
+namespace mlcd {
+namespace {
+
+// How often gRPC's watcher looks at the private copy (its minimum).
+constexpr unsigned kWatchIntervalSeconds = 1;
+
+std::string OpenSslError() {
+  unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "not PEM";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof(buf));
+  return buf;
+}
+
+struct Pem {
+  std::string cert, key, ca;
+};
+
+StatusOr<std::string> ReadPem(const std::string& path, const std::string& flag) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) {
+    return Status::InvalidArgument(flag + " " + path + ": cannot read it (" +
+                                   text.status().message() + ")");
+  }
+  return std::move(text).value();
+}
+
+// Parses and cross-checks the PEM texts: the certificate (first of the chain) and the key
+// match; the CA bundle holds at least one certificate.
+Status CheckPem(const Pem& pem, const TlsFiles& files) {
+  auto bad = [](const std::string& flag, const std::string& path, const std::string& why) {
+    return Status::InvalidArgument(flag + " " + path + ": " + why);
+  };
+  if (!pem.cert.empty()) {
+    BIO* cb = BIO_new_mem_buf(pem.cert.data(), static_cast<int>(pem.cert.size()));
+    X509* cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
+    BIO_free(cb);
+    if (!cert)
+      return bad("--tls-cert", files.cert, "not a PEM certificate (" + OpenSslError() + ")");
+    BIO* kb = BIO_new_mem_buf(pem.key.data(), static_cast<int>(pem.key.size()));
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+    BIO_free(kb);
+    if (!key) {
+      X509_free(cert);
+      return bad("--tls-key", files.key,
+                 "not an unencrypted PEM private key (" + OpenSslError() + ")");
+    }
+    const bool match = X509_check_private_key(cert, key) == 1;
+    ERR_clear_error();
+    EVP_PKEY_free(key);
+    X509_free(cert);
+    if (!match) return bad("--tls-key", files.key, "does not belong to --tls-cert " + files.cert);
+  }
+  if (!pem.ca.empty() || !files.ca.empty()) {
+    BIO* ab = BIO_new_mem_buf(pem.ca.data(), static_cast<int>(pem.ca.size()));
+    X509* ca = PEM_read_bio_X509(ab, nullptr, nullptr, nullptr);
+    BIO_free(ab);
+    if (!ca) return bad("--tls-ca", files.ca, "holds no PEM certificate (" + OpenSslError() + ")");
+    X509_free(ca);
+  }
+  return Status::Ok();
+}
+
+// The private copies are removed at exit, not with their TlsConfig: channels made from a
+// replaced config keep watching its copy for as long as they live.
+std::vector<std::string>* g_private_dirs = nullptr;
+std::mutex g_private_dirs_mu;
+
+void RemovePrivateDirs() {
+  std::lock_guard<std::mutex> lock(g_private_dirs_mu);
+  std::error_code ec;
+  for (const auto& d : *g_private_dirs) std::filesystem::remove_all(d, ec);
+}
+
+}  // namespace
+
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+StatusOr<std::shared_ptr<TlsConfig>> TlsConfig::Open(const TlsFiles& files) {
+  if (files.cert.empty() != files.key.empty()) {
+    return Status::InvalidArgument(
+        "--tls-cert and --tls-key come together (env MLCD_TLS_CERT, MLCD_TLS_KEY); only " +
+        std::string(files.cert.empty() ? "--tls-key" : "--tls-cert") + " was given");
+  }
+  std::shared_ptr<TlsConfig> config(new TlsConfig(files));
+  std::string templ = (std::filesystem::temp_directory_path() / "mlcd-tls-XXXXXX").string();
+  if (!::mkdtemp(templ.data())) {
+    return Status::Internal("cannot make a private folder for TLS material under " +
+                            std::filesystem::temp_directory_path().string() +
+                            " (set TMPDIR to a writable folder)");
+  }
+  config->private_dir_ = templ;
+  {
+    std::lock_guard<std::mutex> lock(g_private_dirs_mu);
+    if (!g_private_dirs) {
+      g_private_dirs = new std::vector<std::string>();
+      std::atexit(RemovePrivateDirs);
+    }
+    g_private_dirs->push_back(templ);
+  }
+  MLCD_RETURN_IF_ERROR(config->Install());
+  const std::string cur = config->private_dir_ + "/current/";
+  config->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      files.key.empty() ? "" : cur + "key.pem", files.cert.empty() ? "" : cur + "cert.pem",
+      files.ca.empty() ? "" : cur + "ca.pem", kWatchIntervalSeconds);
+  return config;
+}
+
+TlsConfig::~TlsConfig() = default;
+
+Status TlsConfig::Install() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Pem pem;
+  if (!files_.cert.empty()) {
+    MLCD_ASSIGN_OR_RETURN(pem.cert, ReadPem(files_.cert, "--tls-cert"));
+    MLCD_ASSIGN_OR_RETURN(pem.key, ReadPem(files_.key, "--tls-key"));
+  }
+  if (!files_.ca.empty()) {
+    MLCD_ASSIGN_OR_RETURN(pem.ca, ReadPem(files_.ca, "--tls-ca"));
+  }
+  MLCD_RETURN_IF_ERROR(CheckPem(pem, files_));
+  // A new generation folder, then one rename of the `current` link: the watcher never sees
+  // a key from one generation with a certificate from another.
+  const std::string gen = "gen-" + std::to_string(++generation_);
+  const std::string dir = private_dir_ + "/" + gen;
+  MLCD_RETURN_IF_ERROR(MakeDirs(dir));
+  if (!pem.cert.empty()) {
+    MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/cert.pem", pem.cert));
+    MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/key.pem", pem.key));
+  }
+  if (!pem.ca.empty()) MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/ca.pem", pem.ca));
+  const std::string link_tmp = private_dir_ + "/current.tmp";
+  ::unlink(link_tmp.c_str());
+  if (::symlink(gen.c_str(), link_tmp.c_str()) != 0 ||
+      ::rename(link_tmp.c_str(), (private_dir_ + "/current").c_str()) != 0) {
+    return Status::Internal("cannot switch the TLS material in " + private_dir_);
+  }
+  if (generation_ > 2) {
+    std::error_code ec;
+    std::filesystem::remove_all(private_dir_ + "/gen-" + std::to_string(generation_ - 2), ec);
+  }
+  return Status::Ok();
+}
+
+Status TlsConfig::Reload() {
+  Status s = Install();
+  if (s.ok()) {
+    MLCD_LOG(INFO) << "TLS material reloaded from " << files_.cert << " " << files_.key << " "
+                   << files_.ca << " (new connections use it within a second)";
+  } else {
+    MLCD_LOG(ERROR) << "TLS reload failed, keeping the previous certificates: " << s.ToString();
+  }
+  return s;
+}
+
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsConfig::ServerCredentials() const {
+  if (!has_identity()) {
+    return Status::FailedPrecondition(
+        "a TLS server needs --tls-cert and --tls-key (env MLCD_TLS_CERT, MLCD_TLS_KEY)");
+  }
+  grpc::experimental::TlsServerCredentialsOptions options(provider_);
+  options.watch_identity_key_cert_pairs();
+  if (has_ca()) {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TlsConfig::ChannelCredentials() const {
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(provider_);
+  if (has_ca()) options.watch_root_certs();
+  if (has_identity()) options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  return grpc::experimental::TlsCredentials(options);
+}
+
+}  // namespace mlcd

@@ -1,0 +1,24 @@
+// Who may act on what, beyond the role table (common/access_policy.h): a job's submitter and
+// a worker's registering identity (docs/security.md, "Bindings"). Identities are
+// Principal::identity strings (common/security.h); "" when the coordinator checks no one.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "coordinator/job_entry.h"
+#include "mlcd/v1/coordinator.pb.h"
+
+namespace mlcd::coordinator {
+
+// OK when `caller` submitted `job` or `any_job` (admin); PERMISSION_DENIED otherwise.
+Status CheckCancelAllowed(const v1::Job& job, const std::string& caller, bool any_job);
+
+// OK when `caller` is the identity that registered `worker`; PERMISSION_DENIED otherwise.
+Status CheckWorkerCaller(const WorkerEntry& worker, const std::string& caller);
+
+// Re-registration of `worker`'s name by `caller`: another identity may take over the name
+// only when the worker is no longer alive (`alive` false: LOST or silent past the idle timeout).
+Status CheckReRegistration(const WorkerEntry& worker, const std::string& caller, bool alive);
+
+}  // namespace mlcd::coordinator
