@@ -175,6 +175,7 @@ StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(
     workers_.Seen(worker, Clock::now());
     if (worker->assignment_id == aid || worker->state == v1::WORKER_STATE_LOST)
       workers_.Release(worker);
+    if (request.leaving()) worker->state = v1::WORKER_STATE_DRAINING;  // until it deregisters
   }
   JobEntry* job = gangs_.JobOf(aid);
   if (!job || !job->rec.has_attempt()) {

@@ -375,7 +375,9 @@ bool Agent::SendHeartbeat(const v1::Assignment& assignment, const v1::WorkerProg
   return stub_->Heartbeat(&context, request, response).ok();
 }
 
-void Agent::Report(const v1::ReportAssignmentRequest& request) {
+void Agent::Report(const v1::ReportAssignmentRequest& report) {
+  v1::ReportAssignmentRequest request = report;
+  request.set_leaving(stop_.load());  // no new work for a stopping agent
   int backoff_ms = 200;
   bool logged = false;
   // Retry until the coordinator has it (it may be restarting); give up only when stopping.
