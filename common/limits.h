@@ -10,4 +10,7 @@ namespace mlcd {
 // l: the most labels (nearest centres) per sample a label set keeps.
 constexpr int32_t kMaxLabelsPerSample = 1024;
 
+// training.time_budget_minutes: at most a week of training per round.
+constexpr double kMaxTimeBudgetMinutes = 7 * 24 * 60;
+
 }  // namespace mlcd

@@ -195,10 +195,14 @@ void JobManager::FinishGang(JobEntry* job) {
   const v1::GangAttempt attempt = job->rec.attempt();
   v1::RoundStatus* round = job->job().mutable_rounds(attempt.round());
   if (attempt.kind() == v1::ASSIGNMENT_KIND_TRAIN) {
-    if (round->epochs_committed() < attempt.end_epoch()) {
+    // With a time budget the round ends after the epochs its step count spans.
+    const int end_epoch = round->round_epochs() > 0
+                              ? std::min(attempt.end_epoch(), round->round_epochs())
+                              : attempt.end_epoch();
+    if (round->epochs_committed() < end_epoch) {
       AbortGang(job,
                 "the gang finished but rank 0 never reported the checkpoint of epoch " +
-                    std::to_string(attempt.end_epoch() - 1) +
+                    std::to_string(end_epoch - 1) +
                     " (epochs committed: " + std::to_string(round->epochs_committed()) + ")",
                 true);
       return;
