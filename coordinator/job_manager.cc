@@ -195,10 +195,7 @@ void JobManager::FinishGang(JobEntry* job) {
   const v1::GangAttempt attempt = job->rec.attempt();
   v1::RoundStatus* round = job->job().mutable_rounds(attempt.round());
   if (attempt.kind() == v1::ASSIGNMENT_KIND_TRAIN) {
-    // With a time budget the round ends after the epochs its step count spans.
-    const int end_epoch = round->round_epochs() > 0
-                              ? std::min(attempt.end_epoch(), round->round_epochs())
-                              : attempt.end_epoch();
+    const int end_epoch = RoundEndEpoch(*round, attempt.end_epoch());
     if (round->epochs_committed() < end_epoch) {
       AbortGang(job,
                 "the gang finished but rank 0 never reported the checkpoint of epoch " +

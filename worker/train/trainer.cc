@@ -94,6 +94,7 @@ struct Trainer::Impl {
   Status ResolveSpec();
   Status SetUpSchedule();
   Status RestoreOrInitialise();
+  void StartBudgetedRound(const CheckpointMeta* meta);
   void SetRoundSteps(int64_t steps);
   Status FixRoundSteps();
   Status Run();
@@ -355,15 +356,7 @@ Status Trainer::Impl::RestoreOrInitialise() {
       MLCD_LOG(INFO) << "round " << options.round << " starts with " << centres;
     }
   }
-  if (budgeted && resume) {
-    // Budgeted rounds have their own lengths: the round starts where the checkpoint's
-    // round started (same round) or ended (an earlier round).
-    round_base = meta.round == options.round
-                     ? meta.global_step - (static_cast<int64_t>(meta.epoch) * meta.steps_per_epoch +
-                                           meta.step_in_epoch)
-                     : meta.global_step;
-  }
-  if (budgeted) SetRoundSteps(options.round_steps > 0 ? options.round_steps : 0);
+  if (budgeted) StartBudgetedRound(resume ? &meta : nullptr);
   MLCD_RETURN_IF_ERROR(ValidateSchedule(schedule));
   summary.first_global_step = GlobalStep(schedule.first_epoch, schedule.first_step);
   summary.global_step = summary.first_global_step;
@@ -379,6 +372,19 @@ Status Trainer::Impl::RestoreOrInitialise() {
                  << partial_fc->class_range().end << " of " << spec.clustering().k() << "; "
                  << steps_per_epoch << " steps per epoch, " << job_total_steps << " in the job";
   return Status::Ok();
+}
+
+// Budgeted rounds have their own lengths: the round starts where the checkpoint's round
+// started (same round) or ended (an earlier round); its count is the assignment's, if fixed.
+void Trainer::Impl::StartBudgetedRound(const CheckpointMeta* meta) {
+  if (meta != nullptr) {
+    round_base = meta->round == options.round
+                     ? meta->global_step - (static_cast<int64_t>(meta->epoch) *
+                                                meta->steps_per_epoch +
+                                            meta->step_in_epoch)
+                     : meta->global_step;
+  }
+  SetRoundSteps(options.round_steps > 0 ? options.round_steps : 0);
 }
 
 // With a budget: the round's step count (0 = not fixed yet: the provisional schedule over the
