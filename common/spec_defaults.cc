@@ -147,7 +147,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   // With a time budget epochs_per_round only caps the round (the budget decides).
   if (training->epochs_per_round() == 0)
     training->set_epochs_per_round(training->time_budget_minutes() > 0 ? kBudgetedEpochsPerRound
-                                                                        : 1);
+                                                                       : 1);
   if (training->batch_size() == 0) training->set_batch_size(256);
   if (training->world_size() == 0) training->set_world_size(1);
   if (!training->has_max_restarts()) training->set_max_restarts(3);

@@ -276,8 +276,8 @@ void CheckTraining(const SectionContext& s, std::vector<SpecProblem>* problems) 
     c.Add("rounds", Checker::Num(t.rounds()) + " > " + Checker::Num(kMaxRounds));
   c.AtLeast("max_steps_per_epoch", t.max_steps_per_epoch(), 0);
   if (!(t.time_budget_minutes() >= 0 && t.time_budget_minutes() <= kMaxTimeBudgetMinutes)) {
-    c.Add("time_budget_minutes", Checker::Num(t.time_budget_minutes()) +
-                                     " is outside [0, " + Checker::Num(kMaxTimeBudgetMinutes) +
+    c.Add("time_budget_minutes", Checker::Num(t.time_budget_minutes()) + " is outside [0, " +
+                                     Checker::Num(kMaxTimeBudgetMinutes) +
                                      "] (minutes of training per round; 0 = no budget)");
   }
   c.OneOf("centre_init", t.centre_init(), {"auto", "random", "centroids"});

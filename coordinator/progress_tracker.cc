@@ -35,17 +35,17 @@ void ProgressTracker::MaybeRecordRoundSteps(JobEntry* job, const v1::WorkerProgr
   const int64_t epochs =
       (progress.round_steps() + progress.steps_per_epoch() - 1) / progress.steps_per_epoch();
   round->set_round_steps(progress.round_steps());
-  round->set_round_epochs(static_cast<int32_t>(
-      std::min<int64_t>(epochs, job->spec().training().epochs_per_round())));
+  round->set_round_epochs(
+      static_cast<int32_t>(std::min<int64_t>(epochs, job->spec().training().epochs_per_round())));
   std::string rate;
   if (progress.measured_steps_per_second() > 0)
     rate = " at " + Fixed(progress.measured_steps_per_second(), 2) + " steps/s";
-  auto entry = jobs_->NewHistory(
-      job, "round_steps_fixed",
-      "time budget of " + Fixed(job->spec().training().time_budget_minutes(), 1) +
-          " min: " + RoundText(r, job->spec().training().rounds()) + " trains " +
-          std::to_string(progress.round_steps()) + " steps (" + std::to_string(epochs) +
-          " epochs, measured" + rate + ")");
+  auto entry =
+      jobs_->NewHistory(job, "round_steps_fixed",
+                        "time budget of " + Fixed(job->spec().training().time_budget_minutes(), 1) +
+                            " min: " + RoundText(r, job->spec().training().rounds()) + " trains " +
+                            std::to_string(progress.round_steps()) + " steps (" +
+                            std::to_string(epochs) + " epochs, measured" + rate + ")");
   entry.set_round(r);
   entry.set_global_step(progress.round_steps());
   jobs_->Persist(job, {entry});

@@ -287,8 +287,8 @@ TEST(VitTest, ForwardOnlyGivesTheTrainingForwardsFeatures) {
       VisionTransformer model(o);
       model->ResetParameters(9);
       torch::Tensor x = torch::randn({5, 1, 28, 28});
-      for (VitFeatures kind : {VitFeatures::kEmbedding, VitFeatures::kBlocks,
-                               VitFeatures::kTokens, VitFeatures::kPooled}) {
+      for (VitFeatures kind : {VitFeatures::kEmbedding, VitFeatures::kBlocks, VitFeatures::kTokens,
+                               VitFeatures::kPooled}) {
         torch::Tensor training = model->Features(x, kind, 2);
         ASSERT_TRUE(training.requires_grad());  // the training forward built a graph
         torch::Tensor forward_only;

@@ -117,7 +117,8 @@ Status WritePixelShard(const ImageDataset& data, int image_size, const std::stri
   const int64_t c = data.channels();
   int64_t side = image_size;
   if (c * side * side > kMaxPixelFeatureDim)
-    side = static_cast<int64_t>(std::floor(std::sqrt(static_cast<double>(kMaxPixelFeatureDim) / c)));
+    side =
+        static_cast<int64_t>(std::floor(std::sqrt(static_cast<double>(kMaxPixelFeatureDim) / c)));
   const int64_t cols = c * side * side;
   FeatureMatrix features(rows, cols);
   std::vector<int64_t> ids, labels;
@@ -141,8 +142,8 @@ Status WritePixelShard(const ImageDataset& data, int image_size, const std::stri
       labels.push_back(classes[static_cast<size_t>(id)]);
     }
     if (o.on_event && (b + n == rows))
-      o.on_event({{"event", "progress"}, {"phase", phase}, {"rows_done", b + n},
-                  {"rows_total", rows}});
+      o.on_event(
+          {{"event", "progress"}, {"phase", phase}, {"rows_done", b + n}, {"rows_total", rows}});
   }
   return WriteEmbeddingShard(dir, 0, 1, features, ids, &labels);
 }
@@ -158,8 +159,9 @@ StatusOr<EvaluationReport> EvaluateRawPixels(const EvaluationOptions& o, const v
   if (train_limit > 0 && (train_ds.limit() == 0 || train_limit < train_ds.limit()))
     train_ds.set_limit(train_limit);
   MLCD_ASSIGN_OR_RETURN(auto train, OpenImageDataset(train_ds, "train", 0, &spec.model()));
-  MLCD_ASSIGN_OR_RETURN(auto test, OpenImageDataset(eval.dataset(), "test",
-                                                    static_cast<int64_t>(test_limit), &spec.model()));
+  MLCD_ASSIGN_OR_RETURN(
+      auto test,
+      OpenImageDataset(eval.dataset(), "test", static_cast<int64_t>(test_limit), &spec.model()));
   if (train->class_labels().empty() || test->class_labels().empty())
     return Status::FailedPrecondition("the evaluation dataset has no class labels: " +
                                       train->Describe());
@@ -194,9 +196,9 @@ StatusOr<std::string> BaselineCacheKey(const EvaluationOptions& job, const std::
   std::ostringstream s;
   s << name << '\n' << Deterministic(eval.dataset()) << '\n';
   s << IndexStamp(eval.dataset().index()) << '\n' << IndexStamp(eval.dataset().test_index());
-  s << "\nlimits " << (job.train_limit >= 0 ? static_cast<uint64_t>(job.train_limit)
-                                            : eval.train_limit())
-    << ' ' << (job.test_limit >= 0 ? static_cast<uint64_t>(job.test_limit) : eval.test_limit());
+  s << "\nlimits "
+    << (job.train_limit >= 0 ? static_cast<uint64_t>(job.train_limit) : eval.train_limit()) << ' '
+    << (job.test_limit >= 0 ? static_cast<uint64_t>(job.test_limit) : eval.test_limit());
   s << "\nknn " << (job.knn_k > 0 ? job.knn_k : eval.knn_k()) << ' '
     << (job.knn_temperature > 0 ? job.knn_temperature : eval.knn_temperature());
   s << "\nprobe " << job.probe.fixed_lambda << ' ' << job.probe.validation_fraction << ' '
@@ -220,8 +222,7 @@ StatusOr<std::vector<v1::BaselineResult>> RunBaselines(const EvaluationOptions& 
   std::vector<v1::BaselineResult> results;
   for (const char* name : {kRandomInit, kRawPixels}) {
     MLCD_ASSIGN_OR_RETURN(std::string key, BaselineCacheKey(job, name));
-    const std::string path =
-        cache_dir.empty() ? "" : cache_dir + "/" + name + "-" + key + ".json";
+    const std::string path = cache_dir.empty() ? "" : cache_dir + "/" + name + "-" + key + ".json";
     if (!path.empty() && std::filesystem::exists(path)) {
       auto cached = ReadCached(path);
       if (cached.ok()) {
@@ -237,9 +238,9 @@ StatusOr<std::vector<v1::BaselineResult>> RunBaselines(const EvaluationOptions& 
     if (std::string(name) == kRandomInit) {
       report = RunEvaluation(o);
     } else {
-      const std::string scratch = (cache_dir.empty() ? std::filesystem::temp_directory_path().string()
-                                                     : cache_dir) +
-                                  "/tmp-pixels-" + key + "-" + std::to_string(::getpid());
+      const std::string scratch =
+          (cache_dir.empty() ? std::filesystem::temp_directory_path().string() : cache_dir) +
+          "/tmp-pixels-" + key + "-" + std::to_string(::getpid());
       report = EvaluateRawPixels(o, spec, scratch);
       std::error_code ec;
       std::filesystem::remove_all(scratch, ec);
@@ -250,9 +251,8 @@ StatusOr<std::vector<v1::BaselineResult>> RunBaselines(const EvaluationOptions& 
     r.set_linear_probe_accuracy(report->result.linear_probe_accuracy());
     r.set_knn_accuracy(report->result.knn_accuracy());
     r.set_seconds(std::chrono::duration<double>(Clock::now() - start).count());
-    MLCD_LOG(INFO) << "baseline " << name << ": linear probe "
-                   << 100 * r.linear_probe_accuracy() << " %, kNN " << 100 * r.knn_accuracy()
-                   << " % (" << r.seconds() << " s)";
+    MLCD_LOG(INFO) << "baseline " << name << ": linear probe " << 100 * r.linear_probe_accuracy()
+                   << " %, kNN " << 100 * r.knn_accuracy() << " % (" << r.seconds() << " s)";
     if (!path.empty()) {
       std::string json;
       (void)google::protobuf::util::MessageToJsonString(r, &json);

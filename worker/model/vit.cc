@@ -121,7 +121,6 @@ torch::Tensor LinearForward(AutogradContext* ctx, const torch::Tensor& x,
   return LinearCompute(x, weight, bias, residual);
 }
 
-
 // y = x W^T + b (+ residual), x 2-D, with the backward above; the residual's gradient is
 // the output gradient itself.
 class LinearFunction : public torch::autograd::Function<LinearFunction> {
@@ -506,8 +505,7 @@ torch::Tensor VisionTransformerImpl::Attention(const torch::Tensor& qkv, int64_t
   // is faster than ours (bench/RESULTS.md "Two libtorch builds"); ours serves 1.13.
   const bool fused = options_.attention == AttentionImpl::kFused && qkv.device().is_cpu() &&
                      (qkv.scalar_type() == torch::kFloat || qkv.scalar_type() == torch::kDouble) &&
-                     !compat::AutocastEnabled(c10::DeviceType::CPU) &&
-                     !compat::HasFusedAttention();
+                     !compat::AutocastEnabled(c10::DeviceType::CPU) && !compat::HasFusedAttention();
   return fused ? FusedSelfAttention(qkv, batch, options_.heads)
                : ReferenceSelfAttention(qkv, batch, options_.heads);
 }

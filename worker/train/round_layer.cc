@@ -44,9 +44,9 @@ Status InitCentresFromCentroids(const v1::JobSpec& spec, int round,
   at::Tensor rows = at::from_blob(const_cast<float*>(centroids.data_as<float>()) + range.begin * d,
                                   {range.size(), d}, at::kFloat);
   if (!at::isfinite(rows).all().item<bool>()) {
-    return Status::InvalidArgument(
-        centroids_path + " has NaN or infinite values in rows [" +
-        std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+    return Status::InvalidArgument(centroids_path + " has NaN or infinite values in rows [" +
+                                   std::to_string(range.begin) + ", " + std::to_string(range.end) +
+                                   ")");
   }
   layer->weight().copy_(rows);
   *used = true;

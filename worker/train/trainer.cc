@@ -164,10 +164,10 @@ Status Trainer::Impl::SetUpSchedule() {
   round_base = static_cast<int64_t>(options.round) * epochs_per_round * steps_per_epoch;
   budgeted = spec.training().time_budget_minutes() > 0;
   if (budgeted && options.round_steps > MaxRoundSteps()) {
-    return Status::InvalidArgument(
-        "the round's step count " + std::to_string(options.round_steps) + " is more than its " +
-        std::to_string(MaxRoundSteps()) + " steps (training.epochs_per_round x " +
-        std::to_string(steps_per_epoch) + " steps per epoch)");
+    return Status::InvalidArgument("the round's step count " + std::to_string(options.round_steps) +
+                                   " is more than its " + std::to_string(MaxRoundSteps()) +
+                                   " steps (training.epochs_per_round x " +
+                                   std::to_string(steps_per_epoch) + " steps per epoch)");
   }
   return Status::Ok();
 }
@@ -342,9 +342,8 @@ Status Trainer::Impl::RestoreOrInitialise() {
     if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
   } else {
     bool from_centroids = false;
-    MLCD_RETURN_IF_ERROR(
-        InitCentresFromCentroids(spec, options.round, options.centroids_path, partial_fc.get(),
-                                 &from_centroids));
+    MLCD_RETURN_IF_ERROR(InitCentresFromCentroids(spec, options.round, options.centroids_path,
+                                                  partial_fc.get(), &from_centroids));
     const std::string centres =
         from_centroids ? "class centres from the k-means centroids " + options.centroids_path
                        : "random class centres";
@@ -378,11 +377,11 @@ Status Trainer::Impl::RestoreOrInitialise() {
 // started (same round) or ended (an earlier round); its count is the assignment's, if fixed.
 void Trainer::Impl::StartBudgetedRound(const CheckpointMeta* meta) {
   if (meta != nullptr) {
-    round_base = meta->round == options.round
-                     ? meta->global_step - (static_cast<int64_t>(meta->epoch) *
-                                                meta->steps_per_epoch +
-                                            meta->step_in_epoch)
-                     : meta->global_step;
+    round_base =
+        meta->round == options.round
+            ? meta->global_step -
+                  (static_cast<int64_t>(meta->epoch) * meta->steps_per_epoch + meta->step_in_epoch)
+            : meta->global_step;
   }
   SetRoundSteps(options.round_steps > 0 ? options.round_steps : 0);
 }
@@ -410,8 +409,8 @@ Status Trainer::Impl::FixRoundSteps() {
   SetRoundSteps(count[0].item<int64_t>());
   const double per_step = budget->seconds_per_step();
   const double budget_seconds = spec.training().time_budget_minutes() * 60;
-  MLCD_LOG(INFO) << "time budget " << Fixed(budget_seconds, 0) << " s: "
-                 << (per_step > 0 ? Fixed(per_step, 3) + " s per step measured; " : "")
+  MLCD_LOG(INFO) << "time budget " << Fixed(budget_seconds, 0)
+                 << " s: " << (per_step > 0 ? Fixed(per_step, 3) + " s per step measured; " : "")
                  << "round " << options.round << " trains " << round_steps << " steps ("
                  << schedule.end_epoch << " epochs of up to " << steps_per_epoch
                  << " steps); the learning-rate schedule ends at the last";
