@@ -340,12 +340,13 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
 // data reads them from the coordinator's cache.
 TEST_F(CoordinatorEndToEndTest, TimeBudgetedJobSucceedsWithItsBaselines) {
   TinyJob spec;
-  spec.limit = 768;
-  spec.max_steps_per_epoch = 0;  // 12 steps per epoch
-  spec.epochs = 30;              // the cap: 360 steps
+  spec.limit = 60000;            // all of Fashion-MNIST's training split
+  spec.max_steps_per_epoch = 0;  // 937 steps per epoch
+  spec.epochs = 30;              // the cap: 28110 steps, far more than a minute's worth
   spec.time_budget_minutes = 1;
   spec.evaluation = true;
   spec.name = "budget";
+  const int64_t per_epoch = 60000 / 64, cap = 30 * per_epoch;
   auto submitted = cluster_->Submit(spec.Yaml(), "e2e-budget");
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
   auto job = cluster_->WaitForState(submitted->id(), v1::JOB_STATE_SUCCEEDED, seconds(300));
@@ -355,17 +356,23 @@ TEST_F(CoordinatorEndToEndTest, TimeBudgetedJobSucceedsWithItsBaselines) {
   ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
   const v1::RoundStatus& round = job->rounds(0);
   ASSERT_GT(round.round_steps(), 10);  // past the 10 timed steps
-  EXPECT_LE(round.round_steps(), 360);
-  EXPECT_EQ(round.round_epochs(), (round.round_steps() + 11) / 12);
+  EXPECT_LE(round.round_steps(), cap);
+  EXPECT_EQ(round.round_epochs(), (round.round_steps() + per_epoch - 1) / per_epoch);
   EXPECT_EQ(round.epochs_committed(), round.round_epochs());
   EXPECT_EQ(round.checkpoint_global_step(), round.round_steps());
   EXPECT_TRUE(round.checkpoint_epoch_complete());
   EXPECT_EQ(job->progress().total_steps(), round.round_steps());
   EXPECT_EQ(Count(*job, "round_steps_fixed"), 1);
-  // The budget held: training took about a minute at most (plus the set-up and a checkpoint).
+  // The budget held: training took about a minute (plus the set-up and the last checkpoint),
+  // and filled it unless the cap came first.
   ASSERT_EQ(job->phase_seconds().count("TRAINING"), 1u);
-  EXPECT_LT(job->phase_seconds().at("TRAINING"), 80.0);
-  if (round.round_steps() < 360) EXPECT_GT(job->phase_seconds().at("TRAINING"), 40.0);
+  const double training = job->phase_seconds().at("TRAINING");
+  EXPECT_LT(training, 80.0);
+  if (round.round_steps() < cap) {
+    EXPECT_GT(training, 45.0);
+  }
+  std::cerr << "1-minute budget: " << round.round_steps() << " steps in " << round.round_epochs()
+            << " epochs, TRAINING " << training << " s\n";
 
   ASSERT_TRUE(job->has_evaluation());
   const auto& e = job->evaluation();

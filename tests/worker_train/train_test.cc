@@ -550,8 +550,9 @@ TEST_F(TrainTest, TimeBudgetFixesTheRoundsStepsAndARestartKeepsThem) {
   auto trainer = Trainer::Create(o);
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
   ASSERT_TRUE((*trainer)->Run().ok());
-  // Steps 3..10 are timed (2.5 s each); after step 10, 22.5 s are spent of 54 * 0.97 = 52.38:
-  // 29.88 / 2.5 = 11 more steps, 21 in all (3 full epochs and one of 3 steps).
+  // Steps 3..10 are timed (2.5 s each, past 5 % of the budget); after step 10, 22.5 s are
+  // spent of 54 * 0.95 = 51.3: 28.8 / 2.5 = 11 more steps, 21 in all (3 full epochs and one of
+  // 3 steps).
   EXPECT_EQ((*trainer)->summary().steps_run, 21);
   EXPECT_EQ((*trainer)->summary().round_steps, 21);
   EXPECT_EQ((*trainer)->summary().global_step, 21);
@@ -560,6 +561,7 @@ TEST_F(TrainTest, TimeBudgetFixesTheRoundsStepsAndARestartKeepsThem) {
   EXPECT_EQ(budget[0]["round_steps"], 21);
   EXPECT_EQ(budget[0]["round_epochs"], 4);
   EXPECT_NEAR(budget[0]["steps_per_second"].get<double>(), 0.4, 1e-9);
+  EXPECT_EQ(budget[0]["timed_steps"], 10);
 
   // From the decision on, the schedule is warm-up + cosine over exactly 21 steps: it ends on
   // the last step.

@@ -2,16 +2,18 @@
 // wall-clock budget (docs/worker.md, "Time budget"). No torch here.
 //
 // The gang times its first steps: the first `untimed_steps` of the run are not timed (first
-// allocations, caches, the data pipeline filling up), the next `timed_steps` give the
-// seconds per step. After step untimed_steps + timed_steps of the run (the decision step,
-// the same on every rank) the round's step count is
+// allocations, caches, the data pipeline filling up); then steps are timed until at least
+// `min_timed_steps` are and they took at least `timed_fraction` of the budget (a window long
+// enough to average out load changes and short steps). Then the round's step count is
 //
-//   steps_before + decided_at + floor((budget * (1 - reserve) - elapsed) / seconds_per_step)
+//   steps_before + n + floor((budget * (1 - reserve) - elapsed) / seconds_per_step)
 //
-// clamped to [steps_before + decided_at, max_steps], where elapsed is the time since Start()
-// (so set-up already spent counts) and the reserve covers checkpoints and the end of the run.
-// When the run cannot reach the decision step before max_steps, the count is max_steps. The
-// trainer lets rank 0 decide and broadcasts the count (worker/train/trainer.cc).
+// clamped to [steps_before + n, max_steps], where n is the steps of this run so far and
+// elapsed the time since Start() (the run's set-up counts); the reserve covers checkpoints
+// and the end of the run. The count is max_steps when the run reaches it while timing, and
+// steps_before + n when the budget is spent while timing. The trainer lets rank 0 decide and
+// broadcasts its answer after every timed step, so every rank stops timing at the same step
+// (worker/train/trainer.cc).
 #pragma once
 
 #include <cstdint>
@@ -29,10 +31,11 @@ struct StepBudgetOptions {
   int64_t max_steps = 0;
   // First steps of the run that are not timed.
   int64_t untimed_steps = 2;
-  // Steps timed for the rate.
-  int64_t timed_steps = 8;
+  // Timing lasts at least this many steps and at least this share of the budget.
+  int64_t min_timed_steps = 8;
+  double timed_fraction = 0.05;
   // Fraction of the budget kept for checkpoints and the end of the run.
-  double reserve_fraction = 0.03;
+  double reserve_fraction = 0.05;
 };
 
 class StepBudget {
@@ -40,24 +43,27 @@ class StepBudget {
   // `now_seconds`: a monotonic clock in seconds (steady_clock in the product, a fake in tests).
   StepBudget(const StepBudgetOptions& options, std::function<double()> now_seconds);
 
-  // The run starts (before its first step).
-  void Start();
-  // Steps of this run after which the count is decided (>= 1).
-  int64_t decision_step() const;
-  // Call after each step of the run with the steps of this run done so far (1, 2, ...).
-  void StepDone(int64_t steps_done);
-  // The round's step count; valid once StepDone(decision_step()) was called.
-  int64_t Decide() const;
-  // The seconds per step measured (0 before the decision step or when nothing was timed).
-  double seconds_per_step() const;
+  // The round's time starts at `start_seconds` (a reading of the clock, e.g. when the run's
+  // set-up began).
+  void Start(double start_seconds);
+  // Call after each step of the run with the steps of this run done so far (1, 2, ...):
+  // 0 while timing goes on, else the round's step count (decided; later calls return it).
+  int64_t StepDone(int64_t steps_done);
+  // The seconds per step measured (0 before the decision or when nothing was timed).
+  double seconds_per_step() const { return seconds_per_step_; }
+  // Steps of this run after which the count was decided (0 = not yet).
+  int64_t decided_at() const { return decided_at_; }
 
  private:
+  int64_t Decide(int64_t steps_done, double now);
+
   StepBudgetOptions options_;
   std::function<double()> now_;
   double start_ = 0;
   double timing_start_ = 0;
-  double decided_at_time_ = 0;
-  bool decided_ = false;
+  double seconds_per_step_ = 0;
+  int64_t decided_at_ = 0;
+  int64_t count_ = 0;
 };
 
 }  // namespace mlcd::worker

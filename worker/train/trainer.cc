@@ -74,6 +74,8 @@ struct Trainer::Impl {
   bool budgeted = false;
   int64_t round_steps = 0;
   std::unique_ptr<StepBudget> budget;
+  std::function<double()> clock;  // monotonic seconds (options.clock or steady_clock)
+  double setup_start = 0;         // clock() when Init began: the budget counts the set-up
   TrainerSummary summary;
 
   int64_t RoundStep(int epoch, int64_t step_in_epoch) const {
@@ -96,7 +98,8 @@ struct Trainer::Impl {
   Status RestoreOrInitialise();
   void StartBudgetedRound(const CheckpointMeta* meta);
   void SetRoundSteps(int64_t steps);
-  Status FixRoundSteps();
+  Status TimeStep();
+  void FixRoundSteps(int64_t steps);
   Status Run();
   LabelPrefetcherOptions PrefetcherOptions() const;
   BatchLoaderOptions LoaderOptions() const;
@@ -173,6 +176,9 @@ Status Trainer::Impl::SetUpSchedule() {
 }
 
 Status Trainer::Impl::Init() {
+  clock = options.clock;
+  if (!clock) clock = [] { return Seconds(Clock::time_point(), Clock::now()); };
+  setup_start = clock();
   MLCD_RETURN_IF_ERROR(ResolveSpec());
 
   int threads = options.threads > 0 ? options.threads : spec.training().threads_per_worker();
@@ -402,15 +408,25 @@ void Trainer::Impl::SetRoundSteps(int64_t steps) {
   if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
 }
 
-// Rank 0's count is the gang's (the same step on every rank: a broadcast).
-Status Trainer::Impl::FixRoundSteps() {
-  std::vector<at::Tensor> count{torch::tensor({budget->Decide()}, torch::kLong)};
-  MLCD_RETURN_IF_ERROR(comm->Broadcast(count, 0).WithContext("fixing the round's step count"));
-  SetRoundSteps(count[0].item<int64_t>());
+// While the round's count is open: rank 0's answer after this step (0 = keep timing) goes to
+// every rank, so all stop timing at the same step with the same count.
+Status Trainer::Impl::TimeStep() {
+  std::vector<at::Tensor> answer{
+      torch::tensor({budget->StepDone(summary.steps_run)}, torch::kLong)};
+  MLCD_RETURN_IF_ERROR(comm->Broadcast(answer, 0).WithContext("timing the round's steps"));
+  const int64_t count = answer[0].item<int64_t>();
+  if (count > 0) FixRoundSteps(count);
+  return Status::Ok();
+}
+
+void Trainer::Impl::FixRoundSteps(int64_t steps) {
+  SetRoundSteps(steps);
   const double per_step = budget->seconds_per_step();
   const double budget_seconds = spec.training().time_budget_minutes() * 60;
-  MLCD_LOG(INFO) << "time budget " << Fixed(budget_seconds, 0)
-                 << " s: " << (per_step > 0 ? Fixed(per_step, 3) + " s per step measured; " : "")
+  MLCD_LOG(INFO) << "time budget " << Fixed(budget_seconds, 0) << " s: "
+                 << (per_step > 0 ? Fixed(per_step, 3) + " s per step over the first " +
+                                        std::to_string(summary.steps_run) + " steps; "
+                                  : "")
                  << "round " << options.round << " trains " << round_steps << " steps ("
                  << schedule.end_epoch << " epochs of up to " << steps_per_epoch
                  << " steps); the learning-rate schedule ends at the last";
@@ -420,9 +436,9 @@ Status Trainer::Impl::FixRoundSteps() {
             {"round_epochs", schedule.end_epoch},
             {"steps_per_epoch", steps_per_epoch},
             {"steps_per_second", per_step > 0 ? 1.0 / per_step : 0.0},
+            {"timed_steps", summary.steps_run},
             {"budget_seconds", budget_seconds},
             {"job_total_steps", job_total_steps}});
-  return Status::Ok();
 }
 
 StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
@@ -544,10 +560,8 @@ Status Trainer::Impl::Run() {
     bopts.budget_seconds = spec.training().time_budget_minutes() * 60;
     bopts.steps_before = RoundStep(schedule.first_epoch, schedule.first_step);
     bopts.max_steps = MaxRoundSteps();
-    std::function<double()> clock = options.clock;
-    if (!clock) clock = [] { return Seconds(Clock::time_point(), Clock::now()); };
     budget = std::make_unique<StepBudget>(bopts, clock);
-    budget->Start();
+    budget->Start(setup_start);
   }
 
   const double centre_lr_multiplier = spec.optimizer().centre_lr_multiplier();
@@ -608,10 +622,7 @@ Status Trainer::Impl::Run() {
     summary.last_loss = fc->loss;
     ++summary.steps_run;
     summary.global_step = global_step + 1;
-    if (budget && round_steps == 0) {
-      budget->StepDone(summary.steps_run);
-      if (summary.steps_run == budget->decision_step()) MLCD_RETURN_IF_ERROR(FixRoundSteps());
-    }
+    if (budget && round_steps == 0) MLCD_RETURN_IF_ERROR(TimeStep());
     const int64_t done = pos.step_in_epoch + 1;
     const bool round_end = round_steps > 0 && RoundStep(pos.epoch, done) >= round_steps;
     AnnounceStep(pos, report, fc->loss, index + 1 == batches || round_end);
