@@ -35,6 +35,7 @@ void ProgressTracker::MaybeRecordRoundSteps(JobEntry* job, const v1::WorkerProgr
   const int64_t epochs =
       (progress.round_steps() + progress.steps_per_epoch() - 1) / progress.steps_per_epoch();
   round->set_round_steps(progress.round_steps());
+  job->job().mutable_progress()->set_epochs_per_round(static_cast<int32_t>(epochs));
   round->set_round_epochs(
       static_cast<int32_t>(std::min<int64_t>(epochs, job->spec().training().epochs_per_round())));
   std::string rate;

@@ -363,6 +363,7 @@ TEST_F(CoordinatorEndToEndTest, TimeBudgetedJobSucceedsWithItsBaselines) {
   EXPECT_TRUE(round.checkpoint_epoch_complete());
   EXPECT_EQ(job->progress().total_steps(), round.round_steps());
   EXPECT_EQ(Count(*job, "round_steps_fixed"), 1);
+  EXPECT_EQ(job->progress().epochs_per_round(), round.round_epochs());  // what watch shows
   // The budget held: training took about a minute (plus the set-up and the last checkpoint),
   // and filled it unless the cap came first.
   ASSERT_EQ(job->phase_seconds().count("TRAINING"), 1u);
