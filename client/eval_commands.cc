@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "client/cli.h"
+#include "client/evaluation_table.h"
 #include "client/worker_process.h"
 #include "clients/coordinator_client.h"
 #include "common/eval_flags.h"
@@ -73,6 +74,7 @@ void PrintResult(const Context& ctx, const v1::EvaluationResult& e, const std::s
   if (e.mean_positive_cosine() != 0 || e.mean_negative_cosine() != 0)
     std::printf("  cosines       positive %.4f, negative %.4f (paper Fig. 3)\n",
                 e.mean_positive_cosine(), e.mean_negative_cosine());
+  if (e.baselines_size() > 0) std::printf("%s", EvaluationTable(e, "  ").c_str());
   if (!e.checkpoint().empty()) std::printf("  checkpoint    %s\n", e.checkpoint().c_str());
   std::printf("  time          %s\n", FormatDuration(e.seconds()).c_str());
 }

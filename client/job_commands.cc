@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "client/cli.h"
+#include "client/evaluation_table.h"
 #include "clients/coordinator_client.h"
 #include "common/file_util.h"
 #include "common/format.h"
@@ -165,8 +166,22 @@ void PrintJobText(const v1::Job& job) {
       }
       std::printf("\n");
     }
-    std::printf("  epochs    %d/%d committed%s\n", r.epochs_committed(), t.epochs_per_round(),
+    std::printf("  epochs    %d/%d committed%s\n", r.epochs_committed(),
+                r.round_epochs() > 0 ? r.round_epochs() : t.epochs_per_round(),
                 r.trained() ? " (round trained)" : "");
+    if (t.time_budget_minutes() > 0) {
+      if (r.round_steps() > 0) {
+        std::printf("  budget    %s min: %lld steps fixed by the first measurement (%d epochs%s)\n",
+                    Fixed(t.time_budget_minutes(), 1).c_str(),
+                    static_cast<long long>(r.round_steps()), r.round_epochs(),
+                    p.steps_per_epoch() > 0 && r.round_steps() % p.steps_per_epoch() != 0
+                        ? ", the last one partial"
+                        : "");
+      } else {
+        std::printf("  budget    %s min: step count not measured yet\n",
+                    Fixed(t.time_budget_minutes(), 1).c_str());
+      }
+    }
   }
   if (job.has_evaluation()) {
     const auto& e = job.evaluation();
@@ -177,6 +192,7 @@ void PrintJobText(const v1::Job& job) {
       std::printf(
           "            mean cosine to positive / negative centres %.4f / %.4f (paper Fig. 3)\n",
           e.mean_positive_cosine(), e.mean_negative_cosine());
+    if (e.baselines_size() > 0) std::printf("%s", EvaluationTable(e, "            ").c_str());
   }
   if (!job.phase_seconds().empty()) {
     std::printf("phases     ");

@@ -71,4 +71,7 @@ constexpr int kMaxClusterdRequestBytes = 16 << 20;
 // they fit gRPC's metadata (8 KiB by default on the receiving side).
 constexpr size_t kMaxErrorMessageBytes = 4096;
 
+// training.time_budget_minutes: at most a week of training per round.
+constexpr double kMaxTimeBudgetMinutes = 7 * 24 * 60;
+
 }  // namespace mlcd

@@ -14,6 +14,8 @@ constexpr uint64_t kFashionMnistTrainImages = 60000;
 // Model input side for image-folder and webdataset datasets when neither the spec nor the
 // preset gives one.
 constexpr int kImageFormatSize = 224;
+// training.epochs_per_round when a time budget decides the round's length: the cap.
+constexpr int kBudgetedEpochsPerRound = 100;
 // CLIP's normalisation (OpenAI CLIP preprocessing), the image formats' default.
 constexpr double kClipMean[3] = {0.48145466, 0.4578275, 0.40821073};
 constexpr double kClipStd[3] = {0.26862954, 0.26130258, 0.27577711};
@@ -142,7 +144,10 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (opt->grad_clip_norm() == 0) opt->set_grad_clip_norm(5);
 
   auto* training = spec->mutable_training();
-  if (training->epochs_per_round() == 0) training->set_epochs_per_round(1);
+  // With a time budget epochs_per_round only caps the round (the budget decides).
+  if (training->epochs_per_round() == 0)
+    training->set_epochs_per_round(training->time_budget_minutes() > 0 ? kBudgetedEpochsPerRound
+                                                                       : 1);
   if (training->batch_size() == 0) training->set_batch_size(256);
   if (training->world_size() == 0) training->set_world_size(1);
   if (!training->has_max_restarts()) training->set_max_restarts(3);
@@ -157,6 +162,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (!eval->has_enabled()) eval->set_enabled(true);
   if (!eval->has_linear_probe()) eval->set_linear_probe(true);
   if (!eval->has_knn()) eval->set_knn(true);
+  if (!eval->has_baselines()) eval->set_baselines(true);
   if (eval->knn_k() == 0) eval->set_knn_k(20);
   if (eval->knn_temperature() == 0) eval->set_knn_temperature(0.07);
   if (eval->features().empty()) eval->set_features("embedding");

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/enums.h"
+#include "common/limits.h"
 #include "common/spec_defaults.h"
 
 namespace mlcd {
@@ -324,6 +325,11 @@ void CheckTraining(const SectionContext& s, std::vector<SpecProblem>* problems) 
   if (t.rounds() > kMaxRounds)
     c.Add("rounds", Checker::Num(t.rounds()) + " > " + Checker::Num(kMaxRounds));
   c.AtLeast("max_steps_per_epoch", t.max_steps_per_epoch(), 0);
+  if (!(t.time_budget_minutes() >= 0 && t.time_budget_minutes() <= kMaxTimeBudgetMinutes)) {
+    c.Add("time_budget_minutes", Checker::Num(t.time_budget_minutes()) + " is outside [0, " +
+                                     Checker::Num(kMaxTimeBudgetMinutes) +
+                                     "] (minutes of training per round; 0 = no budget)");
+  }
   c.OneOf("centre_init", t.centre_init(), {"auto", "random", "centroids"});
   c.OneOf("precision", t.precision(), PrecisionNames());
 }

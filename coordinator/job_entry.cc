@@ -1,5 +1,7 @@
 #include "coordinator/job_entry.h"
 
+#include <algorithm>
+
 namespace mlcd::coordinator {
 
 bool IsTerminal(v1::JobState state) {
@@ -65,6 +67,10 @@ v1::AssignmentKind KindFor(const JobEntry& job) {
     default:
       return v1::ASSIGNMENT_KIND_NONE;
   }
+}
+
+int RoundEndEpoch(const v1::RoundStatus& round, int end_epoch) {
+  return round.round_epochs() > 0 ? std::min(end_epoch, round.round_epochs()) : end_epoch;
 }
 
 }  // namespace mlcd::coordinator

@@ -86,6 +86,10 @@ std::string KindName(v1::AssignmentKind kind);
 std::string WorkerStateName(v1::WorkerState state);
 // People count rounds and epochs from 1 ("round 2/3"); names and the API count from 0.
 std::string RoundText(int r, int rounds);
+
+// The epoch a training gang's round ends at: `end_epoch`, or with a time budget the epochs
+// its recorded step count spans (RoundStatus.round_epochs; the last may be partial).
+int RoundEndEpoch(const v1::RoundStatus& round, int end_epoch);
 // Why a job FAILED when its gang failed more often than spec.training.max_restarts allows.
 std::string RestartsExhausted(int restarts, int max_restarts, const std::string& last_failure);
 // Per-job files: <data_dir>/jobs/<job_id> (centroids, extracted features, default

@@ -113,10 +113,11 @@ void JobManager::FinishGang(JobEntry* job) {
   const v1::GangAttempt attempt = job->rec.attempt();
   v1::RoundStatus* round = job->job().mutable_rounds(attempt.round());
   if (attempt.kind() == v1::ASSIGNMENT_KIND_TRAIN) {
-    if (round->epochs_committed() < attempt.end_epoch()) {
+    const int end_epoch = RoundEndEpoch(*round, attempt.end_epoch());
+    if (round->epochs_committed() < end_epoch) {
       AbortGang(job,
                 "the gang finished but rank 0 never reported the checkpoint of epoch " +
-                    std::to_string(attempt.end_epoch() - 1) +
+                    std::to_string(end_epoch - 1) +
                     " (epochs committed: " + std::to_string(round->epochs_committed()) + ")",
                 true);
       return;

@@ -3,14 +3,53 @@
 #include <algorithm>
 
 #include "common/clock.h"
+#include "common/format.h"
 #include "common/log.h"
 
 namespace mlcd::coordinator {
+namespace {
+
+// Epochs of a round: epochs_per_round, or the epochs its time budget's step count spans.
+int RoundEpochs(const JobEntry& job, int round) {
+  if (round >= 0 && round < job.job().rounds_size() && job.job().rounds(round).round_epochs() > 0)
+    return job.job().rounds(round).round_epochs();
+  return job.spec().training().epochs_per_round();
+}
+
+}  // namespace
 
 void ProgressTracker::OnRankZeroProgress(JobEntry* job, const v1::WorkerProgress& progress,
                                          Clock::time_point now) {
   UpdateProgress(job, progress, now);
+  MaybeRecordRoundSteps(job, progress);
   MaybeCommitCheckpoint(job, progress);
+}
+
+void ProgressTracker::MaybeRecordRoundSteps(JobEntry* job, const v1::WorkerProgress& progress) {
+  if (!job->rec.has_attempt() || job->rec.attempt().kind() != v1::ASSIGNMENT_KIND_TRAIN) return;
+  if (progress.round_steps() <= 0 || progress.steps_per_epoch() <= 0) return;
+  const int r = job->rec.attempt().round();
+  if (r >= job->job().rounds_size()) return;
+  v1::RoundStatus* round = job->job().mutable_rounds(r);
+  if (round->round_steps() > 0) return;  // fixed by the first measurement
+  const int64_t epochs =
+      (progress.round_steps() + progress.steps_per_epoch() - 1) / progress.steps_per_epoch();
+  round->set_round_steps(progress.round_steps());
+  job->job().mutable_progress()->set_epochs_per_round(static_cast<int32_t>(epochs));
+  round->set_round_epochs(
+      static_cast<int32_t>(std::min<int64_t>(epochs, job->spec().training().epochs_per_round())));
+  std::string rate;
+  if (progress.measured_steps_per_second() > 0)
+    rate = " at " + Fixed(progress.measured_steps_per_second(), 2) + " steps/s";
+  auto entry =
+      jobs_->NewHistory(job, "round_steps_fixed",
+                        "time budget of " + Fixed(job->spec().training().time_budget_minutes(), 1) +
+                            " min: " + RoundText(r, job->spec().training().rounds()) + " trains " +
+                            std::to_string(progress.round_steps()) + " steps (" +
+                            std::to_string(epochs) + " epochs, measured" + rate + ")");
+  entry.set_round(r);
+  entry.set_global_step(progress.round_steps());
+  jobs_->Persist(job, {entry});
 }
 
 void ProgressTracker::UpdateStepRate(JobEntry* job, int64_t step, Clock::time_point now) {
@@ -59,7 +98,7 @@ void ProgressTracker::UpdateProgress(JobEntry* job, const v1::WorkerProgress& pr
     p->set_detail("training round " + std::to_string(progress.round() + 1) + "/" +
                   std::to_string(job->spec().training().rounds()) + ", epoch " +
                   std::to_string(progress.epoch() + 1) + "/" +
-                  std::to_string(job->spec().training().epochs_per_round()) + " on " +
+                  std::to_string(RoundEpochs(*job, progress.round())) + " on " +
                   std::to_string(job->rec.attempt().world_size()) + " workers");
   } else if (progress.steps_per_epoch() > 0) {
     p->set_detail(

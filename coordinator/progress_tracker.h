@@ -7,6 +7,11 @@
 // persisted with its history entries before the call returns. A restarted gang resumes from
 // the latest committed checkpoint, so no committed epoch runs twice.
 //
+// training.time_budget_minutes: the first step count a gang reports for a round
+// (WorkerProgress.round_steps) is recorded on the round with the epochs it spans and
+// persisted; later gangs of the round get it back (Assignment.round_steps), and the round is
+// trained once that many epochs (the last may be partial) are committed.
+//
 // Locking: no mutex of its own. Every method runs with the JobManager's mutex held.
 #pragma once
 
@@ -29,6 +34,7 @@ class ProgressTracker {
   void UpdateProgress(JobEntry* job, const v1::WorkerProgress& progress, Clock::time_point now);
   void UpdateStepRate(JobEntry* job, int64_t step, Clock::time_point now);
   void MaybeCommitCheckpoint(JobEntry* job, const v1::WorkerProgress& progress);
+  void MaybeRecordRoundSteps(JobEntry* job, const v1::WorkerProgress& progress);
 
   JobTable* jobs_;
   CoordinatorMetrics* metrics_;

@@ -2,8 +2,10 @@
 # The main job of README.md, end to end on the embedded defaults:
 #   set-up (packages + build) -> local cluster up (label store, clusterd, coordinator, worker
 #   agents on loopback) -> submit the Fashion-MNIST job (examples/fashion-mnist.yaml: round-0
-#   clustering of the images, MLCD training on 2 workers, linear probe + kNN) -> watch it ->
-#   print the result -> cluster down.
+#   clustering of the images, MLCD training on 2 workers for the spec's time budget, linear
+#   probe + kNN beside a random-init ViT and the raw pixels) -> watch it -> print the result
+#   (`mlcdctl get`: the round's step count and the trained / random init / raw pixels table)
+#   -> cluster down.
 #
 #   scripts/run_main_job.sh
 #   MLCD_MAIN_JOB_SPEC=examples/paper.yaml MLCD_WORKERS=2 scripts/run_main_job.sh

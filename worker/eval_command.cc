@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
+#include "worker/eval/baselines.h"
 #include "worker/eval/runner.h"
 #include "worker/train/trainer.h"
 
@@ -45,6 +46,8 @@ struct EvalFlags {
   std::string labelstore;
   std::string out;
   bool keep_embeddings = false;
+  bool baselines = false;
+  std::string baseline_cache;
   std::string result;
   int rank = 0;
   int world_size = 1;
@@ -145,6 +148,24 @@ void ChooseThreads(const EvalFlags& flags, EvaluationOptions* o) {
   SetBlasThreads(threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
 }
 
+// Baselines (worker/eval/baselines.h): --baselines, or a job's EVALUATE assignment whose spec
+// keeps evaluation.baselines on; never for a random-init evaluation (it is one).
+bool WantBaselines(const EvalFlags& flags, const EvaluationOptions& o) {
+  if (o.checkpoint.empty()) return false;
+  if (flags.baselines) return true;
+  if (flags.assignment.empty() || !o.has_spec) return false;
+  v1::JobSpec spec = o.spec;
+  ApplyJobSpecDefaults(&spec);
+  return spec.evaluation().baselines();
+}
+
+// --baseline-cache, else the assignment's cache directory (the coordinator's).
+std::string BaselineCacheDir(const EvalFlags& flags) {
+  if (!flags.baseline_cache.empty() || flags.assignment.empty()) return flags.baseline_cache;
+  auto read = cli::ReadAssignment(flags.assignment);
+  return read.ok() ? read->baseline_cache_dir() : std::string();
+}
+
 // The result as a person reads it (text) or as one JSON document.
 void PrintEvaluation(const EvalFlags& flags, const EvaluationReport& report,
                      const nlohmann::json& evaluation) {
@@ -175,6 +196,10 @@ void PrintEvaluation(const EvalFlags& flags, const EvaluationReport& report,
   if (d.contains("fig3"))
     std::printf("cosines       mean positive %.4f, mean negative %.4f (paper Fig. 3)\n",
                 r.mean_positive_cosine(), r.mean_negative_cosine());
+  for (const auto& b : r.baselines())
+    std::printf("baseline      %-12s linear probe %.2f%%, kNN %.2f%%%s\n", b.name().c_str(),
+                100 * b.linear_probe_accuracy(), 100 * b.knn_accuracy(),
+                b.cached() ? " (cached)" : "");
   if (!report.outputs.empty()) std::printf("written       %s\n", report.outputs[0].c_str());
   std::printf("time          %.1f s\n", r.seconds());
 }
@@ -204,6 +229,23 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
 
   auto report = RunEvaluation(o);
   if (!report.ok()) return fail(report.status());
+  if (report->has_result && !features && WantBaselines(flags, o)) {
+    // Rank 0 runs the baselines alone: the gang's other ranks are done, so on a machine the
+    // gang shares (W x threads fit its cores) their cores are free. The job's result is kept
+    // when a baseline fails (logged, and in the details).
+    const int threads = at::get_num_threads() * o.world_size;
+    if (o.world_size > 1 && threads <= static_cast<int>(std::thread::hardware_concurrency())) {
+      at::set_num_threads(threads);
+      SetBlasThreads(threads);
+    }
+    auto baselines = RunBaselines(o, BaselineCacheDir(flags));
+    if (baselines.ok()) {
+      for (const auto& b : *baselines) *report->result.add_baselines() = b;
+    } else {
+      MLCD_LOG(WARNING) << "baselines skipped: " << baselines.status().ToString();
+      report->details["baselines_error"] = baselines.status().ToString();
+    }
+  }
   nlohmann::json done = {{"event", "finished"}};
   if (report->has_result) {
     done["evaluation"] = cli::MessageToJsonObject(report->result);
@@ -268,6 +310,13 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--out", flags->out, "write evaluation.json and evaluation-details.json here");
   cmd->add_flag("--keep-embeddings", flags->keep_embeddings,
                 "also write the embedded splits under --out");
+  cmd->add_flag("--baselines", flags->baselines,
+                "also score a randomly initialised model of the same shape and the raw pixels "
+                "on the same splits (a job's evaluation does unless evaluation.baselines is "
+                "false)");
+  cmd->add_option("--baseline-cache", flags->baseline_cache,
+                  "directory caching the baselines' results (default: the assignment's; "
+                  "none for --baselines alone)");
   cmd->add_option("--result", flags->result,
                   "also write the details (trials, timings) as JSON to this file");
   cmd->add_option("--rank", flags->rank, "rank in an evaluation gang")->envname("MLCD_RANK");

@@ -129,6 +129,7 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
     o.labelstore_address = a.labelstore_address();
     o.resume = a.resume_checkpoint();
     o.checkpoint_dir = a.checkpoint_dir();
+    o.round_steps = a.round_steps();
   }
   if (!flags.spec_path.empty()) {
     auto spec = LoadJobSpecFile(flags.spec_path);

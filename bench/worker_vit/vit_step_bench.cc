@@ -92,6 +92,37 @@ Result RunCpp(const mlcd::worker::VitOptions& options, int batch, int warmup, in
   return r;
 }
 
+// The backbone's forward alone, images/s: as a training step runs it (autograd on: the graph,
+// attention probabilities and GELU derivatives kept, then dropped) or forward only
+// (torch::NoGradGuard: what embed / evaluation / extraction run; worker/model/fused_inference.h).
+Result RunForward(const mlcd::worker::VitOptions& options, int batch, int warmup, int steps,
+                  bool forward_only) {
+  torch::manual_seed(0);
+  mlcd::worker::VisionTransformer model(options);
+  model->ResetParameters(0);
+  torch::Tensor images =
+      torch::rand({batch, options.channels, options.image_size, options.image_size});
+  Result r;
+  auto pass = [&] {
+    if (forward_only) {
+      torch::NoGradGuard no_grad;
+      r.last_loss = model->forward(images).sum().item<double>();
+    } else {
+      r.last_loss = model->forward(images).sum().item<double>();
+    }
+  };
+  for (int i = 0; i < warmup; ++i) pass();
+  for (int i = 0; i < steps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    pass();
+    r.step_seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  r.median_seconds = Median(r.step_seconds);
+  r.images_per_second = batch / r.median_seconds;
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,6 +135,7 @@ int main(int argc, char** argv) {
   std::string script = std::string(MLCD_SOURCE_DIR) + "/bench/worker_vit/vit_step.py";
   std::string out = std::string(MLCD_SOURCE_DIR) + "/bench/results/worker_vit.json";
   bool reference = true;
+  bool forward = true;
   bool python_default_malloc = false;
   std::string profile;
   app.add_option("--preset", preset, "vit-tiny or vit-small (28x28x1 Fashion-MNIST shapes)");
@@ -118,6 +150,8 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "JSON result file");
   app.add_option("--reference-attention", reference,
                  "also time the C++ model with plain-ATen attention/GELU");
+  app.add_option("--forward", forward,
+                 "also time the forward alone: training forward (autograd on) vs forward only");
   app.add_option("--profile", profile,
                  "write a chrome trace of one C++ step (fused model) to this file");
   app.add_flag("--python-default-malloc", python_default_malloc,
@@ -153,7 +187,7 @@ int main(int argc, char** argv) {
 
   // Rounds alternate the sides so that drifting load on a shared machine hits both alike;
   // medians are over all timed steps of all rounds.
-  std::vector<double> fused_times, ref_times, py_times;
+  std::vector<double> fused_times, ref_times, py_times, train_fwd_times, only_fwd_times;
   int64_t parameters = 0;
   nlohmann::json py_runs = nlohmann::json::array();
   // Same allocator settings on both sides unless asked otherwise: glibc's environment
@@ -182,6 +216,16 @@ int main(int argc, char** argv) {
       ref_times.insert(ref_times.end(), ref.step_seconds.begin(), ref.step_seconds.end());
       std::cerr << "round " << round << " C++ reference: " << ref.images_per_second
                 << " images/s\n";
+    }
+    if (forward) {
+      Result train_fwd = RunForward(*options, batch, warmup, steps, false);
+      Result only_fwd = RunForward(*options, batch, warmup, steps, true);
+      train_fwd_times.insert(train_fwd_times.end(), train_fwd.step_seconds.begin(),
+                             train_fwd.step_seconds.end());
+      only_fwd_times.insert(only_fwd_times.end(), only_fwd.step_seconds.begin(),
+                            only_fwd.step_seconds.end());
+      std::cerr << "round " << round << " training forward: " << train_fwd.images_per_second
+                << " images/s, forward only: " << only_fwd.images_per_second << " images/s\n";
     }
     if (python.empty()) continue;
     std::string py_out;
@@ -221,8 +265,28 @@ int main(int argc, char** argv) {
     std::cerr << "C++ reference:  " << batch / Median(ref_times) << " images/s (median step "
               << Median(ref_times) << " s)\n";
   }
+  if (forward) {
+    const double train_ips = batch / Median(train_fwd_times);
+    const double only_ips = batch / Median(only_fwd_times);
+    j["forward_training"] = {{"images_per_second", train_ips},
+                             {"median_seconds", Median(train_fwd_times)},
+                             {"seconds", train_fwd_times}};
+    j["forward_only"] = {{"images_per_second", only_ips},
+                         {"median_seconds", Median(only_fwd_times)},
+                         {"seconds", only_fwd_times}};
+    j["forward_only_speedup"] = only_ips / train_ips;
+    std::cerr << "forward: training " << train_ips << " images/s, forward only " << only_ips
+              << " images/s (x" << only_ips / train_ips << ")\n";
+  }
   if (python.empty()) {
     std::cout << j.dump(2) << std::endl;
+    auto dir = out.substr(0, out.rfind('/'));
+    if (!dir.empty()) (void)mlcd::MakeDirs(dir);
+    auto st = mlcd::WriteFileAtomically(out, j.dump(2) + "\n");
+    if (!st.ok()) {
+      std::cerr << st.ToString() << "\n";
+      return 1;
+    }
     return 0;
   }
   const double py_ips = batch / Median(py_times);

@@ -334,6 +334,80 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
             std::string::npos);
 }
 
+// training.time_budget_minutes: a 1-minute budget. The gang measures its steps, the round's
+// step count is recorded on the job (mlcdctl get shows it), the round ends on its (maybe
+// partial) last epoch, and the evaluation carries its two baselines; a second job on the same
+// data reads them from the coordinator's cache.
+TEST_F(CoordinatorEndToEndTest, TimeBudgetedJobSucceedsWithItsBaselines) {
+  TinyJob spec;
+  spec.limit = 60000;            // all of Fashion-MNIST's training split
+  spec.max_steps_per_epoch = 0;  // 937 steps per epoch
+  spec.epochs = 30;              // the cap: 28110 steps, far more than a minute's worth
+  spec.time_budget_minutes = 1;
+  spec.evaluation = true;
+  spec.name = "budget";
+  const int64_t per_epoch = 60000 / 64, cap = 30 * per_epoch;
+  auto submitted = cluster_->Submit(spec.Yaml(), "e2e-budget");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto job = cluster_->WaitForState(submitted->id(), v1::JOB_STATE_SUCCEEDED, seconds(300));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  job = cluster_->Get(submitted->id(), true);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
+  const v1::RoundStatus& round = job->rounds(0);
+  ASSERT_GT(round.round_steps(), 10);  // past the 10 timed steps
+  EXPECT_LE(round.round_steps(), cap);
+  EXPECT_EQ(round.round_epochs(), (round.round_steps() + per_epoch - 1) / per_epoch);
+  EXPECT_EQ(round.epochs_committed(), round.round_epochs());
+  EXPECT_EQ(round.checkpoint_global_step(), round.round_steps());
+  EXPECT_TRUE(round.checkpoint_epoch_complete());
+  EXPECT_EQ(job->progress().total_steps(), round.round_steps());
+  EXPECT_EQ(Count(*job, "round_steps_fixed"), 1);
+  EXPECT_EQ(job->progress().epochs_per_round(), round.round_epochs());  // what watch shows
+  // The budget held: training took about a minute (plus the set-up and the last checkpoint),
+  // and filled it unless the cap came first.
+  ASSERT_EQ(job->phase_seconds().count("TRAINING"), 1u);
+  const double training = job->phase_seconds().at("TRAINING");
+  EXPECT_LT(training, 80.0);
+  if (round.round_steps() < cap) {
+    EXPECT_GT(training, 45.0);
+  }
+  std::cerr << "1-minute budget: " << round.round_steps() << " steps in " << round.round_epochs()
+            << " epochs, TRAINING " << training << " s\n";
+
+  ASSERT_TRUE(job->has_evaluation());
+  const auto& e = job->evaluation();
+  ASSERT_EQ(e.baselines_size(), 2);
+  EXPECT_EQ(e.baselines(0).name(), "random-init");
+  EXPECT_EQ(e.baselines(1).name(), "raw-pixels");
+  for (const auto& b : e.baselines()) {
+    EXPECT_FALSE(b.cached()) << b.name();
+    EXPECT_GT(b.linear_probe_accuracy(), 0.2) << b.name();  // chance is 10 %
+    EXPECT_GT(b.knn_accuracy(), 0.2) << b.name();
+  }
+  const std::string flag = "--coordinator=" + cluster_->coordinator_address();
+  std::string out;
+  ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "get", job->id()}, &out), 0) << out;
+  EXPECT_NE(out.find("steps fixed by the first measurement"), std::string::npos) << out;
+  EXPECT_NE(out.find("random init"), std::string::npos) << out;
+  EXPECT_NE(out.find("raw pixels"), std::string::npos) << out;
+
+  // Another job on the same data and evaluation settings pays nothing for its baselines.
+  TinyJob second = spec;
+  second.time_budget_minutes = 0.1;
+  second.name = "budget-2";
+  auto again = cluster_->Submit(second.Yaml(), "e2e-budget-2");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  auto done = cluster_->WaitForState(again->id(), v1::JOB_STATE_SUCCEEDED, seconds(200));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(done->evaluation().baselines_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(done->evaluation().baselines(i).cached()) << i;
+    EXPECT_DOUBLE_EQ(done->evaluation().baselines(i).linear_probe_accuracy(),
+                     e.baselines(i).linear_probe_accuracy());
+  }
+}
+
 TEST_F(CoordinatorEndToEndTest, Kill9OfAWorkerMidEpochStillSucceedsWithTheSameSteps) {
   TinyJob spec;
   spec.limit = 2048;

@@ -85,6 +85,8 @@ struct TinyJob {
   int collective_timeout = 10;
   int max_restarts = 3;
   int checkpoint_every_steps = 0;
+  // training.time_budget_minutes (0 = none; then `epochs` only caps the round).
+  double time_budget_minutes = 0;
   bool evaluation = false;
   // Images of the evaluation's train / test splits when it is on.
   int eval_train_limit = 1000;

@@ -27,7 +27,9 @@
 #include "common/metrics.h"
 #include "common/net.h"
 #include "common/npy.h"
+#include "common/spec_defaults.h"
 #include "tests/worker_train/train_testing.h"
+#include "worker/train/lr_schedule.h"
 #include "worker/train/trainer.h"
 
 namespace mlcd::worker {
@@ -521,6 +523,107 @@ TEST_F(TrainTest, InProcessTrainerExportsMetrics) {
     EXPECT_NE(page.find(series), std::string::npos) << series << "\n" << page;
   }
   EXPECT_EQ(events.back()["event"], "finished");
+}
+
+// training.time_budget_minutes with a fake clock that moves 2.5 s per step: the step count
+// that fits, a schedule that ends on the last step, a partial last epoch committed as the
+// round's end, and a restart that keeps the count although its own steps would be slower.
+TEST_F(TrainTest, TimeBudgetFixesTheRoundsStepsAndARestartKeepsThem) {
+  // 288 images, batch 48: 6 steps per epoch; 4 epochs cap the round at 24 steps.
+  v1::JobSpec spec = train_testing::TinySpec(288, 16, 2, 48, 4);
+  spec.mutable_training()->set_time_budget_minutes(0.9);  // 54 s
+  const std::string root = dir_->Sub("budget-ckpt");
+  double now = 0;
+  std::vector<json> events;
+  TrainerOptions o;
+  o.spec = spec;
+  o.labelstore_address = store_->address();
+  o.label_set = "test/r0";
+  o.threads = 1;
+  o.checkpoint_dir = root;
+  o.keep_checkpoints = 0;
+  o.clock = [&now] { return now; };
+  o.on_event = [&](const json& e) {
+    events.push_back(e);
+    if (e["event"] == "progress") now += 2.5;
+  };
+  auto trainer = Trainer::Create(o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  // Steps 3..10 are timed (2.5 s each, past 5 % of the budget); after step 10, 22.5 s are
+  // spent of 54 * 0.95 = 51.3: 28.8 / 2.5 = 11 more steps, 21 in all (3 full epochs and one of
+  // 3 steps).
+  EXPECT_EQ((*trainer)->summary().steps_run, 21);
+  EXPECT_EQ((*trainer)->summary().round_steps, 21);
+  EXPECT_EQ((*trainer)->summary().global_step, 21);
+  const auto budget = train_testing::EventsOf(events, "budget");
+  ASSERT_EQ(budget.size(), 1u);
+  EXPECT_EQ(budget[0]["round_steps"], 21);
+  EXPECT_EQ(budget[0]["round_epochs"], 4);
+  EXPECT_NEAR(budget[0]["steps_per_second"].get<double>(), 0.4, 1e-9);
+  EXPECT_EQ(budget[0]["timed_steps"], 10);
+
+  // From the decision on, the schedule is warm-up + cosine over exactly 21 steps: it ends on
+  // the last step.
+  v1::JobSpec defaults = spec;
+  ApplyJobSpecDefaults(&defaults);
+  LrScheduleOptions lr;
+  lr.peak_lr = defaults.optimizer().lr();
+  lr.warmup_fraction = defaults.optimizer().warmup_fraction();
+  lr.total_steps = 21;
+  const auto progress = train_testing::EventsOf(events, "progress");
+  ASSERT_EQ(progress.size(), 21u);
+  for (int64_t i = 10; i < 21; ++i) {
+    EXPECT_DOUBLE_EQ(progress[i]["learning_rate"].get<double>(), LearningRateAt(lr, i)) << i;
+  }
+  EXPECT_GT(LearningRateAt(lr, 20), 0.0);
+  EXPECT_DOUBLE_EQ(LearningRateAt(lr, 21), 0.0);  // the schedule is spent after the last step
+
+  // The last epoch is partial and committed as the round's end.
+  const auto checkpoints = train_testing::EventsOf(events, "checkpoint");
+  ASSERT_EQ(checkpoints.size(), 4u);  // epoch ends at 6, 12, 18 and the round's end at 21
+  EXPECT_EQ(checkpoints.back()["epoch"], 3);
+  EXPECT_EQ(checkpoints.back()["step_in_epoch"], 3);
+  EXPECT_EQ(checkpoints.back()["global_step"], 21);
+  EXPECT_TRUE(checkpoints.back()["epoch_complete"].get<bool>());
+  const std::string after_epoch_2 = checkpoints[1]["path"].get<std::string>();
+  ASSERT_EQ(checkpoints[1]["global_step"], 12);
+
+  // A restart from global step 12 with the recorded count: 9 more steps although its clock
+  // says 100 s per step (a new measurement would stop at once), the same learning rates.
+  std::vector<json> again;
+  double slow = 0;
+  TrainerOptions r = o;
+  r.resume = after_epoch_2;
+  r.round_steps = 21;
+  r.clock = [&slow] { return slow; };
+  r.on_event = [&](const json& e) {
+    again.push_back(e);
+    if (e["event"] == "progress") slow += 100;
+  };
+  auto restarted = Trainer::Create(r);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
+  ASSERT_TRUE((*restarted)->Run().ok());
+  EXPECT_EQ((*restarted)->summary().steps_run, 9);
+  EXPECT_EQ((*restarted)->summary().global_step, 21);
+  EXPECT_TRUE(train_testing::EventsOf(again, "budget").empty());
+  const auto resumed = train_testing::EventsOf(again, "progress");
+  ASSERT_EQ(resumed.size(), 9u);
+  for (int64_t i = 0; i < 9; ++i) {
+    EXPECT_DOUBLE_EQ(resumed[i]["learning_rate"].get<double>(), LearningRateAt(lr, 12 + i)) << i;
+  }
+  const auto final_checkpoint = train_testing::EventsOf(again, "checkpoint").back();
+  EXPECT_EQ(final_checkpoint["global_step"], 21);
+  EXPECT_TRUE(final_checkpoint["epoch_complete"].get<bool>());
+
+  // A count past the round's epochs is refused.
+  TrainerOptions bad = o;
+  bad.round_steps = 25;
+  auto refused = Trainer::Create(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("epochs_per_round"), std::string::npos)
+      << refused.status().message();
 }
 
 }  // namespace

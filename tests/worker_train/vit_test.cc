@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "common/job_spec.h"
@@ -270,6 +271,58 @@ TEST(VitTest, FusedAndReferenceModelsAgreeInOutputAndGradients) {
       EXPECT_LT(MaxAbsDiff(fp[item.key()].grad(), item.value().grad()) / scale, 2e-5) << item.key();
     }
   }
+}
+
+// Embed, evaluation and extraction run under torch::NoGradGuard: the fused operations then
+// take their forward-only variants (worker/model/fused_inference.h). Same features as the
+// training forward, and no autograd state at all.
+TEST(VitTest, ForwardOnlyGivesTheTrainingForwardsFeatures) {
+  for (VitStem stem : {VitStem::kPatch, VitStem::kConv}) {
+    for (VitPooling pooling : {VitPooling::kCls, VitPooling::kMean}) {
+      SCOPED_TRACE(std::string(stem == VitStem::kConv ? "conv" : "patch") + " stem, " +
+                   (pooling == VitPooling::kCls ? "cls" : "mean") + " pooling");
+      torch::manual_seed(41);
+      VitOptions o = Small(pooling);
+      o.stem = stem;
+      VisionTransformer model(o);
+      model->ResetParameters(9);
+      torch::Tensor x = torch::randn({5, 1, 28, 28});
+      for (VitFeatures kind : {VitFeatures::kEmbedding, VitFeatures::kBlocks, VitFeatures::kTokens,
+                               VitFeatures::kPooled}) {
+        torch::Tensor training = model->Features(x, kind, 2);
+        ASSERT_TRUE(training.requires_grad());  // the training forward built a graph
+        torch::Tensor forward_only;
+        {
+          torch::NoGradGuard no_grad;
+          forward_only = model->Features(x, kind, 2);
+        }
+        EXPECT_FALSE(forward_only.requires_grad());
+        EXPECT_FALSE(forward_only.grad_fn());
+        EXPECT_EQ(forward_only.sizes(), training.sizes());
+        EXPECT_LE(MaxAbsDiff(forward_only, training.detach()), 1e-5) << VitFeaturesName(kind);
+      }
+    }
+  }
+}
+
+TEST(FusedAttentionTest, ForwardOnlyKernelsMatchTheTrainingKernels) {
+  torch::manual_seed(8);
+  const int64_t batch = 3, heads = 2, tokens = 17, head_dim = 8, width = heads * head_dim;
+  torch::Tensor qkv = torch::randn({batch * tokens, 3 * width});
+  torch::Tensor out = torch::empty({batch * tokens, width});
+  torch::Tensor out_only = torch::empty({batch * tokens, width});
+  torch::Tensor probs = torch::empty({batch, heads, tokens, tokens});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  kernels::AttentionForward(qkv.data_ptr<float>(), out.data_ptr<float>(), probs.data_ptr<float>(),
+                            batch, tokens, heads, head_dim, scale);
+  kernels::AttentionForward(qkv.data_ptr<float>(), out_only.data_ptr<float>(), nullptr, batch,
+                            tokens, heads, head_dim, scale);
+  EXPECT_LE(MaxAbsDiff(out_only, out), 1e-6);
+  torch::Tensor h = torch::randn({1000}) * 3;
+  torch::Tensor y = torch::empty_like(h), dy = torch::empty_like(h), y_only = torch::empty_like(h);
+  kernels::GeluForward(h.data_ptr<float>(), y.data_ptr<float>(), dy.data_ptr<float>(), h.numel());
+  kernels::GeluForward(h.data_ptr<float>(), y_only.data_ptr<float>(), nullptr, h.numel());
+  EXPECT_LE(MaxAbsDiff(y_only, y), 1e-6);
 }
 
 TEST(VitTest, DirectGradientAccumulationIntoFlatBuffersMatchesAutograd) {

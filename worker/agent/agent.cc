@@ -152,6 +152,14 @@ bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOut
     p->set_checkpoint_epoch_complete(Get<bool>(j, "epoch_complete", false));
     p->set_total_steps(std::max(p->total_steps(), p->checkpoint_global_step()));
     *urgent = true;
+  } else if (event == "budget") {
+    // training.time_budget_minutes fixed the round's step count: the coordinator records it.
+    p->set_round_steps(Get<int64_t>(j, "round_steps", p->round_steps()));
+    p->set_measured_steps_per_second(
+        Get<double>(j, "steps_per_second", p->measured_steps_per_second()));
+    p->set_steps_per_epoch(Get<int64_t>(j, "steps_per_epoch", p->steps_per_epoch()));
+    p->set_job_total_steps(Get<int64_t>(j, "job_total_steps", p->job_total_steps()));
+    *urgent = true;
   } else if (event == "finished") {
     p->set_phase("finishing");
     p->set_total_steps(Get<int64_t>(j, "global_step", p->total_steps()));

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/job_spec.h"
+#include "worker/model/fused_inference.h"
 #include "worker/model/vit_kernels.h"
 #include "worker/torch_compat.h"
 
@@ -108,24 +109,16 @@ void AccumulateLinearGradients(AutogradContext* ctx, const torch::Tensor& g, con
   }
 }
 
-// out = residual + bias + x W^T as one in-place GEMM over an output pre-filled with
-// residual + bias (either may be absent).
+// LinearCompute with what the backward needs recorded in ctx.
 torch::Tensor LinearForward(AutogradContext* ctx, const torch::Tensor& x,
                             const torch::Tensor& weight, const torch::Tensor& bias,
                             const torch::Tensor& residual) {
   // Function::apply takes defined tensors only: "absent" is an empty tensor.
   const bool has_bias = bias.numel() > 0;
-  const bool has_residual = residual.numel() > 0;
   ctx->saved_data["weight"] = weight;
   ctx->saved_data["has_bias"] = has_bias;
   if (has_bias) ctx->saved_data["bias"] = bias;
-  if (!has_bias && !has_residual) return torch::mm(x, weight.t());
-  torch::Tensor out = torch::empty({x.size(0), weight.size(0)}, x.options());
-  torch::Tensor b = has_bias ? bias.contiguous() : torch::zeros({weight.size(0)}, x.options());
-  torch::Tensor r = has_residual ? residual.contiguous() : torch::Tensor();
-  kernels::FillBiasResidual(b.data_ptr<float>(), has_residual ? r.data_ptr<float>() : nullptr,
-                            out.size(0), out.size(1), out.data_ptr<float>());
-  return out.addmm_(x, weight.t());
+  return LinearCompute(x, weight, bias, residual);
 }
 
 // y = x W^T + b (+ residual), x 2-D, with the backward above; the residual's gradient is
@@ -260,6 +253,7 @@ void TruncatedNormal(torch::Tensor& t, double std, at::Generator& gen) {
 }  // namespace
 
 torch::Tensor FusedSelfAttention(const torch::Tensor& qkv, int64_t batch, int64_t heads) {
+  if (ForwardOnly()) return AttentionInference(qkv, batch, heads);
   return FusedAttentionFunction::apply(qkv, batch, heads);
 }
 
@@ -274,7 +268,8 @@ torch::Tensor ReferenceSelfAttention(const torch::Tensor& qkv, int64_t batch, in
 }
 
 torch::Tensor FusedGelu(const torch::Tensor& x) {
-  if (x.device().is_cpu() && x.scalar_type() == torch::kFloat) return FusedGeluFunction::apply(x);
+  if (x.device().is_cpu() && x.scalar_type() == torch::kFloat)
+    return ForwardOnly() ? GeluInference(x) : FusedGeluFunction::apply(x);
   return torch::gelu(x);
 }
 
@@ -288,6 +283,7 @@ torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight
                   bias.scalar_type() == x.scalar_type(),
               "FusedLayerNorm: x ", x.sizes(), " ", x.scalar_type(),
               " needs weight and bias of its last size and type");
+  if (ForwardOnly()) return LayerNormInference(x, weight, bias, eps);
   return FusedLayerNormFunction::apply(x, weight, bias, eps);
 }
 
@@ -490,6 +486,10 @@ torch::Tensor VisionTransformerImpl::Linear(const torch::Tensor& x, const torch:
     return residual.defined() ? AddResidual(y, residual) : y;
   }
   torch::Tensor none = torch::empty({0}, x.options());
+  if (ForwardOnly()) {
+    return LinearCompute(x.contiguous(), weight, bias.defined() ? bias.contiguous() : none,
+                         residual.defined() ? residual : none);
+  }
   return LinearFunction::apply(x, weight, bias.defined() ? bias : none,
                                residual.defined() ? residual : none);
 }
@@ -505,8 +505,7 @@ torch::Tensor VisionTransformerImpl::Attention(const torch::Tensor& qkv, int64_t
   // is faster than ours (bench/RESULTS.md "Two libtorch builds"); ours serves 1.13.
   const bool fused = options_.attention == AttentionImpl::kFused && qkv.device().is_cpu() &&
                      (qkv.scalar_type() == torch::kFloat || qkv.scalar_type() == torch::kDouble) &&
-                     !compat::AutocastEnabled(c10::DeviceType::CPU) &&
-                     !compat::HasFusedAttention();
+                     !compat::AutocastEnabled(c10::DeviceType::CPU) && !compat::HasFusedAttention();
   return fused ? FusedSelfAttention(qkv, batch, options_.heads)
                : ReferenceSelfAttention(qkv, batch, options_.heads);
 }
@@ -519,6 +518,8 @@ torch::Tensor VisionTransformerImpl::BlockForward(const Block& b, torch::Tensor 
   x = Linear(Attention(qkv, batch), b.proj->weight, b.proj->bias, x);
   h = LayerNorm(x, b.norm2);
   torch::Tensor hidden = Linear(h, b.fc1->weight, b.fc1->bias);
+  if (Fused(hidden) && ForwardOnly())
+    return LinearCompute(GeluInference(hidden), b.fc2->weight, b.fc2->bias, x);
   if (Fused(hidden)) return GeluLinearFunction::apply(hidden, b.fc2->weight, b.fc2->bias, x);
   return AddResidual(torch::linear(torch::gelu(hidden), b.fc2->weight, b.fc2->bias), x);
 }

@@ -21,7 +21,10 @@
 // and computes its input gradient in one pass per row; Linear and LayerNorm backward passes
 // accumulate weight and bias gradients straight into the parameters' gradient tensors (no
 // temporaries). Non-CPU tensors (CUDA) take the reference path of plain ATen ops, which is
-// also what the tests compare the fused path with.
+// also what the tests compare the fused path with. With autograd off (torch::NoGradGuard, as
+// embed / evaluation / extraction run) the fused operations run forward only
+// (worker/model/fused_inference.h): no autograd nodes, no attention probabilities or GELU
+// derivative kept.
 #pragma once
 
 #include <torch/torch.h>

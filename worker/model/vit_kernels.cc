@@ -73,7 +73,9 @@ Scratch<T>& ThreadScratch() {
 }
 
 // Rows [i] of Q/K/V for sample b, head h: base + i * stride.
-template <typename T>
+// kKeep: write the probabilities to `probs` for the backward pass; otherwise (forward only)
+// each row's probabilities live in the scratch row and `probs` is not touched.
+template <typename T, bool kKeep>
 MLCD_INLINE void AttentionForwardOne(const T* qkv, T* out, T* probs, const AttentionShape& s,
                                      int64_t bh, T scale, Scratch<T>& scratch) {
   const int64_t b = bh / s.heads, h = bh % s.heads;
@@ -82,7 +84,7 @@ MLCD_INLINE void AttentionForwardOne(const T* qkv, T* out, T* probs, const Atten
   const T* k = q + D;
   const T* v = q + 2 * D;
   T* o = out + b * n * D + h * hd;
-  T* p_out = probs + bh * n * n;
+  T* p_out = kKeep ? probs + bh * n * n : nullptr;
   T* kt = scratch.transposed.data();
   T* srow = scratch.row.data();
   for (int64_t j = 0; j < n; ++j)
@@ -97,7 +99,7 @@ MLCD_INLINE void AttentionForwardOne(const T* qkv, T* out, T* probs, const Atten
     }
     T mx = srow[0];
     for (int64_t j = 1; j < n; ++j) mx = std::max(mx, srow[j]);
-    T* pi = p_out + i * n;
+    T* pi = kKeep ? p_out + i * n : srow;
     T sum = 0;
     for (int64_t j = 0; j < n; ++j) {
       T e = FastExp(srow[j] - mx);
@@ -186,7 +188,15 @@ MLCD_CLONES void AttentionForwardRangeF(const float* qkv, float* out, float* pro
   auto& scratch = ThreadScratch<float>();
   scratch.Reserve(s.tokens, s.head_dim);
   for (int64_t bh = begin; bh < end; ++bh)
-    AttentionForwardOne<float>(qkv, out, probs, s, bh, scale, scratch);
+    AttentionForwardOne<float, true>(qkv, out, probs, s, bh, scale, scratch);
+}
+
+MLCD_CLONES void AttentionInferenceRangeF(const float* qkv, float* out, const AttentionShape& s,
+                                          int64_t begin, int64_t end, float scale) {
+  auto& scratch = ThreadScratch<float>();
+  scratch.Reserve(s.tokens, s.head_dim);
+  for (int64_t bh = begin; bh < end; ++bh)
+    AttentionForwardOne<float, false>(qkv, out, nullptr, s, bh, scale, scratch);
 }
 
 MLCD_CLONES void AttentionBackwardRangeF(const float* qkv, const float* probs,
@@ -207,7 +217,9 @@ int64_t AttentionGrain(const AttentionShape& s) {
 
 // ---- GELU -------------------------------------------------------------------------------
 
-MLCD_CLONES void GeluRange(const float* x, float* y, float* dydx, int64_t begin, int64_t end) {
+// kDerivative: also write dy/dx (the backward's factor); forward only otherwise.
+template <bool kDerivative>
+MLCD_INLINE void GeluLoop(const float* x, float* y, float* dydx, int64_t begin, int64_t end) {
   const float kInvSqrt2 = 0.70710678118654752f;
   const float kInvSqrt2Pi = 0.39894228040143268f;
   // Abramowitz & Stegun 7.1.26: erf(z) = 1 - t (a1 + t (a2 + ...)) exp(-z^2), t = 1/(1+pz).
@@ -223,8 +235,16 @@ MLCD_CLONES void GeluRange(const float* x, float* y, float* dydx, int64_t begin,
     const float erf = xi < 0 ? -erf_abs : erf_abs;
     const float cdf = 0.5f * (1.0f + erf);
     y[i] = xi * cdf;
-    dydx[i] = cdf + xi * e * kInvSqrt2Pi;
+    if (kDerivative) dydx[i] = cdf + xi * e * kInvSqrt2Pi;
   }
+}
+
+MLCD_CLONES void GeluRange(const float* x, float* y, float* dydx, int64_t begin, int64_t end) {
+  GeluLoop<true>(x, y, dydx, begin, end);
+}
+
+MLCD_CLONES void GeluInferenceRange(const float* x, float* y, int64_t begin, int64_t end) {
+  GeluLoop<false>(x, y, nullptr, begin, end);
 }
 
 // ---- LayerNorm --------------------------------------------------------------------------
@@ -437,7 +457,11 @@ void AttentionForward(const float* qkv, float* out, float* probs, int64_t batch,
                       int64_t heads, int64_t head_dim, float scale) {
   const AttentionShape s{batch, tokens, heads, head_dim};
   at::parallel_for(0, batch * heads, AttentionGrain(s), [&](int64_t begin, int64_t end) {
-    AttentionForwardRangeF(qkv, out, probs, s, begin, end, scale);
+    if (probs != nullptr) {
+      AttentionForwardRangeF(qkv, out, probs, s, begin, end, scale);
+    } else {
+      AttentionInferenceRangeF(qkv, out, s, begin, end, scale);
+    }
   });
 }
 
@@ -447,8 +471,13 @@ void AttentionForward(const double* qkv, double* out, double* probs, int64_t bat
   at::parallel_for(0, batch * heads, AttentionGrain(s), [&](int64_t begin, int64_t end) {
     auto& scratch = ThreadScratch<double>();
     scratch.Reserve(tokens, head_dim);
-    for (int64_t bh = begin; bh < end; ++bh)
-      AttentionForwardOne<double>(qkv, out, probs, s, bh, scale, scratch);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      if (probs != nullptr) {
+        AttentionForwardOne<double, true>(qkv, out, probs, s, bh, scale, scratch);
+      } else {
+        AttentionForwardOne<double, false>(qkv, out, nullptr, s, bh, scale, scratch);
+      }
+    }
   });
 }
 
@@ -474,8 +503,13 @@ void AttentionBackward(const double* qkv, const double* probs, const double* gra
 }
 
 void GeluForward(const float* x, float* y, float* dydx, int64_t n) {
-  at::parallel_for(0, n, 32768,
-                   [&](int64_t begin, int64_t end) { GeluRange(x, y, dydx, begin, end); });
+  at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
+    if (dydx != nullptr) {
+      GeluRange(x, y, dydx, begin, end);
+    } else {
+      GeluInferenceRange(x, y, begin, end);
+    }
+  });
 }
 
 void LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean,

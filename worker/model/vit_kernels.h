@@ -9,14 +9,15 @@
 //                      h*hd .. (h+1)*hd of each part (D = H*hd). This is exactly the output
 //                      of one fused qkv Linear, so no permute/copy is needed before or after.
 //   out   [B*T, D]     heads concatenated the same way, ready for the output projection.
-//   probs [B, H, T, T] softmax(scale * q k^T), kept for the backward pass.
+//   probs [B, H, T, T] softmax(scale * q k^T), kept for the backward pass (training only).
 #pragma once
 
 #include <cstdint>
 
 namespace mlcd::worker::kernels {
 
-// out = softmax(scale * Q K^T) V per (sample, head); also writes probs.
+// out = softmax(scale * Q K^T) V per (sample, head); also writes probs, unless probs is null
+// (forward only: each row's probabilities stay in a per-thread row, nothing is kept).
 void AttentionForward(const float* qkv, float* out, float* probs, int64_t batch, int64_t tokens,
                       int64_t heads, int64_t head_dim, float scale);
 void AttentionForward(const double* qkv, double* out, double* probs, int64_t batch, int64_t tokens,
@@ -32,7 +33,8 @@ void AttentionBackward(const double* qkv, const double* probs, const double* gra
 
 // Exact GELU, y = x * Phi(x), and its derivative dy/dx = Phi(x) + x * phi(x), in one pass.
 // Phi uses erf with an absolute error below 2e-7 (Abramowitz & Stegun 7.1.26 with an
-// exp of float accuracy), well inside float rounding of the surrounding matmuls.
+// exp of float accuracy), well inside float rounding of the surrounding matmuls. dydx null:
+// forward only (the same formula for y).
 void GeluForward(const float* x, float* y, float* dydx, int64_t n);
 
 // LayerNorm over the rows of a row-major [rows, cols] matrix:

@@ -25,7 +25,9 @@
 #include "worker/train/grad_sync.h"
 #include "worker/train/label_prefetcher.h"
 #include "worker/train/lr_schedule.h"
+#include "worker/train/round_layer.h"
 #include "worker/train/sample_order.h"
+#include "worker/train/step_budget.h"
 #include "worker/train/stop_agreement.h"
 #include "worker/train/train_metrics.h"
 #include "worker/train/train_step.h"
@@ -38,79 +40,6 @@ using nlohmann::json;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// training.centre_init: starts a fresh round's class centres (this rank's range) from the
-// round's k-means centroids when they live in the model's embedding space. Sets *used.
-Status InitCentresFromCentroids(const v1::JobSpec& spec, const TrainerOptions& options,
-                                PartialFc* layer, bool* used) {
-  *used = false;
-  const std::string& mode = spec.training().centre_init();
-  if (mode == "random") return Status::Ok();
-  const bool model_space = options.round > 0 || spec.clustering().features().kind() == "model";
-  if (mode == "auto" && (!model_space || options.centroids_path.empty())) return Status::Ok();
-  if (options.centroids_path.empty()) {
-    return Status::FailedPrecondition(
-        "training.centre_init is 'centroids' but no centroids file was given: pass --centroids "
-        "FILE (the round's "
-        "k-means centroids; the coordinator's assignments carry them)");
-  }
-  const int64_t k = spec.clustering().k();
-  const int64_t d = layer->options().embedding_dim;
-  MLCD_ASSIGN_OR_RETURN(MappedNpy centroids, MappedNpy::Open(options.centroids_path));
-  Status shape = centroids.Expect2d({NpyDtype::kFloat32});
-  if (shape.ok() && (centroids.rows() != k || centroids.cols() != d)) {
-    shape = Status::InvalidArgument(
-        options.centroids_path + " holds " + std::to_string(centroids.rows()) + " x " +
-        std::to_string(centroids.cols()) + " centroids but the class centres are " +
-        std::to_string(k) + " x " + std::to_string(d) + " (clustering.k x model.embed_dim)");
-  }
-  if (!shape.ok()) {
-    if (mode == "auto") {
-      MLCD_LOG(WARNING) << "class centres start at random: " << shape.message();
-      return Status::Ok();
-    }
-    return Status::FailedPrecondition(
-        shape.message() +
-        "; training.centre_init 'centroids' needs the round to cluster this model's "
-        "own embeddings (or use 'auto' / 'random')");
-  }
-  // Only this rank's rows are read from the mapping.
-  const ClassRange range = layer->class_range();
-  at::Tensor rows = at::from_blob(const_cast<float*>(centroids.data_as<float>()) + range.begin * d,
-                                  {range.size(), d}, at::kFloat);
-  if (!at::isfinite(rows).all().item<bool>()) {
-    return Status::InvalidArgument(
-        options.centroids_path + " has NaN or infinite values in rows [" +
-        std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
-  }
-  layer->weight().copy_(rows);
-  *used = true;
-  return Status::Ok();
-}
-
-// The classification layer of a round from the spec: fresh centres for every round (the
-// round's clusters are new).
-StatusOr<PartialFcOptions> LayerOptionsFromSpec(const v1::JobSpec& spec, int64_t embedding_dim,
-                                                int round, const torch::Device& device) {
-  PartialFcOptions popts;
-  popts.num_classes = spec.clustering().k();
-  popts.embedding_dim = embedding_dim;
-  popts.sample_ratio = spec.loss().sample_ratio();
-  MLCD_ASSIGN_OR_RETURN(popts.variant, ParseLossVariant(spec.loss().variant()));
-  MLCD_ASSIGN_OR_RETURN(popts.margin_type, ParseMarginType(spec.loss().margin_type()));
-  popts.scale = spec.loss().scale();
-  popts.margin = spec.loss().margin();
-  popts.seed = HashValues(
-      {spec.training().seed(), 0x43454E54ull /* "CENT" */, static_cast<uint64_t>(round)});
-  popts.beta1 = spec.optimizer().beta1();
-  popts.beta2 = spec.optimizer().beta2();
-  popts.weight_decay = spec.optimizer().weight_decay();
-  // On a GPU the host's cores are free for the layer's own elementwise work: all of ATen's
-  // threads (H100 host, vit-b16 batch 64: 33 ms a step vs 108 ms with one thread; bench/RESULTS.md
-  // "GPU step"). On the CPU the default (1) keeps it from competing with BLAS's threads.
-  if (device.is_cuda()) popts.compute_threads = 0;
-  return popts;
 }
 
 }  // namespace
@@ -139,12 +68,28 @@ struct Trainer::Impl {
   std::string resumed_from;
   int64_t steps_per_epoch = 0;
   int64_t job_total_steps = 0;
+  // Global step of the round's first step: round * epochs_per_round * steps_per_epoch, or with
+  // a time budget the step the previous round ended at (rounds of budgeted lengths, no gaps).
+  int64_t round_base = 0;
+  // training.time_budget_minutes: on, and the round's step count once fixed (0 = not yet).
+  bool budgeted = false;
+  int64_t round_steps = 0;
+  std::unique_ptr<StepBudget> budget;
+  std::function<double()> clock;  // monotonic seconds (options.clock or steady_clock)
+  double setup_start = 0;         // clock() when Init began: the budget counts the set-up
   TrainerSummary summary;
 
-  int64_t GlobalStep(int epoch, int64_t step_in_epoch) const {
-    const int64_t epochs = spec.training().epochs_per_round();
-    return (static_cast<int64_t>(options.round) * epochs + epoch) * steps_per_epoch + step_in_epoch;
+  int64_t RoundStep(int epoch, int64_t step_in_epoch) const {
+    return static_cast<int64_t>(epoch) * steps_per_epoch + step_in_epoch;
   }
+  int64_t GlobalStep(int epoch, int64_t step_in_epoch) const {
+    return round_base + RoundStep(epoch, step_in_epoch);
+  }
+  // The step the learning-rate schedule is indexed by: global, or the round's with a budget.
+  int64_t LrStep(int epoch, int64_t step_in_epoch) const {
+    return budgeted ? RoundStep(epoch, step_in_epoch) : GlobalStep(epoch, step_in_epoch);
+  }
+  int64_t MaxRoundSteps() const { return spec.training().epochs_per_round() * steps_per_epoch; }
   void Emit(const json& event) {
     if (options.on_event) options.on_event(event);
   }
@@ -152,12 +97,17 @@ struct Trainer::Impl {
   Status ResolveSpec();
   Status SetUpSchedule();
   Status RestoreOrInitialise();
+  void StartBudgetedRound(const CheckpointMeta* meta);
+  void SetRoundSteps(int64_t steps);
+  Status TimeStep();
+  void FixRoundSteps(int64_t steps);
   Status Run();
   LabelPrefetcherOptions PrefetcherOptions() const;
   BatchLoaderOptions LoaderOptions() const;
   void AnnounceStep(const StepPosition& pos, const StepReport& report, double loss,
                     bool last_batch);
-  StatusOr<std::string> Checkpoint(const StepPosition& position, int64_t steps_done_in_epoch);
+  StatusOr<std::string> Checkpoint(const StepPosition& position, int64_t steps_done_in_epoch,
+                                   bool round_end);
   // Ends the run after the step at `pos`: a checkpoint there unless `checkpointed`, then
   // "stopped".
   Status StopAfter(const StepPosition& pos, int64_t done, bool checkpointed);
@@ -218,10 +168,21 @@ Status Trainer::Impl::SetUpSchedule() {
       StepsPerEpoch(schedule.num_samples, schedule.global_batch_size, schedule.max_steps_per_epoch);
   job_total_steps =
       static_cast<int64_t>(spec.training().rounds()) * epochs_per_round * steps_per_epoch;
+  round_base = static_cast<int64_t>(options.round) * epochs_per_round * steps_per_epoch;
+  budgeted = spec.training().time_budget_minutes() > 0;
+  if (budgeted && options.round_steps > MaxRoundSteps()) {
+    return Status::InvalidArgument("the round's step count " + std::to_string(options.round_steps) +
+                                   " is more than its " + std::to_string(MaxRoundSteps()) +
+                                   " steps (training.epochs_per_round x " +
+                                   std::to_string(steps_per_epoch) + " steps per epoch)");
+  }
   return Status::Ok();
 }
 
 Status Trainer::Impl::Init() {
+  clock = options.clock;
+  if (!clock) clock = [] { return Seconds(Clock::time_point(), Clock::now()); };
+  setup_start = clock();
   MLCD_RETURN_IF_ERROR(ResolveSpec());
 
   int threads = options.threads > 0 ? options.threads : spec.training().threads_per_worker();
@@ -299,7 +260,7 @@ Status Trainer::Impl::Init() {
   const auto& o = spec.optimizer();
   lr.peak_lr = o.lr();
   lr.warmup_fraction = o.warmup_fraction();
-  lr.total_steps = job_total_steps;
+  lr.total_steps = budgeted ? MaxRoundSteps() : job_total_steps;  // provisional with a budget
   MLCD_ASSIGN_OR_RETURN(lr.decay, ParseLrDecay(o.schedule()));
   if (o.name() != "adamw") {
     return Status::InvalidArgument("optimizer.name \"" + o.name() +
@@ -391,8 +352,8 @@ Status Trainer::Impl::RestoreOrInitialise() {
     if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
   } else {
     bool from_centroids = false;
-    MLCD_RETURN_IF_ERROR(
-        InitCentresFromCentroids(spec, options, partial_fc.get(), &from_centroids));
+    MLCD_RETURN_IF_ERROR(InitCentresFromCentroids(spec, options.round, options.centroids_path,
+                                                  partial_fc.get(), &from_centroids));
     const std::string centres =
         from_centroids ? "class centres from the k-means centroids " + options.centroids_path
                        : "random class centres";
@@ -404,6 +365,7 @@ Status Trainer::Impl::RestoreOrInitialise() {
       MLCD_LOG(INFO) << "round " << options.round << " starts with " << centres;
     }
   }
+  if (budgeted) StartBudgetedRound(resume ? &meta : nullptr);
   MLCD_RETURN_IF_ERROR(ValidateSchedule(schedule));
   summary.first_global_step = GlobalStep(schedule.first_epoch, schedule.first_step);
   summary.global_step = summary.first_global_step;
@@ -421,15 +383,78 @@ Status Trainer::Impl::RestoreOrInitialise() {
   return Status::Ok();
 }
 
+// Budgeted rounds have their own lengths: the round starts where the checkpoint's round
+// started (same round) or ended (an earlier round); its count is the assignment's, if fixed.
+void Trainer::Impl::StartBudgetedRound(const CheckpointMeta* meta) {
+  if (meta != nullptr) {
+    round_base =
+        meta->round == options.round
+            ? meta->global_step -
+                  (static_cast<int64_t>(meta->epoch) * meta->steps_per_epoch + meta->step_in_epoch)
+            : meta->global_step;
+  }
+  SetRoundSteps(options.round_steps > 0 ? options.round_steps : 0);
+}
+
+// With a budget: the round's step count (0 = not fixed yet: the provisional schedule over the
+// round's epochs) and what follows from it: the schedule's length, the last epoch, the job's
+// estimated total (later rounds assumed as long as this one).
+void Trainer::Impl::SetRoundSteps(int64_t steps) {
+  round_steps = steps;
+  summary.round_steps = steps;
+  const int64_t length = steps > 0 ? steps : MaxRoundSteps();
+  lr.total_steps = length;
+  job_total_steps = round_base + length * (spec.training().rounds() - options.round);
+  if (steps <= 0) return;
+  const int64_t epochs = (steps + steps_per_epoch - 1) / steps_per_epoch;
+  schedule.end_epoch = static_cast<int>(std::min<int64_t>(schedule.end_epoch, epochs));
+  if (schedule.first_epoch > schedule.end_epoch) schedule.first_epoch = schedule.end_epoch;
+  if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
+}
+
+// While the round's count is open: rank 0's answer after this step (0 = keep timing) goes to
+// every rank, so all stop timing at the same step with the same count.
+Status Trainer::Impl::TimeStep() {
+  std::vector<at::Tensor> answer{
+      torch::tensor({budget->StepDone(summary.steps_run)}, torch::kLong)};
+  MLCD_RETURN_IF_ERROR(comm->Broadcast(answer, 0).WithContext("timing the round's steps"));
+  const int64_t count = answer[0].item<int64_t>();
+  if (count > 0) FixRoundSteps(count);
+  return Status::Ok();
+}
+
+void Trainer::Impl::FixRoundSteps(int64_t steps) {
+  SetRoundSteps(steps);
+  const double per_step = budget->seconds_per_step();
+  const double budget_seconds = spec.training().time_budget_minutes() * 60;
+  MLCD_LOG(INFO) << "time budget " << Fixed(budget_seconds, 0) << " s: "
+                 << (per_step > 0 ? Fixed(per_step, 3) + " s per step over the first " +
+                                        std::to_string(summary.steps_run) + " steps; "
+                                  : "")
+                 << "round " << options.round << " trains " << round_steps << " steps ("
+                 << schedule.end_epoch << " epochs of up to " << steps_per_epoch
+                 << " steps); the learning-rate schedule ends at the last";
+  Emit(json{{"event", "budget"},
+            {"round", options.round},
+            {"round_steps", round_steps},
+            {"round_epochs", schedule.end_epoch},
+            {"steps_per_epoch", steps_per_epoch},
+            {"steps_per_second", per_step > 0 ? 1.0 / per_step : 0.0},
+            {"timed_steps", summary.steps_run},
+            {"budget_seconds", budget_seconds},
+            {"job_total_steps", job_total_steps}});
+}
+
 StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
-                                                int64_t steps_done_in_epoch) {
+                                                int64_t steps_done_in_epoch, bool round_end) {
   const auto start = Clock::now();
   CheckpointState state;
   state.meta.round = position.round;
   state.meta.epoch = position.epoch;
   state.meta.step_in_epoch = steps_done_in_epoch;
   state.meta.steps_per_epoch = steps_per_epoch;
-  state.meta.epoch_complete = steps_done_in_epoch >= steps_per_epoch;
+  // The round's last step (time budget) ends its last epoch, partial or not.
+  state.meta.epoch_complete = steps_done_in_epoch >= steps_per_epoch || round_end;
   state.meta.global_step = GlobalStep(position.epoch, steps_done_in_epoch);
   state.meta.world_size = options.world_size;
   state.meta.num_classes = spec.clustering().k();
@@ -537,6 +562,14 @@ Status Trainer::Impl::Run() {
 
   LabelPrefetcher prefetcher(PrefetcherOptions());
   BatchLoader loader(LoaderOptions());
+  if (budgeted && round_steps == 0) {
+    StepBudgetOptions bopts;
+    bopts.budget_seconds = spec.training().time_budget_minutes() * 60;
+    bopts.steps_before = RoundStep(schedule.first_epoch, schedule.first_step);
+    bopts.max_steps = MaxRoundSteps();
+    budget = std::make_unique<StepBudget>(bopts, clock);
+    budget->Start(setup_start);
+  }
 
   const double centre_lr_multiplier = spec.optimizer().centre_lr_multiplier();
   const int64_t every = spec.training().checkpoint_every_steps();
@@ -551,7 +584,7 @@ Status Trainer::Impl::Run() {
     ApplyReplacements(batch.replaced, labels.labels_per_sample, &labels.labels);  // bad images
     const StepPosition pos = batch.position;
     const int64_t global_step = GlobalStep(pos.epoch, pos.step_in_epoch);
-    const double step_lr = LearningRateAt(lr, global_step);
+    const double step_lr = LearningRateAt(lr, LrStep(pos.epoch, pos.step_in_epoch));
 
     const int64_t n = static_cast<int64_t>(labels.ids.size());
     torch::Tensor label_tensor =
@@ -596,20 +629,23 @@ Status Trainer::Impl::Run() {
     summary.last_loss = fc->loss;
     ++summary.steps_run;
     summary.global_step = global_step + 1;
-    AnnounceStep(pos, report, fc->loss, index + 1 == batches);
-
+    if (budget && round_steps == 0) MLCD_RETURN_IF_ERROR(TimeStep());
     const int64_t done = pos.step_in_epoch + 1;
+    const bool round_end = round_steps > 0 && RoundStep(pos.epoch, done) >= round_steps;
+    AnnounceStep(pos, report, fc->loss, index + 1 == batches || round_end);
+
     const bool epoch_end = done == steps_per_epoch;
     const bool periodic = every > 0 && done % every == 0;
-    const bool checkpointed = !checkpoint_root.empty() && (epoch_end || periodic);
-    if (checkpointed) MLCD_RETURN_IF_ERROR(Checkpoint(pos, done).status());
-    if (options.stop_requested && index + 1 < batches) {
+    const bool checkpointed = !checkpoint_root.empty() && (epoch_end || periodic || round_end);
+    if (checkpointed) MLCD_RETURN_IF_ERROR(Checkpoint(pos, done, round_end).status());
+    if (options.stop_requested && index + 1 < batches && !round_end) {
       MLCD_ASSIGN_OR_RETURN(const bool stop, AgreeToStop(*options.stop_requested, comm.get()));
       if (stop) {
         MLCD_RETURN_IF_ERROR(StopAfter(pos, done, checkpointed));
         break;
       }
     }
+    if (round_end) break;
   }
   if (checkpoint_root.empty()) MLCD_LOG(WARNING) << "no checkpoint directory: nothing was saved";
   summary.label_wait_seconds = prefetcher.total_wait_seconds();
@@ -636,7 +672,7 @@ Status Trainer::Impl::StopAfter(const StepPosition& pos, int64_t done, bool chec
                     << "): " << (checkpointed || checkpoint_root.empty() ? "" : "checkpoint, ")
                     << "then exit";
   if (!checkpointed && !checkpoint_root.empty())
-    MLCD_RETURN_IF_ERROR(Checkpoint(pos, done).status());
+    MLCD_RETURN_IF_ERROR(Checkpoint(pos, done, /*round_end=*/false).status());
   summary.stopped = true;
   Emit(json{{"event", "stopped"},
             {"round", pos.round},

@@ -11,6 +11,10 @@
 //     BackboneAdamW.Step(lr)  (clipping folded in);  PartialFc.OptimizerStep(lr * centre_mult)
 // with lr from the job-wide warmup + cosine schedule of the global step. Checkpoints at
 // every epoch end and every checkpoint_every_steps (a collective; worker/train/checkpoint.h).
+// With training.time_budget_minutes the round's step count is fixed after its first steps
+// (rank 0 times them and broadcasts the count; worker/train/step_budget.h), the schedule runs
+// per round over exactly that count, and the round's last step ends a (possibly partial)
+// last epoch with a checkpoint marked complete; a "budget" event reports the count.
 // Progress goes to a callback as JSON events (docs/contracts.md), metrics to Prometheus.
 #pragma once
 
@@ -70,6 +74,12 @@ struct TrainerOptions {
   // the same step, the gang writes a checkpoint there (unless the step just wrote one),
   // emits "stopped" and Run() returns OK with summary().stopped set.
   const std::atomic<bool>* stop_requested = nullptr;
+  // training.time_budget_minutes: the round's step count fixed by an earlier gang (the
+  // coordinator's Assignment.round_steps); 0 = time the first steps and fix it
+  // (worker/train/step_budget.h). Ignored without a budget.
+  int64_t round_steps = 0;
+  // Monotonic clock in seconds for the time budget (null = steady_clock); tests pass a fake.
+  std::function<double()> clock;
   // Receives every progress event (started, progress, checkpoint, finished). Errors are
   // returned by Run(); the caller reports them.
   std::function<void(const nlohmann::json&)> on_event;
@@ -80,6 +90,8 @@ struct TrainerSummary {
   int64_t first_global_step = 0;
   int64_t global_step = 0;  // optimizer steps of the job after the run
   int64_t steps_run = 0;
+  // training.time_budget_minutes: the round's step count (0 = no budget or not fixed).
+  int64_t round_steps = 0;
   double first_loss = 0;
   double last_loss = 0;
   std::string last_checkpoint;
@@ -100,7 +112,8 @@ class Trainer {
   ~Trainer();
 
   // Trains the assigned epochs. Emits "started", "progress" per step, "checkpoint" per
-  // checkpoint, "finished" at the end (or "stopped" when asked to stop early).
+  // checkpoint, "budget" when a time budget fixed the round's steps, "finished" at the end (or
+  // "stopped" when asked to stop early).
   Status Run();
 
   const TrainerSummary& summary() const;
