@@ -450,7 +450,8 @@ TEST_F(ClusterdIntegration, AssignNeverDialsACallerChosenLabelstore) {
     EXPECT_EQ(rc, want_rc) << out;
     return out;
   };
-  const std::string out = assign("it/global/flag", {"--labelstore", other_addr}, 8);  // 8: PERMISSION_DENIED
+  const std::string out =
+      assign("it/global/flag", {"--labelstore", other_addr}, 8);  // 8: PERMISSION_DENIED
   EXPECT_NE(out.find("PERMISSION_DENIED"), std::string::npos) << out;
   assign("it/global/default", {}, 0);
   EXPECT_EQ(second.Describe("it/global/flag").status().code(), StatusCode::kNotFound);

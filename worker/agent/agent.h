@@ -35,6 +35,7 @@
 #include "mlcd/v1/coordinator.grpc.pb.h"
 #include "mlcd/v1/worker.pb.h"
 #include "worker/agent/metrics_proxy.h"
+#include "worker/agent/progress_events.h"
 #include "worker/agent/stop_signal.h"
 
 namespace mlcd::worker {
@@ -74,23 +75,6 @@ struct AgentOptions {
   std::chrono::milliseconds rpc_timeout{5000};
   std::string version = "mlcd-worker";
 };
-
-// One progress event of a child applied to the progress the agent reports. Returns false
-// (and leaves `progress` alone) when the line is not a JSON object with an "event".
-// `urgent` is set for events worth an immediate heartbeat; `error_message`, `outputs` and
-// `evaluation` collect what the final report carries.
-struct ChildOutcome {
-  std::string error_message;
-  std::vector<std::string> outputs;
-  bool has_evaluation = false;
-  v1::EvaluationResult evaluation;
-  bool finished = false;
-  // A "stopped" event: the child stopped early at a checkpoint.
-  bool stopped = false;
-  std::string stopped_reason;
-};
-bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* progress,
-                        ChildOutcome* outcome, bool* urgent);
 
 class ProgressFollower;
 

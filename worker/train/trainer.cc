@@ -2,35 +2,13 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <torch/torch.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
 
-#include "clients/labelstore_client.h"
-#include "common/blas_env.h"
-#include "common/file_util.h"
-#include "common/format.h"
-#include "common/job_spec.h"
-#include "common/log.h"
-#include "common/npy.h"
-#include "worker/loss/collectives.h"
-#include "worker/loss/partial_fc.h"
-#include "worker/model/vit.h"
-#include "worker/train/backbone_optimizer.h"
-#include "worker/train/checkpoint.h"
-#include "worker/train/dataset.h"
-#include "worker/train/grad_sync.h"
-#include "worker/train/label_prefetcher.h"
-#include "worker/train/lr_schedule.h"
-#include "worker/train/round_layer.h"
-#include "worker/train/sample_order.h"
-#include "worker/train/step_budget.h"
-#include "worker/train/stop_agreement.h"
-#include "worker/train/train_metrics.h"
-#include "worker/train/train_step.h"
+#include "worker/train/trainer_impl.h"
 
 namespace mlcd::worker {
 namespace {
@@ -43,75 +21,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 }  // namespace
-
-struct Trainer::Impl {
-  TrainerOptions options;
-  v1::JobSpec spec;
-  std::unique_ptr<ImageDataset> dataset;
-  VitOptions vit_options;
-  std::unique_ptr<Collectives> comm;  // Gloo: the classification layer (host tensors)
-  // The backbone's gradient sync on a CUDA device at world size > 1 (NCCL); else comm.
-  std::unique_ptr<Collectives> backbone_comm;
-  torch::Device device{torch::kCPU};
-  Precision precision = Precision::kFp32;
-  std::unique_ptr<TrainStep> step;
-  std::unique_ptr<labelstore::LabelStoreClient> labels_client;
-  VisionTransformer model{nullptr};
-  std::unique_ptr<FlatParameters> flat;
-  std::unique_ptr<BackboneAdamW> optimizer;
-  std::unique_ptr<GradSync> grad_sync;
-  std::unique_ptr<PartialFc> partial_fc;
-  std::unique_ptr<TrainMetrics> metrics;
-  LrScheduleOptions lr;
-  ScheduleOptions schedule;
-  std::string checkpoint_root;
-  std::string resumed_from;
-  int64_t steps_per_epoch = 0;
-  int64_t job_total_steps = 0;
-  // Global step of the round's first step: round * epochs_per_round * steps_per_epoch, or with
-  // a time budget the step the previous round ended at (rounds of budgeted lengths, no gaps).
-  int64_t round_base = 0;
-  // training.time_budget_minutes: on, and the round's step count once fixed (0 = not yet).
-  bool budgeted = false;
-  int64_t round_steps = 0;
-  std::unique_ptr<StepBudget> budget;
-  std::function<double()> clock;  // monotonic seconds (options.clock or steady_clock)
-  double setup_start = 0;         // clock() when Init began: the budget counts the set-up
-  TrainerSummary summary;
-
-  int64_t RoundStep(int epoch, int64_t step_in_epoch) const {
-    return static_cast<int64_t>(epoch) * steps_per_epoch + step_in_epoch;
-  }
-  int64_t GlobalStep(int epoch, int64_t step_in_epoch) const {
-    return round_base + RoundStep(epoch, step_in_epoch);
-  }
-  // The step the learning-rate schedule is indexed by: global, or the round's with a budget.
-  int64_t LrStep(int epoch, int64_t step_in_epoch) const {
-    return budgeted ? RoundStep(epoch, step_in_epoch) : GlobalStep(epoch, step_in_epoch);
-  }
-  int64_t MaxRoundSteps() const { return spec.training().epochs_per_round() * steps_per_epoch; }
-  void Emit(const json& event) {
-    if (options.on_event) options.on_event(event);
-  }
-  Status Init();
-  Status ResolveSpec();
-  Status SetUpSchedule();
-  Status RestoreOrInitialise();
-  void StartBudgetedRound(const CheckpointMeta* meta);
-  void SetRoundSteps(int64_t steps);
-  Status TimeStep();
-  void FixRoundSteps(int64_t steps);
-  Status Run();
-  LabelPrefetcherOptions PrefetcherOptions() const;
-  BatchLoaderOptions LoaderOptions() const;
-  void AnnounceStep(const StepPosition& pos, const StepReport& report, double loss,
-                    bool last_batch);
-  StatusOr<std::string> Checkpoint(const StepPosition& position, int64_t steps_done_in_epoch,
-                                   bool round_end);
-  // Ends the run after the step at `pos`: a checkpoint there unless `checkpointed`, then
-  // "stopped".
-  Status StopAfter(const StepPosition& pos, int64_t done, bool checkpointed);
-};
 
 // The job spec with defaults, this gang's world size and the options checked against it.
 Status Trainer::Impl::ResolveSpec() {
@@ -383,68 +292,6 @@ Status Trainer::Impl::RestoreOrInitialise() {
   return Status::Ok();
 }
 
-// Budgeted rounds have their own lengths: the round starts where the checkpoint's round
-// started (same round) or ended (an earlier round); its count is the assignment's, if fixed.
-void Trainer::Impl::StartBudgetedRound(const CheckpointMeta* meta) {
-  if (meta != nullptr) {
-    round_base =
-        meta->round == options.round
-            ? meta->global_step -
-                  (static_cast<int64_t>(meta->epoch) * meta->steps_per_epoch + meta->step_in_epoch)
-            : meta->global_step;
-  }
-  SetRoundSteps(options.round_steps > 0 ? options.round_steps : 0);
-}
-
-// With a budget: the round's step count (0 = not fixed yet: the provisional schedule over the
-// round's epochs) and what follows from it: the schedule's length, the last epoch, the job's
-// estimated total (later rounds assumed as long as this one).
-void Trainer::Impl::SetRoundSteps(int64_t steps) {
-  round_steps = steps;
-  summary.round_steps = steps;
-  const int64_t length = steps > 0 ? steps : MaxRoundSteps();
-  lr.total_steps = length;
-  job_total_steps = round_base + length * (spec.training().rounds() - options.round);
-  if (steps <= 0) return;
-  const int64_t epochs = (steps + steps_per_epoch - 1) / steps_per_epoch;
-  schedule.end_epoch = static_cast<int>(std::min<int64_t>(schedule.end_epoch, epochs));
-  if (schedule.first_epoch > schedule.end_epoch) schedule.first_epoch = schedule.end_epoch;
-  if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
-}
-
-// While the round's count is open: rank 0's answer after this step (0 = keep timing) goes to
-// every rank, so all stop timing at the same step with the same count.
-Status Trainer::Impl::TimeStep() {
-  std::vector<at::Tensor> answer{
-      torch::tensor({budget->StepDone(summary.steps_run)}, torch::kLong)};
-  MLCD_RETURN_IF_ERROR(comm->Broadcast(answer, 0).WithContext("timing the round's steps"));
-  const int64_t count = answer[0].item<int64_t>();
-  if (count > 0) FixRoundSteps(count);
-  return Status::Ok();
-}
-
-void Trainer::Impl::FixRoundSteps(int64_t steps) {
-  SetRoundSteps(steps);
-  const double per_step = budget->seconds_per_step();
-  const double budget_seconds = spec.training().time_budget_minutes() * 60;
-  MLCD_LOG(INFO) << "time budget " << Fixed(budget_seconds, 0) << " s: "
-                 << (per_step > 0 ? Fixed(per_step, 3) + " s per step over the first " +
-                                        std::to_string(summary.steps_run) + " steps; "
-                                  : "")
-                 << "round " << options.round << " trains " << round_steps << " steps ("
-                 << schedule.end_epoch << " epochs of up to " << steps_per_epoch
-                 << " steps); the learning-rate schedule ends at the last";
-  Emit(json{{"event", "budget"},
-            {"round", options.round},
-            {"round_steps", round_steps},
-            {"round_epochs", schedule.end_epoch},
-            {"steps_per_epoch", steps_per_epoch},
-            {"steps_per_second", per_step > 0 ? 1.0 / per_step : 0.0},
-            {"timed_steps", summary.steps_run},
-            {"budget_seconds", budget_seconds},
-            {"job_total_steps", job_total_steps}});
-}
-
 StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
                                                 int64_t steps_done_in_epoch, bool round_end) {
   const auto start = Clock::now();
@@ -662,26 +509,6 @@ Status Trainer::Impl::Run() {
             {"steps", summary.steps_run},
             {"label_wait_seconds", summary.label_wait_seconds},
             {"seconds", summary.seconds}});
-  return Status::Ok();
-}
-
-Status Trainer::Impl::StopAfter(const StepPosition& pos, int64_t done, bool checkpointed) {
-  const bool asked_here = options.stop_requested->load();
-  MLCD_LOG(WARNING) << "stopping after global step " << summary.global_step << " ("
-                    << (asked_here ? "stop requested" : "a peer of the gang is stopping")
-                    << "): " << (checkpointed || checkpoint_root.empty() ? "" : "checkpoint, ")
-                    << "then exit";
-  if (!checkpointed && !checkpoint_root.empty())
-    MLCD_RETURN_IF_ERROR(Checkpoint(pos, done, /*round_end=*/false).status());
-  summary.stopped = true;
-  Emit(json{{"event", "stopped"},
-            {"round", pos.round},
-            {"epoch", pos.epoch},
-            {"step_in_epoch", done},
-            {"global_step", summary.global_step},
-            {"checkpoint", checkpoint_root.empty() ? "" : summary.last_checkpoint},
-            {"steps", summary.steps_run},
-            {"reason", asked_here ? "stop requested" : "a peer of the gang is stopping"}});
   return Status::Ok();
 }
 

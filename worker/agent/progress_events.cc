@@ -1,0 +1,110 @@
+#include "worker/agent/progress_events.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+namespace mlcd::worker {
+namespace {
+
+template <typename T>
+T Get(const nlohmann::json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+}
+
+}  // namespace
+
+bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOutcome* outcome,
+                        bool* urgent) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+  if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) return false;
+  const std::string event = j["event"].get<std::string>();
+  *urgent = false;
+  p->set_events(p->events() + 1);
+  if (event == "started") {
+    p->set_phase("running");
+    p->set_steps_per_epoch(Get<int64_t>(j, "steps_per_epoch", p->steps_per_epoch()));
+    p->set_job_total_steps(Get<int64_t>(j, "job_total_steps", p->job_total_steps()));
+    *urgent = true;
+  } else if (event == "progress") {
+    const bool first = p->total_steps() == 0 && p->step() == 0;
+    p->set_phase("running");
+    p->set_round(Get<int32_t>(j, "round", p->round()));
+    p->set_epoch(Get<int32_t>(j, "epoch", p->epoch()));
+    if (j.contains("phase") && j["phase"].is_string())
+      p->set_activity(j["phase"].get<std::string>());
+    if (j.contains("rows_done")) {
+      // embed / eval progress
+      p->set_step(Get<int64_t>(j, "rows_done", p->step()));
+      p->set_steps_per_epoch(Get<int64_t>(j, "rows_total", p->steps_per_epoch()));
+    } else {
+      p->set_step(Get<int64_t>(j, "step_in_epoch", p->step()));
+      p->set_steps_per_epoch(Get<int64_t>(j, "steps_per_epoch", p->steps_per_epoch()));
+      p->set_total_steps(Get<int64_t>(j, "global_step", p->total_steps()));
+    }
+    p->set_loss(Get<double>(j, "loss", p->loss()));
+    p->set_samples_per_second(Get<double>(j, "samples_per_second", p->samples_per_second()));
+    p->set_mean_positive_cosine(Get<double>(j, "mean_positive_cosine", p->mean_positive_cosine()));
+    p->set_mean_negative_cosine(Get<double>(j, "mean_negative_cosine", p->mean_negative_cosine()));
+    *urgent = first;
+  } else if (event == "checkpoint") {
+    p->set_checkpoint(Get<std::string>(j, "path", ""));
+    p->set_checkpoint_round(Get<int32_t>(j, "round", 0));
+    p->set_checkpoint_epoch(Get<int32_t>(j, "epoch", 0));
+    p->set_checkpoint_step(Get<int64_t>(j, "step_in_epoch", 0));
+    p->set_checkpoint_global_step(Get<int64_t>(j, "global_step", 0));
+    p->set_checkpoint_epoch_complete(Get<bool>(j, "epoch_complete", false));
+    p->set_total_steps(std::max(p->total_steps(), p->checkpoint_global_step()));
+    *urgent = true;
+  } else if (event == "budget") {
+    // training.time_budget_minutes fixed the round's step count: the coordinator records it.
+    p->set_round_steps(Get<int64_t>(j, "round_steps", p->round_steps()));
+    p->set_measured_steps_per_second(
+        Get<double>(j, "steps_per_second", p->measured_steps_per_second()));
+    p->set_steps_per_epoch(Get<int64_t>(j, "steps_per_epoch", p->steps_per_epoch()));
+    p->set_job_total_steps(Get<int64_t>(j, "job_total_steps", p->job_total_steps()));
+    *urgent = true;
+  } else if (event == "finished") {
+    p->set_phase("finishing");
+    p->set_total_steps(Get<int64_t>(j, "global_step", p->total_steps()));
+    outcome->finished = true;
+    if (j.contains("outputs") && j["outputs"].is_array()) {
+      for (const auto& o : j["outputs"]) {
+        if (o.is_string()) outcome->outputs.push_back(o.get<std::string>());
+      }
+    }
+    if (j.contains("evaluation") && j["evaluation"].is_object()) {
+      google::protobuf::util::JsonParseOptions options;
+      options.ignore_unknown_fields = true;
+      if (google::protobuf::util::JsonStringToMessage(j["evaluation"].dump(), &outcome->evaluation,
+                                                      options)
+              .ok()) {
+        outcome->has_evaluation = true;
+      }
+    }
+    *urgent = true;
+  } else if (event == "stopped") {
+    outcome->stopped = true;
+    outcome->stopped_reason = Get<std::string>(j, "reason", "stop requested");
+    p->set_phase("stopping");
+    *urgent = true;
+  } else if (event == "error") {
+    outcome->error_message = Get<std::string>(j, "message", "error event without a message");
+    *urgent = true;
+  }
+  return true;
+}
+
+}  // namespace mlcd::worker
