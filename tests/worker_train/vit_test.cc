@@ -538,15 +538,19 @@ TEST(FusedAttentionTest, GradientMatchesFiniteDifferences) {
 
 TEST(FusedGeluTest, MatchesExactGeluAndItsDerivative) {
   torch::Tensor x = torch::linspace(-9, 9, 20001);
-  torch::Tensor a = x.clone().requires_grad_(true), b = x.clone().requires_grad_(true);
-  torch::Tensor ya = FusedGelu(a), yb = torch::gelu(b);
-  // A few float ulps of |y| (up to 9 here): torch 2.11's AVX-512 GELU on an H100 host differs
-  // by one ulp (1.19e-6 at y ~ 9) from ours.
-  const double rel = ((ya - yb).abs() / yb.abs().clamp_min(1.0)).max().item<double>();
+  torch::Tensor a = x.clone().requires_grad_(true);
+  torch::Tensor ya = FusedGelu(a);
+  // The reference is the exact GELU in double precision (libtorch's own float GELU is itself
+  // an approximation that differs between builds: torch 2.11's AVX-512 kernel is ~1e-6 off
+  // near |y| = 1). Ours must be within a few float ulps of max(|y|, 1).
+  torch::Tensor xd = x.to(torch::kDouble).requires_grad_(true);
+  torch::Tensor yd = torch::gelu(xd);
+  const double rel =
+      ((ya.to(torch::kDouble) - yd).abs() / yd.abs().clamp_min(1.0)).max().item<double>();
   EXPECT_LT(rel, 4 * 1.1920929e-7);
   ya.sum().backward();
-  yb.sum().backward();
-  EXPECT_LT(MaxAbsDiff(a.grad(), b.grad()), 1e-6);
+  yd.sum().backward();
+  EXPECT_LT(MaxAbsDiff(a.grad().to(torch::kDouble), xd.grad()), 1e-6);
   // Hand values: gelu(0) = 0, gelu'(0) = 1/2, gelu(1) = Phi(1) = 0.8413447.
   EXPECT_NEAR(FusedGelu(torch::tensor({0.0f, 1.0f}))[1].item<float>(), 0.8413447f, 1e-6);
   EXPECT_NEAR(a.grad()[10000].item<float>(), 0.5f, 1e-6);
