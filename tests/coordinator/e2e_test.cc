@@ -55,26 +55,6 @@ std::string HttpGet(const std::string& address, const std::string& path) {
   return response;
 }
 
-// Every progress event of every assignment a worker ran: assignment id -> events.
-std::map<std::string, std::vector<nlohmann::json>> ProgressEvents(const std::string& worker_dir) {
-  std::map<std::string, std::vector<nlohmann::json>> out;
-  const std::string root = worker_dir + "/assignments";
-  DIR* d = ::opendir(root.c_str());
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    std::ifstream in(root + "/" + name + "/progress.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded()) out[name].push_back(j);
-    }
-  }
-  ::closedir(d);
-  return out;
-}
-
 // "tiny-1-a2-r0" -> "tiny-1-a2".
 std::string AttemptOf(const std::string& assignment_id) {
   return assignment_id.substr(0, assignment_id.rfind("-r"));

@@ -1,8 +1,10 @@
 #include "tests/coordinator/harness.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <fstream>
 #include <thread>
 
 #include "clients/coordinator_client.h"
@@ -248,6 +250,25 @@ int64_t TinyJob::TotalSteps() const {
   int64_t per_epoch = limit / batch_size;
   if (max_steps_per_epoch > 0) per_epoch = std::min<int64_t>(per_epoch, max_steps_per_epoch);
   return per_epoch * epochs * rounds;
+}
+
+std::map<std::string, std::vector<nlohmann::json>> ProgressEvents(const std::string& worker_dir) {
+  std::map<std::string, std::vector<nlohmann::json>> out;
+  const std::string root = worker_dir + "/assignments";
+  DIR* d = ::opendir(root.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    std::ifstream in(root + "/" + name + "/progress.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded()) out[name].push_back(j);
+    }
+  }
+  ::closedir(d);
+  return out;
 }
 
 }  // namespace mlcd::testing

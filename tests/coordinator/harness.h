@@ -5,9 +5,12 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
@@ -98,5 +101,9 @@ struct TinyJob {
 };
 
 bool IsTerminal(v1::JobState state);
+
+// Every progress event of every assignment a worker ran (the progress.jsonl files under
+// `worker_dir`/assignments): assignment id -> events.
+std::map<std::string, std::vector<nlohmann::json>> ProgressEvents(const std::string& worker_dir);
 
 }  // namespace mlcd::testing

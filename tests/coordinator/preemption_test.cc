@@ -25,26 +25,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// Every progress event of every assignment a worker ran: assignment id -> events.
-std::map<std::string, std::vector<nlohmann::json>> ProgressEvents(const std::string& worker_dir) {
-  std::map<std::string, std::vector<nlohmann::json>> out;
-  const std::string root = worker_dir + "/assignments";
-  DIR* d = ::opendir(root.c_str());
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    std::ifstream in(root + "/" + name + "/progress.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded()) out[name].push_back(j);
-    }
-  }
-  ::closedir(d);
-  return out;
-}
-
 // The global steps (1-based: the step count after it) a worker's children trained, with
 // how often each was trained, over all its assignments.
 std::map<int64_t, int> StepsTrained(const std::string& worker_dir) {
