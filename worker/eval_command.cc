@@ -245,6 +245,10 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
       MLCD_LOG(WARNING) << "baselines skipped: " << baselines.status().ToString();
       report->details["baselines_error"] = baselines.status().ToString();
     }
+    if (!o.output_dir.empty()) {
+      st = WriteResultFiles(o.output_dir, &*report);
+      if (!st.ok()) return fail(st.WithContext("writing the result with its baselines"));
+    }
   }
   nlohmann::json done = {{"event", "finished"}};
   if (report->has_result) {

@@ -155,10 +155,14 @@ class Runner:
 
     def run(self, argv, timeout=None, check=True):
         self.log("$ " + " ".join(argv))
-        p = subprocess.run(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # stderr apart: a warning written while stdout is flushed in pieces would otherwise land
+        # inside the JSON that `-o json` prints (a 2026-11-26 run lost a job that way).
+        p = subprocess.run(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=timeout)
+        if p.stderr.strip():
+            self.log("  stderr: " + p.stderr.strip()[-2000:])
         if check and p.returncode != 0:
-            raise RuntimeError(f"{argv[0]} exited {p.returncode}:\n{p.stdout[-4000:]}")
+            raise RuntimeError(f"{argv[0]} exited {p.returncode}:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
         return p
 
     def mlcdctl(self, *args, check=True, timeout=120):

@@ -8,6 +8,9 @@
 // alternately in --rounds rounds of --seconds each; the figure per side is the median over
 // rounds of the mean latency per call, and the overhead is B / A - 1. Channels are made once
 // (a worker keeps its channel), so the handshake is not in the figures; it is timed apart.
+// Beside the latency, the CPU time per call of both ends (this process's and the server's, from
+// getrusage and /proc/<pid>/stat over all rounds): latency on a shared machine also carries
+// scheduling delays, CPU time is what the security itself costs.
 //
 //   security_bench [--ids 100000] [--seconds 1] [--rounds 5] [--batches 1,64,128,1024]
 //                  [--out bench/results/security_tls.json]
@@ -19,6 +22,10 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <sstream>
+
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "clients/labelstore_client.h"
 #include "common/grpc_server.h"
@@ -78,6 +85,28 @@ double TimeCalls(const labelstore::LabelStoreClient& client, const std::vector<u
   }
   *calls_out += calls;
   return std::chrono::duration<double>(Clock::now() - start).count() / std::max<int64_t>(1, calls);
+}
+
+// CPU seconds (user + system, all threads) of this process.
+double SelfCpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// CPU seconds (user + system, all threads) of another process, from /proc/<pid>/stat.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  // Fields after the command name (which may hold spaces) start after the last ')'.
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 double Median(std::vector<double> v) {
@@ -172,7 +201,9 @@ int Run(int argc, char** argv) {
               "overhead", "mtls+token us/call", "overhead");
   for (int batch : batches) {
     const labelstore::LabelStoreClient* stores[3] = {&store_a, &store_c, &store_b};
+    const pid_t pids[3] = {a.pid(), c.pid(), b.pid()};
     std::vector<double> lat[3];
+    double cpu[3] = {0, 0, 0};
     int64_t calls[3] = {0, 0, 0};
     size_t off[3] = {0, 0, 0};
     for (int s = 0; s < 3; ++s) TimeCalls(*stores[s], pool, batch, 0.3, &off[s], &calls[s]);
@@ -181,18 +212,28 @@ int Run(int argc, char** argv) {
       // Rotate which side goes first, so drift on a shared machine hits all of them.
       for (int k = 0; k < 3; ++k) {
         const int s = (r + k) % 3;
+        const double cpu0 = SelfCpuSeconds() + ProcessCpuSeconds(pids[s]);
         lat[s].push_back(TimeCalls(*stores[s], pool, batch, seconds, &off[s], &calls[s]));
+        cpu[s] += SelfCpuSeconds() + ProcessCpuSeconds(pids[s]) - cpu0;
       }
     }
     const double ma = Median(lat[0]), mc = Median(lat[1]), mb = Median(lat[2]);
-    std::printf("%8d %14.1f %14.1f %9.1f%% %18.1f %9.1f%%\n", batch, ma * 1e6, mc * 1e6,
-                (mc / ma - 1) * 100, mb * 1e6, (mb / ma - 1) * 100);
+    double cpu_per_call[3];
+    for (int s = 0; s < 3; ++s) cpu_per_call[s] = cpu[s] / std::max<int64_t>(1, calls[s]);
+    std::printf(
+        "%8d %14.1f %14.1f %9.1f%% %18.1f %9.1f%%   cpu us/call %.1f / %.1f / %.1f (%+.1f%%)\n",
+        batch, ma * 1e6, mc * 1e6, (mc / ma - 1) * 100, mb * 1e6, (mb / ma - 1) * 100,
+        cpu_per_call[0] * 1e6, cpu_per_call[1] * 1e6, cpu_per_call[2] * 1e6,
+        (cpu_per_call[2] / cpu_per_call[0] - 1) * 100);
     rows.push_back(
         {{"batch", batch},
          {"plain_seconds_per_call", ma},
          {"mtls_seconds_per_call", mc},
          {"mtls_token_seconds_per_call", mb},
          {"overhead_fraction", mb / ma - 1},
+         {"cpu_seconds_per_call",
+          {{"plain", cpu_per_call[0]}, {"mtls", cpu_per_call[1]}, {"mtls_token", cpu_per_call[2]}}},
+         {"cpu_overhead_fraction", cpu_per_call[2] / cpu_per_call[0] - 1},
          {"mtls_only_overhead_fraction", mc / ma - 1},
          {"plain_rounds", lat[0]},
          {"mtls_rounds", lat[1]},

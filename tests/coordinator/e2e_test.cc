@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -365,6 +366,17 @@ TEST_F(CoordinatorEndToEndTest, TimeBudgetedJobSucceedsWithItsBaselines) {
     EXPECT_GT(b.linear_probe_accuracy(), 0.2) << b.name();  // chance is 10 %
     EXPECT_GT(b.knn_accuracy(), 0.2) << b.name();
   }
+  // The evaluation's file holds the baselines too (it used to be written before them).
+  std::string eval_json;
+  for (const auto& entry : std::filesystem::directory_iterator(cluster_->coordinator_data_dir() +
+                                                               "/jobs/" + job->id())) {
+    if (entry.path().filename().string().rfind("eval-a", 0) == 0)
+      eval_json = entry.path().string() + "/evaluation.json";
+  }
+  auto eval_text = ReadFileToString(eval_json);
+  ASSERT_TRUE(eval_text.ok()) << eval_text.status().ToString();
+  EXPECT_NE(eval_text->find("raw-pixels"), std::string::npos) << *eval_text;
+  EXPECT_NE(eval_text->find("random-init"), std::string::npos) << *eval_text;
   const std::string flag = "--coordinator=" + cluster_->coordinator_address();
   std::string out;
   ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "get", job->id()}, &out), 0) << out;

@@ -60,6 +60,10 @@ std::string IndexStamp(const std::string& path) {
       << fs::last_write_time(p, e).time_since_epoch().count() << ';';
   };
   if (fs::is_directory(path, ec)) {
+    // The folder's own time changes when an entry is added, removed or renamed; its files'
+    // size and time when one is rewritten in place. (Files deeper down, e.g. the images of
+    // an image folder's class folders, are covered by the dataset's index, stamped apart.)
+    s << fs::last_write_time(path, ec).time_since_epoch().count() << ';';
     for (const auto& entry : fs::directory_iterator(path, ec)) stamp(entry.path());
   } else {
     stamp(path);
@@ -196,6 +200,8 @@ StatusOr<std::string> BaselineCacheKey(const EvaluationOptions& job, const std::
   std::ostringstream s;
   s << name << '\n' << Deterministic(eval.dataset()) << '\n';
   s << IndexStamp(eval.dataset().index()) << '\n' << IndexStamp(eval.dataset().test_index());
+  s << '\n' << IndexStamp(eval.dataset().path());
+  for (const std::string& p : eval.dataset().paths()) s << '\n' << IndexStamp(p);
   s << "\nlimits "
     << (job.train_limit >= 0 ? static_cast<uint64_t>(job.train_limit) : eval.train_limit()) << ' '
     << (job.test_limit >= 0 ? static_cast<uint64_t>(job.test_limit) : eval.test_limit());

@@ -7,7 +7,8 @@
 //     inputs with more than kMaxPixelFeatureDim values are average-pooled down to fit.
 // They run in one process (rank 0 of the evaluation gang, after the model's evaluation).
 // Each result is cached as <cache_dir>/<name>-<key>.json, the key a hash of everything that
-// decides it (evaluation dataset spec and its index files' size and time, splits' limits,
+// decides it (evaluation dataset spec, the size and time of its index files and of its
+// path(s) (a folder: its own time and its files'), splits' limits,
 // probe and kNN settings, and for random-init the model spec, features and seed), so the
 // next job with the same data and settings reads it instead (BaselineResult.cached).
 #pragma once

@@ -492,11 +492,8 @@ void MaybeMeasureFig3(const EvaluationOptions& options, const EvalPlan& plan, co
 // evaluation.json, evaluation-details.json and, when asked, the embeddings of both splits.
 Status WriteOutputs(const EvaluationOptions& options, EvalInputs* in, EvaluationReport* report) {
   MLCD_RETURN_IF_ERROR(MakeDirs(options.output_dir));
-  std::string result_path = options.output_dir + "/evaluation.json";
-  std::string details_path = options.output_dir + "/evaluation-details.json";
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(result_path, ToJson(report->result) + "\n"));
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(details_path, report->details.dump(2) + "\n"));
-  report->outputs = {result_path, details_path};
+  report->outputs.clear();
+  MLCD_RETURN_IF_ERROR(WriteResultFiles(options.output_dir, report));
   if (!options.keep_embeddings) return Status::Ok();
   for (auto* split : {&in->train, &in->test}) {
     if (split->ids.empty()) {
@@ -514,6 +511,17 @@ Status WriteOutputs(const EvaluationOptions& options, EvalInputs* in, Evaluation
 }
 
 }  // namespace
+
+Status WriteResultFiles(const std::string& output_dir, EvaluationReport* report) {
+  const std::string result_path = output_dir + "/evaluation.json";
+  const std::string details_path = output_dir + "/evaluation-details.json";
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(result_path, ToJson(report->result) + "\n"));
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(details_path, report->details.dump(2) + "\n"));
+  if (report->outputs.size() < 2 || report->outputs[0] != result_path) {
+    report->outputs.insert(report->outputs.begin(), {result_path, details_path});
+  }
+  return Status::Ok();
+}
 
 StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   auto start = Clock::now();

@@ -102,6 +102,11 @@ struct EvaluationReport {
 
 StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options);
 
+// (Re)writes <output_dir>/evaluation.json and evaluation-details.json from `report`, and puts
+// both paths first in report->outputs unless they are there. Called by RunEvaluation, and
+// again by whoever adds to the result afterwards (the baselines), so the files hold it all.
+Status WriteResultFiles(const std::string& output_dir, EvaluationReport* report);
+
 // The Fig. 3 quantities for embeddings (rows L2-normalised) and their positive labels
 // (n x l, < 0 = padding) against class centres (k x d, any norm): the mean cosine over all
 // (sample, positive) pairs and over all (sample, other centre) pairs. Exposed for tests.
