@@ -376,7 +376,8 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
   };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
-  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
+  MLCD_ASSIGN_OR_RETURN(FeatureShards shards,
+                        FeatureShards::Open(inputs.paths, inputs.ids_paths, &options_.data_roots));
   note("features: " + shards.Describe() + "; checking values");
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, shards.rows()));
@@ -519,7 +520,8 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
-  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
+  MLCD_ASSIGN_OR_RETURN(FeatureShards shards,
+                        FeatureShards::Open(inputs.paths, inputs.ids_paths, &options_.data_roots));
   note("features: " + shards.Describe() + "; checking values");
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   int k = 0, d = 0;
