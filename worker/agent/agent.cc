@@ -420,6 +420,10 @@ Status Agent::StartAssignment(const v1::Assignment& assignment, const Assignment
     argv.push_back("--stop-deadline-seconds");
     argv.push_back(std::to_string(child_deadline.count()));
   }
+  for (const std::string& root : options_.data_roots.roots()) {
+    argv.push_back("--data-root");
+    argv.push_back(root);
+  }
   return StartChild(argv, files.log, pid);
 }
 

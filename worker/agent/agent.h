@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/status.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 #include "mlcd/v1/worker.pb.h"
@@ -53,6 +54,9 @@ struct AgentOptions {
   // Plaintext health-only gRPC address for probes that cannot speak TLS ("" = none).
   std::string health_listen;
   std::string data_dir = "./mlcd-worker-data";
+  // Where the children may read and write (worker/agent/assignment_paths.h): passed to each
+  // as --data-root flags. Empty = the children confine nothing (tests of the agent alone).
+  DataRoots data_roots;
   // Executable of the children (default: this process's own executable).
   std::string worker_binary;
   // Passed to train children as --metrics-listen (one fixed address per slot; "" = children
