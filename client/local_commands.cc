@@ -57,7 +57,7 @@ struct LocalOptions {
   int max_restarts = 5;
   std::string log_level = "info";
   double stop_timeout = 30;
-  // --data-root of clusterd and the coordinator; none given = the cluster's --dir, the
+  // --data-root of clusterd, the coordinator and the worker agents; none given = the cluster's --dir, the
   // working directory `local up` runs in, and /usr/share/datasets.
   std::vector<std::string> data_roots;
   bool insecure = false;
@@ -252,6 +252,8 @@ Status LocalCluster::Up() {
          status, "--data-dir", opt_.dir + "/workers/w" + std::to_string(i), "--metrics-listen",
          metrics, "--child-metrics-listen", child_metrics, "--log-level", opt_.log_level},
         logs + name + ".log"};
+    // The same roots as clusterd and the coordinator: the children confine to them.
+    p.args.insert(p.args.end(), root_flags.begin(), root_flags.end());
     p.worker = true;
     p.env = security_.WorkerEnv();
     procs_.push_back(p);
@@ -603,8 +605,9 @@ CommandRegistration reg(90, [](CLI::App& app, Context& ctx) {
     up->add_option("--max-restarts", opt->max_restarts, "restarts of a process that dies, each")
         ->capture_default_str();
     up->add_option("--data-root", opt->data_roots,
-                   "directory job specs may name paths under (repeatable; default: --dir, the "
-                   "working directory and /usr/share/datasets)");
+                   "directory job specs may name paths under, given to clusterd, the coordinator "
+                   "and the worker agents (repeatable; default: --dir, the working directory and "
+                   "/usr/share/datasets)");
     up->add_option("--log-level", opt->log_level, "log level of the services")
         ->capture_default_str();
     up->add_flag("--insecure", opt->insecure,

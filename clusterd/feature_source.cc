@@ -20,7 +20,7 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-StatusOr<std::vector<std::string>> ListShardDir(const std::string& dir) {
+StatusOr<std::vector<std::string>> ListShardDir(const std::string& dir, const DataRoots* roots) {
   DIR* d = opendir(dir.c_str());
   if (!d) return Status::InvalidArgument(dir + ": cannot list directory: " + std::strerror(errno));
   std::vector<std::string> names;
@@ -36,6 +36,7 @@ StatusOr<std::vector<std::string>> ListShardDir(const std::string& dir) {
   std::vector<std::string> out;
   std::string prefix = EndsWith(dir, "/") ? dir : dir + "/";
   for (const auto& n : names) {
+    if (roots) MLCD_RETURN_IF_ERROR(roots->CheckListedEntry(prefix + n, "features.paths"));
     if (!IsDirectory(prefix + n)) out.push_back(prefix + n);
   }
   return out;
@@ -74,7 +75,8 @@ void NormalizeRow(float* x, int d) {
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths) {
+StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths,
+                                                    const DataRoots* roots) {
   if (paths.empty())
     return Status::InvalidArgument(
         "no feature paths given: pass .npy files or directories of them");
@@ -83,7 +85,7 @@ StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::strin
     if (p.empty()) return Status::InvalidArgument("empty feature path");
     if (!PathExists(p)) return Status::NotFound(p + ": no such file or directory");
     if (IsDirectory(p)) {
-      MLCD_ASSIGN_OR_RETURN(std::vector<std::string> files, ListShardDir(p));
+      MLCD_ASSIGN_OR_RETURN(std::vector<std::string> files, ListShardDir(p, roots));
       if (files.empty()) {
         return Status::InvalidArgument(
             p +
@@ -99,8 +101,9 @@ StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::strin
 }
 
 StatusOr<FeatureShards> FeatureShards::Open(const std::vector<std::string>& paths,
-                                            const std::vector<std::string>& ids_paths) {
-  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandShardPaths(paths));
+                                            const std::vector<std::string>& ids_paths,
+                                            const DataRoots* roots) {
+  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandShardPaths(paths, roots));
   FeatureShards fs;
   fs.starts_.push_back(0);
   for (const auto& file : files) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/npy.h"
 #include "common/status.h"
 
@@ -29,8 +30,11 @@ namespace mlcd::clusterd {
 
 // Expands `paths` (files or directories) into the list of shard files, in order. A directory
 // contributes its *.npy files sorted by name, except *.ids.npy and *.labels.npy (sample ids
-// and class labels kept beside the shards). INVALID_ARGUMENT when nothing is found.
-StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths);
+// and class labels kept beside the shards). INVALID_ARGUMENT when nothing is found. With
+// `roots`, a symbolic link in a listed directory must resolve under them
+// (DataRoots::CheckListedEntry: PERMISSION_DENIED, the same for a dangling link).
+StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths,
+                                                    const DataRoots* roots = nullptr);
 
 // Largest feature dimension d a shard may have (d is kept as an int).
 constexpr int64_t kMaxFeatureDim = int64_t{1} << 24;
@@ -39,8 +43,10 @@ class FeatureShards {
  public:
   // Opens and validates every shard (header, dtype, shape, size, same d) and the optional ids
   // files. Does not read the data; see CheckFinite() for the value scan.
+  // `roots` as for ExpandShardPaths.
   static StatusOr<FeatureShards> Open(const std::vector<std::string>& paths,
-                                      const std::vector<std::string>& ids_paths = {});
+                                      const std::vector<std::string>& ids_paths = {},
+                                      const DataRoots* roots = nullptr);
 
   FeatureShards(FeatureShards&&) = default;
   FeatureShards& operator=(FeatureShards&&) = default;

@@ -310,6 +310,11 @@ StatusOr<std::string> ClusterdService::Resolve(const std::string& path,
 
 namespace {
 
+// The request's feature shards; a link in a listed folder must resolve under `roots`.
+StatusOr<FeatureShards> OpenShards(const FeatureInputs& inputs, const DataRoots& roots) {
+  return FeatureShards::Open(inputs.paths, inputs.ids_paths, &roots);
+}
+
 // Holds the job slot for the scope of a job and keeps the gauges current.
 class JobSlot {
  public:
@@ -376,7 +381,7 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
   };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
-  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
+  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, OpenShards(inputs, options_.data_roots));
   note("features: " + shards.Describe() + "; checking values");
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, shards.rows()));
@@ -519,7 +524,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
-  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, FeatureShards::Open(inputs.paths, inputs.ids_paths));
+  MLCD_ASSIGN_OR_RETURN(FeatureShards shards, OpenShards(inputs, options_.data_roots));
   note("features: " + shards.Describe() + "; checking values");
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   int k = 0, d = 0;

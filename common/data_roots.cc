@@ -1,5 +1,7 @@
 #include "common/data_roots.h"
 
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -98,9 +100,25 @@ StatusOr<std::string> DataRoots::Confine(const std::string& path, const std::str
       if (Under(resolved, root)) return resolved;
     }
   }
+  return Outside(path, field);
+}
+
+Status DataRoots::Outside(const std::string& path, const std::string& field) const {
   return Status(StatusCode::kPermissionDenied,
                 field + ": '" + path + "' is not under a data root of this service (--data-root: " +
                     Describe() + "); paths are refused there whether or not they exist");
+}
+
+Status DataRoots::CheckListedEntry(const std::string& path, const std::string& field) const {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return Status::Ok();
+  const std::string resolved = RealPath(path);
+  if (!resolved.empty()) {
+    for (const auto& root : roots_) {
+      if (Under(resolved, root)) return Status::Ok();
+    }
+  }
+  return Outside(path, field);
 }
 
 void AddDataRootFlag(CLI::App& app, std::vector<std::string>* roots,

@@ -49,7 +49,17 @@ class DataRoots {
   // same for existing and missing paths.
   StatusOr<std::string> Confine(const std::string& path, const std::string& field) const;
 
+  // For an entry met while listing a confined directory (a folder of feature shards, an
+  // image folder, a directory of tar shards): a symbolic link must resolve (realpath, so its
+  // target exists) under a root, else the same PERMISSION_DENIED as Confine; a dangling link
+  // and one leading outside are refused alike, so a listing tells nothing of what lies
+  // outside. Anything that is not a link passes (it lies in the directory listed). Call it
+  // before anything follows the entry (stat, is_directory, open).
+  Status CheckListedEntry(const std::string& path, const std::string& field) const;
+
  private:
+  Status Outside(const std::string& path, const std::string& field) const;
+
   std::vector<std::string> roots_;  // resolved, no trailing '/' (except "/")
 };
 

@@ -24,7 +24,7 @@ std::string RealPath(const std::string& path) {
 
 // The index's files must be the dataset the spec names (when it names one).
 Status CheckIndexMatchesPaths(const v1::DatasetSpec& d, const DatasetIndex& index,
-                              const std::string& field) {
+                              const std::string& field, const DataRoots* roots) {
   std::vector<std::string> paths;
   if (!d.path().empty()) paths.push_back(d.path());
   for (const auto& p : d.paths()) paths.push_back(p);
@@ -40,7 +40,7 @@ Status CheckIndexMatchesPaths(const v1::DatasetSpec& d, const DatasetIndex& inde
     }
     return Status::Ok();
   }
-  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandShardPaths(paths));
+  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandShardPaths(paths, roots));
   std::set<std::string> named, indexed;
   for (const auto& s : shards) named.insert(RealPath(s));
   for (const auto& f : index.files) indexed.insert(f.path);
@@ -54,14 +54,14 @@ Status CheckIndexMatchesPaths(const v1::DatasetSpec& d, const DatasetIndex& inde
 }
 
 StatusOr<DatasetIndex> LoadChecked(const v1::DatasetSpec& d, const std::string& dir,
-                                   const std::string& field) {
+                                   const std::string& field, const DataRoots* roots) {
   if (dir.empty()) {
     return Status::InvalidArgument(field +
                                    ": empty; build an index with `mlcdctl dataset index "
                                    "--format " +
                                    d.format() + " --path ... --out DIR` and give DIR here");
   }
-  StatusOr<DatasetIndex> index = LoadDatasetIndex(dir, /*check_fingerprint=*/true);
+  StatusOr<DatasetIndex> index = LoadDatasetIndex(dir, /*check_fingerprint=*/true, roots);
   if (!index.ok()) return index.status().WithContext(field);
   if (DatasetFormatName(index->format) != d.format()) {
     return Status::InvalidArgument(field + ": '" + dir + "' indexes a " +
@@ -71,12 +71,12 @@ StatusOr<DatasetIndex> LoadChecked(const v1::DatasetSpec& d, const std::string& 
   return index;
 }
 
-Status CheckFeatures(const v1::JobSpec& spec, const DatasetIndex& index) {
+Status CheckFeatures(const v1::JobSpec& spec, const DatasetIndex& index, const DataRoots* roots) {
   const auto& f = spec.clustering().features();
   if (f.kind() != "npy") return Status::Ok();
   const std::string field = "spec.clustering.features";
   std::vector<std::string> paths(f.paths().begin(), f.paths().end());
-  StatusOr<std::vector<NpyShardRows>> shards = ListNpyShardRows(paths);
+  StatusOr<std::vector<NpyShardRows>> shards = ListNpyShardRows(paths, roots);
   if (!shards.ok()) return shards.status().WithContext(field + ".paths");
   int64_t rows = 0;
   for (const auto& s : *shards) rows += s.rows;
@@ -95,12 +95,13 @@ uint64_t Fnv1a(const std::string& text, uint64_t h = 1469598103934665603ull) {
 // stats; webdataset: the expanded shards).
 StatusOr<std::vector<IndexedFile>> DatasetFiles(DatasetFormat format,
                                                 const std::vector<std::string>& paths,
-                                                DatasetIndex* folder_index) {
+                                                DatasetIndex* folder_index,
+                                                const DataRoots* roots) {
   if (format == DatasetFormat::kImageFolder) {
-    MLCD_ASSIGN_OR_RETURN(*folder_index, BuildDatasetIndex(format, paths));
+    MLCD_ASSIGN_OR_RETURN(*folder_index, BuildDatasetIndex(format, paths, roots));
     return folder_index->files;
   }
-  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandShardPaths(paths));
+  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandShardPaths(paths, roots));
   std::vector<IndexedFile> files;
   for (const auto& s : shards) {
     MLCD_ASSIGN_OR_RETURN(IndexedFile f, StatIndexedFile(s));
@@ -110,13 +111,15 @@ StatusOr<std::vector<IndexedFile>> DatasetFiles(DatasetFormat format,
 }
 
 // The coordinator's index of `d` (see ResolveDatasetIndexes): its directory.
-StatusOr<std::string> CoordinatorIndex(const std::string& data_dir, const v1::DatasetSpec& d) {
+StatusOr<std::string> CoordinatorIndex(const std::string& data_dir, const v1::DatasetSpec& d,
+                                       const DataRoots* roots) {
   MLCD_ASSIGN_OR_RETURN(DatasetFormat format, ParseDatasetFormat(d.format()));
   std::vector<std::string> paths;
   if (!d.path().empty()) paths.push_back(d.path());
   for (const auto& p : d.paths()) paths.push_back(p);
   DatasetIndex folder;
-  MLCD_ASSIGN_OR_RETURN(std::vector<IndexedFile> files, DatasetFiles(format, paths, &folder));
+  MLCD_ASSIGN_OR_RETURN(std::vector<IndexedFile> files,
+                        DatasetFiles(format, paths, &folder, roots));
   uint64_t h = Fnv1a(d.format());
   for (const auto& f : files) {
     h = Fnv1a(f.path + "\t" + std::to_string(f.size) + "\t" + std::to_string(f.mtime_ns), h);
@@ -129,7 +132,7 @@ StatusOr<std::string> CoordinatorIndex(const std::string& data_dir, const v1::Da
   if (format == DatasetFormat::kImageFolder) {
     index = std::move(folder);
   } else {
-    MLCD_ASSIGN_OR_RETURN(index, BuildDatasetIndex(format, paths));
+    MLCD_ASSIGN_OR_RETURN(index, BuildDatasetIndex(format, paths, roots));
   }
   MLCD_RETURN_IF_ERROR(WriteDatasetIndex(index, dir));
   MLCD_LOG(INFO) << "built the dataset index " << dir << ": " << index.Describe();
@@ -138,12 +141,13 @@ StatusOr<std::string> CoordinatorIndex(const std::string& data_dir, const v1::Da
 
 }  // namespace
 
-Status ResolveDatasetIndexes(const std::string& data_dir, v1::JobSpec* spec) {
+Status ResolveDatasetIndexes(const std::string& data_dir, v1::JobSpec* spec,
+                             const DataRoots* roots) {
   v1::DatasetSpec* d = spec->mutable_dataset();
   if (data_dir.empty() || !IsIndexedFormat(d->format()) || !d->index().empty() ||
       (d->path().empty() && d->paths().empty()))
     return Status::Ok();
-  StatusOr<std::string> dir = CoordinatorIndex(data_dir, *d);
+  StatusOr<std::string> dir = CoordinatorIndex(data_dir, *d, roots);
   if (!dir.ok()) return dir.status().WithContext("spec.dataset.path");
   v1::DatasetSpec* e = spec->mutable_evaluation()->mutable_dataset();
   if (e->index().empty() && e->format() == d->format() && e->path() == d->path() &&
@@ -154,11 +158,12 @@ Status ResolveDatasetIndexes(const std::string& data_dir, v1::JobSpec* spec) {
   return Status::Ok();
 }
 
-Status CheckDatasetInputs(const v1::JobSpec& spec) {
+Status CheckDatasetInputs(const v1::JobSpec& spec, const DataRoots* roots) {
   const v1::DatasetSpec& d = spec.dataset();
   if (IsIndexedFormat(d.format())) {
-    MLCD_ASSIGN_OR_RETURN(DatasetIndex index, LoadChecked(d, d.index(), "spec.dataset.index"));
-    MLCD_RETURN_IF_ERROR(CheckIndexMatchesPaths(d, index, "spec.dataset.index"));
+    MLCD_ASSIGN_OR_RETURN(DatasetIndex index,
+                          LoadChecked(d, d.index(), "spec.dataset.index", roots));
+    MLCD_RETURN_IF_ERROR(CheckIndexMatchesPaths(d, index, "spec.dataset.index", roots));
     const int64_t n = index.size();
     if (spec.clustering().k() > n) {
       return Status::InvalidArgument("spec.clustering.k: " + std::to_string(spec.clustering().k()) +
@@ -171,15 +176,16 @@ Status CheckDatasetInputs(const v1::JobSpec& spec) {
           "spec.training.batch_size: " + std::to_string(spec.training().batch_size()) + " > the " +
           std::to_string(n) + " samples of the dataset index");
     }
-    MLCD_RETURN_IF_ERROR(CheckFeatures(spec, index));
+    MLCD_RETURN_IF_ERROR(CheckFeatures(spec, index, roots));
   }
   const auto& e = spec.evaluation();
   if (e.enabled() && IsIndexedFormat(e.dataset().format())) {
     MLCD_RETURN_IF_ERROR(
-        LoadChecked(e.dataset(), e.dataset().index(), "spec.evaluation.dataset.index").status());
-    MLCD_RETURN_IF_ERROR(
-        LoadChecked(e.dataset(), e.dataset().test_index(), "spec.evaluation.dataset.test_index")
+        LoadChecked(e.dataset(), e.dataset().index(), "spec.evaluation.dataset.index", roots)
             .status());
+    MLCD_RETURN_IF_ERROR(LoadChecked(e.dataset(), e.dataset().test_index(),
+                                     "spec.evaluation.dataset.test_index", roots)
+                             .status());
   }
   return Status::Ok();
 }
@@ -187,8 +193,8 @@ Status CheckDatasetInputs(const v1::JobSpec& spec) {
 StatusOr<std::vector<std::string>> WriteAlignedFeatureIds(const v1::JobSpec& spec,
                                                           const std::string& dir) {
   const auto& f = spec.clustering().features();
-  MLCD_ASSIGN_OR_RETURN(DatasetIndex index,
-                        LoadChecked(spec.dataset(), spec.dataset().index(), "spec.dataset.index"));
+  MLCD_ASSIGN_OR_RETURN(DatasetIndex index, LoadChecked(spec.dataset(), spec.dataset().index(),
+                                                        "spec.dataset.index", nullptr));
   std::vector<std::string> paths(f.paths().begin(), f.paths().end());
   MLCD_ASSIGN_OR_RETURN(std::vector<NpyShardRows> shards, ListNpyShardRows(paths));
   int64_t rows = 0;

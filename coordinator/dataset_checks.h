@@ -16,12 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/status.h"
 #include "mlcd/v1/job.pb.h"
 
 namespace mlcd::coordinator {
 
-Status CheckDatasetInputs(const v1::JobSpec& spec);
+// With `roots` (may be null): links met while listing the dataset's or the features'
+// directories, and the files an index names, must resolve under them (common/data_roots.h).
+Status CheckDatasetInputs(const v1::JobSpec& spec, const DataRoots* roots = nullptr);
 
 // An image dataset given by path(s) without dataset.index gets one from the coordinator:
 // `<data_dir>/datasets/<format>-<hash>`, where the hash covers every file's path, size and
@@ -31,7 +34,9 @@ Status CheckDatasetInputs(const v1::JobSpec& spec);
 // Sets dataset.index (and evaluation.dataset.index when it names the same files). Errors of
 // the build (NOT_FOUND naming a missing shard, DATA_LOSS for a damaged one, ...) as
 // "spec.dataset.path: ...". No-op with an empty data_dir or when the index is given.
-Status ResolveDatasetIndexes(const std::string& data_dir, v1::JobSpec* spec);
+// `roots` as for CheckDatasetInputs.
+Status ResolveDatasetIndexes(const std::string& data_dir, v1::JobSpec* spec,
+                             const DataRoots* roots = nullptr);
 
 // At the start of round 0 with clustering.features.keys: the sample id of every feature row
 // (the same checks as at submit, the index's fingerprint included), written as one

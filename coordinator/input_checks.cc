@@ -85,8 +85,8 @@ StatusOr<ParsedJob> ParseSubmission(const v1::SubmitJobRequest& request,
   // (dry run or not) tells whether one exists.
   if (roots) MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(ConfinedPathProblems(parsed.spec, *roots)));
   MLCD_RETURN_IF_ERROR(SpecProblemsToStatus(InputProblems(parsed.spec)));
-  MLCD_RETURN_IF_ERROR(ResolveDatasetIndexes(data_dir, &parsed.spec));
-  MLCD_RETURN_IF_ERROR(CheckDatasetInputs(parsed.spec));
+  MLCD_RETURN_IF_ERROR(ResolveDatasetIndexes(data_dir, &parsed.spec, roots));
+  MLCD_RETURN_IF_ERROR(CheckDatasetInputs(parsed.spec, roots));
   return parsed;
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/flags.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
@@ -15,6 +16,7 @@
 #include "common/security.h"
 #include "mlcd/v1/worker.grpc.pb.h"
 #include "worker/agent/agent.h"
+#include "worker/agent/assignment_paths.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
 
@@ -89,7 +91,7 @@ int RunAgent(AgentOptions options, const std::string& log_level, const SecurityO
   MLCD_LOG(INFO) << "worker agent " << options.name << " for coordinator " << options.coordinator
                  << " (runs " << kinds << "; status on "
                  << (options.listen.empty() ? "(off)" : options.listen) << ", data in "
-                 << options.data_dir << ")";
+                 << options.data_dir << ", data roots " << options.data_roots.Describe() << ")";
   std::atomic<bool> ran{false};
   std::thread signals([&agent, &ran] {
     while (!ran && !StopSignal()) {
@@ -143,6 +145,10 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
          "--data-dir", options->data_dir,
          "where assignment files go: assignments/<id>/{assignment.json,progress.jsonl,worker.log}")
       ->capture_default_str();
+  auto data_roots = std::make_shared<std::vector<std::string>>();
+  AddWorkerDataRootFlag(*cmd, data_roots.get(),
+                        "its --data-dir and " + std::string(kSharedDatasetsDir) +
+                            "; the children get the same roots");
   cmd->add_option("--worker-binary", options->worker_binary,
                   "executable run for assignments (default: this mlcd-worker)");
   cmd->add_option("--metrics-listen", options->metrics_listen,
@@ -172,8 +178,18 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
   auto security = std::make_shared<SecurityOptions>();
   AddSecurityFlags(*cmd, security.get(), /*server=*/true);
   CLI::App* root = &app;
-  cmd->callback([options, log_level, security, exit_code, root, stop_deadline] {
+  cmd->callback([options, log_level, security, exit_code, root, stop_deadline, data_roots] {
     if (options->name.empty()) options->name = HostName();
+    // The data dir is a default root, so it must exist first (Run() would make it anyway).
+    Status made = MakeDirs(options->data_dir);
+    auto roots = made.ok() ? AgentDataRoots(*data_roots, options->data_dir)
+                           : StatusOr<DataRoots>(made.WithContext("--data-dir"));
+    if (!roots.ok()) {
+      std::fprintf(stderr, "error: %s\n", roots.status().ToString().c_str());
+      *exit_code = 2;
+      return;
+    }
+    options->data_roots = *roots;
     options->stop_deadline = std::chrono::seconds(*stop_deadline);
     // The kinds this executable runs follow from its subcommands.
     options->kinds.clear();

@@ -22,6 +22,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/npy.h"
+#include "worker/agent/assignment_paths.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
 #include "worker/eval/embed.h"
@@ -33,6 +34,7 @@ namespace {
 
 struct EmbedFlags {
   std::string assignment;
+  std::vector<std::string> data_roots;
   std::string spec;
   std::string checkpoint;
   std::string split = "train";
@@ -90,6 +92,8 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
   if (!flags.assignment.empty()) {
     auto a = cli::ReadAssignment(flags.assignment);
     if (!a.ok()) return fail(a.status().WithContext("--assignment"));
+    st = ConfineAssignmentForChild(*a, flags.data_roots);
+    if (!st.ok()) return fail(st);
     if (a->has_spec()) {
       spec = a->spec();
       have_spec = true;
@@ -198,6 +202,8 @@ CommandRegistration embed_registration(30, [](CLI::App& app, int* exit_code) {
       "--assignment", flags->assignment,
       "protobuf JSON of an mlcd.v1.Assignment (EXTRACT): spec, rank, world size, resume_checkpoint "
       "(the model; empty = random init) and output_dir; explicit flags override it");
+  AddWorkerDataRootFlag(*cmd, &flags->data_roots,
+                        "none: paths are not confined (the agent passes its own roots)");
   cmd->add_option("--spec", flags->spec,
                   "job spec (YAML, or .json protobuf JSON): the dataset, and the model for a "
                   "random initialisation");

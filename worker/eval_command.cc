@@ -23,6 +23,7 @@
 #include "common/eval_flags.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "worker/agent/assignment_paths.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
 #include "worker/eval/baselines.h"
@@ -34,6 +35,7 @@ namespace {
 
 struct EvalFlags {
   std::string assignment;
+  std::vector<std::string> data_roots;
   std::string spec;
   std::string checkpoint;
   bool random_init = false;
@@ -64,6 +66,7 @@ Status ApplyAssignment(const EvalFlags& flags, const CLI::App& cmd, EvaluationOp
   auto read = cli::ReadAssignment(flags.assignment);
   if (!read.ok()) return read.status().WithContext("--assignment");
   const v1::Assignment& a = *read;
+  MLCD_RETURN_IF_ERROR(ConfineAssignmentForChild(a, flags.data_roots));
   if (a.has_spec()) {
     o->spec = a.spec();
     o->has_spec = true;
@@ -279,6 +282,8 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
       "--assignment", flags->assignment,
       "protobuf JSON of an mlcd.v1.Assignment (EVALUATE): spec, resume_checkpoint, output_dir, "
       "label set and label store; explicit flags override it");
+  AddWorkerDataRootFlag(*cmd, &flags->data_roots,
+                        "none: paths are not confined (the agent passes its own roots)");
   cmd->add_option(
       "--spec", flags->spec,
       "job spec (YAML, or .json protobuf JSON): evaluation dataset and settings, and the model for "

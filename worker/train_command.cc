@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "mlcd/v1/coordinator.pb.h"
+#include "worker/agent/assignment_paths.h"
 #include "worker/agent/stop_signal.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
@@ -31,6 +32,7 @@ constexpr std::chrono::seconds kPeerFailureReportDelay{3};
 struct TrainFlags {
   std::string spec_path;
   std::string assignment_path;
+  std::vector<std::string> data_roots;
   int rank = 0;
   int world_size = 1;
   std::string rendezvous;
@@ -113,6 +115,8 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
     auto read = cli::ReadAssignment(flags.assignment_path);
     if (!read.ok()) return fail(read.status().WithContext("--assignment"));
     const v1::Assignment& a = *read;
+    st = ConfineAssignmentForChild(a, flags.data_roots);
+    if (!st.ok()) return fail(st);
     if (a.has_spec()) {
       o.spec = a.spec();
       have_spec = true;
@@ -204,6 +208,8 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
       "protobuf JSON of mlcd.v1.Assignment (spec, rank, world size, rendezvous, round, epochs, "
       "label "
       "set, label store, resume checkpoint, checkpoint dir); explicit flags override its fields");
+  AddWorkerDataRootFlag(*cmd, &flags->data_roots,
+                        "none: paths are not confined (the agent passes its own roots)");
   cmd->add_option("--rank", flags->rank, "this worker's rank")->envname("MLCD_RANK");
   cmd->add_option("--world-size", flags->world_size, "ranks in the gang")
       ->envname("MLCD_WORLD_SIZE");

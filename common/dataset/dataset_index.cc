@@ -115,16 +115,17 @@ StatusOr<IndexedFile> StatIndexedFile(const std::string& path) {
 }
 
 StatusOr<DatasetIndex> BuildDatasetIndex(DatasetFormat format,
-                                         const std::vector<std::string>& paths) {
+                                         const std::vector<std::string>& paths,
+                                         const DataRoots* roots) {
   switch (format) {
     case DatasetFormat::kImageFolder:
       if (paths.size() != 1) {
         return Status::InvalidArgument("an image-folder dataset is one root directory; got " +
                                        std::to_string(paths.size()) + " paths");
       }
-      return BuildImageFolderIndex(paths[0]);
+      return BuildImageFolderIndex(paths[0], roots);
     case DatasetFormat::kWebDataset:
-      return BuildWebDatasetIndex(paths);
+      return BuildWebDatasetIndex(paths, roots);
     case DatasetFormat::kFashionMnist:
       break;
   }
@@ -203,7 +204,8 @@ Status CountMismatch(const std::string& path, const std::string& what, uint64_t 
 
 }  // namespace
 
-StatusOr<DatasetIndex> LoadDatasetIndex(const std::string& dir, bool check_fingerprint) {
+StatusOr<DatasetIndex> LoadDatasetIndex(const std::string& dir, bool check_fingerprint,
+                                        const DataRoots* roots) {
   DatasetIndex index;
   MLCD_ASSIGN_OR_RETURN(nlohmann::json m, ReadManifest(dir));
   try {
@@ -244,6 +246,10 @@ StatusOr<DatasetIndex> LoadDatasetIndex(const std::string& dir, bool check_finge
     index.classes = SplitLines(classes);
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(dir + "/" + kManifest + ": " + e.what());
+  }
+  if (roots) {
+    for (const IndexedFile& f : index.files)
+      MLCD_RETURN_IF_ERROR(roots->Confine(f.path, dir + "/" + kFiles).status());
   }
   if (check_fingerprint) MLCD_RETURN_IF_ERROR(CheckDatasetFingerprint(index));
   return index;

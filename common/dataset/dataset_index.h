@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/enums.h"
 #include "common/status.h"
 
@@ -66,9 +67,13 @@ struct DatasetIndex {
 // image-folder, and shard files, directories of *.tar or brace patterns for webdataset
 // (common/dataset/webdataset.h). NOT_FOUND / FAILED_PRECONDITION naming a missing or
 // unreadable file; INVALID_ARGUMENT when the dataset holds no image or a key twice;
-// UNIMPLEMENTED for fashion-mnist (it needs no index).
+// UNIMPLEMENTED for fashion-mnist (it needs no index). With `roots`, every symbolic link met
+// while listing a directory (an image folder's files and class folders, a directory of
+// shards) must resolve under them: PERMISSION_DENIED otherwise, the same for a dangling link
+// (DataRoots::CheckListedEntry), checked before the link is followed.
 StatusOr<DatasetIndex> BuildDatasetIndex(DatasetFormat format,
-                                         const std::vector<std::string>& paths);
+                                         const std::vector<std::string>& paths,
+                                         const DataRoots* roots = nullptr);
 
 // Writes the index into directory `dir` (created when missing; each file atomically,
 // manifest.json last, so a directory with a manifest holds a complete index).
@@ -78,7 +83,11 @@ Status WriteDatasetIndex(const DatasetIndex& index, const std::string& dir);
 // compared with the fingerprint: FAILED_PRECONDITION naming the file when it is missing or
 // its size or mtime changed, with the hint to rebuild the index. NOT_FOUND when `dir` holds
 // no manifest.json; DATA_LOSS / INVALID_ARGUMENT naming the file when a part is damaged.
-StatusOr<DatasetIndex> LoadDatasetIndex(const std::string& dir, bool check_fingerprint = true);
+// With `roots`, every source file the index names must resolve under them (checked before
+// the fingerprint stats it): PERMISSION_DENIED as DataRoots::Confine otherwise, so an index
+// cannot lead a service outside its data roots.
+StatusOr<DatasetIndex> LoadDatasetIndex(const std::string& dir, bool check_fingerprint = true,
+                                        const DataRoots* roots = nullptr);
 
 // The fingerprint check alone (LoadDatasetIndex runs it): OK, or FAILED_PRECONDITION naming
 // the first changed or missing file.

@@ -23,7 +23,8 @@ std::string Counts(int64_t keys, int64_t rows, int64_t samples) {
 
 }  // namespace
 
-StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::string>& paths) {
+StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::string>& paths,
+                                                     const DataRoots* roots) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   for (const auto& p : paths) {
@@ -39,6 +40,8 @@ StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::stri
       if (name.empty() || name[0] == '.' || !EndsWith(name, ".npy") || EndsWith(name, ".ids.npy") ||
           EndsWith(name, ".labels.npy"))
         continue;
+      if (roots)
+        MLCD_RETURN_IF_ERROR(roots->CheckListedEntry(it->path().string(), "features.paths"));
       std::error_code type_ec;
       if (!it->is_directory(type_ec)) here.push_back(it->path().string());
     }

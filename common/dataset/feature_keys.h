@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/dataset/dataset_index.h"
 #include "common/status.h"
 
@@ -22,7 +23,10 @@ struct NpyShardRows {
   std::string path;
   int64_t rows = 0;
 };
-StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::string>& paths);
+// With `roots`, a symbolic link in a listed directory must resolve under them
+// (PERMISSION_DENIED otherwise; common/data_roots.h).
+StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::string>& paths,
+                                                     const DataRoots* roots = nullptr);
 
 // Sample id of every feature row. Every line of `keys_path` must be a key of `index`, no key
 // may appear twice, and the file must have exactly one line per feature row and one per

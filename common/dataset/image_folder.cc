@@ -16,11 +16,13 @@ std::string Lower(std::string s) {
 }
 
 // Every regular file below `dir` (recursively, not following links into directories), as
-// paths relative to `root`, sorted.
-Status ListFiles(const fs::path& root, const fs::path& dir, std::vector<std::string>* out) {
+// paths relative to `root`, sorted. With `roots`, each link is checked before it is followed.
+Status ListFiles(const fs::path& root, const fs::path& dir, const DataRoots* roots,
+                 std::vector<std::string>* out) {
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
+    if (roots) MLCD_RETURN_IF_ERROR(roots->CheckListedEntry(it->path().string(), "dataset"));
     std::error_code type_ec;
     if (it->is_regular_file(type_ec)) out->push_back(fs::relative(it->path(), root).string());
   }
@@ -49,7 +51,7 @@ bool HasImageExtension(const std::string& name) {
   return ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp";
 }
 
-StatusOr<DatasetIndex> BuildImageFolderIndex(const std::string& root_arg) {
+StatusOr<DatasetIndex> BuildImageFolderIndex(const std::string& root_arg, const DataRoots* roots) {
   std::error_code ec;
   const fs::path root = fs::absolute(root_arg, ec);
   if (!fs::exists(root, ec)) {
@@ -63,13 +65,14 @@ StatusOr<DatasetIndex> BuildImageFolderIndex(const std::string& root_arg) {
   index.paths = {root_arg};
   // Class folders: the sorted subdirectories of root (torchvision's ImageFolder).
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (roots) MLCD_RETURN_IF_ERROR(roots->CheckListedEntry(it->path().string(), "dataset"));
     std::error_code type_ec;
     if (it->is_directory(type_ec)) index.classes.push_back(it->path().filename().string());
   }
   if (ec) return Status::FailedPrecondition("cannot list '" + root_arg + "': " + ec.message());
   std::sort(index.classes.begin(), index.classes.end());
   std::vector<std::string> files;
-  MLCD_RETURN_IF_ERROR(ListFiles(root, root, &files));
+  MLCD_RETURN_IF_ERROR(ListFiles(root, root, roots, &files));
   for (const std::string& rel : files) {
     if (!HasImageExtension(rel)) {
       ++index.skipped;

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "common/data_roots.h"
 #include "common/dataset/dataset_index.h"
 #include "common/status.h"
 
@@ -19,7 +20,9 @@ bool HasImageExtension(const std::string& name);
 
 // NOT_FOUND when root is missing, FAILED_PRECONDITION when it is not a readable directory,
 // INVALID_ARGUMENT when it holds no image or mixes images directly in root with class
-// folders (name the first such file).
-StatusOr<DatasetIndex> BuildImageFolderIndex(const std::string& root);
+// folders (name the first such file). With `roots`, a symbolic link among its files or class
+// folders must resolve under them (PERMISSION_DENIED otherwise; common/data_roots.h).
+StatusOr<DatasetIndex> BuildImageFolderIndex(const std::string& root,
+                                             const DataRoots* roots = nullptr);
 
 }  // namespace mlcd

@@ -110,7 +110,8 @@ StatusOr<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
   return out;
 }
 
-StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths) {
+StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths,
+                                                    const DataRoots* roots) {
   namespace fs = std::filesystem;
   std::vector<std::string> shards;
   std::set<std::string> seen;
@@ -118,9 +119,12 @@ StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::strin
     MLCD_ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandBraces(p));
     for (const std::string& e : expanded) {
       std::vector<std::string> here;
+      // A shard of a brace pattern may be a link even where the pattern's directory is not.
+      if (roots) MLCD_RETURN_IF_ERROR(roots->CheckListedEntry(e, "dataset"));
       if (IsDirectory(e)) {
         std::error_code ec;
         for (fs::directory_iterator it(e, ec), end; !ec && it != end; it.increment(ec)) {
+          if (roots) MLCD_RETURN_IF_ERROR(roots->CheckListedEntry(it->path().string(), "dataset"));
           std::error_code type_ec;
           if (it->is_regular_file(type_ec) && Lower(it->path().extension().string()) == ".tar")
             here.push_back(it->path().string());
@@ -334,8 +338,9 @@ Status ShardIndexer::IndexShard(const std::string& path) {
 
 }  // namespace
 
-StatusOr<DatasetIndex> BuildWebDatasetIndex(const std::vector<std::string>& paths) {
-  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandShardPaths(paths));
+StatusOr<DatasetIndex> BuildWebDatasetIndex(const std::vector<std::string>& paths,
+                                            const DataRoots* roots) {
+  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandShardPaths(paths, roots));
   DatasetIndex index;
   index.format = DatasetFormat::kWebDataset;
   index.paths = paths;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/dataset/dataset_index.h"
 #include "common/status.h"
 
@@ -32,8 +33,11 @@ StatusOr<std::vector<std::string>> ExpandBraces(const std::string& pattern);
 
 // The shard files of `paths`, in order: patterns expanded, directories replaced by their
 // sorted *.tar files. NOT_FOUND naming a missing shard (and the pattern it came from);
-// INVALID_ARGUMENT for a shard listed twice or a directory without .tar files.
-StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths);
+// INVALID_ARGUMENT for a shard listed twice or a directory without .tar files. With `roots`,
+// a symbolic link in a listed directory must resolve under them (PERMISSION_DENIED otherwise;
+// common/data_roots.h).
+StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::string>& paths,
+                                                    const DataRoots* roots = nullptr);
 
 // Splits a member name into key and extension (false when it has no extension).
 bool SplitMemberName(const std::string& name, std::string* key, std::string* extension);
@@ -41,6 +45,7 @@ bool SplitMemberName(const std::string& name, std::string* key, std::string* ext
 // Indexes the shards of `paths` (see above). FAILED_PRECONDITION for a compressed or
 // unreadable shard, DATA_LOSS naming the shard and member where a tar is damaged or cut
 // short, INVALID_ARGUMENT for a key seen twice, a bad .cls, or no image at all.
-StatusOr<DatasetIndex> BuildWebDatasetIndex(const std::vector<std::string>& paths);
+StatusOr<DatasetIndex> BuildWebDatasetIndex(const std::vector<std::string>& paths,
+                                            const DataRoots* roots = nullptr);
 
 }  // namespace mlcd

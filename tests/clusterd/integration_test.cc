@@ -497,6 +497,46 @@ TEST_F(ClusterdIntegration, PathsOutsideTheDataRootsAreRefusedAlike) {
   EXPECT_EQ(assign.status().code(), StatusCode::kPermissionDenied);
 }
 
+// Before: a folder of shards was listed and every *.npy in it read, so a symlink placed inside
+// a root led clusterd to a file outside it. Now each listed link must resolve under the roots,
+// and one leading outside and a dangling one get the same refusal.
+TEST_F(ClusterdIntegration, SymlinksInAShardFolderMustStayUnderTheDataRoots) {
+  testing::TempDir outside;  // not under any --data-root of the daemon
+  auto shards = ExpandShardPaths({dir_->Sub("feats")});
+  ASSERT_TRUE(shards.ok() && !shards->empty());
+  auto shard = ReadFileToString(shards->front());
+  ASSERT_TRUE(shard.ok());
+  ASSERT_TRUE(WriteFileAtomically(outside.Sub("stolen.npy"), *shard).ok());
+  ASSERT_TRUE(MakeDirs(dir_->Sub("linked")).ok());
+  ASSERT_TRUE(MakeDirs(dir_->Sub("dangling")).ok());
+  ASSERT_TRUE(MakeDirs(dir_->Sub("inside")).ok());
+  const std::string linked = dir_->Sub("linked/a.npy"), dangling = dir_->Sub("dangling/a.npy");
+  ASSERT_EQ(symlink(outside.Sub("stolen.npy").c_str(), linked.c_str()), 0);
+  ASSERT_EQ(symlink(outside.Sub("none.npy").c_str(), dangling.c_str()), 0);
+  ASSERT_EQ(symlink(shards->front().c_str(), dir_->Sub("inside/a.npy").c_str()), 0);
+  ClusterdClient client(clusterd_addr_);
+  auto refusal = [&](const std::string& folder, const std::string& path) {
+    auto res = client.Cluster(ClusterRequest(folder, 3, 2, dir_->Sub("linked.c.npy")));
+    EXPECT_FALSE(res.ok());
+    EXPECT_EQ(res.status().code(), StatusCode::kPermissionDenied) << res.status().ToString();
+    std::string m = res.status().message();
+    const size_t at = m.find(path);
+    EXPECT_NE(at, std::string::npos) << m;
+    if (at != std::string::npos) m.replace(at, path.size(), "<path>");
+    return m;
+  };
+  const std::string exists = refusal(dir_->Sub("linked"), linked);
+  const std::string missing = refusal(dir_->Sub("dangling"), dangling);
+  EXPECT_EQ(exists, missing);
+  EXPECT_NE(exists.find("is not under a data root"), std::string::npos) << exists;
+  EXPECT_EQ(exists.find(outside.path()), std::string::npos)
+      << "names the link's target: " << exists;
+  EXPECT_FALSE(PathExists(dir_->Sub("linked.c.npy")));
+  // A link that stays under the roots is followed as before.
+  EXPECT_TRUE(
+      client.Cluster(ClusterRequest(dir_->Sub("inside"), 3, 2, dir_->Sub("in.c.npy"))).ok());
+}
+
 // Before: `threads: 100000` made OpenMP fail to start threads and the exit hang in OpenBLAS
 // while holding the job slot. Now threads are capped at the host's cores.
 TEST_F(ClusterdIntegration, ThreadsBeyondTheCoresAreRefusedAndTheSlotStaysFree) {

@@ -218,5 +218,35 @@ TEST_F(CoordinatorHardeningTest, StreamsRequestsAndStringsAreBounded) {
       << big.status().message();
 }
 
+// Before: the worker agent and its children read and wrote wherever the coordinator's spec
+// and assignment said. Now an agent confines its children to its own --data-root: one
+// narrower than the coordinator's (it does not cover the job's checkpoint directory) makes
+// the training child refuse the assignment before it writes anything, and the job fails
+// with that reason; the agent lives on, idle.
+TEST_F(CoordinatorHardeningTest, AWorkerRefusesAssignmentPathsOutsideItsDataRoots) {
+  const std::string worker_root = dir_.Sub("workers");
+  ASSERT_TRUE(MakeDirs(worker_root).ok());
+  ASSERT_TRUE(cluster_->StartWorker(0, {}, {worker_root, "/usr/share/datasets"}).ok());
+  ASSERT_TRUE(cluster_->WaitForIdleWorkers(1, seconds(30)).ok()) << cluster_->Logs();
+  TinyJob spec;
+  spec.world_size = 1;
+  spec.max_restarts = 0;
+  auto submitted = cluster_->Submit(spec.Yaml());
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto job = cluster_->WaitForState(submitted->id(), v1::JOB_STATE_FAILED, seconds(240));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED) << job->message();
+  const std::string& m = job->message();
+  EXPECT_NE(m.find("PERMISSION_DENIED"), std::string::npos) << m;
+  EXPECT_NE(m.find("assignment.checkpoint_dir"), std::string::npos) << m;
+  EXPECT_NE(m.find("is not under a data root of this service"), std::string::npos) << m;
+  // Nothing was written where the assignment pointed.
+  const std::string ckpt = cluster_->coordinator_data_dir() + "/jobs/" + submitted->id() + "/ckpt";
+  EXPECT_FALSE(PathExists(ckpt + "/LATEST")) << ckpt;
+  // The agent stayed up and takes work again.
+  EXPECT_TRUE(cluster_->worker(0).running());
+  EXPECT_TRUE(cluster_->WaitForIdleWorkers(1, seconds(30)).ok()) << cluster_->Logs();
+}
+
 }  // namespace
 }  // namespace mlcd::testing

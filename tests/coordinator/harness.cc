@@ -99,15 +99,30 @@ std::string TestCluster::WorkerDataDir(int i) const {
   return dir_ + "/workers/w" + std::to_string(i);
 }
 
-Status TestCluster::StartWorker(int i, const std::vector<std::string>& env) {
+Status TestCluster::StartWorker(int i, const std::vector<std::string>& env,
+                                const std::vector<std::string>& data_roots) {
   while (static_cast<int>(workers_.size()) <= i)
     workers_.push_back(std::make_unique<ChildProcess>());
   std::vector<std::string> worker_env = WorkerTokenEnv();
   worker_env.insert(worker_env.end(), env.begin(), env.end());
-  return workers_[i]->Start(BinPath("mlcd-worker"),
-                            {"agent", "--coordinator", coordinator_address_, "--name",
-                             "w" + std::to_string(i), "--host", "127.0.0.1", "--listen",
-                             "127.0.0.1:0", "--data-dir", WorkerDataDir(i), "--poll-seconds", "2"},
+  std::vector<std::string> args = {"agent",
+                                   "--coordinator",
+                                   coordinator_address_,
+                                   "--name",
+                                   "w" + std::to_string(i),
+                                   "--host",
+                                   "127.0.0.1",
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--data-dir",
+                                   WorkerDataDir(i),
+                                   "--poll-seconds",
+                                   "2"};
+  // The roots the coordinator and clusterd have, unless the test narrows them.
+  const std::vector<std::string> roots =
+      data_roots.empty() ? std::vector<std::string>{dir_, "/usr/share/datasets"} : data_roots;
+  for (const auto& r : roots) args.insert(args.end(), {"--data-root", r});
+  return workers_[i]->Start(BinPath("mlcd-worker"), args,
                             dir_ + "/logs/w" + std::to_string(i) + ".log", worker_env);
 }
 

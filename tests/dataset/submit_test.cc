@@ -2,12 +2,14 @@
 // ParseSubmission): the index and its fingerprint, shards named by the spec, npy features
 // aligned by keys; and the sample-id files clusterd reads for key-aligned features.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 
 #include "clusterd/feature_source.h"
+#include "common/data_roots.h"
 #include "common/dataset/dataset_index.h"
 #include "common/file_util.h"
 #include "common/npy.h"
@@ -211,6 +213,39 @@ TEST_F(SubmitTest, TheCoordinatorIndexesADatasetGivenByPath) {
   EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
   EXPECT_NE(missing.message().find("spec.dataset.path"), std::string::npos);
   EXPECT_NE(missing.message().find("train-00002.tar"), std::string::npos);
+}
+
+// The coordinator indexes an image folder only when every link in it stays under its data
+// roots: a class folder holding a link to a file outside them is refused at submit, with the
+// same message as a dangling link, before any index is written.
+TEST_F(SubmitTest, AnImageFolderWithALinkOutsideTheRootsIsRefused) {
+  TempDir outside;
+  std::ofstream(outside.Sub("secret.png")) << "not yours";
+  auto roots = DataRoots::Make({dir_.path()});
+  ASSERT_TRUE(roots.ok());
+  const std::string yaml =
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  dataset: {format: image-folder, path: '" +
+      dir_.Sub("folder") +
+      "'}\n  clustering: {k: 4, l: 2, features: {kind: model}}\n  training: {batch_size: 8}\n  "
+      "evaluation: {enabled: "
+      "false}\n";
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(yaml);
+  request.set_dry_run(true);
+  Status plain = coordinator::ParseSubmission(request, dir_.Sub("coord"), &*roots).status();
+  ASSERT_TRUE(plain.ok()) << plain.ToString();
+  const std::string cls = fs::directory_iterator(dir_.Sub("folder"))->path().string();
+  const std::string link = cls + "/zz-link.png";
+  ASSERT_EQ(::symlink(outside.Sub("secret.png").c_str(), link.c_str()), 0);
+  Status exists = coordinator::ParseSubmission(request, dir_.Sub("coord2"), &*roots).status();
+  EXPECT_EQ(exists.code(), StatusCode::kPermissionDenied) << exists.ToString();
+  EXPECT_NE(exists.message().find(link + "' is not under a data root"), std::string::npos)
+      << exists.ToString();
+  EXPECT_EQ(exists.message().find(outside.path()), std::string::npos) << exists.ToString();
+  fs::remove(outside.Sub("secret.png"));
+  Status dangling = coordinator::ParseSubmission(request, dir_.Sub("coord2"), &*roots).status();
+  EXPECT_EQ(dangling.ToString(), exists.ToString());
+  EXPECT_FALSE(fs::exists(dir_.Sub("coord2/datasets")));
 }
 
 }  // namespace

@@ -275,6 +275,13 @@ void Agent::StopChild(pid_t pid) {
   ::waitpid(pid, &status, 0);
 }
 
+void Agent::KillChild(pid_t pid) {
+  ::kill(-pid, SIGKILL);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
 bool Agent::SendHeartbeat(const v1::Assignment& assignment, const v1::WorkerProgress& progress,
                           v1::HeartbeatResponse* response) {
   v1::HeartbeatRequest request;
@@ -413,6 +420,10 @@ Status Agent::StartAssignment(const v1::Assignment& assignment, const Assignment
     argv.push_back("--stop-deadline-seconds");
     argv.push_back(std::to_string(child_deadline.count()));
   }
+  for (const std::string& root : options_.data_roots.roots()) {
+    argv.push_back("--data-root");
+    argv.push_back(root);
+  }
   return StartChild(argv, files.log, pid);
 }
 
@@ -432,7 +443,8 @@ void Agent::PublishStatus(const v1::Assignment& assignment, const std::string& d
 
 std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
                                   ProgressFollower* follower, v1::WorkerProgress* progress,
-                                  ChildOutcome* outcome, int* wait_status) {
+                                  ChildOutcome* outcome, int* wait_status, bool* aborted) {
+  *aborted = false;
   const int interval_ms = assignment.heartbeat_interval_ms() > 0
                               ? assignment.heartbeat_interval_ms()
                               : heartbeat_interval_ms_;
@@ -482,6 +494,7 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
         coordinator_reachable = true;
         // While the child checkpoints, an abort changes nothing: it is stopping anyway.
         if (response.action() == v1::WORKER_ACTION_ABORT && !stop_deadline) {
+          *aborted = true;
           return "aborted by the coordinator: " + response.reason();
         }
         if (response.action() == v1::WORKER_ACTION_STOP && can_checkpoint && !stop_deadline) {
@@ -495,6 +508,7 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
           if (!rs.ok()) {
             MLCD_LOG(ERROR) << rs.ToString();
           }
+          *aborted = true;
           return "the coordinator no longer knows this worker (" + response.reason() +
                  "); its gang was aborted";
         }
@@ -583,13 +597,19 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   ChildOutcome outcome;
   ProgressFollower follower(files.progress, assignment.id());
   int wait_status = 0;
+  bool aborted = false;
   const std::string abort_reason =
-      SuperviseChild(assignment, pid, &follower, &progress, &outcome, &wait_status);
+      SuperviseChild(assignment, pid, &follower, &progress, &outcome, &wait_status, &aborted);
   if (!abort_reason.empty()) {
-    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": stopping child " << pid << ": "
+    MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": "
+                      << (aborted ? "killing" : "stopping") << " child " << pid << ": "
                       << abort_reason;
     PublishStatus(assignment, files.dir, "stopping", pid, progress);
-    StopChild(pid);
+    if (aborted) {
+      KillChild(pid);
+    } else {
+      StopChild(pid);
+    }
     report.set_succeeded(false);
     report.set_message(abort_reason);
   } else {

@@ -9,8 +9,10 @@
 // docs/coordinator.md for the embed/eval contracts). While the child runs, the agent follows
 // its progress file and heartbeats the latest progress (immediately on started, checkpoint,
 // finished and error events, at the assignment's heartbeat interval otherwise). A heartbeat
-// answered ABORT stops the child (SIGTERM to its process group, SIGKILL after a grace
-// period). When the agent itself is stopped (SIGTERM, Stop()) or drained (a heartbeat
+// answered ABORT or REREGISTER (the gang was aborted: another member failed or timed out,
+// the job was cancelled) kills the child's process group with SIGKILL at once, so it writes
+// and prunes no checkpoint after the abort (a SIGTERM would make a TRAIN child finish its
+// step and checkpoint). When the agent itself is stopped (SIGTERM, Stop()) or drained (a heartbeat
 // answered STOP), a TRAIN child gets SIGTERM and up to the stop deadline to finish its step
 // and checkpoint (worker/agent/stop_signal.h); its progress keeps flowing meanwhile, so the
 // checkpoint is committed, and the report says preempted. A stopped agent then deregisters. When the child exits, the agent reports success (exit 0) or failure (the child's
@@ -31,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/status.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 #include "mlcd/v1/worker.pb.h"
@@ -51,6 +54,9 @@ struct AgentOptions {
   // Plaintext health-only gRPC address for probes that cannot speak TLS ("" = none).
   std::string health_listen;
   std::string data_dir = "./mlcd-worker-data";
+  // Where the children may read and write (worker/agent/assignment_paths.h): passed to each
+  // as --data-root flags. Empty = the children confine nothing (tests of the agent alone).
+  DataRoots data_roots;
   // Executable of the children (default: this process's own executable).
   std::string worker_binary;
   // Passed to train children as --metrics-listen (one fixed address per slot; "" = children
@@ -116,12 +122,13 @@ class Agent {
   Status StartAssignment(const v1::Assignment& assignment, const AssignmentFiles& files,
                          pid_t* pid);
   // Follows the child's progress and heartbeats it until the child exits ("" returned,
-  // `wait_status` set) or must be stopped (the reason returned: shutdown or abort).
+  // `wait_status` set) or must be stopped (the reason returned: shutdown or abort;
+  // `aborted` set when the coordinator aborted the gang, so the child must die at once).
   // A TRAIN child asked to stop at a checkpoint (shutdown or drain) is waited for here, up
   // to the stop deadline, and "" is returned once it exits.
   std::string SuperviseChild(const v1::Assignment& assignment, pid_t pid,
                              ProgressFollower* follower, v1::WorkerProgress* progress,
-                             ChildOutcome* outcome, int* wait_status);
+                             ChildOutcome* outcome, int* wait_status, bool* aborted);
   // The report of a child that exited with `wait_status`.
   void DescribeExit(const std::string& command, int wait_status, const ChildOutcome& outcome,
                     const v1::WorkerProgress& progress, const std::string& log_path,
@@ -132,7 +139,12 @@ class Agent {
   // Delivers the report and puts the agent back to idle.
   void FinishAssignment(const v1::ReportAssignmentRequest& report);
   Status StartChild(const std::vector<std::string>& argv, const std::string& log_path, pid_t* pid);
+  // SIGTERM to the child's process group, SIGKILL after stop_grace.
   void StopChild(pid_t pid);
+  // SIGKILL to the child's process group at once: the coordinator aborted its gang, so
+  // nothing it would do on a SIGTERM (finish the step, write and prune a checkpoint) may
+  // happen. Checkpoint writes are atomic, so a kill mid-write leaves no partial checkpoint.
+  void KillChild(pid_t pid);
   bool SendHeartbeat(const v1::Assignment& assignment, const v1::WorkerProgress& progress,
                      v1::HeartbeatResponse* response);
   void Report(const v1::ReportAssignmentRequest& request);

@@ -1,0 +1,56 @@
+// Confined paths on the worker (issue 17; docs/hardening.md, "Data roots"): the worker agent
+// and the children it runs read and write only under its data roots.
+//
+// The agent takes `--data-root DIR` (repeatable; else MLCD_DATA_ROOTS, ':'-separated; else its
+// --data-dir and /usr/share/datasets when that exists), resolves the roots once and passes
+// them to every child as `--data-root` flags. A child given roots (flags, else
+// MLCD_DATA_ROOTS) checks every path its assignment names before it touches any
+// (ConfineAssignmentPaths): the checkpoint directory and resume checkpoint, the centroids,
+// the output and baseline-cache directories, and the spec's dataset paths and indexes (and
+// the files those indexes name). A path outside every root fails the child with the same
+// PERMISSION_DENIED whether or not it exists (common/data_roots.h); the agent reports it, so
+// the job fails with that reason. A child run by hand without roots reads what its user
+// names, as before.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/data_roots.h"
+#include "common/status.h"
+#include "mlcd/v1/coordinator.pb.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace mlcd::worker {
+
+// The environment variable read when no --data-root is given (':'-separated directories).
+inline constexpr const char* kDataRootsEnv = "MLCD_DATA_ROOTS";
+
+// Adds `--data-root DIR` (repeatable) to a worker command.
+void AddWorkerDataRootFlag(CLI::App& cmd, std::vector<std::string>* roots,
+                           const std::string& default_text);
+
+// `given` when not empty, else the directories of MLCD_DATA_ROOTS (empty when unset).
+std::vector<std::string> DataRootsOrEnv(const std::vector<std::string>& given);
+
+// The agent's roots: DataRootsOrEnv(given), else DataRoots::FromFlags' default for
+// `data_dir`. INVALID_ARGUMENT naming a root that is not an existing directory.
+StatusOr<DataRoots> AgentDataRoots(const std::vector<std::string>& given,
+                                   const std::string& data_dir);
+
+// Checks every path `assignment` names against `roots` (a relative one is taken from the
+// working directory, as the child would open it): the first outside them is returned as
+// PERMISSION_DENIED naming the field ("assignment.checkpoint_dir: '/x' is not under a data
+// root of this service ..."). Indexes the spec names are loaded (without their fingerprint
+// check) and the files they list checked too.
+Status ConfineAssignmentPaths(const v1::Assignment& assignment, const DataRoots& roots);
+
+// For a child command: OK when no roots are given (flags or environment); else the roots
+// made (INVALID_ARGUMENT for a bad one) and ConfineAssignmentPaths.
+Status ConfineAssignmentForChild(const v1::Assignment& assignment,
+                                 const std::vector<std::string>& flag_roots);
+
+}  // namespace mlcd::worker
