@@ -67,6 +67,13 @@ constexpr size_t kMaxHostLength = 255;
 // clusterd: the largest request message.
 constexpr int kMaxClusterdRequestBytes = 16 << 20;
 
+// The built-in /metrics HTTP server (common/metrics_http.h): time from accept to the answer
+// sent (a client that sends nothing is closed then), the largest request header, connections
+// open at once (a new one closes the oldest).
+constexpr int kMetricsHttpRequestTimeoutMs = 5000;
+constexpr size_t kMaxMetricsHttpRequestBytes = 8192;
+constexpr size_t kMaxMetricsHttpConnections = 64;
+
 // Error messages sent back to callers: longer ones are cut, saying how much was left out, so
 // they fit gRPC's metadata (8 KiB by default on the receiving side).
 constexpr size_t kMaxErrorMessageBytes = 4096;

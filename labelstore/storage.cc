@@ -293,8 +293,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
 }
 
 StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
-                                          const v1::WriteLabelsRequest& message,
-                                          uint64_t set_id) {
+                                          const v1::WriteLabelsRequest& message, uint64_t set_id) {
   auto set = Find(name);
   if (set_id != 0 && (!set || set->set_id != set_id)) return StaleStream(name, set != nullptr);
   if (!set) return NotFound(name);
