@@ -64,6 +64,9 @@ constexpr int kMaxActiveJobs = 10000;
 constexpr size_t kMaxWorkers = 10000;
 constexpr size_t kMaxCancelReasonLength = 1000;
 constexpr size_t kMaxHostLength = 255;
+// The coordinator's space reserve on the file system of its --data-dir (--min-free-mb): it
+// does not start with less free, and refuses new jobs and worker registrations below it.
+constexpr uint64_t kCoordinatorMinFreeBytes = uint64_t{64} << 20;
 // clusterd: the largest request message.
 constexpr int kMaxClusterdRequestBytes = 16 << 20;
 
