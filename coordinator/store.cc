@@ -31,7 +31,7 @@ Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.IsCorruption()) return Status::DataLoss(what + ": " + s.ToString());
   if (s.IsNoSpace()) {
     return Status::Unavailable(what + ": " + s.ToString() +
-                               " (the disk is full: free space on it; nothing was written)");
+                               " (the disk is full: free space on it)");
   }
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
     return Status::Unavailable(what + ": " + s.ToString() +

@@ -81,7 +81,8 @@ class CoordinatorStore {
   ~CoordinatorStore();
 
   // Writes the batch durably (WAL fsync) before returning. UNAVAILABLE, saying to free space,
-  // when the disk is full; the batch is then not written.
+  // when the disk is full: the batch is then not acknowledged (a restart may still find it,
+  // when it reached the WAL before the sync failed).
   Status Commit(StoreBatch* batch);
   // OK, or UNAVAILABLE when the file system has less than min_free_bytes free: "<what> refused:
   // only N MiB free in <dir> ...". For requests that start new work (nothing changed yet).
