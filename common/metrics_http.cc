@@ -134,7 +134,12 @@ void PlainMetricsHttpServer::Loop() {
 void PlainMetricsHttpServer::Accept(std::vector<std::unique_ptr<Connection>>* conns) {
   while (true) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;  // EAGAIN: none left (or a transient error: poll again)
+    if (fd < 0) {
+      // Out of descriptors or memory: the listener stays readable, so do not spin on it.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;  // EAGAIN: none left (or a transient error: poll again)
+    }
     if (conns->size() >= options_.max_connections) conns->erase(conns->begin());
     auto c = std::make_unique<Connection>();
     c->fd = fd;
@@ -144,9 +149,10 @@ void PlainMetricsHttpServer::Accept(std::vector<std::unique_ptr<Connection>>* co
 }
 
 bool PlainMetricsHttpServer::Receive(Connection* c) {
-  // In kDrain: until the client closes (recv 0) or errs.
+  // In kDrain: until the client closes (recv 0) or errs, at most 64 KiB per call so that a
+  // client sending without end cannot keep the loop from the others.
   char buf[2048];
-  while (true) {
+  for (int reads = 0; reads < 32; ++reads) {
     ssize_t n = ::recv(c->fd, buf, sizeof(buf), 0);
     if (n == 0) return false;
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
@@ -169,6 +175,7 @@ bool PlainMetricsHttpServer::Receive(Connection* c) {
     c->in.clear();
     return true;
   }
+  return true;  // more to read: poll again
 }
 
 bool PlainMetricsHttpServer::Send(Connection* c) {
