@@ -64,8 +64,18 @@ constexpr int kMaxActiveJobs = 10000;
 constexpr size_t kMaxWorkers = 10000;
 constexpr size_t kMaxCancelReasonLength = 1000;
 constexpr size_t kMaxHostLength = 255;
+// The coordinator's space reserve on the file system of its --data-dir (--min-free-mb): it
+// does not start with less free, and refuses new jobs and worker registrations below it.
+constexpr uint64_t kCoordinatorMinFreeBytes = uint64_t{64} << 20;
 // clusterd: the largest request message.
 constexpr int kMaxClusterdRequestBytes = 16 << 20;
+
+// The built-in /metrics HTTP server (common/metrics_http.h): time from accept to the answer
+// sent (a client that sends nothing is closed then), the largest request header, connections
+// open at once (a new one closes the oldest).
+constexpr int kMetricsHttpRequestTimeoutMs = 5000;
+constexpr size_t kMaxMetricsHttpRequestBytes = 8192;
+constexpr size_t kMaxMetricsHttpConnections = 64;
 
 // Error messages sent back to callers: longer ones are cut, saying how much was left out, so
 // they fit gRPC's metadata (8 KiB by default on the receiving side).

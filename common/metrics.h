@@ -32,8 +32,8 @@ class PlainMetricsHttpServer;
 //
 // The exposer is prometheus-cpp's (civetweb). Debian's civetweb starts its threads with a
 // fixed 100 KiB stack, which glibc refuses when the process's static TLS is larger (the
-// worker loads LibTorch, OpenBLAS and glog: ~110 KiB). In such a process Serve() uses a
-// small built-in HTTP server on its own thread instead (same endpoint and format).
+// worker loads LibTorch, OpenBLAS and glog: ~110 KiB). There Serve() uses common/metrics_http.h
+// (same endpoint and format; poll-based, with a deadline and a size bound per request).
 class MetricsServer {
  public:
   MetricsServer();

@@ -226,6 +226,8 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
   }
   if (existing_job.empty())
     MLCD_RETURN_IF_ERROR(CheckWorkerSupport(parsed.spec, workers_, Clock::now()));
+  // New work is refused below the disk's reserve (the jobs already running write into it).
+  if (!request.dry_run()) MLCD_RETURN_IF_ERROR(store_->CheckSpace("submitting a job"));
 
   const int64_t seq = next_job_seq_;
   std::unique_ptr<JobEntry> entry = NewJobEntry(request, parsed, seq);

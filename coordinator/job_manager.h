@@ -97,11 +97,18 @@ struct JobManagerOptions {
   int max_poll_seconds = 60;
   // WatchJob streams open at once; more are RESOURCE_EXHAUSTED.
   int max_watch_streams = kDefaultMaxWatchStreams;
+  // The space reserve on data_dir's file system (store.h; --min-free-mb): below it the
+  // coordinator does not start, and SubmitJob and RegisterWorker are UNAVAILABLE.
+  uint64_t min_free_bytes = kCoordinatorMinFreeBytes;
+  // The file layer of the database (null = the default; tests play a full disk with it).
+  std::shared_ptr<rocksdb::Env> env;
 };
 
 class JobManager {
  public:
-  // Opens the store under options.data_dir/db and reloads jobs and workers.
+  // Opens the store under options.data_dir/db and reloads jobs and workers. A failure
+  // (including no space to open the database or to record the reload) is returned, never an
+  // abort: nothing was acted on yet.
   static StatusOr<std::unique_ptr<JobManager>> Open(JobManagerOptions options,
                                                     CoordinatorMetrics* metrics);
   ~JobManager();

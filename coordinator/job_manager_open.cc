@@ -26,8 +26,12 @@ JobManager::JobManager(JobManagerOptions options, CoordinatorMetrics* metrics,
 StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options,
                                                        CoordinatorMetrics* metrics) {
   if (options.data_dir.empty()) return Status::InvalidArgument("--data-dir is required");
+  CoordinatorStoreOptions store_options;
+  store_options.dir = options.data_dir + "/db";
+  store_options.env = options.env;
+  store_options.min_free_bytes = options.min_free_bytes;
   MLCD_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorStore> store,
-                        CoordinatorStore::Open(options.data_dir + "/db"));
+                        CoordinatorStore::Open(store_options));
   MLCD_ASSIGN_OR_RETURN(DataRoots roots,
                         DataRoots::FromFlags(options.data_roots, options.data_dir));
   std::unique_ptr<JobManager> manager(
@@ -49,6 +53,7 @@ Status JobManager::Load() {
   std::vector<v1::JobRecord> jobs;
   MLCD_RETURN_IF_ERROR(store_->LoadJobs(&jobs));
   int recovered = 0;
+  jobs_.BeginLoad();
   for (auto& record : jobs) {
     auto entry = std::make_unique<JobEntry>();
     entry->rec = std::move(record);
@@ -59,6 +64,7 @@ Status JobManager::Load() {
     entry->state_entered = now - std::chrono::milliseconds(in_state_ms);
     Recover(jobs_.Add(std::move(entry)), now, &recovered);
   }
+  MLCD_RETURN_IF_ERROR(jobs_.EndLoad());
   if (!jobs.empty() || workers_.size() > 0) {
     metrics_->Restarted(recovered);
     MLCD_LOG(INFO) << "reloaded " << jobs_.size() << " jobs (" << recovered << " unfinished) and "

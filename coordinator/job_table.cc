@@ -42,12 +42,31 @@ void JobTable::Persist(JobEntry* job, std::vector<v1::JobHistoryEntry> history) 
   for (const auto& entry : history) batch.AppendHistory(job->job().id(), entry);
   batch.PutJob(job->rec);
   Status s = store_->Commit(&batch);
-  if (!s.ok()) {
-    // What the coordinator does next would no longer match what a restart would read.
-    MLCD_LOG(ERROR) << "cannot persist job " << job->job().id() << ": " << s.ToString()
-                    << "; stopping";
-    std::abort();
+  if (s.ok()) return;
+  if (loading_) {
+    if (load_status_.ok()) {
+      load_status_ = s.WithContext("cannot record the recovery of job " + job->job().id());
+    }
+    return;
   }
+  // What the coordinator does next would no longer match what a restart would read.
+  MLCD_LOG(ERROR) << "cannot persist job " << job->job().id() << ": " << s.ToString()
+                  << "; stopping (fail-stop: a restart resumes from the last state written"
+                  << (s.code() == StatusCode::kUnavailable
+                          ? "; free space in " + store_->dir() + " first"
+                          : std::string())
+                  << ")";
+  std::abort();
+}
+
+void JobTable::BeginLoad() {
+  loading_ = true;
+  load_status_ = Status::Ok();
+}
+
+Status JobTable::EndLoad() {
+  loading_ = false;
+  return load_status_;
 }
 
 void JobTable::Touch(JobEntry* job) {

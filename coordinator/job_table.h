@@ -3,7 +3,7 @@
 // JobTable owns the JobEntry of every job (finished ones included) and writes a job's record
 // with its new history entries in one synced batch (Persist). A failed write is fatal: what
 // the coordinator does next would no longer match what a restart reads, so the process
-// aborts. Touch() marks a visible change and wakes WatchJob.
+// aborts (fail-stop; docs/hardening.md, "Disk full"), except during the reload at start-up. Touch() marks a visible change and wakes WatchJob.
 //
 // Locking: no mutex of its own. Every method runs with the JobManager's mutex held; the
 // entries it hands out are valid while that mutex is held (jobs are never removed).
@@ -39,8 +39,13 @@ class JobTable {
   v1::JobHistoryEntry NewHistory(JobEntry* job, const std::string& kind,
                                  const std::string& message = "");
   // Writes the job record and `history` in one synced batch (sets updated_unix_ms); aborts
-  // the process when the write fails.
+  // the process when the write fails, except while loading (below).
   void Persist(JobEntry* job, std::vector<v1::JobHistoryEntry> history = {});
+  // Between BeginLoad and EndLoad (the reload at start-up, before anything was served or
+  // acted on) a failed write does not abort: EndLoad returns the first failure, and the
+  // caller gives up the whole load (the coordinator exits with that message).
+  void BeginLoad();
+  Status EndLoad();
   // A visible change: bumps the version and wakes watchers.
   void Touch(JobEntry* job);
   // Sets the progress detail; watchers hear of it when it changed.
@@ -56,6 +61,8 @@ class JobTable {
   CoordinatorStore* store_;
   std::condition_variable* changed_;
   std::map<std::string, std::unique_ptr<JobEntry>> jobs_;
+  bool loading_ = false;
+  Status load_status_;
 };
 
 }  // namespace mlcd::coordinator

@@ -36,6 +36,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mlcd::AddDataRootFlag(app, &options.data_roots,
                         "--data-dir and /usr/share/datasets (where dataset-fashion-mnist lives)");
+  uint64_t min_free_mb = mlcd::kCoordinatorMinFreeBytes >> 20;
+  app.add_option("--min-free-mb", min_free_mb,
+                 "space reserve on the --data-dir file system: below it the coordinator does not "
+                 "start, and refuses new jobs and worker registrations (UNAVAILABLE) so the jobs "
+                 "already running can still record their progress; 0 = none")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))
+      ->capture_default_str();
   int heartbeat_ms = 1000;
   app.add_option("--heartbeat-interval-ms", heartbeat_ms,
                  "how often workers heartbeat while running an assignment")
@@ -49,6 +56,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (!mlcd::ApplyLogFlags(flags, "coordinator")) return 2;
   options.data_dir = flags.data_dir;
+  options.min_free_bytes = min_free_mb << 20;
   options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   options.idle_worker_timeout = std::chrono::seconds(idle_timeout_s);
 
@@ -56,7 +64,8 @@ int main(int argc, char** argv) {
   mlcd::coordinator::CoordinatorMetrics metrics(metrics_server.registry());
   auto manager = mlcd::coordinator::JobManager::Open(options, &metrics);
   if (!manager.ok()) {
-    MLCD_LOG(ERROR) << manager.status().ToString();
+    // A clean exit (no abort, no core), also on a full disk: the message names the data dir.
+    MLCD_LOG(ERROR) << "mlcd-coordinator cannot start: " << manager.status().ToString();
     return 1;
   }
   mlcd::coordinator::CoordinatorService service(manager->get(), &metrics);

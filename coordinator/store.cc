@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "common/file_util.h"
+#include "common/log.h"
 
 namespace mlcd::coordinator {
 namespace {
@@ -28,12 +29,18 @@ std::string HistoryKey(const std::string& job_id, int64_t seq) {
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
   if (s.IsCorruption()) return Status::DataLoss(what + ": " + s.ToString());
+  if (s.IsNoSpace()) {
+    return Status::Unavailable(what + ": " + s.ToString() +
+                               " (the disk is full: free space on it)");
+  }
   if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
     return Status::Unavailable(what + ": " + s.ToString() +
                                " (is another mlcd-coordinator using this --data-dir?)");
   }
   return Status::Internal(what + ": " + s.ToString());
 }
+
+std::string MiB(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 }  // namespace
 
@@ -60,8 +67,29 @@ void StoreBatch::DeleteWorker(const std::string& worker_id) {
 void StoreBatch::PutNextJobSeq(int64_t seq) { batch_.Put(kNextJobSeqKey, std::to_string(seq)); }
 
 StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(const std::string& dir) {
+  CoordinatorStoreOptions options;
+  options.dir = dir;
+  return Open(options);
+}
+
+StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(
+    const CoordinatorStoreOptions& store_options) {
+  const std::string& dir = store_options.dir;
   MLCD_RETURN_IF_ERROR(MakeDirs(dir));
+  rocksdb::Env* env = store_options.env ? store_options.env.get() : rocksdb::Env::Default();
+  // Before RocksDB replays its WAL into new files: on a full disk that fails deep inside it.
+  uint64_t free = 0;
+  if (store_options.min_free_bytes > 0 && env->GetFreeSpace(dir, &free).ok() &&
+      free < store_options.min_free_bytes) {
+    return Status::Unavailable(
+        "cannot open the coordinator database in " + dir + ": only " + MiB(free) +
+        " free on its file system, and the coordinator needs at least " +
+        MiB(store_options.min_free_bytes) +
+        " (--min-free-mb) to recover its state and run. Free space there (or move --data-dir) "
+        "and start it again; nothing was changed");
+  }
   rocksdb::Options options;
+  options.env = env;
   options.create_if_missing = true;
   options.paranoid_checks = true;
   options.max_open_files = 256;
@@ -69,9 +97,19 @@ StatusOr<std::unique_ptr<CoordinatorStore>> CoordinatorStore::Open(const std::st
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
   MLCD_RETURN_IF_ERROR(FromRocks(s, "opening the coordinator database in " + dir));
-  std::unique_ptr<CoordinatorStore> store(new CoordinatorStore(dir, db));
+  std::unique_ptr<CoordinatorStore> store(new CoordinatorStore(store_options, db));
   MLCD_RETURN_IF_ERROR(store->CheckFormatVersion());
   return store;
+}
+
+Status CoordinatorStore::CheckSpace(const std::string& what) const {
+  uint64_t free = 0;
+  if (min_free_bytes_ == 0 || !env()->GetFreeSpace(dir_, &free).ok() || free >= min_free_bytes_)
+    return Status::Ok();
+  return Status::Unavailable(what + " refused: only " + MiB(free) + " free in " + dir_ +
+                             ", below the coordinator's reserve of " + MiB(min_free_bytes_) +
+                             " (kept for the jobs already running). Free space on that file "
+                             "system and try again");
 }
 
 Status CoordinatorStore::CheckFormatVersion() {
@@ -118,6 +156,14 @@ Status CoordinatorStore::Checkpoint(const std::string& out_dir) const {
 }
 
 CoordinatorStore::~CoordinatorStore() {
+  if (db_ && write_failed_) {
+    // RocksDB cannot touch a WAL whose write failed (Debian's build asserts in SyncWAL and
+    // Close): leave the database to the process exit; every acknowledged write was synced.
+    MLCD_LOG(WARNING) << "coordinator database " << dir_
+                      << " left unclosed after a failed write (its WAL cannot be synced)";
+    (void)db_.release();
+    return;
+  }
   if (db_) {
     db_->SyncWAL();
     db_->Close();
@@ -128,7 +174,9 @@ Status CoordinatorStore::Commit(StoreBatch* batch) {
   if (batch->empty()) return Status::Ok();
   rocksdb::WriteOptions options;
   options.sync = true;
-  return FromRocks(db_->Write(options, &batch->batch_), "writing coordinator state");
+  rocksdb::Status s = db_->Write(options, &batch->batch_);
+  if (!s.ok()) write_failed_ = true;
+  return FromRocks(s, "writing coordinator state in " + dir_);
 }
 
 Status CoordinatorStore::ScanPrefix(

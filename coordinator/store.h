@@ -16,17 +16,25 @@
 //
 // Every change goes through one WriteBatch written with sync = true, so a change the
 // coordinator acted on (or acknowledged to a client) survives kill -9 and power loss.
+//
+// Disk full (docs/hardening.md): the store keeps a reserve of min_free_bytes on its file
+// system, measured through RocksDB's Env. Open refuses to start below it (RocksDB would meet
+// the full disk while it recovers its WAL); CheckSpace() lets the coordinator refuse new work
+// below it, so the small writes of the work already running land in the reserve.
 #pragma once
 
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/write_batch.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "mlcd/v1/coordinator.pb.h"
 
@@ -51,16 +59,34 @@ class StoreBatch {
   rocksdb::WriteBatch batch_;
 };
 
+struct CoordinatorStoreOptions {
+  // Directory of the database (created when missing).
+  std::string dir;
+  // The file layer RocksDB goes through (null = the default). Tests inject one that plays a
+  // full disk (tests/testing/full_disk_fs.h).
+  std::shared_ptr<rocksdb::Env> env;
+  // The space reserve (see above); 0 = none.
+  uint64_t min_free_bytes = kCoordinatorMinFreeBytes;
+};
+
 class CoordinatorStore {
  public:
-  // Opens (creating if needed) the database in `dir`. UNAVAILABLE when another process
-  // holds it (RocksDB's LOCK), DATA_LOSS when it is corrupt, FAILED_PRECONDITION when a
-  // newer binary wrote it (format version above kStoreFormatVersion).
+  // Opens (creating if needed) the database in options.dir. UNAVAILABLE when another process
+  // holds it (RocksDB's LOCK) or its file system has less than min_free_bytes free or no space
+  // to recover in (the message names the directory and says to free space), DATA_LOSS when it
+  // is corrupt, FAILED_PRECONDITION when a newer binary wrote it (format version above
+  // kStoreFormatVersion).
+  static StatusOr<std::unique_ptr<CoordinatorStore>> Open(const CoordinatorStoreOptions& options);
   static StatusOr<std::unique_ptr<CoordinatorStore>> Open(const std::string& dir);
   ~CoordinatorStore();
 
-  // Writes the batch durably (WAL fsync) before returning.
+  // Writes the batch durably (WAL fsync) before returning. UNAVAILABLE, saying to free space,
+  // when the disk is full: the batch is then not acknowledged (a restart may still find it,
+  // when it reached the WAL before the sync failed).
   Status Commit(StoreBatch* batch);
+  // OK, or UNAVAILABLE when the file system has less than min_free_bytes free: "<what> refused:
+  // only N MiB free in <dir> ...". For requests that start new work (nothing changed yet).
+  Status CheckSpace(const std::string& what) const;
 
   Status LoadJobs(std::vector<v1::JobRecord>* jobs) const;
   Status LoadWorkers(std::vector<v1::WorkerRecord>* workers) const;
@@ -80,7 +106,9 @@ class CoordinatorStore {
   Status Checkpoint(const std::string& out_dir) const;
 
  private:
-  CoordinatorStore(std::string dir, rocksdb::DB* db) : dir_(std::move(dir)), db_(db) {}
+  CoordinatorStore(const CoordinatorStoreOptions& options, rocksdb::DB* db)
+      : dir_(options.dir), env_(options.env), min_free_bytes_(options.min_free_bytes), db_(db) {}
+  rocksdb::Env* env() const { return env_ ? env_.get() : rocksdb::Env::Default(); }
   Status ScanPrefix(const std::string& prefix,
                     const std::function<Status(const rocksdb::Slice& key,
                                                const rocksdb::Slice& value)>& fn) const;
@@ -89,7 +117,10 @@ class CoordinatorStore {
   Status CheckFormatVersion();
 
   std::string dir_;
+  std::shared_ptr<rocksdb::Env> env_;  // outlives db_ (declared before it)
+  uint64_t min_free_bytes_;
   std::unique_ptr<rocksdb::DB> db_;
+  std::atomic<bool> write_failed_{false};  // a write failed: do not sync or close the WAL
   int format_version_ = kStoreFormatVersion;
 };
 

@@ -20,8 +20,11 @@ StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
     return Status::ResourceExhausted("the coordinator has " + std::to_string(kMaxWorkers) +
                                      " registered worker slots, its limit");
   }
-  if (WorkerEntry* old = workers_.Find(request.name())) {
-    MLCD_RETURN_IF_ERROR(CheckReRegistration(*old, caller, workers_.Alive(*old, now)));
+  WorkerEntry* old = workers_.Find(request.name());
+  if (old) MLCD_RETURN_IF_ERROR(CheckReRegistration(*old, caller, workers_.Alive(*old, now)));
+  // New work is refused below the disk's reserve, before anything changes.
+  MLCD_RETURN_IF_ERROR(store_->CheckSpace("registering worker " + request.name()));
+  if (old) {
     // A new process under the same name: whatever the old one ran is gone.
     JobEntry* job = old->assignment_id.empty() ? nullptr : gangs_.JobOf(old->assignment_id);
     if (job) {

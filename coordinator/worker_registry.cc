@@ -51,6 +51,16 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const v1::RegisterWorkerRequest&
                                                 const std::string& identity,
                                                 Clock::time_point now) {
   WorkerEntry* worker = Find(request.name());
+  v1::WorkerRecord record;
+  if (worker) record = worker->record;
+  record.set_worker_id(request.name());
+  *record.mutable_registration() = request;
+  record.set_registered_unix_ms(NowUnixMs());
+  record.set_identity(identity);
+  // Written first: when the write fails (a full disk), nothing changed in memory either.
+  StoreBatch batch;
+  batch.PutWorker(record);
+  MLCD_RETURN_IF_ERROR(store_->Commit(&batch));
   if (worker) {
     Release(worker);
   } else {
@@ -58,16 +68,10 @@ StatusOr<WorkerEntry*> WorkerRegistry::Register(const v1::RegisterWorkerRequest&
     worker = entry.get();
     workers_[request.name()] = std::move(entry);
   }
-  worker->record.set_worker_id(request.name());
-  *worker->record.mutable_registration() = request;
-  worker->record.set_registered_unix_ms(NowUnixMs());
-  worker->record.set_identity(identity);
+  worker->record = std::move(record);
   worker->state = v1::WORKER_STATE_IDLE;
   Seen(worker, now);
   worker->offered_port = 0;  // set by its polls
-  StoreBatch batch;
-  batch.PutWorker(worker->record);
-  MLCD_RETURN_IF_ERROR(store_->Commit(&batch));
   return worker;
 }
 

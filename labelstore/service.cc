@@ -68,6 +68,7 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
   v1::WriteLabelsRequest message;
   std::string name;
   uint64_t messages = 0, rows = 0, num_samples = 0;
+  uint64_t set_id = 0;  // the incarnation of the set this stream writes (after message 0)
   Status status;
   while (reader->Read(&message)) {
     const std::string where = "WriteLabels message " + std::to_string(messages);
@@ -84,13 +85,14 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
                                   "' but the stream writes '" + name + "'; use one stream per set");
       break;
     }
-    auto result = storage_->Write(name, message);
+    auto result = storage_->Write(name, message, set_id);
     if (!result.ok()) {
       status = result.status().WithContext(
           where + (messages > 0 ? " (earlier messages are committed)" : ""));
       break;
     }
     ++messages;
+    set_id = result->set_id;
     rows += result->rows_written;
     num_samples = result->num_samples;
     rows_written_.Increment(static_cast<double>(result->rows_written));

@@ -30,6 +30,9 @@ class LabelStoreService final
   // Each message is validated and committed atomically in order; a bad message ends the
   // call with its index in the message ("WriteLabels message 3: ..."), earlier messages stay
   // committed. The WAL is synced before the response, so an OK response means durable.
+  // A stream writes the set its first message found: when that set is deleted (and maybe
+  // created again under the same name) while the stream is open, the stream ends ABORTED
+  // and writes nothing into the new set.
   grpc::Status WriteLabels(grpc::ServerContext* context,
                            grpc::ServerReader<v1::WriteLabelsRequest>* reader,
                            v1::WriteLabelsResponse* response) override;

@@ -217,6 +217,14 @@ Status LabelStorage::NotFound(const std::string& name) const {
   return Status::NotFound("label set '" + name + "' does not exist (see `mlcdctl labels list`)");
 }
 
+Status LabelStorage::StaleStream(const std::string& name, bool recreated) {
+  return Status::Aborted("label set '" + name + "' was deleted" +
+                         (recreated ? " and created again" : "") +
+                         " while this WriteLabels stream was open; nothing of this message was "
+                         "written. Restart the write from the beginning (into the set as it is "
+                         "now, if that is what you meant)");
+}
+
 std::string LabelStorage::EncodeRecord(const SetState& set, const v1::LabelSetInfo& info) const {
   return EncodeSetRecord(set.set_id, set.block_rows, info);
 }
@@ -285,12 +293,13 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
 }
 
 StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
-                                          const v1::WriteLabelsRequest& message) {
+                                          const v1::WriteLabelsRequest& message, uint64_t set_id) {
   auto set = Find(name);
+  if (set_id != 0 && (!set || set->set_id != set_id)) return StaleStream(name, set != nullptr);
   if (!set) return NotFound(name);
   MLCD_RETURN_IF_ERROR(health_->CheckSpace());
   std::lock_guard<std::mutex> write_lock(set->write_mu);
-  if (set->deleted) return NotFound(name);
+  if (set->deleted) return set_id != 0 ? StaleStream(name, false) : NotFound(name);
   if (set->sealed) {
     return Status::FailedPrecondition("label set '" + name +
                                       "' is sealed and immutable; write to a new set instead");
@@ -376,7 +385,7 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
     std::lock_guard<std::mutex> lock(set->info_mu);
     set->info = info;
   }
-  return WriteResult{n, new_samples, info.num_samples()};
+  return WriteResult{set->set_id, n, new_samples, info.num_samples()};
 }
 
 Status LabelStorage::SyncWal() {

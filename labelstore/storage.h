@@ -75,6 +75,7 @@ struct LabelStorageOptions {
 
 // What one WriteLabels message did.
 struct WriteResult {
+  uint64_t set_id = 0;  // the incarnation written (pass it to the stream's next Write)
   uint64_t rows_written = 0;
   uint64_t new_samples = 0;  // ids that had no row before
   uint64_t num_samples = 0;  // distinct ids in the set afterwards
@@ -95,7 +96,14 @@ class LabelStorage {
   // Validates one message (ValidateWriteMessage) against set `name` and commits all its rows
   // atomically, or nothing. NOT_FOUND / FAILED_PRECONDITION (sealed) / INVALID_ARGUMENT.
   // The commit is in the WAL but not yet synced: call SyncWal() before acknowledging.
-  StatusOr<WriteResult> Write(const std::string& name, const v1::WriteLabelsRequest& message);
+  //
+  // `set_id` binds a stream to one incarnation of the set: 0 for a stream's first message
+  // (any set of that name), then the WriteResult::set_id of its earlier messages. Set ids are
+  // never reused, so when the set was deleted (and perhaps created again under the same name)
+  // since, the write is ABORTED and nothing is written: the check is made under the set's
+  // write lock, which Delete holds while it removes the set.
+  StatusOr<WriteResult> Write(const std::string& name, const v1::WriteLabelsRequest& message,
+                              uint64_t set_id = 0);
   // Makes every commit so far durable (fsync of the WAL).
   Status SyncWal();
 
@@ -132,6 +140,8 @@ class LabelStorage {
   Status LoadSets();
   std::shared_ptr<SetState> Find(const std::string& name) const;
   Status NotFound(const std::string& name) const;
+  // A stream's set was deleted (and `recreated` under its name) since its first message.
+  static Status StaleStream(const std::string& name, bool recreated);
   std::string EncodeRecord(const SetState& set, const v1::LabelSetInfo& info) const;
   v1::LabelSetInfo InfoWithSize(const SetState& set) const;
   void ScheduleCompaction(uint64_t set_id);

@@ -1,80 +1,21 @@
-// Disk full under the label store (issue 17): RocksDB runs on a file layer that, on demand,
-// reports 1 MiB free and fails every write with "no space" (the real default file system
-// underneath), so the test is deterministic and needs no mount. Before: a failed write left
+// Disk full under the label store (issue 17): RocksDB runs on a file layer that, on demand
+// (tests/testing/full_disk_fs.h), reports 1 MiB free and fails every write with "no space" (the
+// real file system underneath), so the test is deterministic and needs no mount. Before: a failed write left
 // the store failing writes until restarted while health said SERVING. Now writes are refused
 // before RocksDB meets the full disk, Health() reports it (the service's health check says
 // NOT_SERVING), and the store takes writes again on its own once space returns.
 #include <gtest/gtest.h>
-#include <rocksdb/env.h>
-#include <rocksdb/file_system.h>
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
 
 #include "labelstore/storage.h"
+#include "tests/testing/full_disk_fs.h"
 #include "tests/testing/process.h"
 
 namespace mlcd::labelstore {
 namespace {
-
-// Every write of a file fails with NoSpace while `full` is set.
-class FullDiskFileSystem : public rocksdb::FileSystemWrapper {
- public:
-  explicit FullDiskFileSystem(std::shared_ptr<rocksdb::FileSystem> target)
-      : FileSystemWrapper(std::move(target)) {}
-  const char* Name() const override { return "FullDiskFileSystem"; }
-  std::atomic<bool> full{false};
-
-  class File : public rocksdb::FSWritableFileOwnerWrapper {
-   public:
-    File(std::unique_ptr<rocksdb::FSWritableFile> f, const std::atomic<bool>* full)
-        : FSWritableFileOwnerWrapper(std::move(f)), full_(full) {}
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                             rocksdb::IODebugContext* dbg) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
-      return FSWritableFileOwnerWrapper::Append(data, o, dbg);
-    }
-    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
-                             const rocksdb::DataVerificationInfo& v,
-                             rocksdb::IODebugContext* dbg) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
-      return FSWritableFileOwnerWrapper::Append(data, o, v, dbg);
-    }
-    rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
-      return FSWritableFileOwnerWrapper::Sync(o, dbg);
-    }
-    rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* dbg) override {
-      if (*full_) return rocksdb::IOStatus::NoSpace("injected: disk full");
-      return FSWritableFileOwnerWrapper::Fsync(o, dbg);
-    }
-
-   private:
-    const std::atomic<bool>* full_;
-  };
-
-  // statvfs of the real file system, or 1 MiB while full.
-  rocksdb::IOStatus GetFreeSpace(const std::string& path, const rocksdb::IOOptions& o,
-                                 uint64_t* free, rocksdb::IODebugContext* dbg) override {
-    if (full) {
-      *free = 1 << 20;
-      return rocksdb::IOStatus::OK();
-    }
-    return FileSystemWrapper::GetFreeSpace(path, o, free, dbg);
-  }
-
-  rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
-                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
-                                    rocksdb::IODebugContext* dbg) override {
-    if (full) return rocksdb::IOStatus::NoSpace("injected: disk full");
-    std::unique_ptr<rocksdb::FSWritableFile> file;
-    rocksdb::IOStatus s = FileSystemWrapper::NewWritableFile(f, o, &file, dbg);
-    if (s.ok()) *r = std::make_unique<File>(std::move(file), &full);
-    return s;
-  }
-};
 
 v1::WriteLabelsRequest Rows(uint64_t first, int n) {
   v1::WriteLabelsRequest m;
@@ -88,11 +29,11 @@ v1::WriteLabelsRequest Rows(uint64_t first, int n) {
 
 TEST(LabelStorageDiskFull, HealthFailsWhileWritesFailAndRecoversOnItsOwn) {
   testing::TempDir dir;
-  auto fs = std::make_shared<FullDiskFileSystem>(rocksdb::FileSystem::Default());
+  auto fs = std::make_shared<testing::FullDiskFileSystem>();
   LabelStorageOptions options;
   options.data_dir = dir.Sub("db");
   options.block_cache_bytes = 8 << 20;
-  options.env = std::shared_ptr<rocksdb::Env>(rocksdb::NewCompositeEnv(fs));
+  options.env = testing::NewFullDiskEnv(fs);
   options.recovery_interval = std::chrono::milliseconds(50);
   auto storage = LabelStorage::Open(options);
   ASSERT_TRUE(storage.ok()) << storage.status().ToString();

@@ -500,6 +500,44 @@ TEST_F(ServiceTest, SigtermShutsDownCleanlyAndDataDirIsExclusive) {
   EXPECT_EQ(got->labels, Rows(0, 3, 1, 10));
 }
 
+// Issue 17: a WriteLabels stream that outlives a delete + re-create of its set wrote its later
+// messages into the new set. Now the stream ends ABORTED and the new set stays untouched.
+TEST_F(ServiceTest, AStreamThatOutlivesADeleteAndRecreateWritesNothingIntoTheNewSet) {
+  const int l = 2;
+  const int32_t k = 10;
+  ASSERT_TRUE(client_->CreateLabelSet(Spec("x/r0", k, l)).ok());
+  auto writer = client_->OpenWriter("x/r0");
+  ASSERT_TRUE(writer->Write(Ids(0, 100), Rows(0, 100, l, k)).ok());
+  // The server has committed the first message (the stream is bound to this set) ...
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (client_->Describe("x/r0")->num_samples() < 100 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(client_->Describe("x/r0")->num_samples(), 100u);
+  // ... when someone else deletes the set and creates a new one of the same name.
+  ASSERT_TRUE(client_->Delete("x/r0").ok());
+  ASSERT_TRUE(client_->CreateLabelSet(Spec("x/r0", k, l)).ok());
+
+  (void)writer->Write(Ids(100, 200), Rows(100, 200, l, k));  // may already see the end
+  auto finished = writer->Finish();
+  ASSERT_FALSE(finished.ok());
+  EXPECT_EQ(finished.status().code(), StatusCode::kAborted) << finished.status().ToString();
+  EXPECT_NE(finished.status().message().find("deleted and created again while this WriteLabels "
+                                             "stream was open"),
+            std::string::npos)
+      << finished.status().message();
+  EXPECT_NE(finished.status().message().find("WriteLabels message 1"), std::string::npos);
+  auto info = client_->Describe("x/r0");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->num_samples(), 0u) << "the old stream wrote into the new set";
+
+  // A new stream writes the new set.
+  auto rewrite = client_->WriteLabels("x/r0", Ids(0, 10).data(), 10, l, Rows(0, 10, l, k).data());
+  ASSERT_TRUE(rewrite.ok()) << rewrite.status().ToString();
+  EXPECT_EQ(client_->Describe("x/r0")->num_samples(), 10u);
+}
+
 // Reflection is on (grpcurl and friends can discover the API): the services are listed and the
 // label store's schema is served.
 TEST_F(ServiceTest, ReflectionListsAndDescribesTheServices) {

@@ -253,6 +253,45 @@ TEST_F(StorageTest, EverythingSurvivesReopen) {
             StatusCode::kFailedPrecondition);
 }
 
+// Issue 17: a WriteLabels stream that outlived a delete + re-create of its set wrote into the
+// new set. A stream is bound to the set id its first message wrote; set ids are never reused
+// (and are in every set record since the first format, so old stores need nothing new).
+TEST_F(StorageTest, AStreamBoundToADeletedSetWritesNothingIntoItsSuccessor) {
+  ASSERT_TRUE(storage_->Create(CreateRequest("x", 10, 2)).ok());
+  auto first = storage_->Write("x", Message({0, 1}, 2, 10));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const uint64_t old_id = first->set_id;
+  ASSERT_NE(old_id, 0u);
+  // Its next message, still on the same set: fine.
+  ASSERT_TRUE(storage_->Write("x", Message({2}, 2, 10), old_id).ok());
+
+  ASSERT_TRUE(storage_->Delete("x", false).ok());
+  Status deleted = storage_->Write("x", Message({3}, 2, 10), old_id).status();
+  EXPECT_EQ(deleted.code(), StatusCode::kAborted) << deleted.ToString();
+  EXPECT_NE(deleted.message().find("was deleted while this WriteLabels stream was open"),
+            std::string::npos)
+      << deleted.message();
+
+  ASSERT_TRUE(storage_->Create(CreateRequest("x", 10, 2)).ok());
+  Status recreated = storage_->Write("x", Message({4, 5}, 2, 10), old_id).status();
+  EXPECT_EQ(recreated.code(), StatusCode::kAborted) << recreated.ToString();
+  EXPECT_NE(recreated.message().find("deleted and created again"), std::string::npos)
+      << recreated.message();
+  EXPECT_NE(recreated.message().find("Restart the write"), std::string::npos);
+  EXPECT_EQ(storage_->Describe("x")->num_samples(), 0u) << "the stale stream wrote into the new x";
+  EXPECT_EQ(Get("x", {4, 5}).missing_indices_size(), 2);
+
+  // A new stream binds to the new set, across a reopen too; the old binding stays refused.
+  auto fresh = storage_->Write("x", Message({6}, 2, 10));
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(fresh->set_id, old_id);
+  Open();
+  EXPECT_TRUE(storage_->Write("x", Message({7}, 2, 10), fresh->set_id).ok());
+  EXPECT_EQ(storage_->Write("x", Message({8}, 2, 10), old_id).status().code(),
+            StatusCode::kAborted);
+  EXPECT_EQ(storage_->Describe("x")->num_samples(), 2u);
+}
+
 // Random writes (sparse and dense ids, several block sizes, rewrites) against a std::map model.
 TEST_F(StorageTest, RandomWritesMatchModel) {
   for (size_t target : {size_t{256}, size_t{4} << 10, size_t{128} << 10}) {

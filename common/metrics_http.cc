@@ -1,0 +1,219 @@
+#include "common/metrics_http.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/net.h"
+
+namespace mlcd {
+
+struct PlainMetricsHttpServer::Connection {
+  int fd = -1;
+  std::chrono::steady_clock::time_point deadline;
+  std::string in;
+  std::string out;  // the answer, once the request is complete
+  size_t sent = 0;
+  // Reading the request, sending the answer, then reading (and dropping) what the client
+  // still sends until it closes: closing with unread input would reset the connection and
+  // could destroy the answer in flight (a 431 to an oversized request, typically).
+  enum class Phase { kRequest, kAnswer, kDrain } phase = Phase::kRequest;
+  ~Connection() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+PlainMetricsHttpServer::PlainMetricsHttpServer(
+    std::vector<std::shared_ptr<prometheus::Collectable>> sources, MetricsHttpOptions options)
+    : sources_(std::move(sources)), options_(options) {}
+
+PlainMetricsHttpServer::~PlainMetricsHttpServer() {
+  stop_ = true;
+  if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
+  if (thread_.joinable()) thread_.join();
+  for (int fd : {listen_fd_, wake_[0], wake_[1]}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+Status PlainMetricsHttpServer::Start(const std::string& address) {
+  std::string host;
+  int port = 0;
+  MLCD_RETURN_IF_ERROR(SplitHostPort(address, "--metrics-listen", &host, &port));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0)
+    return Status::InvalidArgument("--metrics-listen " + address + ": " + ::gai_strerror(rc));
+  std::string error = "no address";
+  for (addrinfo* a = found; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+      listen_fd_ = fd;
+    } else {
+      error = std::strerror(errno);
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(found);
+  if (listen_fd_ < 0) return Status::Unavailable("cannot listen on " + address + ": " + error);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  if (::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
+    port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                        : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  }
+  if (::pipe2(wake_, O_CLOEXEC) != 0)
+    return Status::Internal(std::string("pipe: ") + std::strerror(errno));
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void PlainMetricsHttpServer::Loop() {
+  // Oldest first: deadlines are in accept order, and a new connection over the cap closes
+  // conns.front().
+  std::vector<std::unique_ptr<Connection>> conns;
+  std::vector<pollfd> fds;
+  while (!stop_) {
+    fds.assign({{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}});
+    for (const auto& c : conns)
+      fds.push_back({c->fd,
+                     static_cast<short>(c->phase == Connection::Phase::kAnswer ? POLLOUT : POLLIN),
+                     0});
+    int timeout_ms = -1;
+    if (!conns.empty()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+          conns.front()->deadline - std::chrono::steady_clock::now());
+      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
+      if (errno == EINTR) continue;
+      MLCD_LOG(ERROR) << "metrics server: poll failed: " << std::strerror(errno) << "; stopping";
+      return;
+    }
+    if (stop_ || (fds[1].revents & POLLIN)) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::unique_ptr<Connection>> open;
+    open.reserve(conns.size());
+    for (size_t i = 0; i < conns.size(); ++i) {
+      Connection* c = conns[i].get();
+      bool keep = true;
+      const short revents = fds[i + 2].revents;
+      if (revents & (POLLERR | POLLNVAL)) {
+        keep = false;
+      } else if (revents & (POLLIN | POLLHUP) && c->phase != Connection::Phase::kAnswer) {
+        keep = Receive(c);
+      }
+      if (keep && c->phase == Connection::Phase::kAnswer && (revents & POLLOUT || c->sent == 0))
+        keep = Send(c);
+      if (keep && now >= c->deadline) keep = false;  // too slow: slowloris or a stalled reader
+      if (keep) open.push_back(std::move(conns[i]));
+    }
+    conns = std::move(open);
+    if (fds[0].revents & POLLIN) Accept(&conns);
+  }
+}
+
+void PlainMetricsHttpServer::Accept(std::vector<std::unique_ptr<Connection>>* conns) {
+  while (true) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      // Out of descriptors or memory: the listener stays readable, so do not spin on it.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;  // EAGAIN: none left (or a transient error: poll again)
+    }
+    if (conns->size() >= options_.max_connections) conns->erase(conns->begin());
+    auto c = std::make_unique<Connection>();
+    c->fd = fd;
+    c->deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+    conns->push_back(std::move(c));
+  }
+}
+
+bool PlainMetricsHttpServer::Receive(Connection* c) {
+  // In kDrain: until the client closes (recv 0) or errs, at most 64 KiB per call so that a
+  // client sending without end cannot keep the loop from the others.
+  char buf[2048];
+  for (int reads = 0; reads < 32; ++reads) {
+    ssize_t n = ::recv(c->fd, buf, sizeof(buf), 0);
+    if (n == 0) return false;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    if (c->phase == Connection::Phase::kDrain) continue;
+    c->in.append(buf, static_cast<size_t>(n));
+    const size_t end = c->in.find("\r\n\r\n");
+    if (end != std::string::npos && end + 4 <= options_.max_request_bytes) {
+      c->out = Answer(c->in);
+    } else if (c->in.size() > options_.max_request_bytes) {
+      const std::string body = "request header over " + std::to_string(options_.max_request_bytes) +
+                               " bytes; GET /metrics needs no headers\n";
+      c->out =
+          "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; "
+          "charset=utf-8\r\nContent-Length: " +
+          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    } else {
+      continue;
+    }
+    c->phase = Connection::Phase::kAnswer;
+    c->in.clear();
+    return true;
+  }
+  return true;  // more to read: poll again
+}
+
+bool PlainMetricsHttpServer::Send(Connection* c) {
+  while (c->sent < c->out.size()) {
+    ssize_t n = ::send(c->fd, c->out.data() + c->sent, c->out.size() - c->sent, MSG_NOSIGNAL);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    c->sent += static_cast<size_t>(n);
+  }
+  ::shutdown(c->fd, SHUT_WR);
+  c->phase = Connection::Phase::kDrain;  // closed when the client closes, or at the deadline
+  return true;
+}
+
+std::string PlainMetricsHttpServer::Answer(const std::string& request) const {
+  const std::string line = request.substr(0, request.find("\r\n"));
+  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
+  if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
+    status = "405 Method Not Allowed";
+    body = "only GET /metrics\n";
+  } else if (line.find(" /metrics ") == std::string::npos &&
+             line.find(" /metrics?") == std::string::npos) {
+    status = "404 Not Found";
+    body = "metrics are at /metrics\n";
+  } else {
+    std::vector<prometheus::MetricFamily> families;
+    for (const auto& source : sources_) {
+      auto more = source->Collect();
+      families.insert(families.end(), std::make_move_iterator(more.begin()),
+                      std::make_move_iterator(more.end()));
+    }
+    body = prometheus::TextSerializer().Serialize(families);
+  }
+  if (status != "200 OK") type = "text/plain; charset=utf-8";
+  std::string response = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
+                         "\r\nContent-Length: " + std::to_string(body.size()) +
+                         "\r\nConnection: close\r\n\r\n";
+  if (line.rfind("HEAD ", 0) != 0) response += body;
+  return response;
+}
+
+}  // namespace mlcd

@@ -1,0 +1,72 @@
+// The built-in HTTP server for GET /metrics, used where prometheus-cpp's civetweb cannot start
+// its threads (the worker: see common/metrics.h). Same endpoint and text format.
+//
+// One thread serves every connection with poll(), so a client that connects and sends
+// nothing, or trickles its request a byte at a time (slowloris), cannot hold up the scrapes
+// of others (issue 17; this server used to read one connection at a time). Each connection
+// has request_timeout from its accept to send its request, take the answer and close; then
+// it is closed. A request header over max_request_bytes is answered 431 and closed. At most
+// max_connections are open: a new one closes the oldest. Answers are one request per
+// connection (Connection: close): GET or HEAD /metrics -> 200, another path -> 404, another
+// method -> 405.
+#pragma once
+
+#include <prometheus/collectable.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/limits.h"
+#include "common/status.h"
+
+namespace mlcd {
+
+struct MetricsHttpOptions {
+  // From accept to the last byte of the answer; a connection still busy then is closed.
+  std::chrono::milliseconds request_timeout{kMetricsHttpRequestTimeoutMs};
+  // The request line and headers, "\r\n\r\n" included.
+  size_t max_request_bytes = kMaxMetricsHttpRequestBytes;
+  // Connections open at once.
+  size_t max_connections = kMaxMetricsHttpConnections;
+};
+
+class PlainMetricsHttpServer {
+ public:
+  // Serves the metrics of `sources` (collected at each request).
+  explicit PlainMetricsHttpServer(std::vector<std::shared_ptr<prometheus::Collectable>> sources,
+                                  MetricsHttpOptions options = {});
+  ~PlainMetricsHttpServer();  // stops the thread and closes every connection
+  PlainMetricsHttpServer(const PlainMetricsHttpServer&) = delete;
+  PlainMetricsHttpServer& operator=(const PlainMetricsHttpServer&) = delete;
+
+  // Listens on host:port (port 0 picks a free one) and starts serving.
+  Status Start(const std::string& address);
+  // The bound port after Start().
+  int port() const { return port_; }
+
+ private:
+  struct Connection;
+  void Loop();
+  // Reads what the connection sent; queues the answer once the request is complete.
+  // False when the connection is done (closed by the peer, or an error).
+  bool Receive(Connection* c);
+  // Sends queued answer bytes, then half-closes; false on an error.
+  bool Send(Connection* c);
+  void Accept(std::vector<std::unique_ptr<Connection>>* conns);
+  std::string Answer(const std::string& request) const;
+
+  std::vector<std::shared_ptr<prometheus::Collectable>> sources_;
+  MetricsHttpOptions options_;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace mlcd

@@ -1,0 +1,199 @@
+// The built-in /metrics server (common/metrics_http.h) over real loopback TCP. Issue 17: it
+// served one connection at a time, so a client that connected and sent nothing (or sent its
+// request a byte at a time) held up every scrape. Now a silent client does not delay a GET,
+// and is closed at its deadline; an oversized request is answered 431 and closed.
+#include "common/metrics_http.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace mlcd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int Connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// False when the server closed first (e.g. after answering 431, or at the deadline).
+bool SendAll(int fd, const std::string& bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Everything the server sends until it closes, or until `limit` passes (then *closed = false).
+std::string ReadUntilClosed(int fd, std::chrono::milliseconds limit, bool* closed) {
+  std::string out;
+  const auto deadline = Clock::now() + limit;
+  *closed = false;
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, left))) <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      *closed = true;
+      break;
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+class MetricsHttpTest : public ::testing::Test {
+ protected:
+  void Start(MetricsHttpOptions options) {
+    auto registry = std::make_shared<prometheus::Registry>();
+    prometheus::BuildCounter()
+        .Name("mlcd_test_scrapes_total")
+        .Help("a series to find")
+        .Register(*registry)
+        .Add({})
+        .Increment(7);
+    server_ = std::make_unique<PlainMetricsHttpServer>(
+        std::vector<std::shared_ptr<prometheus::Collectable>>{registry}, options);
+    Status s = server_->Start("127.0.0.1:0");
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_GT(server_->port(), 0);
+  }
+  // A GET /metrics on a new connection; its answer and how long it took.
+  std::string Scrape(std::chrono::milliseconds* took) {
+    const auto start = Clock::now();
+    int fd = Connect(server_->port());
+    EXPECT_GE(fd, 0);
+    SendAll(fd, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    bool closed = false;
+    std::string answer = ReadUntilClosed(fd, std::chrono::seconds(20), &closed);
+    ::close(fd);
+    EXPECT_TRUE(closed);
+    *took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    return answer;
+  }
+
+  std::unique_ptr<PlainMetricsHttpServer> server_;
+};
+
+TEST_F(MetricsHttpTest, ASilentClientDelaysNoScrapeAndIsClosedAtItsDeadline) {
+  MetricsHttpOptions options;
+  options.request_timeout = std::chrono::milliseconds(1500);
+  ASSERT_NO_FATAL_FAILURE(Start(options));
+  const auto opened = Clock::now();
+  int silent = Connect(server_->port());
+  ASSERT_GE(silent, 0);
+  // A slowloris: one byte of a request every 100 ms, never finishing it.
+  int trickle = Connect(server_->port());
+  ASSERT_GE(trickle, 0);
+  std::thread trickler([&] {
+    const std::string partial = "GET /metrics HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    for (char ch : partial) {
+      if (!SendAll(trickle, std::string(1, ch))) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+
+  // Scrapes are answered at once while both are connected (the old server waited on them).
+  for (int i = 0; i < 3; ++i) {
+    std::chrono::milliseconds took{};
+    std::string answer = Scrape(&took);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+    EXPECT_NE(answer.find("mlcd_test_scrapes_total 7"), std::string::npos) << answer;
+    EXPECT_LT(took, std::chrono::milliseconds(500)) << "scrape " << i << " waited on a slow client";
+  }
+
+  // Both are closed at their deadline (1.5 s after accept), with nothing sent to them.
+  for (int fd : {silent, trickle}) {
+    bool closed = false;
+    std::string got = ReadUntilClosed(fd, std::chrono::seconds(10), &closed);
+    const auto after = Clock::now() - opened;
+    EXPECT_TRUE(closed);
+    EXPECT_TRUE(got.empty()) << got;
+    EXPECT_GE(after, std::chrono::milliseconds(1400));
+    EXPECT_LT(after, std::chrono::milliseconds(4000));
+  }
+  trickler.join();
+  ::close(silent);
+  ::close(trickle);
+}
+
+TEST_F(MetricsHttpTest, AnOversizedRequestIsAnswered431AndClosed) {
+  ASSERT_NO_FATAL_FAILURE(Start(MetricsHttpOptions()));
+  int fd = Connect(server_->port());
+  ASSERT_GE(fd, 0);
+  SendAll(fd, "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(kMaxMetricsHttpRequestBytes, 'a'));
+  bool closed = false;
+  const auto start = Clock::now();
+  // The server half-closes after its answer; the client closing its side ends the exchange.
+  std::string answer = ReadUntilClosed(fd, std::chrono::seconds(3), &closed);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 431 Request Header Fields Too Large\r\n", 0), 0u) << answer;
+  EXPECT_NE(answer.find("request header over 8192 bytes"), std::string::npos) << answer;
+  ::close(fd);
+
+  // A request just under the bound is served; other paths and methods get their codes.
+  std::chrono::milliseconds took{};
+  EXPECT_EQ(Scrape(&took).rfind("HTTP/1.1 200 OK", 0), 0u);
+  for (auto [request, code] :
+       {std::pair<std::string, std::string>{"GET /x HTTP/1.1\r\n\r\n", "404"},
+        {"POST /metrics HTTP/1.1\r\n\r\n", "405"}}) {
+    int c = Connect(server_->port());
+    SendAll(c, request);
+    std::string got = ReadUntilClosed(c, std::chrono::seconds(5), &closed);
+    EXPECT_EQ(got.rfind("HTTP/1.1 " + code, 0), 0u) << request << got;
+    ::close(c);
+  }
+}
+
+TEST_F(MetricsHttpTest, ConnectionsOverTheCapCloseTheOldest) {
+  MetricsHttpOptions options;
+  options.max_connections = 4;
+  options.request_timeout = std::chrono::seconds(30);
+  ASSERT_NO_FATAL_FAILURE(Start(options));
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(Connect(server_->port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::chrono::milliseconds took{};
+  std::string answer = Scrape(&took);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK", 0), 0u) << answer;
+  EXPECT_LT(took, std::chrono::milliseconds(500));
+  // The scrape took the oldest idle connection's place: that one is closed, not the others.
+  bool closed = false;
+  ReadUntilClosed(idle[0], std::chrono::seconds(2), &closed);
+  EXPECT_TRUE(closed);
+  ReadUntilClosed(idle[3], std::chrono::milliseconds(200), &closed);
+  EXPECT_FALSE(closed);
+  for (int fd : idle) ::close(fd);
+}
+
+}  // namespace
+}  // namespace mlcd
