@@ -46,8 +46,12 @@ std::string SelfDir() {
   return path.substr(0, path.rfind('/'));
 }
 
+// Whether the client channels probe the bandwidth-delay product (HTTP/2 PINGs; gRPC's default).
+bool g_bdp_probe = true;
+
 grpc::ChannelArguments StoreArgs() {
   grpc::ChannelArguments args;
+  if (!g_bdp_probe) args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
@@ -126,6 +130,9 @@ int Run(int argc, char** argv) {
   app.add_option("--rounds", rounds, "alternating rounds")->capture_default_str();
   app.add_option("--batches", batches, "ids per call")->delimiter(',');
   app.add_option("--out", out, "JSON results file");
+  app.add_option("--bdp-probe", g_bdp_probe,
+                 "client channels probe the bandwidth-delay product (gRPC's default; 0 = off)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const testing::TestSecurity& certs = testing::TestCerts();
@@ -160,8 +167,10 @@ int Run(int argc, char** argv) {
   if (st.ok()) st = testing::WaitForServing(tls_only, std::chrono::seconds(30));
   labelstore::LabelStoreClient store_a(
       grpc::CreateCustomChannel(plain, grpc::InsecureChannelCredentials(), StoreArgs()), plain);
-  labelstore::LabelStoreClient store_b(secure);  // CreateSecureChannel: mTLS + token
-  labelstore::LabelStoreClient store_c(tls_only);
+  // The secure sides through CreateSecureChannel (what LabelStoreClient(address) does), with
+  // the same channel arguments as the plaintext side.
+  labelstore::LabelStoreClient store_b(CreateSecureChannel(secure, StoreArgs()), secure);
+  labelstore::LabelStoreClient store_c(CreateSecureChannel(tls_only, StoreArgs()), tls_only);
   // Filling needs submitter rights on B: the admin token for that part.
   SecurityOptions admin = client;
   admin.token_file = certs.admin_token_file;
@@ -248,6 +257,7 @@ int Run(int argc, char** argv) {
                    {"labels_per_sample", 8},
                    {"seconds_per_round", seconds},
                    {"rounds", rounds},
+                   {"bdp_probe", g_bdp_probe},
                    {"get_labels", rows},
                    {"connect_first_call_seconds", {{"plain", ca}, {"mtls_token", cb}}}};
   if (!out.empty()) std::ofstream(out) << j.dump(2) << "\n";
