@@ -23,7 +23,12 @@ std::string DisplayName(const std::string& baseline) {
 
 std::string EvaluationTable(const v1::EvaluationResult& e, const std::string& indent) {
   if (e.baselines_size() == 0) return "";
-  std::string out = indent + "model          linear probe       kNN\n";
+  std::string out = indent + "model          linear probe       kNN";
+  if (!e.features().empty() && e.features() != "precomputed") {
+    out += "       features: " + e.features();
+    if (e.feature_blocks() > 0) out += " (last " + std::to_string(e.feature_blocks()) + " blocks)";
+  }
+  out += "\n";
   out += Row(indent, "trained", e.linear_probe_accuracy(), e.knn_accuracy(), "");
   for (const auto& b : e.baselines()) {
     out += Row(indent, DisplayName(b.name()), b.linear_probe_accuracy(), b.knn_accuracy(),

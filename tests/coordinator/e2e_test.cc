@@ -383,6 +383,7 @@ TEST_F(CoordinatorEndToEndTest, TimeBudgetedJobSucceedsWithItsBaselines) {
   EXPECT_NE(out.find("steps fixed by the first measurement"), std::string::npos) << out;
   EXPECT_NE(out.find("random init"), std::string::npos) << out;
   EXPECT_NE(out.find("raw pixels"), std::string::npos) << out;
+  EXPECT_NE(out.find("features: embedding"), std::string::npos) << out;  // what the probe saw
 
   // Another job on the same data and evaluation settings pays nothing for its baselines.
   TinyJob second = spec;

@@ -556,9 +556,12 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   details["model"] = in.model_description;
   details["checkpoint"] = in.checkpoint_dir;
   details["embedding_dim"] = in.train.features.cols;
-  details["features"] = from_features ? "precomputed" : VitFeaturesName(plan.features);
-  if (!from_features && plan.features == VitFeatures::kBlocks)
+  result.set_features(from_features ? "precomputed" : VitFeaturesName(plan.features));
+  details["features"] = result.features();
+  if (!from_features && plan.features == VitFeatures::kBlocks) {
+    result.set_feature_blocks(plan.feature_blocks);
     details["feature_blocks"] = plan.feature_blocks;
+  }
   details["num_classes"] = num_classes;
   details["train_samples"] = in.train.features.rows;
   details["test_samples"] = in.test.features.rows;
