@@ -23,6 +23,7 @@
 #include "common/file_util.h"
 #include "common/net.h"
 #include "common/npy.h"
+#include "tests/testing/http.h"
 #include "tests/testing/process.h"
 
 namespace mlcd::clusterd {
@@ -31,28 +32,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // GET /metrics over a plain socket.
-std::string HttpGetMetrics(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  if (write(fd, req.data(), req.size()) < 0) {
-    close(fd);
-    return "";
-  }
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
+// The message of a call refused with PERMISSION_DENIED, which must name `path`, with the path
+// replaced by "<path>": refusals of a path that exists and of one that does not compare equal.
+template <typename T>
+std::string RefusalNamingPath(const StatusOr<T>& res, const std::string& path) {
+  EXPECT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), StatusCode::kPermissionDenied) << res.status().ToString();
+  std::string m = res.status().message();
+  const size_t at = m.find(path);
+  EXPECT_NE(at, std::string::npos) << m;
+  if (at != std::string::npos) m.replace(at, path.size(), "<path>");
+  return m;
 }
+
+std::string HttpGetMetrics(int port) { return mlcd::testing::HttpGet(port, "/metrics"); }
 
 class ClusterdIntegration : public ::testing::Test {
  protected:
@@ -470,14 +463,7 @@ TEST_F(ClusterdIntegration, PathsOutsideTheDataRootsAreRefusedAlike) {
   ASSERT_EQ(symlink(outside.path().c_str(), dir_->Sub("escape").c_str()), 0);
   ClusterdClient client(clusterd_addr_);
   auto refusal = [&](const v1::ClusterRequest& r, const std::string& path) {
-    auto res = client.Cluster(r);
-    EXPECT_FALSE(res.ok());
-    EXPECT_EQ(res.status().code(), StatusCode::kPermissionDenied) << res.status().ToString();
-    std::string m = res.status().message();
-    const size_t at = m.find(path);
-    EXPECT_NE(at, std::string::npos) << m;
-    if (at != std::string::npos) m.replace(at, path.size(), "<path>");
-    return m;
+    return RefusalNamingPath(client.Cluster(r), path);
   };
   for (const std::string& out :
        {victim, dir_->Sub("cd/../../" + outside.path().substr(1) + "/victim.npy"),
@@ -516,14 +502,8 @@ TEST_F(ClusterdIntegration, SymlinksInAShardFolderMustStayUnderTheDataRoots) {
   ASSERT_EQ(symlink(shards->front().c_str(), dir_->Sub("inside/a.npy").c_str()), 0);
   ClusterdClient client(clusterd_addr_);
   auto refusal = [&](const std::string& folder, const std::string& path) {
-    auto res = client.Cluster(ClusterRequest(folder, 3, 2, dir_->Sub("linked.c.npy")));
-    EXPECT_FALSE(res.ok());
-    EXPECT_EQ(res.status().code(), StatusCode::kPermissionDenied) << res.status().ToString();
-    std::string m = res.status().message();
-    const size_t at = m.find(path);
-    EXPECT_NE(at, std::string::npos) << m;
-    if (at != std::string::npos) m.replace(at, path.size(), "<path>");
-    return m;
+    return RefusalNamingPath(
+        client.Cluster(ClusterRequest(folder, 3, 2, dir_->Sub("linked.c.npy"))), path);
   };
   const std::string exists = refusal(dir_->Sub("linked"), linked);
   const std::string missing = refusal(dir_->Sub("dangling"), dangling);

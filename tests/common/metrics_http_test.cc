@@ -3,6 +3,7 @@
 // request a byte at a time) held up every scrape. Now a silent client does not delay a GET,
 // and is closed at its deadline; an oversized request is answered 431 and closed.
 #include "common/metrics_http.h"
+#include "tests/testing/http.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -22,20 +23,9 @@
 namespace mlcd {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using mlcd::testing::ConnectTcp;
 
-int Connect(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using Clock = std::chrono::steady_clock;
 
 // False when the server closed first (e.g. after answering 431, or at the deadline).
 bool SendAll(int fd, const std::string& bytes) {
@@ -88,7 +78,7 @@ class MetricsHttpTest : public ::testing::Test {
   // A GET /metrics on a new connection; its answer and how long it took.
   std::string Scrape(std::chrono::milliseconds* took) {
     const auto start = Clock::now();
-    int fd = Connect(server_->port());
+    int fd = ConnectTcp(server_->port());
     EXPECT_GE(fd, 0);
     SendAll(fd, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
     bool closed = false;
@@ -107,10 +97,10 @@ TEST_F(MetricsHttpTest, ASilentClientDelaysNoScrapeAndIsClosedAtItsDeadline) {
   options.request_timeout = std::chrono::milliseconds(1500);
   ASSERT_NO_FATAL_FAILURE(Start(options));
   const auto opened = Clock::now();
-  int silent = Connect(server_->port());
+  int silent = ConnectTcp(server_->port());
   ASSERT_GE(silent, 0);
   // A slowloris: one byte of a request every 100 ms, never finishing it.
-  int trickle = Connect(server_->port());
+  int trickle = ConnectTcp(server_->port());
   ASSERT_GE(trickle, 0);
   std::thread trickler([&] {
     const std::string partial = "GET /metrics HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -147,7 +137,7 @@ TEST_F(MetricsHttpTest, ASilentClientDelaysNoScrapeAndIsClosedAtItsDeadline) {
 
 TEST_F(MetricsHttpTest, AnOversizedRequestIsAnswered431AndClosed) {
   ASSERT_NO_FATAL_FAILURE(Start(MetricsHttpOptions()));
-  int fd = Connect(server_->port());
+  int fd = ConnectTcp(server_->port());
   ASSERT_GE(fd, 0);
   SendAll(fd, "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(kMaxMetricsHttpRequestBytes, 'a'));
   bool closed = false;
@@ -166,7 +156,7 @@ TEST_F(MetricsHttpTest, AnOversizedRequestIsAnswered431AndClosed) {
   for (auto [request, code] :
        {std::pair<std::string, std::string>{"GET /x HTTP/1.1\r\n\r\n", "404"},
         {"POST /metrics HTTP/1.1\r\n\r\n", "405"}}) {
-    int c = Connect(server_->port());
+    int c = ConnectTcp(server_->port());
     SendAll(c, request);
     std::string got = ReadUntilClosed(c, std::chrono::seconds(5), &closed);
     EXPECT_EQ(got.rfind("HTTP/1.1 " + code, 0), 0u) << request << got;
@@ -180,7 +170,7 @@ TEST_F(MetricsHttpTest, ConnectionsOverTheCapCloseTheOldest) {
   options.request_timeout = std::chrono::seconds(30);
   ASSERT_NO_FATAL_FAILURE(Start(options));
   std::vector<int> idle;
-  for (int i = 0; i < 4; ++i) idle.push_back(Connect(server_->port()));
+  for (int i = 0; i < 4; ++i) idle.push_back(ConnectTcp(server_->port()));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::chrono::milliseconds took{};
   std::string answer = Scrape(&took);

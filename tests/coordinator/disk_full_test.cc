@@ -57,6 +57,14 @@ class CoordinatorDiskFullTest : public ::testing::Test {
     request.add_kinds(v1::ASSIGNMENT_KIND_TRAIN);
     return m->RegisterWorker(request, "");
   }
+  // Opens the coordinator's state with room to spare, submits one job, closes it again.
+  void SubmitOneJobAndClose(std::string* job_id) {
+    auto m = Open();
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    auto job = Submit(m->get());
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    *job_id = job->id();
+  }
   static int NumJobs(JobManager* m) { return m->ListJobs(v1::ListJobsRequest())->jobs_size(); }
   static int NumWorkers(JobManager* m) {
     return m->ListWorkers(v1::ListWorkersRequest())->workers_size();
@@ -72,13 +80,7 @@ class CoordinatorDiskFullTest : public ::testing::Test {
 
 TEST_F(CoordinatorDiskFullTest, ARestartOnAFullDiskIsAClearErrorNotACrash) {
   std::string job_id;
-  {
-    auto m = Open();
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    auto job = Submit(m->get());
-    ASSERT_TRUE(job.ok()) << job.status().ToString();
-    job_id = job->id();
-  }
+  ASSERT_NO_FATAL_FAILURE(SubmitOneJobAndClose(&job_id));
   fs_->full = true;
   // The reserve check, before RocksDB is asked to recover anything.
   auto refused = Open();
@@ -116,13 +118,7 @@ TEST_F(CoordinatorDiskFullTest, ARestartOnAFullDiskIsAClearErrorNotACrash) {
 // start-up nothing was acted on yet, so it is an error and the data is untouched.
 TEST_F(CoordinatorDiskFullTest, AReloadThatCannotBeRecordedIsAnErrorAndLosesNothing) {
   std::string job_id;
-  {
-    auto m = Open();
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    auto job = Submit(m->get());
-    ASSERT_TRUE(job.ok()) << job.status().ToString();
-    job_id = job->id();
-  }
+  ASSERT_NO_FATAL_FAILURE(SubmitOneJobAndClose(&job_id));
   fs_->only_suffix = ".log";  // the WAL
   fs_->creates_fail = false;
   fs_->full = true;

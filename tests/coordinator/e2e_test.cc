@@ -25,6 +25,8 @@
 #include "common/net.h"
 #include "mlcd/v1/worker.grpc.pb.h"
 #include "tests/coordinator/harness.h"
+#include "tests/coordinator/two_worker_fixture.h"
+#include "tests/testing/http.h"
 
 namespace mlcd::testing {
 namespace {
@@ -37,23 +39,7 @@ std::string HttpGet(const std::string& address, const std::string& path) {
   std::string host;
   int port = 0;
   if (!SplitHostPort(address, "address", &host, &port).ok()) return "";
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
-  (void)!::write(fd, request.data(), request.size());
-  std::string response;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return response;
+  return mlcd::testing::HttpGet(port, path, host);
 }
 
 // "tiny-1-a2-r0" -> "tiny-1-a2".
@@ -158,24 +144,11 @@ void ExpectNoCommittedEpochRanTwice(const v1::Job& job,
   EXPECT_GT(attempts_seen, 0);
 }
 
-class CoordinatorEndToEndTest : public ::testing::Test {
+class CoordinatorEndToEndTest : public TwoWorkerClusterTest {
  protected:
-  void SetUp() override {
-    cluster_ = std::make_unique<TestCluster>(dir_);
-    ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
-    ASSERT_TRUE(cluster_->StartWorker(0).ok());
-    ASSERT_TRUE(cluster_->StartWorker(1).ok());
-    ASSERT_TRUE(cluster_->WaitForIdleWorkers(2, seconds(30)).ok()) << cluster_->Logs();
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cerr << cluster_->Logs();
-  }
   std::vector<std::string> WorkerDirs() {
     return {cluster_->WorkerDataDir(0), cluster_->WorkerDataDir(1)};
   }
-
-  TempDir dir_;
-  std::unique_ptr<TestCluster> cluster_;
 };
 
 // Two rounds (the second re-clusters the model's own features, EXTRACTING on the gang) and

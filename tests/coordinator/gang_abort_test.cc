@@ -19,6 +19,7 @@
 
 #include "common/file_util.h"
 #include "tests/coordinator/harness.h"
+#include "tests/coordinator/two_worker_fixture.h"
 
 namespace mlcd::testing {
 namespace {
@@ -69,19 +70,8 @@ pid_t TrainChildOf(pid_t agent) {
   return found;
 }
 
-class GangAbortTest : public ::testing::Test {
+class GangAbortTest : public TwoWorkerClusterTest {
  protected:
-  void SetUp() override {
-    cluster_ = std::make_unique<TestCluster>(dir_);
-    ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
-    ASSERT_TRUE(cluster_->StartWorker(0).ok());
-    ASSERT_TRUE(cluster_->StartWorker(1).ok());
-    ASSERT_TRUE(cluster_->WaitForIdleWorkers(2, seconds(30)).ok()) << cluster_->Logs();
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cerr << cluster_->Logs();
-  }
-
   // 4096 images, batch 32: 128 steps an epoch, checkpoints at epoch ends only, so the abort
   // (right after epoch 0's checkpoint is committed) comes seconds before the next one is due,
   // and the agents hear of it within a heartbeat interval (500 ms here).
@@ -131,9 +121,6 @@ class GangAbortTest : public ::testing::Test {
     EXPECT_TRUE(IsDirectory(committed)) << "the committed checkpoint was pruned: " << committed;
     EXPECT_TRUE(PathExists(committed + "/meta.json")) << committed;
   }
-
-  TempDir dir_;
-  std::unique_ptr<TestCluster> cluster_;
 };
 
 TEST_F(GangAbortTest, CancelledJobsChildrenWriteNoFurtherCheckpoint) {

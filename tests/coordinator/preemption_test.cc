@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "tests/coordinator/harness.h"
+#include "tests/coordinator/two_worker_fixture.h"
 
 namespace mlcd::testing {
 namespace {
@@ -80,19 +81,8 @@ bool Registered(TestCluster* cluster, const std::string& name, v1::WorkerInfo* o
   return false;
 }
 
-class PreemptionTest : public ::testing::Test {
+class PreemptionTest : public TwoWorkerClusterTest {
  protected:
-  void SetUp() override {
-    cluster_ = std::make_unique<TestCluster>(dir_);
-    ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
-    ASSERT_TRUE(cluster_->StartWorker(0).ok());
-    ASSERT_TRUE(cluster_->StartWorker(1).ok());
-    ASSERT_TRUE(cluster_->WaitForIdleWorkers(2, seconds(30)).ok()) << cluster_->Logs();
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cerr << cluster_->Logs();
-  }
-
   // 2048 images, batch 32: 64 steps an epoch, 3 epochs, checkpoints only at epoch ends (so
   // any mid-epoch checkpoint is the stop's).
   static TinyJob Spec() {
@@ -136,9 +126,6 @@ class PreemptionTest : public ::testing::Test {
       EXPECT_LE(redone, 1) << "worker " << w << " redid " << redone << " steps";
     }
   }
-
-  TempDir dir_;
-  std::unique_ptr<TestCluster> cluster_;
 };
 
 TEST_F(PreemptionTest, SigtermToAnAgentMidEpochCheckpointsThereAndResumesWithoutARestart) {

@@ -25,38 +25,19 @@
 #include "common/grpc_server.h"
 #include "common/net.h"
 #include "mlcd/v1/labelstore.grpc.pb.h"
+#include "tests/testing/http.h"
 #include "tests/testing/process.h"
 
 namespace mlcd::labelstore {
 namespace {
 
 using testing::ChildProcess;
+using testing::HttpGet;
 using testing::TempDir;
 
 int32_t LabelOf(uint64_t id, int c, int32_t k) {
   return static_cast<int32_t>((id * 2654435761u + static_cast<uint64_t>(c) * 40503u) %
                               static_cast<uint64_t>(k));
-}
-
-// Plain HTTP GET on loopback (for /metrics).
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!::write(fd, request.data(), request.size());
-  std::string response;
-  char buf[4096];
-  ssize_t got;
-  while ((got = ::read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(got));
-  ::close(fd);
-  return response;
 }
 
 // Server reflection from the client side. Debian's libgrpc++-dev ships the server plugin but

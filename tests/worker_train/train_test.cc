@@ -28,12 +28,15 @@
 #include "common/net.h"
 #include "common/npy.h"
 #include "common/spec_defaults.h"
+#include "tests/testing/http.h"
 #include "tests/worker_train/train_testing.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/trainer.h"
 
 namespace mlcd::worker {
 namespace {
+
+using mlcd::testing::HttpGet;
 
 using mlcd::testing::BinPath;
 using mlcd::testing::ChildProcess;
@@ -465,26 +468,6 @@ TEST(LoadJobSpecFileTest, YamlAndJsonFormsAgreeAndErrorsNameTheFile) {
   bad = LoadJobSpecFile(json_path);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("heads"), std::string::npos) << bad.status().ToString();
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  (void)!::write(fd, request.data(), request.size());
-  std::string response;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return response;
 }
 
 TEST_F(TrainTest, InProcessTrainerExportsMetrics) {
