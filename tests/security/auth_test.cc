@@ -1,6 +1,7 @@
 // Identity and roles on the real coordinator and label store (TLS + tokens on, as the
 // TestCluster harness always runs them): missing, unknown, expired and wrong-role tokens,
-// a submitter cancelling another's job, and a fake worker trying to take over a live one.
+// a submitter cancelling another's job, request ids of two users, and a fake worker trying to
+// take over a live one.
 #include <gtest/gtest.h>
 
 #include "clients/coordinator_client.h"
@@ -34,9 +35,11 @@ class AuthTest : public ::testing::Test {
         grpc::CreateCustomChannel(cluster_.coordinator_address(), ChannelCredentials(), args));
   }
 
-  StatusOr<v1::Job> SubmitAs(const std::string& token, const std::string& yaml) {
+  StatusOr<v1::Job> SubmitAs(const std::string& token, const std::string& yaml,
+                             const std::string& request_id = "") {
     v1::SubmitJobRequest request;
     request.set_spec_yaml(yaml);
+    request.set_request_id(request_id);
     v1::Job job;
     auto ctx = Ctx(token);
     MLCD_RETURN_IF_ERROR(FromGrpcStatus(bare_->SubmitJob(ctx.get(), request, &job)));
@@ -186,6 +189,48 @@ TEST_F(AuthTest, ASubmitterCancelsOnlyItsOwnJobs) {
   EXPECT_TRUE(CancelAs(t_.admin_token, other->id()).ok());
 }
 
+// SubmitJob's request id is each user's own: alice retrying gets her job, bob sending the
+// same id gets a job of his own (never alice's), before and after a coordinator restart.
+TEST_F(AuthTest, RequestIdsAreEachUsersOwn) {
+  TinyJob tiny;
+  auto alice = SubmitAs(t_.submitter_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(alice.ok()) << alice.status().ToString();
+  EXPECT_EQ(alice->submitted_by(), "token:alice");
+  auto retry = SubmitAs(t_.submitter_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  EXPECT_EQ(retry->id(), alice->id());
+  auto bob = SubmitAs(t_.submitter2_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(bob.ok()) << bob.status().ToString();
+  EXPECT_NE(bob->id(), alice->id());
+  EXPECT_EQ(bob->submitted_by(), "token:bob");
+  // Bob's own job is his to cancel (and alice's stays untouched).
+  EXPECT_TRUE(CancelAs(t_.submitter2_token, bob->id()).ok());
+  // Even with another spec bob's request id says nothing about alice's job.
+  TinyJob other = tiny;
+  other.k = 24;
+  auto bob_other = SubmitAs(t_.submitter2_token, other.Yaml(), "nightly-run");
+  EXPECT_EQ(bob_other.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(bob_other.status().message().find(alice->id()), std::string::npos)
+      << bob_other.status().message();
+
+  cluster_.KillCoordinator();
+  ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+  auto alice_again = SubmitAs(t_.submitter_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(alice_again.ok()) << alice_again.status().ToString();
+  EXPECT_EQ(alice_again->id(), alice->id());
+  auto bob_again = SubmitAs(t_.submitter2_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(bob_again.ok()) << bob_again.status().ToString();
+  EXPECT_EQ(bob_again->id(), bob->id());
+  EXPECT_EQ(bob_again->state(), v1::JOB_STATE_CANCELLED);
+  // The admin is an identity of its own too.
+  auto admin = SubmitAs(t_.admin_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+  EXPECT_NE(admin->id(), alice->id());
+  EXPECT_NE(admin->id(), bob->id());
+  EXPECT_TRUE(CancelAs(t_.admin_token, alice->id()).ok());
+  EXPECT_TRUE(CancelAs(t_.admin_token, admin->id()).ok());
+}
+
 TEST_F(AuthTest, AFakeWorkerCannotTakeOverALiveWorkerOrItsAssignment) {
   ASSERT_TRUE(RegisterAs(t_.worker_token, "victim").ok());
   v1::Assignment none;
@@ -242,13 +287,12 @@ TEST_F(AuthTest, MlcdctlSendsItsTokenFileAndExitsEightWhenRefused) {
   EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << out;
   EXPECT_NE(out.find("--token-file"), std::string::npos) << out;
   // A viewer's token file: it lists, but may not list workers.
-  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "--token-file", t_.viewer_token_file, "list"},
-                       &out),
-            0)
+  EXPECT_EQ(
+      RunCommand(BinPath("mlcdctl"), {flag, "--token-file", t_.viewer_token_file, "list"}, &out), 0)
       << out;
-  EXPECT_EQ(RunCommand(BinPath("mlcdctl"),
-                       {flag, "--token-file", t_.viewer_token_file, "workers"}, &out),
-            8)
+  EXPECT_EQ(
+      RunCommand(BinPath("mlcdctl"), {flag, "--token-file", t_.viewer_token_file, "workers"}, &out),
+      8)
       << out;
   EXPECT_NE(out.find("PERMISSION_DENIED"), std::string::npos) << out;
   // A token file that does not exist: a usage error before any call.
