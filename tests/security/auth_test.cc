@@ -7,6 +7,8 @@
 #include <set>
 
 #include "clients/coordinator_client.h"
+#include "common/cert_maker.h"
+#include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
 #include "common/security.h"
@@ -320,6 +322,71 @@ TEST_F(AuthTest, AFakeWorkerCannotTakeOverALiveWorkerOrItsAssignment) {
   EXPECT_EQ(now->state(), v1::JOB_STATE_TRAINING);
   EXPECT_EQ(now->restarts(), 0);
   EXPECT_NE(now->state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+// Per-pod certificates (deploy/k8s/extras/cert-manager-csi: cert-manager's csi-driver gives
+// each worker pod its own, CN = <pod>.mlcd-worker.<namespace>.svc): the coordinator binds a
+// worker to its certificate's CN, so one pod cannot act for another's live worker, where
+// pods sharing one certificate could. No tokens here: the workers act by certificate alone.
+TEST_F(AuthTest, PerPodCertificatesBindEachWorkerToItsPod) {
+  const std::string certs = dir_.Sub("pods");
+  auto pod_channel = [&](const std::string& pod) -> std::unique_ptr<v1::Coordinator::Stub> {
+    auto files = IssueCert(t_.ca, certs, pod, pod + ".mlcd-worker.mlcd.svc",
+                           {"DNS:" + pod + ".mlcd-worker.mlcd.svc", "DNS:localhost"});
+    EXPECT_TRUE(files.ok()) << files.status().ToString();
+    if (!files.ok()) return nullptr;
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = *ReadFileToString(t_.ca.cert);
+    ssl.pem_cert_chain = *ReadFileToString(files->cert);
+    ssl.pem_private_key = *ReadFileToString(files->key);
+    grpc::ChannelArguments args;
+    return v1::Coordinator::NewStub(
+        grpc::CreateCustomChannel(cluster_.coordinator_address(), grpc::SslCredentials(ssl), args));
+  };
+  ASSERT_TRUE(MakeDirs(certs).ok());
+  auto pod0 = pod_channel("mlcd-worker-0");
+  auto pod1 = pod_channel("mlcd-worker-1");
+  ASSERT_TRUE(pod0 && pod1);
+  auto register_as = [&](v1::Coordinator::Stub* stub, const std::string& name) {
+    v1::RegisterWorkerRequest request;
+    request.set_name(name);
+    request.set_host("127.0.0.1");
+    request.add_kinds(v1::ASSIGNMENT_KIND_TRAIN);
+    v1::RegisterWorkerResponse response;
+    return stub->RegisterWorker(Ctx("").get(), request, &response);
+  };
+  auto poll_as = [&](v1::Coordinator::Stub* stub, const std::string& name) {
+    v1::GetAssignmentRequest request;
+    request.set_worker_id(name);
+    request.set_rendezvous_port(PickFreePort());
+    v1::Assignment a;
+    return stub->GetAssignment(Ctx("").get(), request, &a);
+  };
+  ASSERT_TRUE(register_as(pod0.get(), "mlcd-worker-0").ok());
+  ASSERT_TRUE(poll_as(pod0.get(), "mlcd-worker-0").ok());
+  ASSERT_TRUE(register_as(pod1.get(), "mlcd-worker-1").ok());
+  // Pod 1's certificate may not take over, poll or heartbeat for pod 0's live worker.
+  grpc::Status takeover = register_as(pod1.get(), "mlcd-worker-0");
+  EXPECT_EQ(takeover.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(takeover.error_message().find(
+                "registered by 'cert:mlcd-worker-0.mlcd-worker.mlcd.svc' and alive; "
+                "'cert:mlcd-worker-1.mlcd-worker.mlcd.svc' may not take it over"),
+            std::string::npos)
+      << takeover.error_message();
+  EXPECT_EQ(poll_as(pod1.get(), "mlcd-worker-0").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("mlcd-worker-0");
+  v1::HeartbeatResponse hb_response;
+  EXPECT_EQ(pod1->Heartbeat(Ctx("").get(), hb, &hb_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // Nor may the services' shared certificate (this process's); pod 0 goes on.
+  v1::Assignment stolen;
+  EXPECT_EQ(PollAs("", "mlcd-worker-0", &stolen).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(poll_as(pod0.get(), "mlcd-worker-0").ok());
+  // A certificate is no user identity: the user API still needs a token.
+  v1::ListJobsResponse jobs;
+  EXPECT_EQ(pod0->ListJobs(Ctx("").get(), v1::ListJobsRequest(), &jobs).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 }
 
 TEST_F(AuthTest, MlcdctlSendsItsTokenFileAndExitsEightWhenRefused) {
