@@ -9,12 +9,11 @@ std::string Who(const std::string& identity) {
 
 }  // namespace
 
-Status CheckJobInScope(const v1::Job* job, const std::string& id, const JobScope& scope) {
-  if (job && scope.Covers(*job)) return Status::Ok();
-  if (scope.any_job) return Status::NotFound("job '" + id + "' does not exist");
-  return Status::NotFound("job '" + id + "' is not among the jobs of " + Who(scope.identity) +
-                          " (a submitter token reaches only the jobs it submitted; see "
-                          "`mlcdctl list`)");
+Status CheckCancelAllowed(const v1::Job& job, const std::string& caller, bool any_job) {
+  if (any_job || job.submitted_by() == caller) return Status::Ok();
+  return Status::PermissionDenied("job " + job.id() + " was submitted by " +
+                                  Who(job.submitted_by()) + "; " + Who(caller) +
+                                  " may cancel only its own jobs (an admin token cancels any)");
 }
 
 Status CheckWorkerCaller(const WorkerEntry& worker, const std::string& caller) {

@@ -62,7 +62,6 @@
 #include "common/job_spec.h"
 #include "common/limits.h"
 #include "common/status.h"
-#include "coordinator/caller_checks.h"
 #include "coordinator/gang_scheduler.h"
 #include "coordinator/job_entry.h"
 #include "coordinator/job_table.h"
@@ -125,19 +124,16 @@ class JobManager {
   // the job's submitted_by; request ids are looked up and recorded under it, so the same
   // request id from two identities names two jobs.
   StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request, const std::string& caller);
-  // `scope`: the jobs the caller reaches (caller_checks.h; default every job). A job outside
-  // it is NOT_FOUND, like a missing one, and ListJobs leaves it out.
-  StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request, const JobScope& scope = {});
-  StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request,
-                                          const JobScope& scope = {});
-  // NOT_FOUND when `caller` did not submit the job and `any_job` (admin) is false.
+  StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
+  StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  // PERMISSION_DENIED when `caller` did not submit the job and `any_job` (admin) is false.
   StatusOr<v1::Job> CancelJob(const v1::CancelJobRequest& request, const std::string& caller,
                               bool any_job);
   // Sends the job now, then on every change until it ends (OK), `is_cancelled()` turns true
   // (CANCELLED) or the manager shuts down (UNAVAILABLE). `send` returning false ends it.
   Status WatchJob(const v1::WatchJobRequest& request,
                   const std::function<bool(const v1::JobEvent&)>& send,
-                  const std::function<bool()>& is_cancelled, const JobScope& scope = {});
+                  const std::function<bool()>& is_cancelled);
 
   // --- workers (worker_api.cc) ---
   // `caller` is the calling identity. A worker name is bound to the identity that registered

@@ -11,12 +11,6 @@ grpc::Status Reply(RpcTimer& timer, StatusOr<T> result, T* response) {
   return ToGrpcStatus(timer.Done(result.status()));
 }
 
-// The jobs a reader reaches: a submitter its own, viewers and admins every job (and every
-// caller when the coordinator checks no one: role admin).
-JobScope ReadScope(const Principal& caller) {
-  return JobScope{caller.identity, caller.role != Role::kSubmitter};
-}
-
 }  // namespace
 
 // Every handler first checks its caller against the access table (common/access_policy.cc).
@@ -37,7 +31,7 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
                                         const v1::GetJobRequest* request, v1::Job* response) {
   MLCD_AUTHORIZE("GetJob");
   RpcTimer timer(&metrics_->rpc(), "GetJob");
-  return Reply(timer, manager_->GetJob(*request, ReadScope(caller)), response);
+  return Reply(timer, manager_->GetJob(*request), response);
 }
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
@@ -45,7 +39,7 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                                           v1::ListJobsResponse* response) {
   MLCD_AUTHORIZE("ListJobs");
   RpcTimer timer(&metrics_->rpc(), "ListJobs");
-  return Reply(timer, manager_->ListJobs(*request, ReadScope(caller)), response);
+  return Reply(timer, manager_->ListJobs(*request), response);
 }
 
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
@@ -63,7 +57,7 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
   RpcTimer timer(&metrics_->rpc(), "WatchJob");
   Status s = manager_->WatchJob(
       *request, [writer](const v1::JobEvent& event) { return writer->Write(event); },
-      [context] { return context->IsCancelled(); }, ReadScope(caller));
+      [context] { return context->IsCancelled(); });
   return ToGrpcStatus(timer.Done(s));
 }
 
