@@ -67,6 +67,12 @@ constexpr size_t kMaxHostLength = 255;
 // The coordinator's space reserve on the file system of its --data-dir (--min-free-mb): it
 // does not start with less free, and refuses new jobs and worker registrations below it.
 constexpr uint64_t kCoordinatorMinFreeBytes = uint64_t{64} << 20;
+// The label store's space reserve on the file system of its --data-dir (--min-free-mb):
+// below it writes are refused (UNAVAILABLE, health NOT_SERVING) and reads go on; writes
+// resume by themselves once space is freed.
+constexpr uint64_t kLabelStoreMinFreeBytes = uint64_t{64} << 20;
+// The largest --min-free-mb either service takes (1 PiB).
+constexpr uint64_t kMaxMinFreeMb = uint64_t{1} << 30;
 // clusterd: the largest request message.
 constexpr int kMaxClusterdRequestBytes = 16 << 20;
 

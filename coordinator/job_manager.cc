@@ -203,10 +203,11 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
                                      " jobs that have not ended; cancel some or wait");
   }
   // A dry run answers as a dry run even for a used request id, saying what submitting would
-  // do (return that job, or ALREADY_EXISTS for another spec).
+  // do (return that job, or ALREADY_EXISTS for another spec). Request ids are the caller's
+  // own: another identity's use of the same id is not seen here (docs/security.md).
   std::string existing_job;
   if (!request.request_id().empty()) {
-    auto existing = store_->FindRequest(request.request_id());
+    auto existing = store_->FindRequest(caller, request.request_id());
     if (existing.ok()) {
       JobEntry* job = jobs_.Find(*existing);
       if (!job)
@@ -250,7 +251,7 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
                                                   : " with request id " + request.request_id()));
   batch.AppendHistory(j.id(), history);
   batch.PutJob(job->rec);
-  if (!request.request_id().empty()) batch.PutRequest(request.request_id(), j.id());
+  if (!request.request_id().empty()) batch.PutRequest(caller, request.request_id(), j.id());
   batch.PutNextJobSeq(seq + 1);
   MLCD_RETURN_IF_ERROR(store_->Commit(&batch));
   next_job_seq_ = seq + 1;

@@ -121,7 +121,8 @@ class JobManager {
 
   // --- users ---
   // `caller`: the submitting identity (Principal::identity, common/security.h), recorded as
-  // the job's submitted_by.
+  // the job's submitted_by; request ids are looked up and recorded under it, so the same
+  // request id from two identities names two jobs.
   StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request, const std::string& caller);
   StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
   StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
                  "space reserve on the --data-dir file system: below it the coordinator does not "
                  "start, and refuses new jobs and worker registrations (UNAVAILABLE) so the jobs "
                  "already running can still record their progress; 0 = none")
-      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))
+      ->check(CLI::Range(uint64_t{0}, mlcd::kMaxMinFreeMb))
       ->capture_default_str();
   int heartbeat_ms = 1000;
   app.add_option("--heartbeat-interval-ms", heartbeat_ms,

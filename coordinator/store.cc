@@ -4,6 +4,7 @@
 #include <rocksdb/utilities/checkpoint.h>
 
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 
@@ -14,7 +15,9 @@ namespace mlcd::coordinator {
 namespace {
 
 constexpr const char* kJobPrefix = "job/";
-constexpr const char* kRequestPrefix = "request/";
+constexpr const char* kRequestPrefix = "request-by/";
+// Format version 1: request ids shared by every caller (request/<request id> -> job id).
+constexpr const char* kGlobalRequestPrefix = "request/";
 constexpr const char* kHistoryPrefix = "history/";
 constexpr const char* kWorkerPrefix = "worker/";
 constexpr const char* kNextJobSeqKey = "meta/next_job_seq";
@@ -24,6 +27,22 @@ std::string HistoryKey(const std::string& job_id, int64_t seq) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "%012lld", static_cast<long long>(seq));
   return std::string(kHistoryPrefix) + job_id + "/" + buf;
+}
+
+// request-by/<owner>/<request id>: the owner with '%', '/', and bytes outside '!'..'~'
+// written %XX, so the first '/' after the prefix ends it.
+std::string RequestKey(const std::string& owner, const std::string& request_id) {
+  std::string key = kRequestPrefix;
+  for (unsigned char c : owner) {
+    if (c == '%' || c == '/' || c < 0x21 || c > 0x7e) {
+      char buf[4];
+      std::snprintf(buf, sizeof(buf), "%%%02X", c);
+      key += buf;
+    } else {
+      key += static_cast<char>(c);
+    }
+  }
+  return key + "/" + request_id;
 }
 
 Status FromRocks(const rocksdb::Status& s, const std::string& what) {
@@ -48,8 +67,9 @@ void StoreBatch::PutJob(const v1::JobRecord& record) {
   batch_.Put(kJobPrefix + record.job().id(), record.SerializeAsString());
 }
 
-void StoreBatch::PutRequest(const std::string& request_id, const std::string& job_id) {
-  batch_.Put(kRequestPrefix + request_id, job_id);
+void StoreBatch::PutRequest(const std::string& owner, const std::string& request_id,
+                            const std::string& job_id) {
+  batch_.Put(RequestKey(owner, request_id), job_id);
 }
 
 void StoreBatch::AppendHistory(const std::string& job_id, const v1::JobHistoryEntry& entry) {
@@ -115,23 +135,18 @@ Status CoordinatorStore::CheckSpace(const std::string& what) const {
 Status CoordinatorStore::CheckFormatVersion() {
   std::string value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kFormatVersionKey, &value);
-  if (s.IsNotFound()) {
-    // A new database, or one written before the key existed (its layout is version 1).
-    rocksdb::WriteOptions options;
-    options.sync = true;
-    format_version_ = kStoreFormatVersion;
-    return FromRocks(db_->Put(options, kFormatVersionKey, std::to_string(kStoreFormatVersion)),
-                     "writing the format version of " + dir_);
-  }
-  MLCD_RETURN_IF_ERROR(FromRocks(s, "reading the format version of " + dir_));
-  int version = 0;
-  try {
-    size_t used = 0;
-    version = std::stoi(value, &used);
-    if (used != value.size() || version < 1) throw std::invalid_argument(value);
-  } catch (const std::exception&) {
-    return Status::DataLoss("coordinator database " + dir_ + ": format version '" + value +
-                            "' is not a positive number");
+  // No key: a new database, or one written before the key existed (its layout is version 1).
+  int version = 1;
+  if (!s.IsNotFound()) {
+    MLCD_RETURN_IF_ERROR(FromRocks(s, "reading the format version of " + dir_));
+    try {
+      size_t used = 0;
+      version = std::stoi(value, &used);
+      if (used != value.size() || version < 1) throw std::invalid_argument(value);
+    } catch (const std::exception&) {
+      return Status::DataLoss("coordinator database " + dir_ + ": format version '" + value +
+                              "' is not a positive number");
+    }
   }
   if (version > kStoreFormatVersion) {
     return Status::FailedPrecondition(
@@ -141,7 +156,50 @@ Status CoordinatorStore::CheckFormatVersion() {
         ". Run the newer mlcd-coordinator, or restore a backup taken with this version "
         "(docs/deploy.md, \"Backups\"); the database was not changed");
   }
-  format_version_ = version;
+  format_version_ = kStoreFormatVersion;
+  if (version == kStoreFormatVersion && !s.IsNotFound()) return Status::Ok();
+  // Upgrade (or stamp a new database): the changes and the new version in one synced batch.
+  StoreBatch batch;
+  if (version < 2) MLCD_RETURN_IF_ERROR(ScopeRequestIds(&batch));
+  batch.batch_.Put(kFormatVersionKey, std::to_string(kStoreFormatVersion));
+  MLCD_RETURN_IF_ERROR(Commit(&batch).WithContext("upgrading the coordinator database in " + dir_ +
+                                                  " from format "
+                                                  "version " +
+                                                  std::to_string(version)));
+  if (!s.IsNotFound() || batch.batch_.Count() > 1) {
+    MLCD_LOG(INFO) << "coordinator database " << dir_ << " upgraded from format version " << version
+                   << " to " << kStoreFormatVersion;
+  }
+  return Status::Ok();
+}
+
+Status CoordinatorStore::ScopeRequestIds(StoreBatch* batch) const {
+  int moved = 0;
+  MLCD_RETURN_IF_ERROR(
+      ScanPrefix(kGlobalRequestPrefix, [&](const rocksdb::Slice& key, const rocksdb::Slice& value) {
+        const std::string request_id = key.ToString().substr(std::strlen(kGlobalRequestPrefix));
+        const std::string job_id = value.ToString();
+        batch->batch_.Delete(key);
+        std::string record_bytes;
+        rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kJobPrefix + job_id, &record_bytes);
+        if (s.IsNotFound()) {
+          MLCD_LOG(WARNING) << "request id '" << request_id << "' named job " << job_id
+                            << ", which does not exist: dropped";
+          return Status::Ok();
+        }
+        MLCD_RETURN_IF_ERROR(FromRocks(s, "reading coordinator state"));
+        v1::JobRecord record;
+        if (!record.ParseFromString(record_bytes)) {
+          return Status::DataLoss("coordinator database: record " + std::string(kJobPrefix) +
+                                  job_id + " does not parse");
+        }
+        batch->PutRequest(record.job().submitted_by(), request_id, job_id);
+        ++moved;
+        return Status::Ok();
+      }));
+  if (moved > 0) {
+    MLCD_LOG(INFO) << moved << " request ids scoped to the identity that submitted their job";
+  }
   return Status::Ok();
 }
 
@@ -211,9 +269,10 @@ Status CoordinatorStore::LoadWorkers(std::vector<v1::WorkerRecord>* workers) con
   });
 }
 
-StatusOr<std::string> CoordinatorStore::FindRequest(const std::string& request_id) const {
+StatusOr<std::string> CoordinatorStore::FindRequest(const std::string& owner,
+                                                    const std::string& request_id) const {
   std::string job_id;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kRequestPrefix + request_id, &job_id);
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), RequestKey(owner, request_id), &job_id);
   if (s.IsNotFound()) return Status::NotFound("no job for request id '" + request_id + "'");
   MLCD_RETURN_IF_ERROR(FromRocks(s, "reading coordinator state"));
   return job_id;

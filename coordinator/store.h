@@ -2,17 +2,24 @@
 //
 // Layout (one column family, keys ordered so each kind is one range):
 //   job/<job id>                    -> v1::JobRecord (the job, its rounds, its running gang)
-//   request/<request id>            -> job id (SubmitJob idempotency)
+//   request-by/<owner>/<request id> -> job id (SubmitJob idempotency, scoped by the caller's
+//                                      identity: <owner> is Principal::identity with '%', '/',
+//                                      spaces and non-ASCII bytes written %XX; "" when the
+//                                      coordinator checks no one)
 //   history/<job id>/<seq, 12 digits> -> v1::JobHistoryEntry (every transition, gang start
 //                                      and abort, epoch commit, in order)
 //   worker/<worker id>              -> v1::WorkerRecord (registrations)
 //   meta/next_job_seq               -> decimal counter
-//   meta/format_version             -> decimal: the layout above is version 1
+//   meta/format_version             -> decimal: the layout above is version 2
 //
 // Compatibility: a binary opens any database of a format version up to its own
-// (kStoreFormatVersion; a database from before the key existed is version 1 and gets the
-// key) and refuses a newer one with FAILED_PRECONDITION saying what to do, before it
-// changes anything in it.
+// (kStoreFormatVersion; a database from before the key existed is version 1) and refuses a
+// newer one with FAILED_PRECONDITION saying what to do, before it changes anything in it.
+// An older database is upgraded at Open, in one synced batch with its new version number:
+//   1 -> 2  request ids were global (request/<request id> -> job id); each becomes
+//           request-by/<the job's submitted_by>/<request id>, so it stays with the identity
+//           that submitted the job ("" for jobs submitted while no one was checked). A
+//           request id whose job is missing maps to nothing and is dropped (logged).
 //
 // Every change goes through one WriteBatch written with sync = true, so a change the
 // coordinator acted on (or acknowledged to a client) survives kill -9 and power loss.
@@ -41,13 +48,15 @@
 namespace mlcd::coordinator {
 
 // The format version this binary writes and the newest it reads.
-constexpr int kStoreFormatVersion = 1;
+constexpr int kStoreFormatVersion = 2;
 
 // A group of changes written atomically by CoordinatorStore::Commit().
 class StoreBatch {
  public:
   void PutJob(const v1::JobRecord& record);
-  void PutRequest(const std::string& request_id, const std::string& job_id);
+  // `owner`'s request id names `job_id` (owner: the submitting Principal::identity).
+  void PutRequest(const std::string& owner, const std::string& request_id,
+                  const std::string& job_id);
   void AppendHistory(const std::string& job_id, const v1::JobHistoryEntry& entry);
   void PutWorker(const v1::WorkerRecord& record);
   void DeleteWorker(const std::string& worker_id);
@@ -90,8 +99,9 @@ class CoordinatorStore {
 
   Status LoadJobs(std::vector<v1::JobRecord>* jobs) const;
   Status LoadWorkers(std::vector<v1::WorkerRecord>* workers) const;
-  // The job created for `request_id`, or NOT_FOUND.
-  StatusOr<std::string> FindRequest(const std::string& request_id) const;
+  // The job created for `owner`'s `request_id`, or NOT_FOUND (also when another identity
+  // used the same request id).
+  StatusOr<std::string> FindRequest(const std::string& owner, const std::string& request_id) const;
   // 1 for a fresh database.
   StatusOr<int64_t> NextJobSeq() const;
   // The job's history in order.
@@ -113,8 +123,11 @@ class CoordinatorStore {
                     const std::function<Status(const rocksdb::Slice& key,
                                                const rocksdb::Slice& value)>& fn) const;
 
-  // Reads meta/format_version (writing it to a database that has none) and checks it.
+  // Reads meta/format_version (a database without it is version 1), checks it, and
+  // upgrades an older database to kStoreFormatVersion.
   Status CheckFormatVersion();
+  // The 1 -> 2 upgrade (above) into `batch`.
+  Status ScopeRequestIds(StoreBatch* batch) const;
 
   std::string dir_;
   std::shared_ptr<rocksdb::Env> env_;  // outlives db_ (declared before it)

@@ -1,7 +1,7 @@
 // mlcd-labelstore: the label store service (gRPC over an embedded RocksDB).
 //
 //   mlcd-labelstore [--listen 127.0.0.1:7610] [--metrics-listen 127.0.0.1:7611]
-//                   [--data-dir ./.mlcd/labelstore] [--block-cache-mb 512]
+//                   [--data-dir ./.mlcd/labelstore] [--block-cache-mb 512] [--min-free-mb 64]
 //
 // Exits 0 after SIGTERM/SIGINT (in-flight calls get a grace period, the WAL is synced and
 // the database closed), 1 when it cannot start (bad flags, data dir locked or corrupt,
@@ -13,6 +13,7 @@
 
 #include "common/flags.h"
 #include "common/grpc_server.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "labelstore/service.h"
@@ -35,12 +36,20 @@ int main(int argc, char** argv) {
          "per set, twice that with scores)")
       ->check(CLI::Range(size_t{8}, size_t{1} << 20))
       ->capture_default_str();
+  uint64_t min_free_mb = mlcd::kLabelStoreMinFreeBytes >> 20;
+  app.add_option("--min-free-mb", min_free_mb,
+                 "space reserve on the --data-dir file system: below it writes are refused "
+                 "(UNAVAILABLE, health NOT_SERVING) while reads go on, and they resume by "
+                 "themselves once space is freed; 0 = none")
+      ->check(CLI::Range(uint64_t{0}, mlcd::kMaxMinFreeMb))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (!mlcd::ApplyLogFlags(flags, "labelstore")) return 1;
 
   mlcd::labelstore::LabelStorageOptions options;
   options.data_dir = flags.data_dir;
   options.block_cache_bytes = block_cache_mb << 20;
+  options.min_free_bytes = min_free_mb << 20;
   auto storage = mlcd::labelstore::LabelStorage::Open(options);
   if (!storage.ok()) {
     MLCD_LOG(ERROR) << storage.status().ToString();

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "clients/labelstore_limits.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "labelstore/storage_health.h"
 #include "mlcd/v1/labelstore.pb.h"
@@ -69,8 +70,8 @@ struct LabelStorageOptions {
   // (rocksdb::DB::Resume) this often until that works again.
   std::chrono::milliseconds recovery_interval{1000};
   // Writes are refused (UNAVAILABLE, health NOT_SERVING) while the file system of data_dir
-  // has less free space than this (labelstore/storage_health.h); 0 = never.
-  uint64_t min_free_bytes = uint64_t{64} << 20;
+  // has less free space than this (labelstore/storage_health.h; --min-free-mb); 0 = never.
+  uint64_t min_free_bytes = kLabelStoreMinFreeBytes;
 };
 
 // What one WriteLabels message did.

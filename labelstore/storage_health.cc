@@ -15,7 +15,8 @@ Status StorageHealth::CheckSpace() {
     return Status::Ok();
   }
   const std::string what = "only " + std::to_string(free >> 20) + " MiB free in " + dir_ +
-                           " (writes need " + std::to_string(min_free_bytes_ >> 20) + " MiB)";
+                           " (writes need " + std::to_string(min_free_bytes_ >> 20) +
+                           " MiB, --min-free-mb)";
   std::lock_guard<std::mutex> lock(mu_);
   if (failure_.empty()) MLCD_LOG(ERROR) << "label store writes refused: " << what;
   if (!write_failed_) failure_ = what;

@@ -62,7 +62,7 @@ TEST(CoordinatorBackupTest, BackupDuringAJobRestoresIntoAFreshDatabaseAndTheJobF
   const std::string backup = dir.path() + "/backup-1";
   std::string log;
   ASSERT_EQ(RunMlcdctl(&cluster, dir, {"admin", "backup", "--out", backup}, &log), 0) << log;
-  EXPECT_NE(log.find("format version 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("format version 2"), std::string::npos) << log;
   EXPECT_TRUE(std::filesystem::exists(backup + "/CURRENT")) << log;
   EXPECT_FALSE(std::filesystem::exists(backup + ".partial"));
   // A second backup never overwrites the first.

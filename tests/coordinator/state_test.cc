@@ -43,7 +43,7 @@ TEST(CoordinatorStore, BatchesAreAtomicAndReloaded) {
     record.mutable_job()->set_state(v1::JOB_STATE_TRAINING);
     record.set_seq(1);
     batch.PutJob(record);
-    batch.PutRequest("r1", "a-1");
+    batch.PutRequest("token:alice", "r1", "a-1");
     for (int i = 1; i <= 12; ++i) {
       v1::JobHistoryEntry h;
       h.set_seq(i);
@@ -68,8 +68,11 @@ TEST(CoordinatorStore, BatchesAreAtomicAndReloaded) {
   ASSERT_TRUE((*store)->LoadJobs(&jobs).ok());
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].job().state(), v1::JOB_STATE_TRAINING);
-  EXPECT_EQ(*(*store)->FindRequest("r1"), "a-1");
-  EXPECT_EQ((*store)->FindRequest("r2").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*(*store)->FindRequest("token:alice", "r1"), "a-1");
+  EXPECT_EQ((*store)->FindRequest("token:alice", "r2").status().code(), StatusCode::kNotFound);
+  // Request ids are per identity.
+  EXPECT_EQ((*store)->FindRequest("token:bob", "r1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*store)->FindRequest("", "r1").status().code(), StatusCode::kNotFound);
   std::vector<v1::JobHistoryEntry> history;
   ASSERT_TRUE((*store)->ReadHistory("a-1", &history).ok());
   ASSERT_EQ(history.size(), 12u);
@@ -106,7 +109,8 @@ TEST(CoordinatorStore, FormatVersionIsWrittenAndANewerOneIsRefusedUnchanged) {
     batch.PutNextJobSeq(7);
     ASSERT_TRUE((*store)->Commit(&batch).ok());
   }
-  // A database of an older binary (no version key): opens as version 1 and gets the key.
+  // A database of an older binary (no version key, i.e. version 1): opens, upgraded to this
+  // version, and gets the key.
   {
     rocksdb::DB* raw = nullptr;
     ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir.path(), &raw).ok());
@@ -116,8 +120,16 @@ TEST(CoordinatorStore, FormatVersionIsWrittenAndANewerOneIsRefusedUnchanged) {
   {
     auto store = CoordinatorStore::Open(dir.path());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
-    EXPECT_EQ((*store)->format_version(), 1);
+    EXPECT_EQ((*store)->format_version(), kStoreFormatVersion);
     EXPECT_EQ(*(*store)->NextJobSeq(), 7);
+  }
+  {
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir.path(), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    std::string value;
+    ASSERT_TRUE(db->Get(rocksdb::ReadOptions(), "meta/format_version", &value).ok());
+    EXPECT_EQ(value, std::to_string(kStoreFormatVersion));
   }
   // A newer binary's database: refused with what to do, and left as it was.
   PutRaw(dir.path(), "meta/format_version", std::to_string(kStoreFormatVersion + 1));
@@ -140,6 +152,62 @@ TEST(CoordinatorStore, FormatVersionIsWrittenAndANewerOneIsRefusedUnchanged) {
   auto garbage = CoordinatorStore::Open(dir.path());
   ASSERT_FALSE(garbage.ok());
   EXPECT_EQ(garbage.status().code(), StatusCode::kDataLoss);
+}
+
+// Format version 1 kept one request id for every caller (request/<id> -> job id). Opening
+// such a database scopes each to the identity its job records as submitter; a request id
+// whose job is missing is dropped; nothing else changes.
+TEST(CoordinatorStore, VersionOneRequestIdsGoToTheirJobsSubmitter) {
+  mlcd::testing::TempDir dir;
+  {
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    auto put_job = [&](const std::string& id, const std::string& submitted_by) {
+      v1::JobRecord record;
+      record.mutable_job()->set_id(id);
+      record.mutable_job()->set_submitted_by(submitted_by);
+      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "job/" + id, record.SerializeAsString()).ok());
+    };
+    put_job("a-1", "token:alice");
+    put_job("b-2", "");  // submitted while the coordinator checked no one
+    put_job("c-3", "cert:odd/name %x");
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "request/nightly", "a-1").ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "request/open", "b-2").ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "request/odd/id", "c-3").ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "request/gone", "z-9").ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "meta/format_version", "1").ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "meta/next_job_seq", "4").ok());
+  }
+  for (int open = 0; open < 2; ++open) {  // the upgrade is done once and then stays
+    auto store = CoordinatorStore::Open(dir.path());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    CoordinatorStore& s = **store;
+    EXPECT_EQ(s.format_version(), kStoreFormatVersion);
+    EXPECT_EQ(*s.FindRequest("token:alice", "nightly"), "a-1");
+    EXPECT_EQ(s.FindRequest("token:bob", "nightly").status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(s.FindRequest("", "nightly").status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(*s.FindRequest("", "open"), "b-2");
+    EXPECT_EQ(s.FindRequest("token:alice", "open").status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(*s.FindRequest("cert:odd/name %x", "odd/id"), "c-3");
+    EXPECT_EQ(s.FindRequest("cert:odd", "name %x/odd/id").status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(s.FindRequest("", "gone").status().code(), StatusCode::kNotFound);
+    std::vector<v1::JobRecord> jobs;
+    ASSERT_TRUE(s.LoadJobs(&jobs).ok());
+    EXPECT_EQ(jobs.size(), 3u);
+    EXPECT_EQ(*s.NextJobSeq(), 4);
+  }
+  // The version 1 keys are gone.
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::Options(), dir.path(), &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  int old_keys = 0;
+  for (it->Seek("request/"); it->Valid() && it->key().starts_with("request/"); it->Next())
+    ++old_keys;
+  EXPECT_EQ(old_keys, 0);
 }
 
 TEST(CoordinatorStore, ACheckpointOpensAsADatabaseOfItsOwn) {
@@ -179,11 +247,11 @@ class JobManagerStateTest : public ::testing::Test {
     EXPECT_TRUE(manager.ok()) << manager.status().ToString();
     return manager.ok() ? std::move(manager).value() : nullptr;
   }
-  v1::Job Submit(JobManager* m, const std::string& request_id) {
+  v1::Job Submit(JobManager* m, const std::string& request_id, const std::string& caller = "") {
     v1::SubmitJobRequest request;
     request.set_spec_yaml(kSpec);
     request.set_request_id(request_id);
-    auto job = m->SubmitJob(request, "");
+    auto job = m->SubmitJob(request, caller);
     EXPECT_TRUE(job.ok()) << job.status().ToString();
     return job.ok() ? *job : v1::Job();
   }
@@ -257,6 +325,45 @@ class JobManagerStateTest : public ::testing::Test {
   prometheus::Registry registry_;
   CoordinatorMetrics metrics_{registry_};
 };
+
+// Request ids are scoped by the caller's identity, and stay so across a restart.
+TEST_F(JobManagerStateTest, RequestIdsBelongToTheIdentityThatUsedThem) {
+  std::string alice_job, bob_job;
+  {
+    auto m = Open();
+    ASSERT_TRUE(m);
+    alice_job = Submit(m.get(), "nightly", "token:alice").id();
+    EXPECT_EQ(Submit(m.get(), "nightly", "token:alice").id(), alice_job);
+    const v1::Job bob = Submit(m.get(), "nightly", "token:bob");
+    bob_job = bob.id();
+    EXPECT_NE(bob_job, alice_job);
+    EXPECT_EQ(bob.submitted_by(), "token:bob");
+    // A dry run of bob's says nothing of alice's job.
+    v1::SubmitJobRequest dry;
+    dry.set_spec_yaml(kSpec);
+    dry.set_request_id("nightly");
+    dry.set_dry_run(true);
+    auto answer = m->SubmitJob(dry, "token:carol");
+    ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+    EXPECT_EQ(answer->message().find(alice_job), std::string::npos) << answer->message();
+  }
+  auto m = Open();
+  ASSERT_TRUE(m);
+  EXPECT_EQ(Submit(m.get(), "nightly", "token:alice").id(), alice_job);
+  EXPECT_EQ(Submit(m.get(), "nightly", "token:bob").id(), bob_job);
+  const v1::Job carol = Submit(m.get(), "nightly", "token:carol");
+  EXPECT_NE(carol.id(), alice_job);
+  EXPECT_NE(carol.id(), bob_job);
+  // Another spec under alice's own request id is ALREADY_EXISTS, naming her job.
+  v1::SubmitJobRequest other;
+  std::string yaml = kSpec;
+  yaml.replace(yaml.find("k: 8"), 4, "k: 9");
+  other.set_spec_yaml(yaml);
+  other.set_request_id("nightly");
+  auto refused = m->SubmitJob(other, "token:alice");
+  EXPECT_EQ(refused.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(refused.status().message().find(alice_job), std::string::npos);
+}
 
 TEST_F(JobManagerStateTest, JobsRequestIdsHistoryAndWorkersSurviveReopen) {
   std::string a, b;

@@ -17,7 +17,11 @@ Checks, for every overlay under deploy/k8s/overlays:
     read-only security context, every $(VAR) of the args defined, every volume mounted;
   * TLS (docs/security.md): the ConfigMap sets MLCD_TLS_CERT/KEY/CA under /etc/mlcd/tls,
     every pod mounts the Secret mlcd-tls there read-only, the services (not the workers)
-    pass --tokens-file from the Secret mlcd-tokens mounted at /etc/mlcd/tokens;
+    pass --tokens-file from the Secret mlcd-tokens mounted at /etc/mlcd/tokens; in the
+    per-pod certificate overlay (extras/cert-manager-csi, checked like the overlays) the
+    workers mount instead a read-only csi.cert-manager.io volume issued for their own pod
+    (common name and DNS name <pod>.mlcd-worker.<namespace>.svc, server and client usages,
+    readable by the pod's group), the services keep the Secret;
   * Services target named container ports of the pods they select, on the same numbers;
     the ConfigMap's peer addresses name those Services and ports;
   * GPUs: the gpu overlay's workers request nvidia.com/gpu (requests = limits), nothing in
@@ -211,7 +215,32 @@ def host_port(address):
     return host, int(port) if port.isdigit() else None
 
 
-def check_overlay(name, docs, ports, problems, binaries_flags):
+def check_per_pod_cert(cw, volume, fs_group, problems):
+    """A worker's /etc/mlcd/tls from cert-manager's csi-driver: a certificate of its own pod."""
+    csi = volume.get("csi") or {}
+    attrs = csi.get("volumeAttributes") or {}
+    key = "csi.cert-manager.io/"
+    problems.check(csi.get("driver") == "csi.cert-manager.io" and csi.get("readOnly") is True, cw,
+                   "the per-pod TLS volume must be a read-only csi volume of driver csi.cert-manager.io")
+    problems.check(attrs.get(key + "issuer-name") == "mlcd-ca-issuer", cw,
+                   "the per-pod certificate must be issued by mlcd-ca-issuer (the CA the services trust)")
+    cn = attrs.get(key + "common-name", "")
+    problems.check(cn == "${POD_NAME}.mlcd-worker.${POD_NAMESPACE}.svc", cw,
+                   f"the per-pod certificate's common name is {cn!r}: it must be "
+                   "${POD_NAME}.mlcd-worker.${POD_NAMESPACE}.svc (the coordinator binds a worker to it)")
+    dns = [n.strip() for n in attrs.get(key + "dns-names", "").split(",")]
+    problems.check(cn in dns, cw, "the per-pod certificate's DNS names must include its common name")
+    usages = {u.strip() for u in attrs.get(key + "key-usages", "").split(",")}
+    problems.check({"server auth", "client auth"} <= usages, cw,
+                   "the per-pod certificate needs key usages server auth and client auth (mTLS)")
+    problems.check(attrs.get(key + "fs-group") == str(fs_group), cw,
+                   f"csi.cert-manager.io/fs-group must be the pod's fsGroup {fs_group} (the key is read by uid 10001)")
+    for attr, default in (("certificate-file", "tls.crt"), ("privatekey-file", "tls.key"), ("ca-file", "ca.crt")):
+        problems.check(attrs.get(key + attr, default) == default, cw,
+                       f"{key}{attr} must be {default} (the ConfigMap's MLCD_TLS_* name it)")
+
+
+def check_overlay(name, docs, ports, problems, binaries_flags, per_pod_certs=False):
     where = f"overlay {name}"
     by_kind = index(docs)
     gpu_overlay = name == "gpu"
@@ -412,8 +441,13 @@ def check_overlay(name, docs, ports, problems, binaries_flags):
         # TLS material and tokens from Secrets.
         secret_mounts = {m["mountPath"]: ((volumes.get(m["name"]) or {}).get("secret") or {}).get("secretName")
                          for m in c.get("volumeMounts") or [] if m.get("readOnly")}
-        problems.check(secret_mounts.get("/etc/mlcd/tls") == "mlcd-tls", cw,
-                       "must mount the Secret mlcd-tls read-only at /etc/mlcd/tls (TLS certificate, key, CA)")
+        if component == "worker" and per_pod_certs:
+            tls_volume = next((volumes.get(m["name"]) or {} for m in c.get("volumeMounts") or []
+                               if m["mountPath"] == "/etc/mlcd/tls"), {})
+            check_per_pod_cert(cw, tls_volume, psc.get("fsGroup"), problems)
+        else:
+            problems.check(secret_mounts.get("/etc/mlcd/tls") == "mlcd-tls", cw,
+                           "must mount the Secret mlcd-tls read-only at /etc/mlcd/tls (TLS certificate, key, CA)")
         if component != "worker":
             problems.check(flags.get("--tokens-file") == "/etc/mlcd/tokens/tokens", cw,
                            "needs --tokens-file=/etc/mlcd/tokens/tokens (callers are checked)")
@@ -602,13 +636,17 @@ def run_checks(k8s_dir, source_dir, kubectl, binaries_flags, extras=True):
     overlays = sorted(d for d in os.listdir(overlays_dir) if os.path.isdir(os.path.join(overlays_dir, d)))
     for required in ("cpu", "gpu"):
         problems.check(required in overlays, k8s_dir, f"missing overlay {required}")
-    for name in overlays:
+    # The per-pod certificate overlay is a whole application too (the cpu overlay, workers
+    # with certificates of their own): it gets every check.
+    targets = [(name, os.path.join(overlays_dir, name), False) for name in overlays]
+    targets.append(("cert-manager-csi", os.path.join(k8s_dir, "extras", "cert-manager-csi"), True))
+    for name, path, per_pod_certs in targets:
         try:
-            docs = render(kubectl, os.path.join(overlays_dir, name))
+            docs = render(kubectl, path)
         except (RuntimeError, yaml.YAMLError) as e:
             problems.add(f"overlay {name}", str(e))
             continue
-        check_overlay(name, docs, ports, problems, binaries_flags)
+        check_overlay(name, docs, ports, problems, binaries_flags, per_pod_certs)
     if extras:
         check_extras(k8s_dir, kubectl, problems)
     return problems.items
@@ -711,6 +749,13 @@ MUTATIONS = [
      "needs --tokens-file"),
     ("memory request above its limit", "base/labelstore.yaml", "              memory: 1Gi\n",
      "              memory: 9Gi\n", "memory request 9Gi exceeds its limit"),
+    ("per-pod certificates shared again (no pod name in the common name)", "extras/cert-manager-csi/worker-per-pod-cert.yaml",
+     "common-name: ${POD_NAME}.mlcd-worker.${POD_NAMESPACE}.svc", "common-name: mlcd-worker.${POD_NAMESPACE}.svc",
+     "the per-pod certificate's common name is 'mlcd-worker.${POD_NAMESPACE}.svc'"),
+    ("per-pod certificate without client auth", "extras/cert-manager-csi/worker-per-pod-cert.yaml",
+     "key encipherment,server auth,client auth", "key encipherment,server auth", "server auth and client auth"),
+    ("per-pod overlay left on the shared Secret", "extras/cert-manager-csi/kustomization.yaml",
+     "patchesStrategicMerge:\n  - worker-per-pod-cert.yaml\n", "", "read-only csi volume of driver csi.cert-manager.io"),
 ]
 
 
@@ -763,7 +808,7 @@ def main():
     if problems:
         print(f"FAILED: {len(problems)} problem(s) in deploy/k8s")
         return 1
-    print(f"deploy/k8s (and extras, deploy/grafana): all overlays render and pass the checks ({', '.join(sorted(os.listdir(os.path.join(k8s_dir, 'overlays'))))})"
+    print(f"deploy/k8s (and extras, deploy/grafana): all overlays render and pass the checks ({', '.join(sorted(os.listdir(os.path.join(k8s_dir, 'overlays'))) + ['extras/cert-manager-csi'])})"
           + (f"; flags checked against {', '.join(sorted(binaries_flags))}" if binaries_flags else ""))
     if args.self_test:
         failures = self_test(k8s_dir, args.source_dir, args.kubectl, binaries_flags)

@@ -22,7 +22,8 @@ the dashboards and rules is evaluated through Prometheus's HTTP API.
    * the naming scheme (docs/metrics.md) holds for every exported mlcd_* family: the
      service prefix, `_total` exactly on counters, `_seconds` on durations, no other time
      units, documented in docs/metrics.md, no label that clashes with target labels (job,
-     instance) and no label with unbounded values.
+     instance) and no label with unbounded values; no label value of any series of an MLCD
+     target is a path or long free text (/metrics is unauthenticated).
 Wall time is about a minute. Exits 0 when all holds, else prints each problem and exits 1.
 """
 
@@ -314,6 +315,16 @@ def main():
         for label, values in values_by_label.items():
             if len(values) > 64:
                 problems.append(f"label {label} has {len(values)} values in a tiny run: unbounded?")
+        # /metrics is served without authentication (docs/security.md, "The status and metrics
+        # ports"): no series of an MLCD target, mlcd_* or not, may carry a path, a spec or a
+        # secret in a label value.
+        every = prom.get("/api/v1/series", **{"match[]": '{job=~"mlcd-.+"}', "start": f"{start:.3f}",
+                                              "end": f"{end:.3f}"})["data"]
+        for s in every:
+            for label, value in s.items():
+                if label not in ("__name__", "job", "instance") and ("/" in value or len(value) > 64):
+                    problems.append(f"{s['__name__']} has label {label}={value!r}: a path or free text in an "
+                                    "unauthenticated /metrics")
         print(f"evaluated {checked} expressions; {len(families)} mlcd_* families scraped; "
               f"{len(series)} series; labels {sorted(values_by_label)}")
     except (RuntimeError, subprocess.TimeoutExpired) as e:

@@ -10,6 +10,7 @@
 #include <memory>
 #include <thread>
 
+#include "common/limits.h"
 #include "labelstore/storage.h"
 #include "tests/testing/full_disk_fs.h"
 #include "tests/testing/process.h"
@@ -84,6 +85,53 @@ TEST(LabelStorageDiskFull, HealthFailsWhileWritesFailAndRecoversOnItsOwn) {
   ids = {100};
   ASSERT_TRUE(s.GetLabels("full/r0", ids.data(), ids.size(), false, &response).ok());
   EXPECT_EQ(response.missing_ids_size(), 1);
+}
+
+// The reserve is a setting (mlcd-labelstore --min-free-mb): with the file system reporting
+// 1 MiB free (writes would still work), the default 64 MiB reserve and a 2 MiB one refuse
+// writes, 0 (none) and 1 MiB take them; reads go on either way.
+TEST(LabelStorageDiskFull, TheReserveIsMinFreeBytes) {
+  testing::TempDir dir;
+  auto fs = std::make_shared<testing::FullDiskFileSystem>();
+  fs->low = true;
+  v1::CreateLabelSetRequest create;
+  create.set_num_classes(10);
+  create.set_labels_per_sample(2);
+  struct Case {
+    uint64_t min_free_bytes;
+    bool writes;
+    const char* need;
+  };
+  const Case cases[] = {{kLabelStoreMinFreeBytes, false, "writes need 64 MiB, --min-free-mb"},
+                        {uint64_t{2} << 20, false, "writes need 2 MiB, --min-free-mb"},
+                        {0, true, ""},
+                        {uint64_t{1} << 20, true, ""}};
+  int n = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("min_free_bytes " + std::to_string(c.min_free_bytes));
+    LabelStorageOptions options;
+    options.data_dir = dir.Sub("db");
+    options.block_cache_bytes = 8 << 20;
+    options.env = testing::NewFullDiskEnv(fs);
+    options.min_free_bytes = c.min_free_bytes;
+    auto storage = LabelStorage::Open(options);
+    ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+    LabelStorage& s = **storage;
+    const std::string name = "reserve/r" + std::to_string(n++);
+    create.set_name(name);
+    auto created = s.Create(create);
+    EXPECT_EQ(created.ok(), c.writes) << created.status().ToString();
+    auto written = s.Write(name, Rows(0, 10));
+    EXPECT_EQ(written.ok(), c.writes) << written.status().ToString();
+    EXPECT_EQ(s.Health().ok(), c.writes) << s.Health().ToString();
+    if (!c.writes) {
+      EXPECT_EQ(created.status().code(), StatusCode::kUnavailable);
+      EXPECT_NE(created.status().message().find(c.need), std::string::npos)
+          << created.status().message();
+      EXPECT_NE(created.status().message().find("only 1 MiB free"), std::string::npos);
+    }
+    EXPECT_TRUE(s.List(v1::ListLabelSetsRequest()).ok());  // reads go on below the reserve
+  }
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 #include "clients/labelstore_client.h"
 #include "common/grpc_server.h"
+#include "common/limits.h"
 #include "common/net.h"
 #include "mlcd/v1/labelstore.grpc.pb.h"
 #include "tests/testing/http.h"
@@ -122,15 +123,15 @@ StatusOr<std::vector<std::unique_ptr<google::protobuf::Message>>> AskReflection(
 class LabelStoreServer {
  public:
   explicit LabelStoreServer(const std::string& data_dir) : data_dir_(data_dir) {}
-  void Start() {
+  void Start(const std::vector<std::string>& extra_flags = {}) {
     port_ = PickFreePort();
     metrics_port_ = PickFreePort();
     address_ = "127.0.0.1:" + std::to_string(port_);
-    Status s = process_.Start(
-        testing::BinPath("mlcd-labelstore"),
-        {"--listen", address_, "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_),
-         "--data-dir", data_dir_, "--block-cache-mb", "16"},
-        data_dir_ + ".log");
+    std::vector<std::string> args = {
+        "--listen",   address_,  "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_),
+        "--data-dir", data_dir_, "--block-cache-mb", "16"};
+    args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+    Status s = process_.Start(testing::BinPath("mlcd-labelstore"), args, data_dir_ + ".log");
     ASSERT_TRUE(s.ok()) << s.ToString();
     s = testing::WaitForServing(address_, std::chrono::seconds(30));
     ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << process_.Log();
@@ -568,6 +569,43 @@ TEST_F(ServiceTest, ReflectionListsAndDescribesTheServices) {
   google::protobuf::TextFormat::PrintToString(*(*responses)[2], &unknown);
   EXPECT_NE(unknown.find("error_response"), std::string::npos) << unknown;
   EXPECT_NE(unknown.find("error_code: 5"), std::string::npos) << unknown;
+}
+
+// --min-free-mb on the real binary: a reserve above what the disk has free (1 PiB) refuses
+// every write with UNAVAILABLE naming the flag, health turns NOT_SERVING, reads go on; a value
+// over the bound is a usage error.
+TEST(ServiceReserveTest, MinFreeMbAboveTheFreeSpaceRefusesWritesAndServesReads) {
+  TempDir dir;
+  LabelStoreServer server(dir.Sub("store"));
+  ASSERT_NO_FATAL_FAILURE(server.Start({"--min-free-mb", std::to_string(kMaxMinFreeMb)}));
+  LabelStoreClient client(server.address());
+  LabelSetSpec spec;
+  spec.name = "reserve";
+  spec.num_classes = 10;
+  spec.labels_per_sample = 1;
+  Status created = client.CreateLabelSet(spec).status();
+  EXPECT_EQ(created.code(), StatusCode::kUnavailable) << created.ToString();
+  EXPECT_NE(created.message().find("writes need " + std::to_string(kMaxMinFreeMb) +
+                                   " MiB, --min-free-mb"),
+            std::string::npos)
+      << created.ToString();
+  auto sets = client.List();
+  EXPECT_TRUE(sets.ok()) << sets.status().ToString();
+  // The health check follows the storage within a poll (200 ms).
+  bool not_serving = false;
+  for (int i = 0; i < 50 && !not_serving; ++i) {
+    not_serving = !testing::WaitForServing(server.address(), std::chrono::milliseconds(100)).ok();
+    if (!not_serving) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(not_serving) << "health must say NOT_SERVING below the reserve";
+
+  std::string output;
+  int rc = testing::RunCommand(testing::BinPath("mlcd-labelstore"),
+                               {"--listen", "127.0.0.1:0", "--data-dir", dir.Sub("other"),
+                                "--min-free-mb", std::to_string(kMaxMinFreeMb + 1)},
+                               &output, {}, std::chrono::seconds(30));
+  EXPECT_NE(rc, 0) << output;
+  EXPECT_NE(output.find("--min-free-mb"), std::string::npos) << output;
 }
 
 TEST(ServiceUnreachableTest, ClientNamesTheAddress) {

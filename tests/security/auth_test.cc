@@ -1,9 +1,12 @@
 // Identity and roles on the real coordinator and label store (TLS + tokens on, as the
 // TestCluster harness always runs them): missing, unknown, expired and wrong-role tokens,
-// a submitter cancelling another's job, and a fake worker trying to take over a live one.
+// a submitter cancelling another's job, request ids of two users, and a fake worker trying to
+// take over a live one.
 #include <gtest/gtest.h>
 
 #include "clients/coordinator_client.h"
+#include "common/cert_maker.h"
+#include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
 #include "common/security.h"
@@ -34,9 +37,11 @@ class AuthTest : public ::testing::Test {
         grpc::CreateCustomChannel(cluster_.coordinator_address(), ChannelCredentials(), args));
   }
 
-  StatusOr<v1::Job> SubmitAs(const std::string& token, const std::string& yaml) {
+  StatusOr<v1::Job> SubmitAs(const std::string& token, const std::string& yaml,
+                             const std::string& request_id = "") {
     v1::SubmitJobRequest request;
     request.set_spec_yaml(yaml);
+    request.set_request_id(request_id);
     v1::Job job;
     auto ctx = Ctx(token);
     MLCD_RETURN_IF_ERROR(FromGrpcStatus(bare_->SubmitJob(ctx.get(), request, &job)));
@@ -186,6 +191,48 @@ TEST_F(AuthTest, ASubmitterCancelsOnlyItsOwnJobs) {
   EXPECT_TRUE(CancelAs(t_.admin_token, other->id()).ok());
 }
 
+// SubmitJob's request id is each user's own: alice retrying gets her job, bob sending the
+// same id gets a job of his own (never alice's), before and after a coordinator restart.
+TEST_F(AuthTest, RequestIdsAreEachUsersOwn) {
+  TinyJob tiny;
+  auto alice = SubmitAs(t_.submitter_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(alice.ok()) << alice.status().ToString();
+  EXPECT_EQ(alice->submitted_by(), "token:alice");
+  auto retry = SubmitAs(t_.submitter_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  EXPECT_EQ(retry->id(), alice->id());
+  auto bob = SubmitAs(t_.submitter2_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(bob.ok()) << bob.status().ToString();
+  EXPECT_NE(bob->id(), alice->id());
+  EXPECT_EQ(bob->submitted_by(), "token:bob");
+  // Bob's own job is his to cancel (and alice's stays untouched).
+  EXPECT_TRUE(CancelAs(t_.submitter2_token, bob->id()).ok());
+  // Even with another spec bob's request id says nothing about alice's job.
+  TinyJob other = tiny;
+  other.k = 24;
+  auto bob_other = SubmitAs(t_.submitter2_token, other.Yaml(), "nightly-run");
+  EXPECT_EQ(bob_other.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(bob_other.status().message().find(alice->id()), std::string::npos)
+      << bob_other.status().message();
+
+  cluster_.KillCoordinator();
+  ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+  auto alice_again = SubmitAs(t_.submitter_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(alice_again.ok()) << alice_again.status().ToString();
+  EXPECT_EQ(alice_again->id(), alice->id());
+  auto bob_again = SubmitAs(t_.submitter2_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(bob_again.ok()) << bob_again.status().ToString();
+  EXPECT_EQ(bob_again->id(), bob->id());
+  EXPECT_EQ(bob_again->state(), v1::JOB_STATE_CANCELLED);
+  // The admin is an identity of its own too.
+  auto admin = SubmitAs(t_.admin_token, tiny.Yaml(), "nightly-run");
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+  EXPECT_NE(admin->id(), alice->id());
+  EXPECT_NE(admin->id(), bob->id());
+  EXPECT_TRUE(CancelAs(t_.admin_token, alice->id()).ok());
+  EXPECT_TRUE(CancelAs(t_.admin_token, admin->id()).ok());
+}
+
 TEST_F(AuthTest, AFakeWorkerCannotTakeOverALiveWorkerOrItsAssignment) {
   ASSERT_TRUE(RegisterAs(t_.worker_token, "victim").ok());
   v1::Assignment none;
@@ -234,6 +281,71 @@ TEST_F(AuthTest, AFakeWorkerCannotTakeOverALiveWorkerOrItsAssignment) {
   EXPECT_NE(now->state(), v1::JOB_STATE_SUCCEEDED);
 }
 
+// Per-pod certificates (deploy/k8s/extras/cert-manager-csi: cert-manager's csi-driver gives
+// each worker pod its own, CN = <pod>.mlcd-worker.<namespace>.svc): the coordinator binds a
+// worker to its certificate's CN, so one pod cannot act for another's live worker, where
+// pods sharing one certificate could. No tokens here: the workers act by certificate alone.
+TEST_F(AuthTest, PerPodCertificatesBindEachWorkerToItsPod) {
+  const std::string certs = dir_.Sub("pods");
+  auto pod_channel = [&](const std::string& pod) -> std::unique_ptr<v1::Coordinator::Stub> {
+    auto files = IssueCert(t_.ca, certs, pod, pod + ".mlcd-worker.mlcd.svc",
+                           {"DNS:" + pod + ".mlcd-worker.mlcd.svc", "DNS:localhost"});
+    EXPECT_TRUE(files.ok()) << files.status().ToString();
+    if (!files.ok()) return nullptr;
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = *ReadFileToString(t_.ca.cert);
+    ssl.pem_cert_chain = *ReadFileToString(files->cert);
+    ssl.pem_private_key = *ReadFileToString(files->key);
+    grpc::ChannelArguments args;
+    return v1::Coordinator::NewStub(
+        grpc::CreateCustomChannel(cluster_.coordinator_address(), grpc::SslCredentials(ssl), args));
+  };
+  ASSERT_TRUE(MakeDirs(certs).ok());
+  auto pod0 = pod_channel("mlcd-worker-0");
+  auto pod1 = pod_channel("mlcd-worker-1");
+  ASSERT_TRUE(pod0 && pod1);
+  auto register_as = [&](v1::Coordinator::Stub* stub, const std::string& name) {
+    v1::RegisterWorkerRequest request;
+    request.set_name(name);
+    request.set_host("127.0.0.1");
+    request.add_kinds(v1::ASSIGNMENT_KIND_TRAIN);
+    v1::RegisterWorkerResponse response;
+    return stub->RegisterWorker(Ctx("").get(), request, &response);
+  };
+  auto poll_as = [&](v1::Coordinator::Stub* stub, const std::string& name) {
+    v1::GetAssignmentRequest request;
+    request.set_worker_id(name);
+    request.set_rendezvous_port(PickFreePort());
+    v1::Assignment a;
+    return stub->GetAssignment(Ctx("").get(), request, &a);
+  };
+  ASSERT_TRUE(register_as(pod0.get(), "mlcd-worker-0").ok());
+  ASSERT_TRUE(poll_as(pod0.get(), "mlcd-worker-0").ok());
+  ASSERT_TRUE(register_as(pod1.get(), "mlcd-worker-1").ok());
+  // Pod 1's certificate may not take over, poll or heartbeat for pod 0's live worker.
+  grpc::Status takeover = register_as(pod1.get(), "mlcd-worker-0");
+  EXPECT_EQ(takeover.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(takeover.error_message().find(
+                "registered by 'cert:mlcd-worker-0.mlcd-worker.mlcd.svc' and alive; "
+                "'cert:mlcd-worker-1.mlcd-worker.mlcd.svc' may not take it over"),
+            std::string::npos)
+      << takeover.error_message();
+  EXPECT_EQ(poll_as(pod1.get(), "mlcd-worker-0").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("mlcd-worker-0");
+  v1::HeartbeatResponse hb_response;
+  EXPECT_EQ(pod1->Heartbeat(Ctx("").get(), hb, &hb_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // Nor may the services' shared certificate (this process's); pod 0 goes on.
+  v1::Assignment stolen;
+  EXPECT_EQ(PollAs("", "mlcd-worker-0", &stolen).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(poll_as(pod0.get(), "mlcd-worker-0").ok());
+  // A certificate is no user identity: the user API still needs a token.
+  v1::ListJobsResponse jobs;
+  EXPECT_EQ(pod0->ListJobs(Ctx("").get(), v1::ListJobsRequest(), &jobs).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
 TEST_F(AuthTest, MlcdctlSendsItsTokenFileAndExitsEightWhenRefused) {
   const std::string flag = "--coordinator=" + cluster_.coordinator_address();
   std::string out;
@@ -242,13 +354,12 @@ TEST_F(AuthTest, MlcdctlSendsItsTokenFileAndExitsEightWhenRefused) {
   EXPECT_NE(out.find("UNAUTHENTICATED"), std::string::npos) << out;
   EXPECT_NE(out.find("--token-file"), std::string::npos) << out;
   // A viewer's token file: it lists, but may not list workers.
-  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "--token-file", t_.viewer_token_file, "list"},
-                       &out),
-            0)
+  EXPECT_EQ(
+      RunCommand(BinPath("mlcdctl"), {flag, "--token-file", t_.viewer_token_file, "list"}, &out), 0)
       << out;
-  EXPECT_EQ(RunCommand(BinPath("mlcdctl"),
-                       {flag, "--token-file", t_.viewer_token_file, "workers"}, &out),
-            8)
+  EXPECT_EQ(
+      RunCommand(BinPath("mlcdctl"), {flag, "--token-file", t_.viewer_token_file, "workers"}, &out),
+      8)
       << out;
   EXPECT_NE(out.find("PERMISSION_DENIED"), std::string::npos) << out;
   // A token file that does not exist: a usage error before any call.
