@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -246,7 +247,7 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
                   "keep the newest N checkpoints (0 = all); never the one resumed from, nor the "
                   "coordinator's last commit or a newer one (see --committed-checkpoint-file)")
       ->envname("MLCD_KEEP_CHECKPOINTS")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
       ->capture_default_str();
   cmd->add_option("--committed-checkpoint-file", flags->committed_checkpoint_file,
                   "file naming the checkpoint the coordinator committed last (the agent passes "
