@@ -118,6 +118,22 @@ StatusOr<v1::Assignment> JobManager::WaitForAssignment(WorkerEntry* worker,
   return assignment;
 }
 
+namespace {
+
+// HeartbeatResponse.committed_checkpoint for the members of `job`'s running gang: the
+// checkpoint committed last in the attempt's round, else the one the attempt resumed from (the
+// previous round's last commit); empty for EXTRACT and EVALUATE gangs, which prune nothing.
+std::string CommittedCheckpoint(const JobEntry& job) {
+  const v1::GangAttempt& attempt = job.rec.attempt();
+  if (attempt.kind() != v1::ASSIGNMENT_KIND_TRAIN) return "";
+  const int r = attempt.round();
+  if (r >= 0 && r < job.rec.job().rounds_size() && !job.rec.job().rounds(r).checkpoint().empty())
+    return job.rec.job().rounds(r).checkpoint();
+  return attempt.resume_checkpoint();
+}
+
+}  // namespace
+
 StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest& request,
                                                       const std::string& caller) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -159,6 +175,8 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
   worker->delivered = true;
   worker->progress = request.progress();
   if (member->rank() == 0) progress_.OnRankZeroProgress(job, request.progress(), now);
+  // After rank 0's progress, so the commit this very heartbeat made is in the answer.
+  response.set_committed_checkpoint(CommittedCheckpoint(*job));
   if (worker->record.cordoned() && job->rec.attempt().kind() == v1::ASSIGNMENT_KIND_TRAIN) {
     response.set_action(v1::WORKER_ACTION_STOP);
     response.set_reason("worker " + worker->record.worker_id() + " is drained: checkpoint, stop");

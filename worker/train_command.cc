@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +49,7 @@ struct TrainFlags {
   std::string progress_jsonl;
   int threads = 0;
   int keep_checkpoints = 3;
+  std::string committed_checkpoint_file;
   std::string device = "auto";
   int log_every = 10;
   int stop_deadline_seconds = kDefaultStopDeadlineSeconds;
@@ -163,6 +165,7 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   if (!flags.resume.empty()) o.resume = flags.resume;
   o.threads = flags.threads;
   o.keep_checkpoints = flags.keep_checkpoints;
+  o.committed_checkpoint_file = flags.committed_checkpoint_file;
   o.device = flags.device;
   o.log_every = flags.log_every;
   SetLogComponent("worker r" + std::to_string(o.rank));
@@ -241,8 +244,15 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", flags->threads,
                   "intra-op threads (default: training.threads_per_worker, else all)");
   cmd->add_option("--keep-checkpoints", flags->keep_checkpoints,
-                  "keep the newest N checkpoints (0 = all)")
+                  "keep the newest N checkpoints (0 = all); never the one resumed from, nor the "
+                  "coordinator's last commit or a newer one (see --committed-checkpoint-file)")
+      ->envname("MLCD_KEEP_CHECKPOINTS")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
       ->capture_default_str();
+  cmd->add_option("--committed-checkpoint-file", flags->committed_checkpoint_file,
+                  "file naming the checkpoint the coordinator committed last (the agent passes "
+                  "it and keeps it current): pruning never removes that one nor a newer one; "
+                  "until the file exists, the one resumed from counts as committed");
   cmd->add_option("--log-every", flags->log_every, "log a progress line every N steps")
       ->capture_default_str();
   cmd->add_option("--stop-deadline-seconds", flags->stop_deadline_seconds,

@@ -6,16 +6,22 @@
 //     coordinator aborts the gang, the survivor is told ABORT.
 // Either way no checkpoint appears in the job's checkpoint root after the abort (a SIGTERM
 // used to make the children agree to stop, then write and prune one more), and the
-// checkpoint the coordinator committed last is still there.
+// checkpoint the coordinator committed last is still there. And with --keep-checkpoints 1,
+// the children never prune the checkpoint the coordinator committed last (the agents'
+// committed_checkpoint files name it), not even while both agents are frozen and their gang
+// is aborted for silence; the job resumes from it.
 #include <dirent.h>
 #include <signal.h>
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "common/file_util.h"
 #include "tests/coordinator/harness.h"
@@ -165,6 +171,141 @@ TEST_F(GangAbortTest, SurvivorOfAKilledMemberWritesNoFurtherCheckpoint) {
   auto workers = cluster_->Workers();
   ASSERT_TRUE(workers.ok());
   EXPECT_EQ(workers->workers_size(), 2);
+}
+
+// (round, epoch, step in epoch) of a checkpoint name "ckpt-r<R>-e<E>-s<S>"; false otherwise.
+bool Position(const std::string& name, std::tuple<int, int, long long>* position) {
+  int r = 0, e = 0;
+  long long st = 0;
+  char tail = 0;
+  if (std::sscanf(name.c_str(), "ckpt-r%d-e%d-s%lld%c", &r, &e, &st, &tail) != 3) return false;
+  *position = {r, e, st};
+  return true;
+}
+
+// What the agents' committed_checkpoint files hold (one per TRAIN assignment they ran).
+std::set<std::string> CommitMarkers(TestCluster& cluster) {
+  std::set<std::string> out;
+  for (int w = 0; w < 2; ++w) {
+    const std::string dir = cluster.WorkerDataDir(w) + "/assignments";
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) continue;
+    while (dirent* e = ::readdir(d)) {
+      auto text = ReadFileToString(dir + "/" + e->d_name + "/committed_checkpoint");
+      if (text.ok()) out.insert(text->substr(0, text->find('\n')));
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+// Issue 17: the coordinator tells the agents which checkpoint it committed last
+// (HeartbeatResponse.committed_checkpoint), the agents keep it in the assignment's
+// committed_checkpoint file, and the train children (here with --keep-checkpoints 1 through
+// MLCD_KEEP_CHECKPOINTS) never prune it nor a newer one. Before, a child pruned the commit as
+// soon as it wrote a newer checkpoint, so the committed one was gone whenever the coordinator
+// lagged; an aborted gang's child, still training until its agent's next heartbeat, could
+// thus leave the job restarting from a checkpoint that did not exist.
+class CommittedCheckpointTest : public GangAbortTest {
+ protected:
+  std::vector<std::string> WorkerEnv() const override { return {"MLCD_KEEP_CHECKPOINTS=1"}; }
+};
+
+TEST_F(CommittedCheckpointTest, ChildrenNeverPruneTheCommittedCheckpoint) {
+  TinyJob spec = Spec();
+  spec.checkpoint_every_steps = 4;
+  spec.heartbeat_timeout = 4;
+  spec.max_restarts = 2;
+  auto submitted = cluster_->Submit(spec.Yaml());
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  const std::string id = submitted->id();
+  auto committed_now = [&]() -> std::string {
+    auto job = cluster_->Get(id);
+    return job.ok() && job->rounds_size() > 0 ? job->rounds(0).checkpoint() : "";
+  };
+
+  // 1. While training, whenever the coordinator's record names a commit (the same one before
+  // and after the look), that checkpoint exists; and an agent's file names it.
+  int checked = 0;
+  bool marker_matched = false;
+  const auto phase1_end = std::chrono::steady_clock::now() + seconds(120);
+  while ((checked < 30 || !marker_matched) && std::chrono::steady_clock::now() < phase1_end) {
+    const std::string before = committed_now();
+    if (before.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    const bool exists = PathExists(before + "/meta.json");
+    const bool in_marker = CommitMarkers(*cluster_).count(before) > 0;
+    if (committed_now() != before) continue;  // a newer commit meanwhile: look again
+    ++checked;
+    ASSERT_TRUE(exists) << "the committed checkpoint was pruned: " << before;
+    marker_matched = marker_matched || in_marker;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(marker_matched) << "no agent's committed_checkpoint file named the commit; files: "
+                              << ::testing::PrintToString(CommitMarkers(*cluster_));
+  ASSERT_GE(checked, 30) << "the job committed too late to look 30 times";
+  auto job = cluster_->Get(id);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_TRAINING) << "the job ended before the agents were stopped";
+
+  // 2. Both agents stop (SIGSTOP): their children train on, writing checkpoints that nobody
+  // commits, and the coordinator aborts the silent gang after heartbeat_timeout. The commit
+  // stays; the checkpoints after it stay too (disk use beyond --keep-checkpoints).
+  struct Resume {  // SIGCONT on every way out, so the cluster can be torn down
+    TestCluster* cluster;
+    ~Resume() {
+      for (int w = 0; w < 2; ++w) ::kill(cluster->worker(w).pid(), SIGCONT);
+    }
+  } resume{cluster_.get()};
+  for (int w = 0; w < 2; ++w) ASSERT_EQ(::kill(cluster_->worker(w).pid(), SIGSTOP), 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // heartbeats in flight land
+  const std::string committed = committed_now();
+  ASSERT_FALSE(committed.empty());
+  const std::string root = committed.substr(0, committed.rfind('/'));
+  const std::string committed_name = committed.substr(committed.rfind('/') + 1);
+  std::tuple<int, int, long long> committed_position;
+  ASSERT_TRUE(Position(committed_name, &committed_position)) << committed;
+  auto newer_than_commit = [&] {
+    int n = 0;
+    for (const auto& name : Checkpoints(root)) {
+      std::tuple<int, int, long long> position;
+      n += Position(name, &position) && committed_position < position;
+    }
+    return n;
+  };
+  const auto frozen_end = stopped_at + seconds(30);
+  while ((newer_than_commit() < 3 ||
+          std::chrono::steady_clock::now() < stopped_at + seconds(spec.heartbeat_timeout + 2)) &&
+         std::chrono::steady_clock::now() < frozen_end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const int newer = newer_than_commit();
+  const bool still_there = PathExists(committed + "/meta.json");
+  const std::string committed_after = committed_now();
+  for (int w = 0; w < 2; ++w) ::kill(cluster_->worker(w).pid(), SIGCONT);
+  EXPECT_TRUE(still_there) << "the committed checkpoint was pruned: " << committed
+                           << "; left: " << ::testing::PrintToString(Checkpoints(root));
+  EXPECT_EQ(committed_after, committed) << "a commit while both agents were stopped";
+  EXPECT_GE(newer, 3) << ::testing::PrintToString(Checkpoints(root));
+
+  // 3. The agents hear ABORT, the gang is formed again from the commit, and the job finishes.
+  job = cluster_->WaitForJob(
+      id, [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(300));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
+  auto history = cluster_->Get(id, /*history=*/true);
+  ASSERT_TRUE(history.ok());
+  bool aborted = false, resumed_from_commit = false;
+  for (const auto& h : history->history()) {
+    aborted = aborted || h.kind() == "gang_aborted";
+    if (aborted && h.kind() == "gang_started")
+      resumed_from_commit = resumed_from_commit || h.checkpoint() == committed;
+  }
+  EXPECT_TRUE(aborted) << "the silent gang was not aborted";
+  EXPECT_TRUE(resumed_from_commit) << "no gang resumed from " << committed;
 }
 
 }  // namespace

@@ -207,11 +207,20 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   const v1::Assignment a1 = w0_is_rank0 ? *got1 : *got0;
   const std::string first_rendezvous = a0.rendezvous_address();
 
-  // Rank 0 commits epoch 0.
+  // Nothing is committed yet: heartbeats name no committed checkpoint.
+  auto before_commit = rank1.Heartbeat(a1.id(), Running(2));
+  ASSERT_TRUE(before_commit.ok());
+  EXPECT_EQ(before_commit->committed_checkpoint(), "");
+
+  // Rank 0 commits epoch 0; the answer to that very heartbeat names the commit (the agent
+  // keeps it for its child's pruning), and so does rank 1's next one.
   auto hb = rank0.Heartbeat(a0.id(), EpochEnd(0, 0, 3, a0.attempt_id()));
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->action(), v1::WORKER_ACTION_CONTINUE);
-  ASSERT_TRUE(rank1.Heartbeat(a1.id(), Running(3)).ok());
+  EXPECT_EQ(hb->committed_checkpoint(), "/ckpt/" + a0.attempt_id() + "/e0");
+  auto hb1 = rank1.Heartbeat(a1.id(), Running(3));
+  ASSERT_TRUE(hb1.ok());
+  EXPECT_EQ(hb1->committed_checkpoint(), "/ckpt/" + a0.attempt_id() + "/e0");
   auto committed = cluster_->WaitForJob(
       job.id(), [](const v1::Job& j) { return j.rounds(0).epochs_committed() == 1; }, seconds(5));
   ASSERT_TRUE(committed.ok()) << committed.status().ToString();
@@ -231,6 +240,7 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   }
   ASSERT_EQ(response.action(), v1::WORKER_ACTION_ABORT);
   EXPECT_NE(response.reason().find("no longer active"), std::string::npos) << response.reason();
+  EXPECT_EQ(response.committed_checkpoint(), "") << "an assignment no longer held";
   ASSERT_TRUE(rank0.Report(a0.id(), false, Running(4), "aborted by the coordinator").ok());
   auto aborted = cluster_->Get(job.id(), true);
   ASSERT_TRUE(aborted.ok());
@@ -268,6 +278,11 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   auto stale = rank1.Heartbeat(a1.id(), Running(5));
   ASSERT_TRUE(stale.ok());
   EXPECT_EQ(stale->action(), v1::WORKER_ACTION_ABORT);
+
+  // The new gang's first heartbeat names the commit it resumed from.
+  auto resumed = rank0.Heartbeat(b.id(), Running(4));
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(resumed->committed_checkpoint(), "/ckpt/" + a0.attempt_id() + "/e0");
 
   // Epoch 1 ends; the gang reports; the job succeeds with every epoch committed once.
   ASSERT_TRUE(rank0.Heartbeat(b.id(), EpochEnd(0, 1, 3, b.attempt_id())).ok());

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "tests/coordinator/harness.h"
 #include "tests/testing/process.h"
@@ -18,10 +20,12 @@ class TwoWorkerClusterTest : public ::testing::Test {
   void SetUp() override {
     cluster_ = std::make_unique<TestCluster>(dir_);
     ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
-    ASSERT_TRUE(cluster_->StartWorker(0).ok());
-    ASSERT_TRUE(cluster_->StartWorker(1).ok());
+    ASSERT_TRUE(cluster_->StartWorker(0, WorkerEnv()).ok());
+    ASSERT_TRUE(cluster_->StartWorker(1, WorkerEnv()).ok());
     ASSERT_TRUE(cluster_->WaitForIdleWorkers(2, std::chrono::seconds(30)).ok()) << cluster_->Logs();
   }
+  // Extra environment of both agents ("NAME=value"), which their children inherit.
+  virtual std::vector<std::string> WorkerEnv() const { return {}; }
   void TearDown() override {
     if (HasFailure()) std::cerr << cluster_->Logs();
   }

@@ -3,6 +3,8 @@
 // policy under CPU autocast (the dtype of every tensor of the step), the fp32 step equal to the
 // hand-written sequence of its parts, scaled_dot_product_attention against the formula, and a
 // checkpoint written by one libtorch build read by the other (MLCD_CROSS_BUILD_CHECKPOINT).
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -298,26 +300,82 @@ TEST(TrainStepTest, CudaStepMatchesCpu) {
 // Before: pruning to the newest keep_last deleted the checkpoint the gang had resumed from
 // (the coordinator's last commit); a gang that then failed before a newer commit left the job
 // failing every restart with "checkpoint does not exist". Pruning now keeps it.
-TEST(CheckpointHardeningTest, PruningKeepsTheCommittedCheckpoint) {
+TEST(CheckpointHardeningTest, PruningKeepsTheCheckpointResumedFrom) {
   ::mlcd::testing::TempDir root;
   v1::JobSpec spec;
   ApplyJobSpecDefaults(&spec);
   Rig rig(5);
-  auto write = [&](int epoch, const std::string& keep) {
+  auto write = [&](int epoch, const std::string& resumed_from) {
     CheckpointState state = rig.State(spec, epoch + 1);
     state.meta.epoch = epoch;
-    auto dir = WriteCheckpoint(root.path(), state, rig.comm.get(), /*keep_last=*/1, keep);
+    CheckpointRetention retention;
+    retention.keep_last = 1;
+    retention.resumed_from = resumed_from;
+    auto dir = WriteCheckpoint(root.path(), state, rig.comm.get(), retention);
     EXPECT_TRUE(dir.ok()) << dir.status().ToString();
     return dir.ok() ? *dir : std::string();
   };
-  const std::string committed = write(0, "");
-  for (int epoch = 1; epoch <= 3; ++epoch) write(epoch, committed);
+  const std::string resumed = write(0, "");
+  for (int epoch = 1; epoch <= 3; ++epoch) write(epoch, resumed);
   const std::vector<std::string> left = ListCheckpoints(root.path());
   ASSERT_EQ(left.size(), 2u);
-  EXPECT_EQ(left[0], committed);
+  EXPECT_EQ(left[0], resumed);
   EXPECT_NE(left[1].find("ckpt-r0-e3-s1"), std::string::npos) << left[1];
-  write(4, "");  // without a committed one, only the newest stays
+  write(4, "");  // a run by hand that resumed from none: only the newest stays
   EXPECT_EQ(ListCheckpoints(root.path()).size(), 1u);
+}
+
+// Issue 17: within a round the coordinator commits newer checkpoints than the one the gang
+// resumed from, and the agent names the last in the committed-checkpoint file. With
+// --keep-checkpoints 1 the child used to prune that commit as soon as it wrote a newer
+// checkpoint (an aborted gang's child, still running until its agent's next heartbeat, then
+// left the job restarting from a checkpoint that did not exist). Now the committed checkpoint
+// and every newer one stay; only older ones beyond the newest keep_last go.
+TEST(CheckpointHardeningTest, PruningKeepsTheCommittedCheckpointAndNewerOnes) {
+  ::mlcd::testing::TempDir root;
+  const std::string marker = root.path() + "/agent/committed_checkpoint";
+  ASSERT_TRUE(MakeDirs(root.path() + "/agent").ok());
+  v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  Rig rig(7);
+  CheckpointRetention retention;
+  retention.keep_last = 1;
+  retention.committed_file = marker;
+  auto write = [&](int epoch) {
+    CheckpointState state = rig.State(spec, epoch + 1);
+    state.meta.epoch = epoch;
+    auto dir = WriteCheckpoint(root.path(), state, rig.comm.get(), retention);
+    EXPECT_TRUE(dir.ok()) << dir.status().ToString();
+    return dir.ok() ? *dir : std::string();
+  };
+  auto names = [&] {
+    std::vector<std::string> out;
+    for (const auto& path : ListCheckpoints(root.path()))
+      out.push_back(path.substr(path.rfind('/') + 1));
+    return out;
+  };
+  // A fresh job whose coordinator has committed nothing the agent heard of: all stay.
+  const std::string e0 = write(0);
+  write(1);
+  EXPECT_EQ(names(), (std::vector<std::string>{"ckpt-r0-e0-s1", "ckpt-r0-e1-s1"}));
+  // e1 is committed (the file names its path); e2..e4 are written before a newer commit.
+  ASSERT_TRUE(WriteFileAtomically(marker, root.path() + "/ckpt-r0-e1-s1\n").ok());
+  for (int epoch = 2; epoch <= 4; ++epoch) write(epoch);
+  EXPECT_EQ(names(), (std::vector<std::string>{"ckpt-r0-e1-s1", "ckpt-r0-e2-s1", "ckpt-r0-e3-s1",
+                                               "ckpt-r0-e4-s1"}))
+      << "e0 (older than the commit) goes; the commit and everything newer stays";
+  // The coordinator catches up (another mount of the shared root: the name is what counts).
+  ASSERT_TRUE(WriteFileAtomically(marker, "/mnt/elsewhere/ckpt/ckpt-r0-e4-s1\n").ok());
+  write(5);
+  EXPECT_EQ(names(), (std::vector<std::string>{"ckpt-r0-e4-s1", "ckpt-r0-e5-s1"}));
+  // Without the file, the checkpoint resumed from is the last commit.
+  ASSERT_EQ(::unlink(marker.c_str()), 0);
+  retention.resumed_from = root.path() + "/ckpt-r0-e4-s1";
+  write(6);
+  write(7);
+  EXPECT_EQ(names(), (std::vector<std::string>{"ckpt-r0-e4-s1", "ckpt-r0-e5-s1", "ckpt-r0-e6-s1",
+                                               "ckpt-r0-e7-s1"}));
+  EXPECT_FALSE(IsDirectory(e0));
 }
 
 // Before: `offset + numel` of a crafted backbone.json overflowed and the copy read far outside

@@ -411,6 +411,11 @@ Status Agent::StartAssignment(const v1::Assignment& assignment, const Assignment
                                    "--assignment",         files.json,
                                    "--progress-jsonl",     files.progress};
   if (assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN) {
+    // Nothing committed is known for this assignment until its first heartbeat answer.
+    if (::unlink(files.committed.c_str()) != 0 && errno != ENOENT)
+      return Status::Internal("cannot remove " + files.committed + ": " + std::strerror(errno));
+    argv.push_back("--committed-checkpoint-file");
+    argv.push_back(files.committed);
     if (!options_.child_metrics_listen.empty()) {
       argv.push_back("--metrics-listen");
       argv.push_back(options_.child_metrics_listen);
@@ -441,9 +446,24 @@ void Agent::PublishStatus(const v1::Assignment& assignment, const std::string& d
   *status_.mutable_progress() = progress;
 }
 
-std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
-                                  ProgressFollower* follower, v1::WorkerProgress* progress,
-                                  ChildOutcome* outcome, int* wait_status, bool* aborted) {
+void Agent::RecordCommit(const AssignmentFiles& files, const std::string& committed,
+                         std::string* written) {
+  if (committed.empty() || committed == *written) return;
+  Status s = WriteFileAtomically(files.committed, committed + "\n");
+  if (!s.ok()) {
+    MLCD_LOG(WARNING) << "cannot record the committed checkpoint " << committed << " ("
+                      << s.ToString() << "); the child keeps "
+                      << (written->empty() ? "its resume checkpoint" : *written)
+                      << " as the last commit";
+    return;
+  }
+  *written = committed;
+}
+
+std::string Agent::SuperviseChild(const v1::Assignment& assignment, const AssignmentFiles& files,
+                                  pid_t pid, ProgressFollower* follower,
+                                  v1::WorkerProgress* progress, ChildOutcome* outcome,
+                                  int* wait_status, bool* aborted) {
   *aborted = false;
   const int interval_ms = assignment.heartbeat_interval_ms() > 0
                               ? assignment.heartbeat_interval_ms()
@@ -451,6 +471,7 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
   const bool can_checkpoint = assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN;
   auto last_heartbeat = Clock::now() - std::chrono::hours(1);
   bool coordinator_reachable = true;
+  std::string committed_written;                   // what files.committed holds
   std::optional<Clock::time_point> stop_deadline;  // set once the child was asked to stop
   auto ask_to_stop = [&](const std::string& why) {
     MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": " << why << "; asking child " << pid
@@ -492,6 +513,8 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, pid_t pid,
           MLCD_LOG(INFO) << "coordinator reachable again";
         }
         coordinator_reachable = true;
+        if (can_checkpoint)
+          RecordCommit(files, response.committed_checkpoint(), &committed_written);
         // While the child checkpoints, an abort changes nothing: it is stopping anyway.
         if (response.action() == v1::WORKER_ACTION_ABORT && !stop_deadline) {
           *aborted = true;
@@ -560,6 +583,7 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   files.json = files.dir + "/assignment.json";
   files.progress = files.dir + "/progress.jsonl";
   files.log = files.dir + "/worker.log";
+  files.committed = files.dir + "/committed_checkpoint";
   const std::string command = CommandFor(assignment.kind());
   MLCD_LOG(INFO) << "assignment " << assignment.id() << ": " << command << " rank "
                  << assignment.rank() << "/" << assignment.world_size() << " of job "
@@ -598,8 +622,8 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   ProgressFollower follower(files.progress, assignment.id());
   int wait_status = 0;
   bool aborted = false;
-  const std::string abort_reason =
-      SuperviseChild(assignment, pid, &follower, &progress, &outcome, &wait_status, &aborted);
+  const std::string abort_reason = SuperviseChild(assignment, files, pid, &follower, &progress,
+                                                  &outcome, &wait_status, &aborted);
   if (!abort_reason.empty()) {
     MLCD_LOG(WARNING) << "assignment " << assignment.id() << ": "
                       << (aborted ? "killing" : "stopping") << " child " << pid << ": "

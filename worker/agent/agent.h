@@ -20,7 +20,11 @@
 // report, so nothing is lost while the coordinator restarts. Children die with the agent
 // (PR_SET_PDEATHSIG), so kill -9 of an agent never leaves a training process behind.
 //
-// Files: <data-dir>/assignments/<assignment id>/{assignment.json, progress.jsonl, worker.log}.
+// Files: <data-dir>/assignments/<assignment id>/{assignment.json, progress.jsonl, worker.log,
+// committed_checkpoint}. committed_checkpoint (TRAIN only) names the checkpoint the
+// coordinator committed last, as its heartbeat answers say (written atomically whenever it
+// changes); the train child, given it as --committed-checkpoint-file, never prunes that
+// checkpoint nor a newer one (worker/train/checkpoint_retention.h).
 // The agent serves mlcd.v1.Worker (GetWorkerStatus) with health and reflection on --listen.
 #pragma once
 
@@ -111,6 +115,10 @@ class Agent {
   // Where one assignment's files live: <data-dir>/assignments/<id>/.
   struct AssignmentFiles {
     std::string dir, json, progress, log;
+    // TRAIN: the checkpoint the coordinator committed last (HeartbeatResponse.
+    // committed_checkpoint), one line, rewritten atomically whenever it changes; the child
+    // gets it as --committed-checkpoint-file and never prunes that checkpoint or a newer one.
+    std::string committed;
   };
 
   Status Register();
@@ -126,9 +134,14 @@ class Agent {
   // `aborted` set when the coordinator aborted the gang, so the child must die at once).
   // A TRAIN child asked to stop at a checkpoint (shutdown or drain) is waited for here, up
   // to the stop deadline, and "" is returned once it exits.
-  std::string SuperviseChild(const v1::Assignment& assignment, pid_t pid,
-                             ProgressFollower* follower, v1::WorkerProgress* progress,
+  std::string SuperviseChild(const v1::Assignment& assignment, const AssignmentFiles& files,
+                             pid_t pid, ProgressFollower* follower, v1::WorkerProgress* progress,
                              ChildOutcome* outcome, int* wait_status, bool* aborted);
+  // Writes a heartbeat answer's committed checkpoint to files.committed when it differs from
+  // `*written` (then updates it). A failed write is logged and retried with the next answer;
+  // meanwhile the child keeps the older commit, which only keeps more checkpoints.
+  void RecordCommit(const AssignmentFiles& files, const std::string& committed,
+                    std::string* written);
   // The report of a child that exited with `wait_status`.
   void DescribeExit(const std::string& command, int wait_status, const ChildOutcome& outcome,
                     const v1::WorkerProgress& progress, const std::string& log_path,

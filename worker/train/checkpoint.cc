@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <tuple>
 
 #include "common/clock.h"
 #include "common/file_util.h"
@@ -122,11 +121,6 @@ Status CopyByName(const std::string& dir, const std::string& file,
   return Status::Ok();
 }
 
-bool ParseName(const std::string& name, int* r, int* e, long long* s) {
-  char tail = 0;
-  return std::sscanf(name.c_str(), "ckpt-r%d-e%d-s%lld%c", r, e, s, &tail) == 3;
-}
-
 // AllReduce(min) of a success flag: every rank learns whether all succeeded (and it is a
 // barrier).
 Status AgreeOnSuccess(Collectives* comm, const Status& local, const std::string& what) {
@@ -194,7 +188,7 @@ std::string CheckpointName(const CheckpointMeta& meta) {
 }
 
 StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointState& state,
-                                      Collectives* comm, int keep_last, const std::string& keep) {
+                                      Collectives* comm, const CheckpointRetention& retention) {
   const std::string name = CheckpointName(state.meta);
   const std::string tmp = root + "/.tmp-" + name;
   const std::string final_dir = root + "/" + name;
@@ -236,16 +230,7 @@ StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointS
     if (local.ok()) local = SyncDir(root);
     if (local.ok()) local = WriteFileAtomically(root + "/" + kLatest, name + "\n");
     if (local.ok() && !trash.empty()) RemoveTree(trash);
-    if (local.ok() && keep_last > 0) {
-      std::vector<std::string> all = ListCheckpoints(root);
-      std::error_code ec;
-      const fs::path kept = keep.empty() ? fs::path() : fs::weakly_canonical(keep, ec);
-      for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
-        if (fs::path(all[i]).filename() == name) continue;
-        if (!kept.empty() && fs::weakly_canonical(all[i], ec) == kept) continue;
-        RemoveTree(all[i]);
-      }
-    }
+    if (local.ok()) PruneCheckpoints(root, final_dir, retention);
   }
   MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "finalising the checkpoint"));
   return final_dir;
@@ -358,24 +343,6 @@ Status LoadRngState(const std::string& dir) {
     return Status::DataLoss(path + ": not a CPU generator state (" + e.what() + ")");
   }
   return Status::Ok();
-}
-
-std::vector<std::string> ListCheckpoints(const std::string& root) {
-  std::vector<std::tuple<int, int, long long, std::string>> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    int r = 0, e = 0;
-    long long s = 0;
-    if (entry.is_directory() && ParseName(name, &r, &e, &s) &&
-        PathExists(entry.path().string() + "/" + kMeta)) {
-      found.emplace_back(r, e, s, entry.path().string());
-    }
-  }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::get<3>(f));
-  return out;
 }
 
 }  // namespace mlcd::worker

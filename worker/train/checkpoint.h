@@ -40,6 +40,7 @@
 #include "worker/loss/partial_fc.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
+#include "worker/train/checkpoint_retention.h"
 
 namespace mlcd::worker {
 
@@ -83,13 +84,12 @@ struct CheckpointState {
 };
 
 // Writes a checkpoint under `root` (a collective over `comm`; every rank calls it with the
-// same meta). Returns the complete checkpoint's directory. `keep_last` > 0 removes older
-// checkpoints of this root beyond the newest `keep_last` (rank 0), never `keep` (the
-// checkpoint the coordinator committed last, which the assignment resumed from: if this
-// gang fails before a newer commit, the job restarts from it).
+// same meta). Returns the complete checkpoint's directory. Then rank 0 prunes the root by
+// `retention` (worker/train/checkpoint_retention.h: the newest keep_last stay, and neither
+// the checkpoint the coordinator committed last nor any newer one is removed, nor the one
+// the run resumed from; the default keeps everything).
 StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointState& state,
-                                      Collectives* comm, int keep_last = 0,
-                                      const std::string& keep = "");
+                                      Collectives* comm, const CheckpointRetention& retention = {});
 
 // `path` is a checkpoint directory (with meta.json) or a root with a LATEST file: returns the
 // checkpoint directory. NOT_FOUND / FAILED_PRECONDITION with what is missing otherwise.
@@ -109,8 +109,5 @@ Status LoadBackboneOptimizer(const std::string& dir, VisionTransformer& model, F
                              BackboneAdamW* optimizer);
 // Restores torch's default CPU generator from rng_state.npy (absent file: unchanged).
 Status LoadRngState(const std::string& dir);
-
-// Checkpoint directories of a root, oldest first (by round, epoch, step).
-std::vector<std::string> ListCheckpoints(const std::string& root);
 
 }  // namespace mlcd::worker

@@ -315,10 +315,13 @@ StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
   state.flat = flat.get();
   state.optimizer = optimizer.get();
   state.partial_fc = partial_fc.get();
-  // The checkpoint this run resumed from is the coordinator's last commit until a newer one
-  // is committed: pruning keeps it.
-  auto path =
-      WriteCheckpoint(checkpoint_root, state, comm.get(), options.keep_checkpoints, resumed_from);
+  // Pruning keeps the coordinator's last commit and everything after it (the agent's file names
+  // it; until then the checkpoint this run resumed from is the last commit).
+  CheckpointRetention retention;
+  retention.keep_last = options.keep_checkpoints;
+  retention.resumed_from = resumed_from;
+  retention.committed_file = options.committed_checkpoint_file;
+  auto path = WriteCheckpoint(checkpoint_root, state, comm.get(), retention);
   if (!path.ok())
     return path.status().WithContext("checkpoint at global step " +
                                      std::to_string(state.meta.global_step));

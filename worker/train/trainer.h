@@ -54,8 +54,11 @@ struct TrainerOptions {
   std::string checkpoint_dir;
   // Checkpoint directory, or a root with LATEST, to resume from (empty = fresh start).
   std::string resume;
-  // Keep only the newest N checkpoints of the root (0 = keep all).
+  // Keep only the newest N checkpoints of the root (0 = keep all), never the one resumed from.
   int keep_checkpoints = 3;
+  // The agent's committed-checkpoint file (empty = a run by hand): pruning then never removes
+  // the checkpoint it names nor a newer one (worker/train/checkpoint_retention.h).
+  std::string committed_checkpoint_file;
   // Intra-op threads (0 = training.threads_per_worker, then all cores).
   int threads = 0;
   // Where the backbone trains: "auto" (CUDA device rank % device count when this build and
