@@ -14,6 +14,7 @@
 #include "clusterd/feature_source.h"
 #include "clusterd/kmeans.h"
 #include "clusterd/quality.h"
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/format.h"
 #include "common/log.h"
@@ -437,11 +438,14 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
 
   if (should_stop && should_stop())
     return Status::Cancelled("Cluster cancelled before writing the centroids");
-  size_t slash = out_path.rfind('/');
-  if (slash != std::string::npos && slash > 0)
-    MLCD_RETURN_IF_ERROR(MakeDirs(out_path.substr(0, slash)));
-  MLCD_RETURN_IF_ERROR(
-      WriteNpy(out_path, NpyDtype::kFloat32, {params.k, shards.d()}, km.centroids.data()));
+  // The directory is made and opened under the roots again, and the file created inside that
+  // descriptor: a folder swapped for a link since the check above is refused, not followed.
+  std::string out_name;
+  MLCD_ASSIGN_OR_RETURN(ConfinedDir out_dir,
+                        OpenConfinedParent(out_path, "centroids_out", /*create=*/true, &out_name,
+                                           &options_.data_roots));
+  MLCD_RETURN_IF_ERROR(WriteNpyIn(out_dir, out_name, NpyDtype::kFloat32, {params.k, shards.d()},
+                                  km.centroids.data()));
 
   result->set_centroids_path(out_path);
   result->set_k(params.k);

@@ -15,6 +15,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/confined_file.h"
 #include "common/file_util.h"
 
 namespace mlcd {
@@ -299,17 +300,22 @@ Status ShardIndexer::OnMember(struct archive* a, struct archive_entry* entry, in
 }
 
 Status ShardIndexer::IndexShard(const std::string& path) {
+  // Opened confined to the process's roots (if any); libarchive reads this descriptor, so
+  // what is indexed is the file that was verified.
+  StatusOr<UniqueFd> opened = OpenConfinedRead(path, "dataset shard");
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kPermissionDenied) return opened.status();
+    return Status::FailedPrecondition("cannot open shard '" + path +
+                                      "': " + opened.status().message());
+  }
+  FdCloser fd{opened->release()};
   MLCD_ASSIGN_OR_RETURN(IndexedFile file, StatIndexedFile(path));
   const uint32_t file_no = static_cast<uint32_t>(index_->files.size());
   index_->files.push_back(file);
-  FdCloser fd{::open(file.path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) {
-    return Status::FailedPrecondition("cannot open shard '" + path + "': " + std::strerror(errno));
-  }
   std::unique_ptr<struct archive, ArchiveDeleter> a(archive_read_new());
   archive_read_support_filter_all(a.get());
   archive_read_support_format_tar(a.get());
-  if (archive_read_open_filename(a.get(), file.path.c_str(), 1 << 16) != ARCHIVE_OK) {
+  if (archive_read_open_fd(a.get(), fd.fd, 1 << 16) != ARCHIVE_OK) {
     return Status::FailedPrecondition("cannot read shard '" + path +
                                       "' as a tar: " + archive_error_string(a.get()));
   }

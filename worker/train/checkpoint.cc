@@ -1,6 +1,8 @@
 #include "worker/train/checkpoint.h"
 
+#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <tuple>
 
 #include "common/clock.h"
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/npy.h"
@@ -71,7 +74,7 @@ std::vector<ParamEntry> ModelEntries(VisionTransformer& model, FlatParameters* f
 
 StatusOr<std::map<std::string, ParamEntry>> ReadBackboneEntries(const std::string& dir,
                                                                 int64_t* optimizer_step) {
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kBackboneJson));
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(dir + "/" + kBackboneJson));
   return ParseBackboneIndex(text, dir + "/" + kBackboneJson, optimizer_step);
 }
 
@@ -161,7 +164,7 @@ Status WriteBackbone(const std::string& dir, const CheckpointState& state) {
          {"optimizer", "adamw"},
          {"optimizer_step", state.optimizer->step_count()},
          {"model", DescribeVitOptions(state.model->options())}};
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + kBackboneJson, j.dump(2) + "\n"));
+  MLCD_RETURN_IF_ERROR(WriteConfinedFile(dir + "/" + kBackboneJson, j.dump(2) + "\n"));
   // torch's default generator (unused by the training math, kept for completeness).
   auto gen = at::detail::getDefaultCPUGenerator();
   at::Tensor rng;
@@ -177,13 +180,45 @@ Status WriteBackbone(const std::string& dir, const CheckpointState& state) {
   opts.preserve_proto_field_names = true;
   auto st = google::protobuf::util::MessageToJsonString(*state.spec, &spec_json, opts);
   if (!st.ok()) return Status::Internal("cannot print the job spec as JSON: " + st.ToString());
-  return WriteFileAtomically(dir + "/" + kSpec, spec_json);
+  return WriteConfinedFile(dir + "/" + kSpec, spec_json);
 }
 
 void RemoveTree(const std::string& path) {
   std::error_code ec;
   fs::remove_all(path, ec);
   if (ec) MLCD_LOG(WARNING) << "could not remove " << path << ": " << ec.message();
+}
+
+// Rank 0's last step of WriteCheckpoint, inside the opened root: meta.json into the
+// temporary directory, the old checkpoint of the same name moved aside, the rename, LATEST,
+// then pruning to `keep_last` (never `keep`).
+Status SealCheckpoint(const ConfinedDir& root, const std::string& name, CheckpointMeta meta,
+                      int keep_last, const std::string& keep) {
+  const std::string tmp_name = ".tmp-" + name;
+  meta.created_unix_ms = NowUnixMs();
+  MLCD_ASSIGN_OR_RETURN(ConfinedDir tmp, root.SubDir(tmp_name, /*create=*/false));
+  MLCD_RETURN_IF_ERROR(tmp.WriteFileAtomically(kMeta, MetaToJson(meta).dump(2) + "\n"));
+  std::string trash;
+  struct stat st;
+  if (::fstatat(root.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    // The same position written again (a re-run after a restart): move the old one aside.
+    trash = ".old-" + name + "-" + std::to_string(meta.created_unix_ms);
+    MLCD_RETURN_IF_ERROR(root.Rename(name, trash));
+  }
+  MLCD_RETURN_IF_ERROR(root.Rename(tmp_name, name));
+  MLCD_RETURN_IF_ERROR(root.Sync());
+  MLCD_RETURN_IF_ERROR(root.WriteFileAtomically(kLatest, name + "\n"));
+  if (!trash.empty()) RemoveTree(root.PinnedPath(trash));
+  if (keep_last <= 0) return Status::Ok();
+  std::vector<std::string> all = ListCheckpoints(root.PinnedPath(""));
+  std::error_code ec;
+  const fs::path kept = keep.empty() ? fs::path() : fs::weakly_canonical(keep, ec);
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
+    if (fs::path(all[i]).filename() == name) continue;
+    if (!kept.empty() && fs::weakly_canonical(all[i], ec) == kept) continue;
+    RemoveTree(all[i]);
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -197,58 +232,34 @@ StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointS
                                       Collectives* comm, int keep_last, const std::string& keep) {
   const std::string name = CheckpointName(state.meta);
   const std::string tmp = root + "/.tmp-" + name;
-  const std::string final_dir = root + "/" + name;
   const bool leader = comm->rank() == 0;
 
-  // 1. Rank 0 makes a clean temporary directory.
+  // 1. Rank 0 opens the root once, confined to the data roots (common/confined_file.h): the
+  // temporary directory, the renames, LATEST and pruning all happen inside that descriptor,
+  // so a root swapped for a link afterwards cannot redirect them.
   Status local;
+  ConfinedDir root_dir;
   if (leader) {
-    local = MakeDirs(root);
-    if (local.ok() && PathExists(tmp)) RemoveTree(tmp);
-    if (local.ok()) local = MakeDirs(tmp);
+    StatusOr<ConfinedDir> opened = OpenConfinedDir(root, "checkpoint_dir", /*create=*/true);
+    local = opened.status();
+    if (local.ok()) {
+      root_dir = std::move(*opened);
+      RemoveTree(root_dir.PinnedPath(".tmp-" + name));  // a link there is removed, not followed
+      local = root_dir.SubDir(".tmp-" + name, /*create=*/true).status();
+    }
   }
   MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "preparing the checkpoint directory"));
 
-  // 2. Every rank writes its class-centre range; rank 0 also the backbone.
+  // 2. Every rank writes its class-centre range; rank 0 also the backbone. Each file is
+  // written inside its directory opened and verified again (WriteNpy, WriteConfinedFile).
   local = state.partial_fc ? state.partial_fc->Save(tmp) : Status::Ok();
   if (local.ok() && leader) local = WriteBackbone(tmp, state);
   MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "writing checkpoint " + name));
 
   // 3. Rank 0 seals it: meta.json last, fsync, rename, LATEST.
-  if (leader) {
-    CheckpointMeta meta = state.meta;
-    meta.created_unix_ms = NowUnixMs();
-    local = WriteFileAtomically(tmp + "/" + kMeta, MetaToJson(meta).dump(2) + "\n");
-    if (local.ok()) local = SyncDir(tmp);
-    std::string trash;
-    if (local.ok() && PathExists(final_dir)) {
-      // The same position written again (a re-run after a restart): move the old one aside.
-      trash = root + "/.old-" + name + "-" + std::to_string(meta.created_unix_ms);
-      if (std::rename(final_dir.c_str(), trash.c_str()) != 0) {
-        local = Status::Internal("cannot move the old " + final_dir +
-                                 " aside: " + std::strerror(errno));
-      }
-    }
-    if (local.ok() && std::rename(tmp.c_str(), final_dir.c_str()) != 0) {
-      local = Status::Internal("cannot rename " + tmp + " to " + final_dir + ": " +
-                               std::strerror(errno));
-    }
-    if (local.ok()) local = SyncDir(root);
-    if (local.ok()) local = WriteFileAtomically(root + "/" + kLatest, name + "\n");
-    if (local.ok() && !trash.empty()) RemoveTree(trash);
-    if (local.ok() && keep_last > 0) {
-      std::vector<std::string> all = ListCheckpoints(root);
-      std::error_code ec;
-      const fs::path kept = keep.empty() ? fs::path() : fs::weakly_canonical(keep, ec);
-      for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
-        if (fs::path(all[i]).filename() == name) continue;
-        if (!kept.empty() && fs::weakly_canonical(all[i], ec) == kept) continue;
-        RemoveTree(all[i]);
-      }
-    }
-  }
+  if (leader) local = SealCheckpoint(root_dir, name, state.meta, keep_last, keep);
   MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "finalising the checkpoint"));
-  return final_dir;
+  return root + "/" + name;
 }
 
 StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
@@ -257,7 +268,7 @@ StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
     return Status::NotFound("checkpoint " + path + " does not exist or is not a directory");
   if (PathExists(path + "/" + kMeta)) return path;
   if (PathExists(path + "/" + kLatest)) {
-    MLCD_ASSIGN_OR_RETURN(std::string latest, ReadFileToString(path + "/" + kLatest));
+    MLCD_ASSIGN_OR_RETURN(std::string latest, ReadConfinedFile(path + "/" + kLatest));
     while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
     const std::string dir = path + "/" + latest;
     if (latest.empty() || !PathExists(dir + "/" + kMeta)) {
@@ -271,7 +282,7 @@ StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
 }
 
 StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kMeta));
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(dir + "/" + kMeta));
   CheckpointMeta m;
   try {
     json j = json::parse(text);
@@ -304,7 +315,7 @@ StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
 }
 
 StatusOr<v1::JobSpec> ReadCheckpointSpec(const std::string& dir) {
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kSpec));
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(dir + "/" + kSpec));
   v1::JobSpec spec;
   auto st = google::protobuf::util::JsonStringToMessage(text, &spec);
   if (!st.ok()) return Status::DataLoss(dir + "/" + kSpec + ": " + st.ToString());
