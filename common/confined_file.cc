@@ -150,11 +150,14 @@ std::string ConfinedDir::PinnedPath(const std::string& name) const {
 Status ConfinedDir::WriteFileAtomically(const std::string& name,
                                         const std::vector<ConstBuffer>& parts) const {
   if (!OneComponent(name)) return Status::InvalidArgument("'" + name + "' is not a file name");
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  // A process-wide counter, not a thread_local generator: static TLS is taken from every
+  // thread's stack, and small-stack threads (civetweb's /metrics workers) overflowed with it.
+  static std::atomic<uint64_t> counter{std::random_device{}()};
   std::string tmp;
   UniqueFd fd;
   for (int attempt = 0; attempt < 16 && !fd.valid(); ++attempt) {
-    tmp = name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rng() % 1000000);
+    tmp = name + ".tmp." + std::to_string(::getpid()) + "." +
+          std::to_string(counter.fetch_add(1) % 1000000);
     fd = UniqueFd(::openat(fd_.get(), tmp.c_str(),
                            O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!fd.valid() && errno != EEXIST) break;

@@ -187,7 +187,8 @@ Status PhaseRunner::PlanFeatures(const v1::JobSpec& spec, int r, const std::stri
     std::vector<std::string> ids;
     if (!features.keys().empty()) {
       // Rows aligned by key: one sample-id file per shard (docs/data.md).
-      MLCD_ASSIGN_OR_RETURN(ids, WriteAlignedFeatureIds(spec, round_dir + "/feature-ids", options_.data_roots));
+      MLCD_ASSIGN_OR_RETURN(
+          ids, WriteAlignedFeatureIds(spec, round_dir + "/feature-ids", options_.data_roots));
     }
     for (const auto& p : features.paths()) {
       round->add_feature_paths(p);
@@ -239,7 +240,7 @@ void PhaseRunner::RunClustering(const v1::JobRecord& snapshot, clusterd::CallCon
     // Extracted shards carry their images' class labels when the dataset has them: gather
     // them so a model-feature round reports label quality (A.8) like round 0 does.
     auto gathered = GatherShardClassLabels(round.feature_paths(), dir + "/class-labels.npy",
-                                          options_.data_roots);
+                                           options_.data_roots);
     if (!gathered.ok()) {
       MLCD_LOG(WARNING) << "round " << r << " of job " << snapshot.job().id()
                         << ": no label quality report: " << gathered.status().ToString();

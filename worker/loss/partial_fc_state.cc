@@ -9,8 +9,8 @@
 #include <regex>
 #include <utility>
 
-#include "common/enums.h"
 #include "common/confined_file.h"
+#include "common/enums.h"
 #include "common/file_util.h"
 
 namespace mlcd::worker {
