@@ -316,6 +316,17 @@ StatusOr<FeatureShards> OpenShards(const FeatureInputs& inputs, const DataRoots&
   return FeatureShards::Open(inputs.paths, inputs.ids_paths, &roots);
 }
 
+// Writes k x d centroids to `out_path` (checked when the call arrived). Its directory is made
+// and opened under the roots again and the file created inside that descriptor, so a folder
+// swapped for a link since the check is refused (as a path outside the roots), not followed.
+Status WriteCentroids(const std::string& out_path, const std::vector<float>& centroids, int k,
+                      int d, const DataRoots& roots) {
+  std::string name;
+  MLCD_ASSIGN_OR_RETURN(ConfinedDir dir, OpenConfinedParent(out_path, "centroids_out",
+                                                            /*create=*/true, &name, &roots));
+  return WriteNpyIn(dir, name, NpyDtype::kFloat32, {k, d}, centroids.data());
+}
+
 // Holds the job slot for the scope of a job and keeps the gauges current.
 class JobSlot {
  public:
@@ -438,14 +449,8 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
 
   if (should_stop && should_stop())
     return Status::Cancelled("Cluster cancelled before writing the centroids");
-  // The directory is made and opened under the roots again, and the file created inside that
-  // descriptor: a folder swapped for a link since the check above is refused, not followed.
-  std::string out_name;
-  MLCD_ASSIGN_OR_RETURN(ConfinedDir out_dir,
-                        OpenConfinedParent(out_path, "centroids_out", /*create=*/true, &out_name,
-                                           &options_.data_roots));
-  MLCD_RETURN_IF_ERROR(WriteNpyIn(out_dir, out_name, NpyDtype::kFloat32, {params.k, shards.d()},
-                                  km.centroids.data()));
+  MLCD_RETURN_IF_ERROR(
+      WriteCentroids(out_path, km.centroids, params.k, shards.d(), options_.data_roots));
 
   result->set_centroids_path(out_path);
   result->set_k(params.k);

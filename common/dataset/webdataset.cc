@@ -181,7 +181,8 @@ struct FdCloser {
 // Indexes shards one after another into one DatasetIndex.
 class ShardIndexer {
  public:
-  explicit ShardIndexer(DatasetIndex* index) : index_(index) {}
+  // Shards are opened confined to `roots` (null: the process's, if any).
+  ShardIndexer(DatasetIndex* index, const DataRoots* roots) : index_(index), roots_(roots) {}
   Status IndexShard(const std::string& path);
 
  private:
@@ -198,6 +199,7 @@ class ShardIndexer {
                                 uint64_t file_size, const std::string& where);
 
   DatasetIndex* index_;
+  const DataRoots* roots_;
   std::unordered_map<std::string, std::string> seen_;  // key -> shard it was in
   Pending pending_;
   bool active_ = false;
@@ -302,7 +304,7 @@ Status ShardIndexer::OnMember(struct archive* a, struct archive_entry* entry, in
 Status ShardIndexer::IndexShard(const std::string& path) {
   // Opened confined to the process's roots (if any); libarchive reads this descriptor, so
   // what is indexed is the file that was verified.
-  StatusOr<UniqueFd> opened = OpenConfinedRead(path, "dataset shard");
+  StatusOr<UniqueFd> opened = OpenConfinedRead(path, "dataset shard", roots_);
   if (!opened.ok()) {
     if (opened.status().code() == StatusCode::kPermissionDenied) return opened.status();
     return Status::FailedPrecondition("cannot open shard '" + path +
@@ -350,7 +352,7 @@ StatusOr<DatasetIndex> BuildWebDatasetIndex(const std::vector<std::string>& path
   DatasetIndex index;
   index.format = DatasetFormat::kWebDataset;
   index.paths = paths;
-  ShardIndexer indexer(&index);
+  ShardIndexer indexer(&index, roots);
   for (const std::string& shard : shards) MLCD_RETURN_IF_ERROR(indexer.IndexShard(shard));
   if (index.samples.empty()) {
     return Status::InvalidArgument("the " + std::to_string(shards.size()) +
