@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/random.h"
 
@@ -42,7 +43,7 @@ Status CheckDtype(NpyDtype dtype) {
 Status MakeParentDirs(const std::string& path) {
   size_t slash = path.rfind('/');
   if (slash == std::string::npos || slash == 0) return Status::Ok();
-  return MakeDirs(path.substr(0, slash));
+  return MakeConfinedDirs(path.substr(0, slash));
 }
 
 }  // namespace

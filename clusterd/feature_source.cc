@@ -107,7 +107,7 @@ StatusOr<FeatureShards> FeatureShards::Open(const std::vector<std::string>& path
   FeatureShards fs;
   fs.starts_.push_back(0);
   for (const auto& file : files) {
-    MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(file));
+    MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(file, roots));
     Status st = m.Expect2d({NpyDtype::kFloat32, NpyDtype::kFloat16});
     if (!st.ok()) {
       return Status::InvalidArgument(
@@ -147,7 +147,7 @@ StatusOr<FeatureShards> FeatureShards::Open(const std::vector<std::string>& path
     std::vector<uint64_t> all;
     all.reserve(static_cast<size_t>(fs.total_rows_));
     for (size_t i = 0; i < ids_paths.size(); ++i) {
-      MLCD_ASSIGN_OR_RETURN(MappedNpy ids, MappedNpy::Open(ids_paths[i]));
+      MLCD_ASSIGN_OR_RETURN(MappedNpy ids, MappedNpy::Open(ids_paths[i], roots));
       Status st = ids.Expect2d({NpyDtype::kInt64, NpyDtype::kUint64}, /*allow_1d=*/true);
       if (!st.ok())
         return Status::InvalidArgument(st.message() +

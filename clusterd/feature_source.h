@@ -43,7 +43,8 @@ class FeatureShards {
  public:
   // Opens and validates every shard (header, dtype, shape, size, same d) and the optional ids
   // files. Does not read the data; see CheckFinite() for the value scan.
-  // `roots` as for ExpandShardPaths.
+  // `roots` as for ExpandShardPaths; every file is opened confined to them (MappedNpy::Open:
+  // a file reached through a link swapped in after the request was checked is refused).
   static StatusOr<FeatureShards> Open(const std::vector<std::string>& paths,
                                       const std::vector<std::string>& ids_paths = {},
                                       const DataRoots* roots = nullptr);

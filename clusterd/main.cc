@@ -9,6 +9,7 @@
 #include "clusterd/feature_gen.h"
 #include "clusterd/service.h"
 #include "common/blas_env.h"
+#include "common/confined_file.h"
 #include "common/data_roots.h"
 #include "common/file_util.h"
 #include "common/flags.h"
@@ -175,6 +176,9 @@ int main(int argc, char** argv) {
   }
   options.data_roots = *roots;
   MLCD_LOG(INFO) << "data roots: " << options.data_roots.Describe();
+  // Every file a request leads clusterd to open or write is verified where it was opened
+  // (common/confined_file.h), the generated features' dataset files included.
+  mlcd::InstallProcessDataRoots(options.data_roots);
   options.labelstore_address = labelstore;
   options.max_queued = max_queued;
   mlcd::clusterd::ClusterdService service(options, metrics.registry());

@@ -14,6 +14,7 @@
 #include "clusterd/feature_source.h"
 #include "clusterd/kmeans.h"
 #include "clusterd/quality.h"
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/format.h"
 #include "common/log.h"
@@ -315,6 +316,17 @@ StatusOr<FeatureShards> OpenShards(const FeatureInputs& inputs, const DataRoots&
   return FeatureShards::Open(inputs.paths, inputs.ids_paths, &roots);
 }
 
+// Writes k x d centroids to `out_path` (checked when the call arrived). Its directory is made
+// and opened under the roots again and the file created inside that descriptor, so a folder
+// swapped for a link since the check is refused (as a path outside the roots), not followed.
+Status WriteCentroids(const std::string& out_path, const std::vector<float>& centroids, int k,
+                      int d, const DataRoots& roots) {
+  std::string name;
+  MLCD_ASSIGN_OR_RETURN(ConfinedDir dir, OpenConfinedParent(out_path, "centroids_out",
+                                                            /*create=*/true, &name, &roots));
+  return WriteNpyIn(dir, name, NpyDtype::kFloat32, {k, d}, centroids.data());
+}
+
 // Holds the job slot for the scope of a job and keeps the gauges current.
 class JobSlot {
  public:
@@ -437,11 +449,8 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
 
   if (should_stop && should_stop())
     return Status::Cancelled("Cluster cancelled before writing the centroids");
-  size_t slash = out_path.rfind('/');
-  if (slash != std::string::npos && slash > 0)
-    MLCD_RETURN_IF_ERROR(MakeDirs(out_path.substr(0, slash)));
   MLCD_RETURN_IF_ERROR(
-      WriteNpy(out_path, NpyDtype::kFloat32, {params.k, shards.d()}, km.centroids.data()));
+      WriteCentroids(out_path, km.centroids, params.k, shards.d(), options_.data_roots));
 
   result->set_centroids_path(out_path);
   result->set_k(params.k);

@@ -36,6 +36,10 @@ std::string ResolveAbsolute(const std::string& path) {
   while (true) {
     while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
     std::string real = RealPath(prefix);
+    struct stat st;
+    // A dangling link: where it leads is unknown, so it is outside (a link to a missing file
+    // outside and one to an existing file outside must read alike).
+    if (real.empty() && ::lstat(prefix.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) return "";
     if (!real.empty()) {
       for (auto it = tail.rbegin(); it != tail.rend(); ++it) {
         if (*it == "..") return "";
@@ -95,15 +99,18 @@ StatusOr<std::string> DataRoots::Confine(const std::string& path, const std::str
   if (path[0] != '/')
     return Status::InvalidArgument(field + ": '" + path + "' must be an absolute path");
   const std::string resolved = ResolveAbsolute(path);
-  if (!resolved.empty()) {
-    for (const auto& root : roots_) {
-      if (Under(resolved, root)) return resolved;
-    }
-  }
-  return Outside(path, field);
+  if (!resolved.empty() && Holds(resolved)) return resolved;
+  return Refusal(path, field);
 }
 
-Status DataRoots::Outside(const std::string& path, const std::string& field) const {
+bool DataRoots::Holds(const std::string& resolved) const {
+  for (const auto& root : roots_) {
+    if (Under(resolved, root)) return true;
+  }
+  return false;
+}
+
+Status DataRoots::Refusal(const std::string& path, const std::string& field) const {
   return Status(StatusCode::kPermissionDenied,
                 field + ": '" + path + "' is not under a data root of this service (--data-root: " +
                     Describe() + "); paths are refused there whether or not they exist");
@@ -113,12 +120,8 @@ Status DataRoots::CheckListedEntry(const std::string& path, const std::string& f
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return Status::Ok();
   const std::string resolved = RealPath(path);
-  if (!resolved.empty()) {
-    for (const auto& root : roots_) {
-      if (Under(resolved, root)) return Status::Ok();
-    }
-  }
-  return Outside(path, field);
+  if (!resolved.empty() && Holds(resolved)) return Status::Ok();
+  return Refusal(path, field);
 }
 
 void AddDataRootFlag(CLI::App& app, std::vector<std::string>* roots,

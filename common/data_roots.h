@@ -9,9 +9,9 @@
 //   MLCD_ASSIGN_OR_RETURN(DataRoots roots, DataRoots::Make(flags.data_roots));
 //   MLCD_ASSIGN_OR_RETURN(std::string out, roots.Confine(request.centroids_out(), "centroids_out"));
 //
-// What is checked is the path at the time of the call: a symlink swapped in afterwards by
-// someone who can write inside a root is not caught (the roots are meant for data the
-// callers cannot otherwise write to).
+// What Confine checks is the path at the time of the call: a directory swapped for a symlink
+// afterwards (by someone who can write inside a root) is caught only where the file is
+// opened through common/confined_file.h, which verifies the opened descriptor itself.
 #pragma once
 
 #include <string>
@@ -44,7 +44,8 @@ class DataRoots {
   std::string Describe() const;
 
   // The resolved form of `path` when it lies under a root. `path` must be absolute, at most
-  // kMaxPathLength bytes and hold no NUL (INVALID_ARGUMENT). Outside every root:
+  // kMaxPathLength bytes and hold no NUL (INVALID_ARGUMENT). A dangling symbolic link met on
+  // the way counts as outside (its target is unknown). Outside every root:
   // PERMISSION_DENIED "<field>: '<path>' is not under a data root of this service (...)", the
   // same for existing and missing paths.
   StatusOr<std::string> Confine(const std::string& path, const std::string& field) const;
@@ -57,9 +58,16 @@ class DataRoots {
   // before anything follows the entry (stat, is_directory, open).
   Status CheckListedEntry(const std::string& path, const std::string& field) const;
 
- private:
-  Status Outside(const std::string& path, const std::string& field) const;
+  // True when `resolved` (an absolute path with no links, "." or "..") is a root or lies under
+  // one.
+  bool Holds(const std::string& resolved) const;
 
+  // The PERMISSION_DENIED every refusal of a path outside the roots returns: "<field>:
+  // '<path>' is not under a data root of this service (--data-root: ...); paths are refused
+  // there whether or not they exist".
+  Status Refusal(const std::string& path, const std::string& field) const;
+
+ private:
   std::vector<std::string> roots_;  // resolved, no trailing '/' (except "/")
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/limits.h"
 
@@ -58,9 +59,16 @@ struct IdxData {
 StatusOr<IdxData> ReadIdx(const std::string& path, uint32_t magic, size_t header_bytes,
                           const char* what, uint64_t item_bytes_from_header(const std::string&),
                           int64_t limit) {
-  if (!PathExists(path)) return Status::NotFound(path + ": no such file");
-  GzCloser file{gzopen(path.c_str(), "rb")};
+  // Opened confined (the process's roots, if any), then read through the descriptor.
+  StatusOr<UniqueFd> fd = OpenConfinedRead(path, "path");
+  if (!fd.ok()) {
+    if (fd.status().code() == StatusCode::kNotFound)
+      return Status::NotFound(path + ": no such file");
+    return fd.status();
+  }
+  GzCloser file{gzdopen(fd->get(), "rb")};
   if (!file.f) return Status::InvalidArgument(path + ": cannot open");
+  fd->release();  // gzclose closes it
   IdxData d;
   MLCD_ASSIGN_OR_RETURN(d.header, ReadMaybeGzipped(file.f, path, header_bytes, nullptr));
   if (d.header.size() < header_bytes || BigEndian32(d.header, 0) != magic) {

@@ -14,6 +14,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "common/confined_file.h"
 #include "common/file_util.h"
 
 namespace mlcd {
@@ -275,25 +276,20 @@ MappedNpy::~MappedNpy() {
   if (map_) munmap(map_, map_size_);
 }
 
-StatusOr<MappedNpy> MappedNpy::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) return Status::NotFound(path + ": no such file");
-    return Status::InvalidArgument(path + ": cannot open: " + std::strerror(err));
+StatusOr<MappedNpy> MappedNpy::Open(const std::string& path, const DataRoots* roots) {
+  StatusOr<UniqueFd> opened = OpenConfinedRead(path, "path", roots);
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kNotFound)
+      return Status::NotFound(path + ": no such file");
+    return opened.status();
   }
+  const int fd = opened->get();
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     return Status::InvalidArgument(path + ": not a regular file");
-  }
   size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    return Status::InvalidArgument(path + ": empty file, not an .npy file");
-  }
+  if (size == 0) return Status::InvalidArgument(path + ": empty file, not an .npy file");
   void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
   if (map == MAP_FAILED) return Status::Internal(path + ": mmap failed: " + std::strerror(errno));
   MappedNpy out;
   out.path_ = path;
@@ -339,8 +335,8 @@ void MappedNpy::DropRows(int64_t begin, int64_t end) const {
   if (to > from) madvise(static_cast<char*>(map_) + from, to - from, MADV_DONTNEED);
 }
 
-StatusOr<NpyArray> ReadNpy(const std::string& path) {
-  MLCD_ASSIGN_OR_RETURN(MappedNpy mapped, MappedNpy::Open(path));
+StatusOr<NpyArray> ReadNpy(const std::string& path, const DataRoots* roots) {
+  MLCD_ASSIGN_OR_RETURN(MappedNpy mapped, MappedNpy::Open(path, roots));
   NpyArray array;
   array.header = mapped.header();
   const auto* begin = static_cast<const uint8_t*>(mapped.data());
@@ -350,9 +346,9 @@ StatusOr<NpyArray> ReadNpy(const std::string& path) {
   return array;
 }
 
-StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path,
-                                              std::vector<int64_t>* shape) {
-  MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path));
+StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path, std::vector<int64_t>* shape,
+                                              const DataRoots* roots) {
+  MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path, roots));
   if (m.header().shape.size() > 2)
     return Status::InvalidArgument(path + ": expected a 1-d or 2-d array");
   size_t n = static_cast<size_t>(m.header().num_elements());
@@ -391,9 +387,9 @@ StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path,
   return out;
 }
 
-StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path,
-                                              std::vector<int64_t>* shape) {
-  MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path));
+StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path, std::vector<int64_t>* shape,
+                                              const DataRoots* roots) {
+  MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path, roots));
   size_t n = static_cast<size_t>(m.header().num_elements());
   std::vector<float> out;
   MLCD_RETURN_IF_ERROR(Allocate(&out, n, path));
@@ -451,13 +447,21 @@ std::string EncodeNpyHeader(NpyDtype dtype, const std::vector<int64_t>& shape) {
   return out + dict;
 }
 
-Status WriteNpy(const std::string& path, NpyDtype dtype, const std::vector<int64_t>& shape,
-                const void* data) {
+Status WriteNpyIn(const ConfinedDir& dir, const std::string& name, NpyDtype dtype,
+                  const std::vector<int64_t>& shape, const void* data) {
   std::string header = EncodeNpyHeader(dtype, shape);
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   size_t bytes = static_cast<size_t>(n) * NpyDtypeSize(dtype);
-  return WriteFileAtomically(path, {{header.data(), header.size()}, {data, bytes}});
+  return dir.WriteFileAtomically(name, {{header.data(), header.size()}, {data, bytes}});
+}
+
+Status WriteNpy(const std::string& path, NpyDtype dtype, const std::vector<int64_t>& shape,
+                const void* data, const DataRoots* roots) {
+  std::string name;
+  MLCD_ASSIGN_OR_RETURN(ConfinedDir dir,
+                        OpenConfinedParent(path, "path", /*create=*/false, &name, roots));
+  return WriteNpyIn(dir, name, dtype, shape, data);
 }
 
 float HalfToFloat(uint16_t h) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/confined_file.h"
+#include "common/data_roots.h"
 #include "common/status.h"
 
 namespace mlcd {
@@ -60,8 +62,10 @@ class MappedNpy {
  public:
   // Opens and validates `path`: NOT_FOUND when missing, INVALID_ARGUMENT when not a valid
   // C-order little-endian npy, DATA_LOSS when the file is shorter than its header says, so
-  // data() always holds data_bytes() readable bytes.
-  static StatusOr<MappedNpy> Open(const std::string& path);
+  // data() always holds data_bytes() readable bytes. Opened through OpenConfinedRead
+  // (common/confined_file.h): with `roots`, else the process's, a file outside them (even one
+  // reached through a link swapped in after a check) is PERMISSION_DENIED, unread.
+  static StatusOr<MappedNpy> Open(const std::string& path, const DataRoots* roots = nullptr);
 
   MappedNpy(MappedNpy&& other) noexcept;
   MappedNpy& operator=(MappedNpy&& other) noexcept;
@@ -110,22 +114,31 @@ struct NpyArray {
   }
 };
 
-// The readers below return RESOURCE_EXHAUSTED when the copy cannot be allocated.
-StatusOr<NpyArray> ReadNpy(const std::string& path);
+// The readers below return RESOURCE_EXHAUSTED when the copy cannot be allocated; `roots` as
+// for MappedNpy::Open.
+StatusOr<NpyArray> ReadNpy(const std::string& path, const DataRoots* roots = nullptr);
 
 // Reads a 1-d or 2-d integer array (any int/uint dtype) as int64, e.g. ids or labels.
 StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path,
-                                              std::vector<int64_t>* shape = nullptr);
+                                              std::vector<int64_t>* shape = nullptr,
+                                              const DataRoots* roots = nullptr);
 // Reads a float16/32/64 array as float32.
 StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path,
-                                              std::vector<int64_t>* shape = nullptr);
+                                              std::vector<int64_t>* shape = nullptr,
+                                              const DataRoots* roots = nullptr);
 
 // Serialises a header (format 1.0, or 2.0 when the dict needs it), padded to 64 bytes.
 std::string EncodeNpyHeader(NpyDtype dtype, const std::vector<int64_t>& shape);
 
-// Writes `data` (C order, num_elements(shape) * dtype size bytes) atomically to `path`.
+// Writes `data` (C order, num_elements(shape) * dtype size bytes) atomically to `path`, whose
+// directory must exist; through WriteConfinedFile (common/confined_file.h), so with `roots`,
+// else the process's, the directory is opened and verified once and the file created inside
+// it.
 Status WriteNpy(const std::string& path, NpyDtype dtype, const std::vector<int64_t>& shape,
-                const void* data);
+                const void* data, const DataRoots* roots = nullptr);
+// The same, as the file `name` inside the opened directory `dir`.
+Status WriteNpyIn(const ConfinedDir& dir, const std::string& name, NpyDtype dtype,
+                  const std::vector<int64_t>& shape, const void* data);
 
 // IEEE half <-> single conversions (round to nearest even).
 float HalfToFloat(uint16_t h);

@@ -81,7 +81,7 @@ Status CheckFeatures(const v1::JobSpec& spec, const DatasetIndex& index, const D
   int64_t rows = 0;
   for (const auto& s : *shards) rows += s.rows;
   if (f.keys().empty()) return CheckFeatureRows(index, *shards).WithContext(field);
-  StatusOr<std::vector<int64_t>> aligned = AlignFeatureKeys(index, f.keys(), rows);
+  StatusOr<std::vector<int64_t>> aligned = AlignFeatureKeys(index, f.keys(), rows, roots);
   return aligned.ok() ? Status::Ok() : aligned.status().WithContext(field + ".keys");
 }
 
@@ -191,16 +191,19 @@ Status CheckDatasetInputs(const v1::JobSpec& spec, const DataRoots* roots) {
 }
 
 StatusOr<std::vector<std::string>> WriteAlignedFeatureIds(const v1::JobSpec& spec,
-                                                          const std::string& dir) {
+                                                          const std::string& dir,
+                                                          const DataRoots* roots) {
   const auto& f = spec.clustering().features();
   MLCD_ASSIGN_OR_RETURN(DatasetIndex index, LoadChecked(spec.dataset(), spec.dataset().index(),
-                                                        "spec.dataset.index", nullptr));
+                                                        "spec.dataset.index", roots));
   std::vector<std::string> paths(f.paths().begin(), f.paths().end());
-  MLCD_ASSIGN_OR_RETURN(std::vector<NpyShardRows> shards, ListNpyShardRows(paths));
+  StatusOr<std::vector<NpyShardRows>> listed = ListNpyShardRows(paths, roots);
+  if (!listed.ok()) return listed.status().WithContext("spec.clustering.features.paths");
+  const std::vector<NpyShardRows>& shards = *listed;
   int64_t rows = 0;
   for (const auto& s : shards) rows += s.rows;
   MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> sample_of_row,
-                        AlignFeatureKeys(index, f.keys(), rows));
+                        AlignFeatureKeys(index, f.keys(), rows, roots));
   return WriteFeatureIds(sample_of_row, shards, dir);
 }
 

@@ -40,8 +40,11 @@ Status ResolveDatasetIndexes(const std::string& data_dir, v1::JobSpec* spec,
 
 // At the start of round 0 with clustering.features.keys: the sample id of every feature row
 // (the same checks as at submit, the index's fingerprint included), written as one
-// `<dir>/<i>.ids.npy` per shard for clusterd (FeatureSource.ids_paths); their paths.
+// `<dir>/<i>.ids.npy` per shard for clusterd (FeatureSource.ids_paths); their paths. With
+// `roots` the folders of shards are listed and every file read confined to them again (the
+// spec was checked at submit; this listing happens later, rounds after it).
 StatusOr<std::vector<std::string>> WriteAlignedFeatureIds(const v1::JobSpec& spec,
-                                                          const std::string& dir);
+                                                          const std::string& dir,
+                                                          const DataRoots* roots = nullptr);
 
 }  // namespace mlcd::coordinator

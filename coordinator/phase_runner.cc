@@ -16,9 +16,10 @@ namespace {
 
 // For feature shards `<name>.npy` that each have `<name>.labels.npy` beside them (mlcd-worker
 // embed writes the images' class labels there), writes their concatenation, in shard order,
-// to `out` and returns true; returns false, writing nothing, when any shard has none.
+// to `out` and returns true; returns false, writing nothing, when any shard has none. The
+// labels are read confined to `roots` (a link beside a shard leading outside is refused).
 StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<std::string>& shards,
-                                      const std::string& out) {
+                                      const std::string& out, const DataRoots* roots) {
   std::vector<int64_t> all;
   for (const std::string& shard : shards) {
     const std::string suffix = ".npy";
@@ -27,9 +28,10 @@ StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<s
       return false;  // a directory of shards: their labels are not gathered
     }
     const std::string labels = shard.substr(0, shard.size() - suffix.size()) + ".labels.npy";
-    if (!PathExists(labels)) return false;
-    MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> part, ReadNpyAsInt64(labels));
-    all.insert(all.end(), part.begin(), part.end());
+    StatusOr<std::vector<int64_t>> part = ReadNpyAsInt64(labels, nullptr, roots);
+    if (part.status().code() == StatusCode::kNotFound) return false;
+    if (!part.ok()) return part.status();
+    all.insert(all.end(), part->begin(), part->end());
   }
   if (all.empty()) return false;
   MLCD_RETURN_IF_ERROR(
@@ -185,7 +187,8 @@ Status PhaseRunner::PlanFeatures(const v1::JobSpec& spec, int r, const std::stri
     std::vector<std::string> ids;
     if (!features.keys().empty()) {
       // Rows aligned by key: one sample-id file per shard (docs/data.md).
-      MLCD_ASSIGN_OR_RETURN(ids, WriteAlignedFeatureIds(spec, round_dir + "/feature-ids"));
+      MLCD_ASSIGN_OR_RETURN(
+          ids, WriteAlignedFeatureIds(spec, round_dir + "/feature-ids", options_.data_roots));
     }
     for (const auto& p : features.paths()) {
       round->add_feature_paths(p);
@@ -236,7 +239,8 @@ void PhaseRunner::RunClustering(const v1::JobRecord& snapshot, clusterd::CallCon
   if (status.ok() && round.class_labels_path().empty()) {
     // Extracted shards carry their images' class labels when the dataset has them: gather
     // them so a model-feature round reports label quality (A.8) like round 0 does.
-    auto gathered = GatherShardClassLabels(round.feature_paths(), dir + "/class-labels.npy");
+    auto gathered = GatherShardClassLabels(round.feature_paths(), dir + "/class-labels.npy",
+                                           options_.data_roots);
     if (!gathered.ok()) {
       MLCD_LOG(WARNING) << "round " << r << " of job " << snapshot.job().id()
                         << ": no label quality report: " << gathered.status().ToString();

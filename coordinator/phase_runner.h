@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/data_roots.h"
 #include "common/status.h"
 #include "coordinator/job_entry.h"
 #include "coordinator/job_table.h"
@@ -42,6 +43,10 @@ struct PhaseRunnerOptions {
   std::string data_dir;
   // clusterd's Assign writes into its own --labelstore: a request never names one.
   std::string clusterd_address;
+  // The coordinator's data roots (common/data_roots.h): what CLUSTERING lists and reads again
+  // (folders of feature shards, their keys, labels beside shards) is confined to them. Null:
+  // unconfined. Must outlive the runner.
+  const DataRoots* data_roots = nullptr;
 };
 
 // How a phase thread ended.

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "common/blas_env.h"
+#include "common/confined_file.h"
 #include "common/eval_flags.h"
 #include "common/job_spec.h"
 #include "common/log.h"
@@ -258,7 +259,7 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
     done["evaluation"] = cli::MessageToJsonObject(report->result);
     done["outputs"] = report->outputs;
     if (!flags.result.empty() && flags.result != "-") {
-      st = WriteFileAtomically(flags.result, report->details.dump(2) + "\n");
+      st = WriteConfinedFile(flags.result, report->details.dump(2) + "\n");
       if (!st.ok()) return fail(st.WithContext("--result"));
     }
     if (!progress.to_stdout()) PrintEvaluation(flags, *report, done["evaluation"]);

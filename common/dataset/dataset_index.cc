@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/confined_file.h"
 #include "common/dataset/image_folder.h"
 #include "common/dataset/webdataset.h"
 #include "common/file_util.h"
@@ -173,16 +174,17 @@ Status WriteDatasetIndex(const DatasetIndex& index, const std::string& dir) {
 
 namespace {
 
-StatusOr<nlohmann::json> ReadManifest(const std::string& dir) {
+StatusOr<nlohmann::json> ReadManifest(const std::string& dir, const DataRoots* roots) {
   const std::string path = dir + "/" + kManifest;
-  if (!PathExists(path)) {
+  StatusOr<std::string> text = ReadConfinedFile(path, "dataset index", roots);
+  if (text.status().code() == StatusCode::kNotFound) {
     return Status::NotFound("'" + dir +
                             "' holds no dataset index (no manifest.json); build one with "
                             "`mlcdctl dataset index --format ... --path ... --out " +
                             dir + "`");
   }
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!text.ok()) return text.status();
+  nlohmann::json m = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (m.is_discarded() || !m.is_object() || !m.contains("version") || !m.contains("format") ||
       !m.contains("samples") || !m.contains("files")) {
     return Status::DataLoss(path + " is not a dataset index manifest");
@@ -206,20 +208,24 @@ Status CountMismatch(const std::string& path, const std::string& what, uint64_t 
 
 StatusOr<DatasetIndex> LoadDatasetIndex(const std::string& dir, bool check_fingerprint,
                                         const DataRoots* roots) {
+  // Every file of the index is read confined (`roots`, else the process's).
+  if (roots == nullptr) roots = ProcessDataRoots();
   DatasetIndex index;
-  MLCD_ASSIGN_OR_RETURN(nlohmann::json m, ReadManifest(dir));
+  MLCD_ASSIGN_OR_RETURN(nlohmann::json m, ReadManifest(dir, roots));
   try {
     MLCD_ASSIGN_OR_RETURN(index.format, ParseDatasetFormat(m["format"].get<std::string>()));
     if (m.contains("paths")) index.paths = m["paths"].get<std::vector<std::string>>();
     if (m.contains("skipped")) index.skipped = m["skipped"].get<uint64_t>();
     const uint64_t num_samples = m["samples"].get<uint64_t>();
     const uint64_t num_files = m["files"].get<uint64_t>();
-    MLCD_ASSIGN_OR_RETURN(std::string files_text, ReadFileToString(dir + "/" + kFiles));
+    MLCD_ASSIGN_OR_RETURN(std::string files_text,
+                          ReadConfinedFile(dir + "/" + kFiles, "dataset index", roots));
     MLCD_ASSIGN_OR_RETURN(index.files, ParseFiles(files_text, dir + "/" + kFiles));
     if (index.files.size() != num_files) {
       return CountMismatch(dir + "/" + kFiles, "files", index.files.size(), num_files);
     }
-    MLCD_ASSIGN_OR_RETURN(std::string samples, ReadFileToString(dir + "/" + kSamples));
+    MLCD_ASSIGN_OR_RETURN(std::string samples,
+                          ReadConfinedFile(dir + "/" + kSamples, "dataset index", roots));
     if (samples.size() != num_samples * kSampleRecordBytes) {
       return CountMismatch(dir + "/" + kSamples, "samples", samples.size() / kSampleRecordBytes,
                            num_samples);
@@ -237,12 +243,14 @@ StatusOr<DatasetIndex> LoadDatasetIndex(const std::string& dir, bool check_finge
                                 " points outside its file; the index is damaged: rebuild it");
       }
     }
-    MLCD_ASSIGN_OR_RETURN(std::string keys, ReadFileToString(dir + "/" + kKeys));
+    MLCD_ASSIGN_OR_RETURN(std::string keys,
+                          ReadConfinedFile(dir + "/" + kKeys, "dataset index", roots));
     index.keys = SplitLines(keys);
     if (index.keys.size() != num_samples) {
       return CountMismatch(dir + "/" + kKeys, "keys", index.keys.size(), num_samples);
     }
-    MLCD_ASSIGN_OR_RETURN(std::string classes, ReadFileToString(dir + "/" + kClasses));
+    MLCD_ASSIGN_OR_RETURN(std::string classes,
+                          ReadConfinedFile(dir + "/" + kClasses, "dataset index", roots));
     index.classes = SplitLines(classes);
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(dir + "/" + kManifest + ": " + e.what());

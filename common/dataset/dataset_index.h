@@ -83,9 +83,10 @@ Status WriteDatasetIndex(const DatasetIndex& index, const std::string& dir);
 // compared with the fingerprint: FAILED_PRECONDITION naming the file when it is missing or
 // its size or mtime changed, with the hint to rebuild the index. NOT_FOUND when `dir` holds
 // no manifest.json; DATA_LOSS / INVALID_ARGUMENT naming the file when a part is damaged.
-// With `roots`, every source file the index names must resolve under them (checked before
-// the fingerprint stats it): PERMISSION_DENIED as DataRoots::Confine otherwise, so an index
-// cannot lead a service outside its data roots.
+// With `roots` (else the process's, common/confined_file.h), the index's own files are read
+// through OpenConfinedRead and every source file the index names must resolve under them
+// (checked before the fingerprint stats it): PERMISSION_DENIED as DataRoots::Confine
+// otherwise, so an index cannot lead a service outside its data roots.
 StatusOr<DatasetIndex> LoadDatasetIndex(const std::string& dir, bool check_fingerprint = true,
                                         const DataRoots* roots = nullptr);
 

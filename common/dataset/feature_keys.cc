@@ -5,6 +5,7 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/npy.h"
 
@@ -51,7 +52,7 @@ StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::stri
   }
   std::vector<NpyShardRows> out;
   for (const auto& f : files) {
-    MLCD_ASSIGN_OR_RETURN(MappedNpy npy, MappedNpy::Open(f));
+    MLCD_ASSIGN_OR_RETURN(MappedNpy npy, MappedNpy::Open(f, roots));
     MLCD_RETURN_IF_ERROR(npy.Expect2d({NpyDtype::kFloat16, NpyDtype::kFloat32}));
     out.push_back({f, npy.rows()});
   }
@@ -60,9 +61,9 @@ StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::stri
 }
 
 StatusOr<std::vector<int64_t>> AlignFeatureKeys(const DatasetIndex& index,
-                                                const std::string& keys_path,
-                                                int64_t feature_rows) {
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(keys_path));
+                                                const std::string& keys_path, int64_t feature_rows,
+                                                const DataRoots* roots) {
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(keys_path, "features.keys", roots));
   std::vector<std::string> lines;
   for (size_t start = 0; start < text.size();) {
     size_t end = text.find('\n', start);
@@ -122,7 +123,7 @@ Status CheckFeatureRows(const DatasetIndex& index, const std::vector<NpyShardRow
 StatusOr<std::vector<std::string>> WriteFeatureIds(const std::vector<int64_t>& sample_of_row,
                                                    const std::vector<NpyShardRows>& shards,
                                                    const std::string& dir) {
-  MLCD_RETURN_IF_ERROR(MakeDirs(dir));
+  MLCD_RETURN_IF_ERROR(MakeConfinedDirs(dir));
   std::vector<std::string> paths;
   size_t begin = 0;
   for (size_t i = 0; i < shards.size(); ++i) {

@@ -24,7 +24,8 @@ struct NpyShardRows {
   int64_t rows = 0;
 };
 // With `roots`, a symbolic link in a listed directory must resolve under them
-// (PERMISSION_DENIED otherwise; common/data_roots.h).
+// (PERMISSION_DENIED otherwise; common/data_roots.h), and every shard is opened confined to
+// them (MappedNpy::Open; without `roots`, the process's, common/confined_file.h).
 StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::string>& paths,
                                                      const DataRoots* roots = nullptr);
 
@@ -32,9 +33,11 @@ StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::stri
 // may appear twice, and the file must have exactly one line per feature row and one per
 // sample (a permutation of the index). Otherwise INVALID_ARGUMENT naming the keys file, the
 // line (row) and both counts (e.g. "keys.txt row 17: key 'x' is not in the dataset index
-// (1000 keys for 1000 feature rows and 1000 samples)").
+// (1000 keys for 1000 feature rows and 1000 samples)"). The keys file is read confined to
+// `roots` (else the process's).
 StatusOr<std::vector<int64_t>> AlignFeatureKeys(const DatasetIndex& index,
-                                                const std::string& keys_path, int64_t feature_rows);
+                                                const std::string& keys_path, int64_t feature_rows,
+                                                const DataRoots* roots = nullptr);
 
 // Checks features without a keys file: their rows must number the index's samples.
 // INVALID_ARGUMENT naming both counts and the first shard otherwise.

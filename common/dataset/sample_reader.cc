@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/confined_file.h"
+
 namespace mlcd {
 
 SampleReader::~SampleReader() {
@@ -20,11 +22,15 @@ StatusOr<int> SampleReader::Descriptor(uint32_t file, bool* owned) {
     auto it = open_.find(file);
     if (it != open_.end()) return it->second;
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  // Opened confined to the process's roots (if any): a file reached through a link swapped
+  // in after the index was checked is refused unread.
+  StatusOr<UniqueFd> opened = OpenConfinedRead(path, "dataset file");
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kPermissionDenied) return opened.status();
     return Status::FailedPrecondition("cannot open dataset file '" + path +
-                                      "': " + std::strerror(errno));
+                                      "': " + opened.status().message());
   }
+  const int fd = opened->release();
   if (*owned) return fd;
   std::lock_guard<std::mutex> lock(mu_);
   if (open_.size() >= kMaxOpenShards) {

@@ -15,6 +15,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/confined_file.h"
 #include "common/file_util.h"
 
 namespace mlcd {
@@ -180,7 +181,8 @@ struct FdCloser {
 // Indexes shards one after another into one DatasetIndex.
 class ShardIndexer {
  public:
-  explicit ShardIndexer(DatasetIndex* index) : index_(index) {}
+  // Shards are opened confined to `roots` (null: the process's, if any).
+  ShardIndexer(DatasetIndex* index, const DataRoots* roots) : index_(index), roots_(roots) {}
   Status IndexShard(const std::string& path);
 
  private:
@@ -197,6 +199,7 @@ class ShardIndexer {
                                 uint64_t file_size, const std::string& where);
 
   DatasetIndex* index_;
+  const DataRoots* roots_;
   std::unordered_map<std::string, std::string> seen_;  // key -> shard it was in
   Pending pending_;
   bool active_ = false;
@@ -299,17 +302,22 @@ Status ShardIndexer::OnMember(struct archive* a, struct archive_entry* entry, in
 }
 
 Status ShardIndexer::IndexShard(const std::string& path) {
+  // Opened confined to the process's roots (if any); libarchive reads this descriptor, so
+  // what is indexed is the file that was verified.
+  StatusOr<UniqueFd> opened = OpenConfinedRead(path, "dataset shard", roots_);
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kPermissionDenied) return opened.status();
+    return Status::FailedPrecondition("cannot open shard '" + path +
+                                      "': " + opened.status().message());
+  }
+  FdCloser fd{opened->release()};
   MLCD_ASSIGN_OR_RETURN(IndexedFile file, StatIndexedFile(path));
   const uint32_t file_no = static_cast<uint32_t>(index_->files.size());
   index_->files.push_back(file);
-  FdCloser fd{::open(file.path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) {
-    return Status::FailedPrecondition("cannot open shard '" + path + "': " + std::strerror(errno));
-  }
   std::unique_ptr<struct archive, ArchiveDeleter> a(archive_read_new());
   archive_read_support_filter_all(a.get());
   archive_read_support_format_tar(a.get());
-  if (archive_read_open_filename(a.get(), file.path.c_str(), 1 << 16) != ARCHIVE_OK) {
+  if (archive_read_open_fd(a.get(), fd.fd, 1 << 16) != ARCHIVE_OK) {
     return Status::FailedPrecondition("cannot read shard '" + path +
                                       "' as a tar: " + archive_error_string(a.get()));
   }
@@ -344,7 +352,7 @@ StatusOr<DatasetIndex> BuildWebDatasetIndex(const std::vector<std::string>& path
   DatasetIndex index;
   index.format = DatasetFormat::kWebDataset;
   index.paths = paths;
-  ShardIndexer indexer(&index);
+  ShardIndexer indexer(&index, roots);
   for (const std::string& shard : shards) MLCD_RETURN_IF_ERROR(indexer.IndexShard(shard));
   if (index.samples.empty()) {
     return Status::InvalidArgument("the " + std::to_string(shards.size()) +

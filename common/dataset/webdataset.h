@@ -44,7 +44,9 @@ bool SplitMemberName(const std::string& name, std::string* key, std::string* ext
 
 // Indexes the shards of `paths` (see above). FAILED_PRECONDITION for a compressed or
 // unreadable shard, DATA_LOSS naming the shard and member where a tar is damaged or cut
-// short, INVALID_ARGUMENT for a key seen twice, a bad .cls, or no image at all.
+// short, INVALID_ARGUMENT for a key seen twice, a bad .cls, or no image at all. Each shard is
+// opened confined to `roots` (else the process's; common/confined_file.h) and libarchive
+// reads that verified descriptor.
 StatusOr<DatasetIndex> BuildWebDatasetIndex(const std::vector<std::string>& paths,
                                             const DataRoots* roots = nullptr);
 

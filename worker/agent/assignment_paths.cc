@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "common/confined_file.h"
 #include "common/dataset/dataset_index.h"
 
 namespace mlcd::worker {
@@ -109,7 +110,12 @@ Status ConfineAssignmentForChild(const v1::Assignment& assignment,
   const std::vector<std::string> given = DataRootsOrEnv(flag_roots);
   if (given.empty()) return Status::Ok();
   MLCD_ASSIGN_OR_RETURN(DataRoots roots, DataRoots::Make(given));
-  return ConfineAssignmentPaths(assignment, roots);
+  MLCD_RETURN_IF_ERROR(ConfineAssignmentPaths(assignment, roots));
+  // From here on every dataset, index, npy, IDX and checkpoint file the child opens, and every
+  // checkpoint and output it writes, is verified where it was opened (a link swapped in after
+  // the check above is refused).
+  InstallProcessDataRoots(roots);
+  return Status::Ok();
 }
 
 }  // namespace mlcd::worker

@@ -9,8 +9,9 @@
 // the output and baseline-cache directories, and the spec's dataset paths and indexes (and
 // the files those indexes name). A path outside every root fails the child with the same
 // PERMISSION_DENIED whether or not it exists (common/data_roots.h); the agent reports it, so
-// the job fails with that reason. A child run by hand without roots reads what its user
-// names, as before.
+// the job fails with that reason. The roots then confine every open of the child
+// (common/confined_file.h). A child run by hand without roots reads what its user names, as
+// before.
 #pragma once
 
 #include <string>
@@ -49,7 +50,11 @@ StatusOr<DataRoots> AgentDataRoots(const std::vector<std::string>& given,
 Status ConfineAssignmentPaths(const v1::Assignment& assignment, const DataRoots& roots);
 
 // For a child command: OK when no roots are given (flags or environment); else the roots
-// made (INVALID_ARGUMENT for a bad one) and ConfineAssignmentPaths.
+// made (INVALID_ARGUMENT for a bad one) and ConfineAssignmentPaths, then, when that passed,
+// installed as the process's roots (InstallProcessDataRoots, common/confined_file.h): every
+// file the child then opens for its assignment (datasets, indexes, npy, IDX, checkpoints)
+// and every checkpoint and output it writes is verified where it was opened, so a link
+// swapped in after this check is refused, not followed.
 Status ConfineAssignmentForChild(const v1::Assignment& assignment,
                                  const std::vector<std::string>& flag_roots);
 

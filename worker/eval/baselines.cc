@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/log.h"
@@ -184,7 +185,7 @@ StatusOr<EvaluationReport> EvaluateRawPixels(const EvaluationOptions& o, const v
 }
 
 StatusOr<v1::BaselineResult> ReadCached(const std::string& path) {
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(path));
   v1::BaselineResult result;
   if (!google::protobuf::util::JsonStringToMessage(text, &result).ok())
     return Status::DataLoss(path + ": not a cached baseline result");
@@ -224,7 +225,7 @@ StatusOr<std::string> BaselineCacheKey(const EvaluationOptions& job, const std::
 StatusOr<std::vector<v1::BaselineResult>> RunBaselines(const EvaluationOptions& job,
                                                        const std::string& cache_dir) {
   MLCD_ASSIGN_OR_RETURN(v1::JobSpec spec, JobSpecOf(job));
-  if (!cache_dir.empty()) MLCD_RETURN_IF_ERROR(MakeDirs(cache_dir));
+  if (!cache_dir.empty()) MLCD_RETURN_IF_ERROR(MakeConfinedDirs(cache_dir));
   std::vector<v1::BaselineResult> results;
   for (const char* name : {kRandomInit, kRawPixels}) {
     MLCD_ASSIGN_OR_RETURN(std::string key, BaselineCacheKey(job, name));
@@ -262,7 +263,7 @@ StatusOr<std::vector<v1::BaselineResult>> RunBaselines(const EvaluationOptions& 
     if (!path.empty()) {
       std::string json;
       (void)google::protobuf::util::MessageToJsonString(r, &json);
-      Status st = WriteFileAtomically(path, json + "\n");
+      Status st = WriteConfinedFile(path, json + "\n");
       if (!st.ok()) MLCD_LOG(WARNING) << "baseline cache not written: " << st.ToString();
     }
     results.push_back(r);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/npy.h"
 
@@ -68,7 +69,7 @@ Status WriteEmbeddingShard(const std::string& dir, int rank, int world_size,
   if (labels && static_cast<int64_t>(labels->size()) != features.rows)
     return Status::InvalidArgument("embedding shard: " + std::to_string(labels->size()) +
                                    " labels for " + std::to_string(features.rows) + " rows");
-  MLCD_RETURN_IF_ERROR(MakeDirs(dir));
+  MLCD_RETURN_IF_ERROR(MakeConfinedDirs(dir));
   EmbeddingShardFiles files = EmbeddingShardNames(dir, rank, world_size);
   // Ids and labels first: a reader that sees the feature shard also sees its companions.
   MLCD_RETURN_IF_ERROR(WriteNpy(files.ids, NpyDtype::kInt64, {features.rows}, ids.data()));

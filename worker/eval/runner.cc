@@ -14,6 +14,7 @@
 #include <set>
 
 #include "clients/labelstore_client.h"
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
 #include "common/log.h"
@@ -491,7 +492,7 @@ void MaybeMeasureFig3(const EvaluationOptions& options, const EvalPlan& plan, co
 
 // evaluation.json, evaluation-details.json and, when asked, the embeddings of both splits.
 Status WriteOutputs(const EvaluationOptions& options, EvalInputs* in, EvaluationReport* report) {
-  MLCD_RETURN_IF_ERROR(MakeDirs(options.output_dir));
+  MLCD_RETURN_IF_ERROR(MakeConfinedDirs(options.output_dir));
   report->outputs.clear();
   MLCD_RETURN_IF_ERROR(WriteResultFiles(options.output_dir, report));
   if (!options.keep_embeddings) return Status::Ok();
@@ -515,8 +516,8 @@ Status WriteOutputs(const EvaluationOptions& options, EvalInputs* in, Evaluation
 Status WriteResultFiles(const std::string& output_dir, EvaluationReport* report) {
   const std::string result_path = output_dir + "/evaluation.json";
   const std::string details_path = output_dir + "/evaluation-details.json";
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(result_path, ToJson(report->result) + "\n"));
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(details_path, report->details.dump(2) + "\n"));
+  MLCD_RETURN_IF_ERROR(WriteConfinedFile(result_path, ToJson(report->result) + "\n"));
+  MLCD_RETURN_IF_ERROR(WriteConfinedFile(details_path, report->details.dump(2) + "\n"));
   if (report->outputs.size() < 2 || report->outputs[0] != result_path) {
     report->outputs.insert(report->outputs.begin(), {result_path, details_path});
   }

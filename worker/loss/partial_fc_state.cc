@@ -9,6 +9,7 @@
 #include <regex>
 #include <utility>
 
+#include "common/confined_file.h"
 #include "common/enums.h"
 #include "common/file_util.h"
 
@@ -94,7 +95,7 @@ StatusOr<std::vector<std::string>> ListRangeDescriptions(const std::string& dir)
 
 // The range, sizes and step a .json describes (no tensors).
 StatusOr<PartialFcShardState> ReadRangeDescription(const std::string& path) {
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(path));
   nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (meta.is_discarded() || !meta.is_object() || !meta.contains("num_classes") ||
       !meta.contains("embedding_dim") || !meta.contains("step") || !meta.contains("begin") ||
@@ -206,7 +207,7 @@ Status SaveShardState(const std::string& dir, const PartialFcShardState& st,
       {"sample_ratio", options.sample_ratio},
       {"seed", options.seed},
   };
-  return WriteFileAtomically(prefix + ".json", meta.dump(2) + "\n");
+  return WriteConfinedFile(prefix + ".json", meta.dump(2) + "\n");
 }
 
 StatusOr<ShardPieces> ReadShardPieces(const std::string& dir, ClassRange range, int64_t num_classes,

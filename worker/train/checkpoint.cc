@@ -1,6 +1,8 @@
 #include "worker/train/checkpoint.h"
 
+#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <map>
 
 #include "common/clock.h"
+#include "common/confined_file.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/npy.h"
@@ -70,7 +73,7 @@ std::vector<ParamEntry> ModelEntries(VisionTransformer& model, FlatParameters* f
 
 StatusOr<std::map<std::string, ParamEntry>> ReadBackboneEntries(const std::string& dir,
                                                                 int64_t* optimizer_step) {
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kBackboneJson));
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(dir + "/" + kBackboneJson));
   return ParseBackboneIndex(text, dir + "/" + kBackboneJson, optimizer_step);
 }
 
@@ -155,7 +158,7 @@ Status WriteBackbone(const std::string& dir, const CheckpointState& state) {
          {"optimizer", "adamw"},
          {"optimizer_step", state.optimizer->step_count()},
          {"model", DescribeVitOptions(state.model->options())}};
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + kBackboneJson, j.dump(2) + "\n"));
+  MLCD_RETURN_IF_ERROR(WriteConfinedFile(dir + "/" + kBackboneJson, j.dump(2) + "\n"));
   // torch's default generator (unused by the training math, kept for completeness).
   auto gen = at::detail::getDefaultCPUGenerator();
   at::Tensor rng;
@@ -171,13 +174,37 @@ Status WriteBackbone(const std::string& dir, const CheckpointState& state) {
   opts.preserve_proto_field_names = true;
   auto st = google::protobuf::util::MessageToJsonString(*state.spec, &spec_json, opts);
   if (!st.ok()) return Status::Internal("cannot print the job spec as JSON: " + st.ToString());
-  return WriteFileAtomically(dir + "/" + kSpec, spec_json);
+  return WriteConfinedFile(dir + "/" + kSpec, spec_json);
 }
 
 void RemoveTree(const std::string& path) {
   std::error_code ec;
   fs::remove_all(path, ec);
   if (ec) MLCD_LOG(WARNING) << "could not remove " << path << ": " << ec.message();
+}
+
+// Rank 0's last step of WriteCheckpoint, inside the opened root: meta.json into the
+// temporary directory, the old checkpoint of the same name moved aside, the rename, LATEST,
+// then pruning (checkpoint_retention.h: never the coordinator's last commit nor a newer one).
+Status SealCheckpoint(const ConfinedDir& root, const std::string& name, CheckpointMeta meta,
+                      const CheckpointRetention& retention) {
+  const std::string tmp_name = ".tmp-" + name;
+  meta.created_unix_ms = NowUnixMs();
+  MLCD_ASSIGN_OR_RETURN(ConfinedDir tmp, root.SubDir(tmp_name, /*create=*/false));
+  MLCD_RETURN_IF_ERROR(tmp.WriteFileAtomically(kMeta, MetaToJson(meta).dump(2) + "\n"));
+  std::string trash;
+  struct stat st;
+  if (::fstatat(root.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    // The same position written again (a re-run after a restart): move the old one aside.
+    trash = ".old-" + name + "-" + std::to_string(meta.created_unix_ms);
+    MLCD_RETURN_IF_ERROR(root.Rename(name, trash));
+  }
+  MLCD_RETURN_IF_ERROR(root.Rename(tmp_name, name));
+  MLCD_RETURN_IF_ERROR(root.Sync());
+  MLCD_RETURN_IF_ERROR(root.WriteFileAtomically(kLatest, name + "\n"));
+  if (!trash.empty()) RemoveTree(root.PinnedPath(trash));
+  PruneCheckpoints(root.PinnedPath(""), root.PinnedPath(name), retention);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -191,49 +218,34 @@ StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointS
                                       Collectives* comm, const CheckpointRetention& retention) {
   const std::string name = CheckpointName(state.meta);
   const std::string tmp = root + "/.tmp-" + name;
-  const std::string final_dir = root + "/" + name;
   const bool leader = comm->rank() == 0;
 
-  // 1. Rank 0 makes a clean temporary directory.
+  // 1. Rank 0 opens the root once, confined to the data roots (common/confined_file.h): the
+  // temporary directory, the renames, LATEST and pruning all happen inside that descriptor,
+  // so a root swapped for a link afterwards cannot redirect them.
   Status local;
+  ConfinedDir root_dir;
   if (leader) {
-    local = MakeDirs(root);
-    if (local.ok() && PathExists(tmp)) RemoveTree(tmp);
-    if (local.ok()) local = MakeDirs(tmp);
+    StatusOr<ConfinedDir> opened = OpenConfinedDir(root, "checkpoint_dir", /*create=*/true);
+    local = opened.status();
+    if (local.ok()) {
+      root_dir = std::move(*opened);
+      RemoveTree(root_dir.PinnedPath(".tmp-" + name));  // a link there is removed, not followed
+      local = root_dir.SubDir(".tmp-" + name, /*create=*/true).status();
+    }
   }
   MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "preparing the checkpoint directory"));
 
-  // 2. Every rank writes its class-centre range; rank 0 also the backbone.
+  // 2. Every rank writes its class-centre range; rank 0 also the backbone. Each file is
+  // written inside its directory opened and verified again (WriteNpy, WriteConfinedFile).
   local = state.partial_fc ? state.partial_fc->Save(tmp) : Status::Ok();
   if (local.ok() && leader) local = WriteBackbone(tmp, state);
   MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "writing checkpoint " + name));
 
   // 3. Rank 0 seals it: meta.json last, fsync, rename, LATEST.
-  if (leader) {
-    CheckpointMeta meta = state.meta;
-    meta.created_unix_ms = NowUnixMs();
-    local = WriteFileAtomically(tmp + "/" + kMeta, MetaToJson(meta).dump(2) + "\n");
-    if (local.ok()) local = SyncDir(tmp);
-    std::string trash;
-    if (local.ok() && PathExists(final_dir)) {
-      // The same position written again (a re-run after a restart): move the old one aside.
-      trash = root + "/.old-" + name + "-" + std::to_string(meta.created_unix_ms);
-      if (std::rename(final_dir.c_str(), trash.c_str()) != 0) {
-        local = Status::Internal("cannot move the old " + final_dir +
-                                 " aside: " + std::strerror(errno));
-      }
-    }
-    if (local.ok() && std::rename(tmp.c_str(), final_dir.c_str()) != 0) {
-      local = Status::Internal("cannot rename " + tmp + " to " + final_dir + ": " +
-                               std::strerror(errno));
-    }
-    if (local.ok()) local = SyncDir(root);
-    if (local.ok()) local = WriteFileAtomically(root + "/" + kLatest, name + "\n");
-    if (local.ok() && !trash.empty()) RemoveTree(trash);
-    if (local.ok()) PruneCheckpoints(root, final_dir, retention);
-  }
+  if (leader) local = SealCheckpoint(root_dir, name, state.meta, retention);
   MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "finalising the checkpoint"));
-  return final_dir;
+  return root + "/" + name;
 }
 
 StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
@@ -242,7 +254,7 @@ StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
     return Status::NotFound("checkpoint " + path + " does not exist or is not a directory");
   if (PathExists(path + "/" + kMeta)) return path;
   if (PathExists(path + "/" + kLatest)) {
-    MLCD_ASSIGN_OR_RETURN(std::string latest, ReadFileToString(path + "/" + kLatest));
+    MLCD_ASSIGN_OR_RETURN(std::string latest, ReadConfinedFile(path + "/" + kLatest));
     while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
     const std::string dir = path + "/" + latest;
     if (latest.empty() || !PathExists(dir + "/" + kMeta)) {
@@ -256,7 +268,7 @@ StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
 }
 
 StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kMeta));
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(dir + "/" + kMeta));
   CheckpointMeta m;
   try {
     json j = json::parse(text);
@@ -289,7 +301,7 @@ StatusOr<CheckpointMeta> ReadCheckpointMeta(const std::string& dir) {
 }
 
 StatusOr<v1::JobSpec> ReadCheckpointSpec(const std::string& dir) {
-  MLCD_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/" + kSpec));
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(dir + "/" + kSpec));
   v1::JobSpec spec;
   auto st = google::protobuf::util::JsonStringToMessage(text, &spec);
   if (!st.ok()) return Status::DataLoss(dir + "/" + kSpec + ": " + st.ToString());
