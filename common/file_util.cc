@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -39,9 +40,11 @@ Status SyncDir(const std::string& dir) {
 }
 
 Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string tmp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rng() % 1000000);
+  // A process-wide counter, not a thread_local generator: static TLS comes out of every
+  // thread's stack, and civetweb's small-stack /metrics threads overflow with a 2.5 KB one.
+  static std::atomic<uint64_t> counter{std::random_device{}()};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(counter.fetch_add(1) % 1000000);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("create", tmp, errno);
   for (const auto& part : parts) {
