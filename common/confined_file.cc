@@ -52,24 +52,6 @@ bool OneComponent(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
 }
 
-Status WriteAll(int fd, const std::vector<ConstBuffer>& parts, const std::string& tmp) {
-  for (const auto& part : parts) {
-    const char* p = static_cast<const char*>(part.data);
-    size_t left = part.size;
-    while (left > 0) {
-      ssize_t n = ::write(fd, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoStatus("write", tmp, errno);
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
-  }
-  if (::fsync(fd) != 0) return ErrnoStatus("fsync", tmp, errno);
-  return Status::Ok();
-}
-
 // Splits an absolute path into its components ("" and "." dropped).
 std::vector<std::string> Components(const std::string& path) {
   std::vector<std::string> out;
@@ -163,7 +145,7 @@ Status ConfinedDir::WriteFileAtomically(const std::string& name,
     if (!fd.valid() && errno != EEXIST) break;
   }
   if (!fd.valid()) return ErrnoStatus("create", Join(tmp), errno);
-  Status written = WriteAll(fd.get(), parts, Join(tmp));
+  Status written = WriteAllAndSync(fd.get(), parts, Join(tmp));
   fd = UniqueFd();
   if (written.ok() && ::renameat(fd_.get(), tmp.c_str(), fd_.get(), name.c_str()) != 0)
     written = ErrnoStatus("rename into place", Join(name), errno);

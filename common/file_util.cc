@@ -39,6 +39,24 @@ Status SyncDir(const std::string& dir) {
   return Status::Ok();
 }
 
+Status WriteAllAndSync(int fd, const std::vector<ConstBuffer>& parts, const std::string& path) {
+  for (const auto& part : parts) {
+    const char* p = static_cast<const char*>(part.data);
+    size_t left = part.size;
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus("write", path, errno);
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+  }
+  if (::fsync(fd) != 0) return ErrnoStatus("fsync", path, errno);
+  return Status::Ok();
+}
+
 Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts) {
   // A process-wide counter, not a thread_local generator: static TLS comes out of every
   // thread's stack, and civetweb's small-stack /metrics threads overflow with a 2.5 KB one.
@@ -47,27 +65,11 @@ Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffe
                     std::to_string(counter.fetch_add(1) % 1000000);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("create", tmp, errno);
-  for (const auto& part : parts) {
-    const char* p = static_cast<const char*>(part.data);
-    size_t left = part.size;
-    while (left > 0) {
-      ssize_t n = ::write(fd, p, left);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return ErrnoStatus("write", tmp, err);
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
-  }
-  if (::fsync(fd) != 0) {
-    int err = errno;
+  Status written = WriteAllAndSync(fd, parts, tmp);
+  if (!written.ok()) {
     ::close(fd);
     ::unlink(tmp.c_str());
-    return ErrnoStatus("fsync", tmp, err);
+    return written;
   }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -21,6 +21,10 @@ struct ConstBuffer {
 Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts);
 Status WriteFileAtomically(const std::string& path, const std::string& contents);
 
+// Writes the concatenation of `parts` to the open `fd` (retrying short writes and EINTR), then
+// fsyncs it. `path` names the file in errors.
+Status WriteAllAndSync(int fd, const std::vector<ConstBuffer>& parts, const std::string& path);
+
 StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // mkdir -p.
