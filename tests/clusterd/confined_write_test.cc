@@ -17,31 +17,13 @@
 #include "clusterd/feature_gen.h"
 #include "common/file_util.h"
 #include "common/net.h"
+#include "tests/clusterd/request_helpers.h"
 #include "tests/testing/process.h"
 
 namespace mlcd::clusterd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-v1::ClusterRequest Request(const std::string& features, int k, int niter, const std::string& out) {
-  v1::ClusterRequest r;
-  r.mutable_features()->add_paths(features);
-  r.set_k(k);
-  r.set_niter(niter);
-  r.set_centroids_out(out);
-  return r;
-}
-
-// A PERMISSION_DENIED refusal naming `path`, with the path replaced by "<path>".
-std::string Refusal(const Status& status, const std::string& path) {
-  EXPECT_EQ(status.code(), StatusCode::kPermissionDenied) << status.ToString();
-  std::string m = status.message();
-  const size_t at = m.find(path);
-  EXPECT_NE(at, std::string::npos) << m;
-  if (at != std::string::npos) m.replace(at, path.size(), "<path>");
-  return m;
-}
 
 TEST(ClusterdConfinedWrite, AFolderSwappedForALinkWhileTheCallIsQueuedIsRefused) {
   testing::TempDir root, outside;
@@ -69,7 +51,7 @@ TEST(ClusterdConfinedWrite, AFolderSwappedForALinkWhileTheCallIsQueuedIsRefused)
   StatusOr<v1::ClusterResult> blocker = Status::Unknown("not run");
   std::thread running([&] {
     blocker = client.Cluster(
-        Request(root.Sub("feats"), 200, 100000, root.Sub("long.npy")),
+        MakeClusterRequest(root.Sub("feats"), 200, 100000, root.Sub("long.npy")),
         [&](const v1::ClusterProgress& p) { iterations += p.has_iteration(); }, &control);
   });
   while (iterations.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -79,10 +61,11 @@ TEST(ClusterdConfinedWrite, AFolderSwappedForALinkWhileTheCallIsQueuedIsRefused)
   std::atomic<bool> queued{false};
   StatusOr<v1::ClusterResult> swapped = Status::Unknown("not run");
   std::thread waiting([&] {
-    swapped =
-        client.Cluster(Request(root.Sub("feats"), 3, 2, out), [&](const v1::ClusterProgress& p) {
-          if (p.note().find("queue position 1") != std::string::npos) queued = true;
-        });
+    swapped = client.Cluster(MakeClusterRequest(root.Sub("feats"), 3, 2, out),
+                             [&](const v1::ClusterProgress& p) {
+                               if (p.note().find("queue position 1") != std::string::npos)
+                                 queued = true;
+                             });
   });
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   while (!queued.load() && Clock::now() < deadline)
@@ -99,9 +82,9 @@ TEST(ClusterdConfinedWrite, AFolderSwappedForALinkWhileTheCallIsQueuedIsRefused)
 
   // Refused like a path outside the roots (checked when the call arrives), nothing written.
   const std::string direct = outside.Sub("c.npy");
-  const std::string outside_refusal =
-      Refusal(client.Cluster(Request(root.Sub("feats"), 3, 2, direct)).status(), direct);
-  EXPECT_EQ(Refusal(swapped.status(), out), outside_refusal);
+  const std::string outside_refusal = RefusalNamingPath(
+      client.Cluster(MakeClusterRequest(root.Sub("feats"), 3, 2, direct)).status(), direct);
+  EXPECT_EQ(RefusalNamingPath(swapped.status(), out), outside_refusal);
   EXPECT_EQ(outside_refusal.find(outside.path()), std::string::npos) << outside_refusal;
   EXPECT_FALSE(PathExists(outside.Sub("c.npy")));
   EXPECT_EQ(::rmdir(outside.path().c_str()), 0) << "something was created outside the roots";
@@ -109,7 +92,8 @@ TEST(ClusterdConfinedWrite, AFolderSwappedForALinkWhileTheCallIsQueuedIsRefused)
 
   // A link that stays under the roots is followed as before.
   ASSERT_EQ(::symlink(root.Sub("out.old").c_str(), root.Sub("alias").c_str()), 0);
-  auto inside = client.Cluster(Request(root.Sub("feats"), 3, 2, root.Sub("alias/c.npy")));
+  auto inside =
+      client.Cluster(MakeClusterRequest(root.Sub("feats"), 3, 2, root.Sub("alias/c.npy")));
   ASSERT_TRUE(inside.ok()) << inside.status().ToString();
   EXPECT_TRUE(PathExists(root.Sub("out.old/c.npy")));
 }

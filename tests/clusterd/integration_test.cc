@@ -23,6 +23,7 @@
 #include "common/file_util.h"
 #include "common/net.h"
 #include "common/npy.h"
+#include "tests/clusterd/request_helpers.h"
 #include "tests/testing/http.h"
 #include "tests/testing/process.h"
 
@@ -32,19 +33,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // GET /metrics over a plain socket.
-// The message of a call refused with PERMISSION_DENIED, which must name `path`, with the path
-// replaced by "<path>": refusals of a path that exists and of one that does not compare equal.
-template <typename T>
-std::string RefusalNamingPath(const StatusOr<T>& res, const std::string& path) {
-  EXPECT_FALSE(res.ok());
-  EXPECT_EQ(res.status().code(), StatusCode::kPermissionDenied) << res.status().ToString();
-  std::string m = res.status().message();
-  const size_t at = m.find(path);
-  EXPECT_NE(at, std::string::npos) << m;
-  if (at != std::string::npos) m.replace(at, path.size(), "<path>");
-  return m;
-}
-
 std::string HttpGetMetrics(int port) { return mlcd::testing::HttpGet(port, "/metrics"); }
 
 class ClusterdIntegration : public ::testing::Test {
@@ -103,16 +91,6 @@ class ClusterdIntegration : public ::testing::Test {
     }
   }
 
-  static v1::ClusterRequest ClusterRequest(const std::string& features, int k, int niter,
-                                           const std::string& out) {
-    v1::ClusterRequest r;
-    r.mutable_features()->add_paths(features);
-    r.set_k(k);
-    r.set_niter(niter);
-    r.set_centroids_out(out);
-    return r;
-  }
-
   static v1::AssignRequest AssignRequest(const std::string& features, const std::string& centroids,
                                          int l, const std::string& name) {
     v1::AssignRequest r;
@@ -151,11 +129,12 @@ int ClusterdIntegration::metrics_port_ = 0;
 TEST_F(ClusterdIntegration, ClusterAssignAndReadBackTheSealedLabelSet) {
   ClusterdClient client(clusterd_addr_);
   int iterations = 0, notes = 0;
-  auto cluster = client.Cluster(ClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("c12.npy")),
-                                [&](const v1::ClusterProgress& p) {
-                                  iterations += p.has_iteration();
-                                  notes += p.has_note();
-                                });
+  auto cluster =
+      client.Cluster(MakeClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("c12.npy")),
+                     [&](const v1::ClusterProgress& p) {
+                       iterations += p.has_iteration();
+                       notes += p.has_note();
+                     });
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   EXPECT_EQ(iterations, 10);
   EXPECT_GT(notes, 0);
@@ -247,9 +226,9 @@ TEST_F(ClusterdIntegration, ClusterAssignAndReadBackTheSealedLabelSet) {
 TEST_F(ClusterdIntegration, SkipSizePassWritesTheSameCentroidsWithoutSizes) {
   ClusterdClient client(clusterd_addr_);
   auto with_pass =
-      client.Cluster(ClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("skip-a.npy")));
+      client.Cluster(MakeClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("skip-a.npy")));
   ASSERT_TRUE(with_pass.ok()) << with_pass.status().ToString();
-  v1::ClusterRequest req = ClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("skip-b.npy"));
+  v1::ClusterRequest req = MakeClusterRequest(dir_->Sub("feats"), 12, 10, dir_->Sub("skip-b.npy"));
   req.set_skip_size_pass(true);
   std::vector<std::string> notes;
   auto skipped = client.Cluster(req, [&](const v1::ClusterProgress& p) {
@@ -275,7 +254,8 @@ TEST_F(ClusterdIntegration, SkipSizePassWritesTheSameCentroidsWithoutSizes) {
 
 TEST_F(ClusterdIntegration, ExistingLabelSetNeedsReplaceExisting) {
   ClusterdClient client(clusterd_addr_);
-  ASSERT_TRUE(client.Cluster(ClusterRequest(dir_->Sub("feats"), 6, 3, dir_->Sub("c6.npy"))).ok());
+  ASSERT_TRUE(
+      client.Cluster(MakeClusterRequest(dir_->Sub("feats"), 6, 3, dir_->Sub("c6.npy"))).ok());
   ASSERT_TRUE(
       client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c6.npy"), 2, "it/replace/r0"))
           .ok());
@@ -301,7 +281,7 @@ TEST_F(ClusterdIntegration, BadInputIsRejectedWithItsMessage) {
   std::vector<float> v(50 * 4, 0.5f);
   v[7 * 4 + 2] = std::nanf("");
   ASSERT_TRUE(WriteNpy(dir_->Sub("nan.npy"), NpyDtype::kFloat32, {50, 4}, v.data()).ok());
-  auto nan = client.Cluster(ClusterRequest(dir_->Sub("nan.npy"), 2, 2, dir_->Sub("bad.npy")));
+  auto nan = client.Cluster(MakeClusterRequest(dir_->Sub("nan.npy"), 2, 2, dir_->Sub("bad.npy")));
   ASSERT_FALSE(nan.ok());
   EXPECT_EQ(nan.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(nan.status().message().find(dir_->Sub("nan.npy") +
@@ -309,27 +289,31 @@ TEST_F(ClusterdIntegration, BadInputIsRejectedWithItsMessage) {
             std::string::npos)
       << nan.status().message();
   // Missing file.
-  auto missing = client.Cluster(ClusterRequest(dir_->Sub("nope.npy"), 2, 2, dir_->Sub("bad.npy")));
+  auto missing =
+      client.Cluster(MakeClusterRequest(dir_->Sub("nope.npy"), 2, 2, dir_->Sub("bad.npy")));
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   // Truncated file.
   auto bytes = ReadFileToString(dir_->Sub("nan.npy"));
   ASSERT_TRUE(
       WriteFileAtomically(dir_->Sub("trunc.npy"), bytes->substr(0, bytes->size() - 9)).ok());
-  auto trunc = client.Cluster(ClusterRequest(dir_->Sub("trunc.npy"), 2, 2, dir_->Sub("bad.npy")));
+  auto trunc =
+      client.Cluster(MakeClusterRequest(dir_->Sub("trunc.npy"), 2, 2, dir_->Sub("bad.npy")));
   EXPECT_EQ(trunc.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(trunc.status().message().find("trunc.npy"), std::string::npos);
   // k > n, and l > k.
-  auto big_k = client.Cluster(ClusterRequest(dir_->Sub("feats"), 4001, 2, dir_->Sub("bad.npy")));
+  auto big_k =
+      client.Cluster(MakeClusterRequest(dir_->Sub("feats"), 4001, 2, dir_->Sub("bad.npy")));
   EXPECT_EQ(big_k.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(big_k.status().message().find("larger than the number of feature rows (4000)"),
             std::string::npos);
-  ASSERT_TRUE(client.Cluster(ClusterRequest(dir_->Sub("feats"), 4, 2, dir_->Sub("c4.npy"))).ok());
+  ASSERT_TRUE(
+      client.Cluster(MakeClusterRequest(dir_->Sub("feats"), 4, 2, dir_->Sub("c4.npy"))).ok());
   auto big_l = client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c4.npy"), 5, "it/bad/l"));
   EXPECT_EQ(big_l.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(big_l.status().message().find("l = 5 is larger than the number of centroids k = 4"),
             std::string::npos);
   // Missing request fields.
-  auto no_out = client.Cluster(ClusterRequest(dir_->Sub("feats"), 4, 2, ""));
+  auto no_out = client.Cluster(MakeClusterRequest(dir_->Sub("feats"), 4, 2, ""));
   EXPECT_EQ(no_out.status().code(), StatusCode::kInvalidArgument);
   auto bad_name =
       client.Assign(AssignRequest(dir_->Sub("feats"), dir_->Sub("c4.npy"), 2, "bad name!"));
@@ -414,7 +398,8 @@ TEST_F(ClusterdIntegration, AssignNeverDialsACallerChosenLabelstore) {
           .ok());
   ASSERT_TRUE(testing::WaitForServing(other_addr, std::chrono::seconds(30)).ok()) << other.Log();
   ClusterdClient client(clusterd_addr_);
-  ASSERT_TRUE(client.Cluster(ClusterRequest(dir_->Sub("feats"), 5, 2, dir_->Sub("c5.npy"))).ok());
+  ASSERT_TRUE(
+      client.Cluster(MakeClusterRequest(dir_->Sub("feats"), 5, 2, dir_->Sub("c5.npy"))).ok());
   v1::AssignRequest req = AssignRequest(dir_->Sub("feats"), dir_->Sub("c5.npy"), 2, "it/ssrf");
   req.set_labelstore(other_addr);
   req.set_replace_existing(true);
@@ -468,15 +453,17 @@ TEST_F(ClusterdIntegration, PathsOutsideTheDataRootsAreRefusedAlike) {
   for (const std::string& out :
        {victim, dir_->Sub("cd/../../" + outside.path().substr(1) + "/victim.npy"),
         dir_->Sub("escape/victim.npy")}) {
-    refusal(ClusterRequest(dir_->Sub("feats"), 3, 2, out), out);
+    refusal(MakeClusterRequest(dir_->Sub("feats"), 3, 2, out), out);
   }
   EXPECT_EQ(*ReadFileToString(victim), "precious");
   // Relative paths resolve under --data-dir: "../../.." climbs out of the roots.
-  refusal(ClusterRequest(dir_->Sub("feats"), 3, 2, "../../../../../../tmp/x.npy"), "centroids_out");
+  refusal(MakeClusterRequest(dir_->Sub("feats"), 3, 2, "../../../../../../tmp/x.npy"),
+          "centroids_out");
   // An existing and a missing feature file outside the roots: the same message.
-  const std::string exists = refusal(ClusterRequest(victim, 3, 2, dir_->Sub("o.npy")), victim);
-  const std::string missing = refusal(
-      ClusterRequest(outside.Sub("none.npy"), 3, 2, dir_->Sub("o.npy")), outside.Sub("none.npy"));
+  const std::string exists = refusal(MakeClusterRequest(victim, 3, 2, dir_->Sub("o.npy")), victim);
+  const std::string missing =
+      refusal(MakeClusterRequest(outside.Sub("none.npy"), 3, 2, dir_->Sub("o.npy")),
+              outside.Sub("none.npy"));
   EXPECT_EQ(exists, missing);
   EXPECT_NE(exists.find("is not under a data root"), std::string::npos) << exists;
   auto assign = client.Assign(AssignRequest(dir_->Sub("feats"), victim, 2, "it/escape"));
@@ -503,7 +490,7 @@ TEST_F(ClusterdIntegration, SymlinksInAShardFolderMustStayUnderTheDataRoots) {
   ClusterdClient client(clusterd_addr_);
   auto refusal = [&](const std::string& folder, const std::string& path) {
     return RefusalNamingPath(
-        client.Cluster(ClusterRequest(folder, 3, 2, dir_->Sub("linked.c.npy"))), path);
+        client.Cluster(MakeClusterRequest(folder, 3, 2, dir_->Sub("linked.c.npy"))), path);
   };
   const std::string exists = refusal(dir_->Sub("linked"), linked);
   const std::string missing = refusal(dir_->Sub("dangling"), dangling);
@@ -514,14 +501,14 @@ TEST_F(ClusterdIntegration, SymlinksInAShardFolderMustStayUnderTheDataRoots) {
   EXPECT_FALSE(PathExists(dir_->Sub("linked.c.npy")));
   // A link that stays under the roots is followed as before.
   EXPECT_TRUE(
-      client.Cluster(ClusterRequest(dir_->Sub("inside"), 3, 2, dir_->Sub("in.c.npy"))).ok());
+      client.Cluster(MakeClusterRequest(dir_->Sub("inside"), 3, 2, dir_->Sub("in.c.npy"))).ok());
 }
 
 // Before: `threads: 100000` made OpenMP fail to start threads and the exit hang in OpenBLAS
 // while holding the job slot. Now threads are capped at the host's cores.
 TEST_F(ClusterdIntegration, ThreadsBeyondTheCoresAreRefusedAndTheSlotStaysFree) {
   ClusterdClient client(clusterd_addr_);
-  v1::ClusterRequest r = ClusterRequest(dir_->Sub("feats"), 3, 2, dir_->Sub("threads.npy"));
+  v1::ClusterRequest r = MakeClusterRequest(dir_->Sub("feats"), 3, 2, dir_->Sub("threads.npy"));
   r.set_threads(100000);
   auto res = client.Cluster(r);
   ASSERT_FALSE(res.ok());
@@ -542,7 +529,7 @@ TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {
   StatusOr<v1::ClusterResult> long_result = Status::Unknown("not run");
   std::thread long_job([&] {
     long_result = client.Cluster(
-        ClusterRequest(dir_->Sub("big"), 500, 2000, dir_->Sub("big.npy")),
+        MakeClusterRequest(dir_->Sub("big"), 500, 2000, dir_->Sub("big.npy")),
         [&](const v1::ClusterProgress& p) { iterations += p.has_iteration(); }, &control);
   });
   while (iterations.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -552,7 +539,7 @@ TEST_F(ClusterdIntegration, CancelStopsJobsPromptlyAndQueuedJobsRunAfter) {
   StatusOr<v1::ClusterResult> queued_result = Status::Unknown("not run");
   std::thread queued_job([&] {
     queued_result =
-        client.Cluster(ClusterRequest(dir_->Sub("feats"), 3, 2, dir_->Sub("queued.npy")),
+        client.Cluster(MakeClusterRequest(dir_->Sub("feats"), 3, 2, dir_->Sub("queued.npy")),
                        [&](const v1::ClusterProgress& p) {
                          if (p.has_note() && p.note().find("queue position 1") != std::string::npos)
                            waiting_note = true;

@@ -10,6 +10,7 @@
 
 #include "common/file_util.h"
 #include "tests/coordinator/harness.h"
+#include "tests/coordinator/services_fixture.h"
 
 namespace mlcd::testing {
 namespace {
@@ -20,15 +21,8 @@ std::string Head(const std::string& name) {
   return "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata: {name: " + name + "}\nspec:\n";
 }
 
-class CoordinatorHardeningTest : public ::testing::Test {
+class CoordinatorHardeningTest : public ServicesTest {
  protected:
-  void SetUp() override {
-    cluster_ = std::make_unique<TestCluster>(dir_);
-    ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cerr << cluster_->Logs();
-  }
   StatusOr<v1::Job> DryRun(const std::string& yaml) {
     v1::SubmitJobRequest req;
     req.set_spec_yaml(yaml);
@@ -40,9 +34,6 @@ class CoordinatorHardeningTest : public ::testing::Test {
     if (!st.ok()) return FromGrpcStatus(st);
     return job;
   }
-
-  TempDir dir_;
-  std::unique_ptr<TestCluster> cluster_;
 };
 
 // Before: checkpoint_dir only had to be absolute (/etc/cron.d was accepted) and a dry run

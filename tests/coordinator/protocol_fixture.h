@@ -13,6 +13,7 @@
 #include "common/grpc_server.h"
 #include "common/net.h"
 #include "tests/coordinator/harness.h"
+#include "tests/coordinator/services_fixture.h"
 
 namespace mlcd::testing {
 
@@ -136,16 +137,8 @@ inline int CountHistory(const v1::Job& job, const std::string& kind) {
   return n;
 }
 
-class CoordinatorProtocolTest : public ::testing::Test {
+class CoordinatorProtocolTest : public ServicesTest {
  protected:
-  void SetUp() override {
-    cluster_ = std::make_unique<TestCluster>(dir_);
-    ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cerr << cluster_->Logs();
-  }
-
   // Submits the tiny spec and waits until it needs workers.
   v1::Job SubmitAndWaitForTraining(const TinyJob& spec) {
     auto job = cluster_->Submit(spec.Yaml());
@@ -158,9 +151,6 @@ class CoordinatorProtocolTest : public ::testing::Test {
     EXPECT_EQ(training->state(), v1::JOB_STATE_TRAINING) << training->message();
     return *training;
   }
-
-  TempDir dir_;
-  std::unique_ptr<TestCluster> cluster_;
 };
 
 }  // namespace mlcd::testing
