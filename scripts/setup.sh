@@ -92,6 +92,14 @@ if [ "$torch_flavour" = pip ]; then
     echo "setup: installing the torch $torch_version wheel into $venv (about 4.5 GB with its CUDA libraries)"
     "$venv/bin/python3" -m pip install -q --disable-pip-version-check "torch==$torch_version"
   fi
+  # The interop tests' packages (transformers, safetensors, tensorboard, grpcio-tools), pinned.
+  requirements="$root/scripts/interop-requirements.txt"
+  stamp="$venv/.interop-requirements"
+  if ! cmp -s "$requirements" "$stamp"; then
+    echo "setup: installing the interop test packages into $venv ($(grep -c '==' "$requirements") pinned)"
+    "$venv/bin/python3" -m pip install -q --disable-pip-version-check -r "$requirements"
+    cp "$requirements" "$stamp"
+  fi
   torch_dir=$("$venv/bin/python3" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)/Torch
   if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
     echo "setup: MLCD_TORCH=pip builds the CUDA worker and needs the CUDA toolkit (nvcc); none found" >&2
