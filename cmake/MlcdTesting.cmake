@@ -35,6 +35,11 @@ set(MLCD_SANITIZER_ENV
     "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${CMAKE_SOURCE_DIR}/tests/sanitizers/tsan.supp"
     "GTEST_FILTER=-MallocEnvTest.*")
 
+# The Python of the interop tests: the pip flavour's virtual environment (scripts/setup.sh with
+# MLCD_TORCH=pip makes it, with the packages of scripts/interop-requirements.txt).
+set(MLCD_INTEROP_PYTHON "${CMAKE_SOURCE_DIR}/build-torch2/venv/bin/python3" CACHE FILEPATH
+    "Python with torch, transformers, safetensors, tensorboard and grpcio-tools (interop tests)")
+
 function(mlcd_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT MLCD_BUILD_TESTS)
@@ -62,6 +67,12 @@ function(mlcd_add_test)
     list(APPEND T_LABELS torch2)
   endif()
   set(env "MLCD_NO_BLAS_TUNING=1" "OMP_NUM_THREADS=2")
+  # The interop tests (label `interop`) drive the Python side from the pip flavour's venv
+  # (transformers, safetensors, tensorboard, grpcio-tools: scripts/interop-requirements.txt);
+  # the main CTest run leaves them out and scripts/run_interop_tests.sh runs them.
+  if("interop" IN_LIST T_LABELS)
+    list(APPEND env "MLCD_INTEROP_PYTHON=${MLCD_INTEROP_PYTHON}")
+  endif()
   if(MLCD_SANITIZE)
     list(APPEND env ${MLCD_SANITIZER_ENV})
   endif()

@@ -5,14 +5,16 @@
 # every libFuzzer target (clang; MLCD_FUZZ_SECONDS each, default 15, fixed seed; a crash fails
 # the tests; MLCD_SKIP_FUZZ=1 leaves it out; scripts/run_fuzzers.sh), then the worker's
 # suites built against the torch wheel's libtorch 2.x with CUDA and NCCL, run on the CPU
-# (scripts/run_torch2_tests.sh; MLCD_SKIP_TORCH2=1 leaves them out).
+# (scripts/run_torch2_tests.sh; MLCD_SKIP_TORCH2=1 leaves them out), then the interop tests
+# with the Python side's own libraries (scripts/run_interop_tests.sh; MLCD_SKIP_INTEROP=1).
 #   scripts/run_tests.sh [ctest args...]     e.g. scripts/run_tests.sh -L unit
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 MLCD_CMAKE_ARGS="${MLCD_CMAKE_ARGS:-} -DMLCD_WERROR=ON" "$root/scripts/setup.sh"
 build_dir=${MLCD_BUILD_DIR:-$root/build}
 start=$(date +%s)
-ctest --test-dir "$build_dir" --output-on-failure -j "${MLCD_TEST_JOBS:-2}" "$@"
+# The interop tests need the pip flavour's venv: their own stage below.
+ctest --test-dir "$build_dir" --output-on-failure -j "${MLCD_TEST_JOBS:-2}" -LE '^interop$' "$@"
 echo "tests: passed in $(( $(date +%s) - start )) s"
 if [ "${MLCD_SKIP_SANITIZERS:-0}" != 1 ]; then
   "$root/scripts/run_sanitizer_tests.sh"
@@ -25,4 +27,7 @@ if [ "${MLCD_SKIP_FUZZ:-0}" != 1 ]; then
 fi
 if [ "${MLCD_SKIP_TORCH2:-0}" != 1 ]; then
   "$root/scripts/run_torch2_tests.sh"
+fi
+if [ "${MLCD_SKIP_INTEROP:-0}" != 1 ]; then
+  "$root/scripts/run_interop_tests.sh"
 fi
