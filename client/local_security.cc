@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <utility>
+
 #include "common/cert_maker.h"
 #include "common/file_util.h"
 #include "common/security.h"
@@ -18,14 +20,19 @@ LocalSecurity Paths(const std::string& dir) {
   s.cert = tls + "/service.pem";
   s.key = tls + "/service.key";
   s.tokens_file = tls + "/tokens";
+  s.user_cert = tls + "/user.pem";
+  s.user_key = tls + "/user.key";
   s.admin_token_file = tls + "/admin.token";
   s.worker_token_file = tls + "/worker.token";
+  s.submitter_token_file = tls + "/submitter.token";
+  s.viewer_token_file = tls + "/viewer.token";
   return s;
 }
 
 bool Complete(const LocalSecurity& s) {
   for (const auto* p :
-       {&s.ca, &s.cert, &s.key, &s.tokens_file, &s.admin_token_file, &s.worker_token_file}) {
+       {&s.ca, &s.cert, &s.key, &s.user_cert, &s.user_key, &s.tokens_file, &s.admin_token_file,
+        &s.worker_token_file, &s.submitter_token_file, &s.viewer_token_file}) {
     if (!PathExists(*p)) return false;
   }
   return true;
@@ -45,14 +52,19 @@ Status Make(const std::string& dir, const LocalSecurity& s) {
   MLCD_RETURN_IF_ERROR(
       IssueCert(ca, tls, "service", "mlcd-local-service", {"IP:127.0.0.1", "DNS:localhost"})
           .status());
-  MLCD_ASSIGN_OR_RETURN(std::string admin, NewRandomToken());
-  MLCD_ASSIGN_OR_RETURN(std::string worker, NewRandomToken());
-  MLCD_RETURN_IF_ERROR(WritePrivate(s.admin_token_file, admin + "\n"));
-  MLCD_RETURN_IF_ERROR(WritePrivate(s.worker_token_file, worker + "\n"));
+  // The users' client certificate: lets them connect (mTLS), gives no service role.
+  MLCD_RETURN_IF_ERROR(IssueUserCert(ca, tls, "user", "mlcd-local-user").status());
+  std::string lines = "# TOKEN ROLE NAME [expires=UNIX_SECONDS]  (docs/security.md)\n";
+  for (const auto& [role, file] :
+       {std::pair{"admin", &s.admin_token_file}, std::pair{"worker", &s.worker_token_file},
+        std::pair{"submitter", &s.submitter_token_file},
+        std::pair{"viewer", &s.viewer_token_file}}) {
+    MLCD_ASSIGN_OR_RETURN(std::string token, NewRandomToken());
+    MLCD_RETURN_IF_ERROR(WritePrivate(*file, token + "\n"));
+    lines += token + " " + role + " local-" + role + "\n";
+  }
   // Written last: its presence marks a complete folder.
-  return WritePrivate(s.tokens_file,
-                      "# TOKEN ROLE NAME [expires=UNIX_SECONDS]  (docs/security.md)\n" + admin +
-                          " admin local-admin\n" + worker + " worker local-worker\n");
+  return WritePrivate(s.tokens_file, lines);
 }
 
 Status Apply(const LocalSecurity& s) {
@@ -68,8 +80,10 @@ Status Apply(const LocalSecurity& s) {
 
 std::string LocalSecurity::EnvExports() const {
   if (!on) return "";
-  return "export MLCD_TLS_CA=" + ca + "\nexport MLCD_TLS_CERT=" + cert +
-         "\nexport MLCD_TLS_KEY=" + key + "\nexport MLCD_TOKEN_FILE=" + admin_token_file + "\n";
+  return "export MLCD_TLS_CA=" + ca + "\nexport MLCD_TLS_CERT=" + user_cert +
+         "\nexport MLCD_TLS_KEY=" + user_key + "\nexport MLCD_TOKEN_FILE=" + submitter_token_file +
+         "\n# other roles: MLCD_TOKEN_FILE=" + viewer_token_file + " (viewer) or " +
+         admin_token_file + " (admin)\n";
 }
 
 std::vector<std::string> LocalSecurity::ServiceEnv() const {

@@ -35,6 +35,7 @@ ClusterdClient::ClusterdClient(const std::string& address, ClusterdClientOptions
 void ClusterdClient::Prepare(grpc::ClientContext* context) const {
   if (options_.deadline.count() > 0) context->set_deadline(DeadlineIn(options_.deadline));
   context->set_wait_for_ready(options_.wait_for_ready);
+  AttachActingFor(options_.acting_for, context);
 }
 
 Status ClusterdClient::FromRpc(const grpc::Status& status, const char* method) const {

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/acting_for.h"
 #include "common/enums.h"
 #include "common/status.h"
 #include "mlcd/v1/clusterd.grpc.pb.h"
@@ -46,6 +47,9 @@ struct ClusterdClientOptions {
   std::chrono::milliseconds deadline{0};
   // Wait for an unreachable server to come up (until the deadline) instead of failing fast.
   bool wait_for_ready = false;
+  // The calls act for this identity (common/acting_for.h; honoured only from a service): the
+  // coordinator's phases act for their job. Empty = the caller acts as itself.
+  ActingFor acting_for;
 };
 
 class ClusterdClient {

@@ -18,6 +18,7 @@ LabelWriter::LabelWriter(v1::LabelStore::Stub* stub, std::string name, std::stri
   if (options.stream_timeout.count() > 0)
     context_->set_deadline(DeadlineIn(options.stream_timeout));
   context_->set_wait_for_ready(options.wait_for_ready);
+  AttachActingFor(options.acting_for, context_.get());
   stream_ = stub->WriteLabels(context_.get(), &response_);
 }
 
@@ -130,6 +131,7 @@ Status LabelStoreClient::WaitUntilReachable(std::chrono::milliseconds timeout) c
 void LabelStoreClient::Prepare(grpc::ClientContext* context) const {
   context->set_deadline(DeadlineIn(options_.timeout));
   context->set_wait_for_ready(options_.wait_for_ready);
+  AttachActingFor(options_.acting_for, context);
 }
 
 Status LabelStoreClient::FromRpc(const grpc::Status& status, const char* method) const {

@@ -34,6 +34,7 @@
 
 #include "clients/label_batch.h"
 #include "clients/labelstore_limits.h"
+#include "common/acting_for.h"
 #include "common/status.h"
 #include "mlcd/v1/labelstore.grpc.pb.h"
 
@@ -47,6 +48,9 @@ struct LabelStoreClientOptions {
   // When true, calls wait (up to their deadline) for an unreachable server to come up
   // instead of failing at once with UNAVAILABLE.
   bool wait_for_ready = false;
+  // Every call acts for this identity (common/acting_for.h): a service writing a user's or a
+  // job's label set (honoured only from a service). Empty = the caller acts as itself.
+  ActingFor acting_for;
 };
 
 // What CreateLabelSet needs (fields as in v1::CreateLabelSetRequest).

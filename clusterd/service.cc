@@ -362,7 +362,7 @@ class JobSlot {
 Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
                                    const std::function<bool()>& should_stop,
                                    const std::function<void(const v1::ClusterProgress&)>& emit,
-                                   v1::ClusterResult* result) {
+                                   v1::ClusterResult* result, const ActingFor& /*acting_for*/) {
   auto t0 = std::chrono::steady_clock::now();
   auto note = [&](const std::string& text) {
     v1::ClusterProgress p;
@@ -507,7 +507,7 @@ std::function<void(int64_t, int64_t)> ClusterdService::AssignProgressReporter(
 Status ClusterdService::RunAssign(const v1::AssignRequest& request,
                                   const std::function<bool()>& should_stop,
                                   const std::function<void(const v1::AssignProgress&)>& emit,
-                                  v1::AssignResult* result) {
+                                  v1::AssignResult* result, const ActingFor& acting_for) {
   auto t0 = std::chrono::steady_clock::now();
   auto note = [&](const std::string& text) {
     v1::AssignProgress p;
@@ -553,7 +553,10 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   }
 
   // The label set.
-  labelstore::LabelStoreClient store(labelstore_address);
+  // Every label-store call acts for the caller: clusterd never lends its own rights.
+  labelstore::LabelStoreClientOptions store_options;
+  store_options.acting_for = acting_for;
+  labelstore::LabelStoreClient store(labelstore_address, store_options);
   MLCD_RETURN_IF_ERROR(store.WaitUntilReachable(options_.labelstore_connect_timeout));
   const labelstore::LabelSetSpec spec =
       LabelSetSpecFor(request, params, k, centroids_path, inputs.paths);
@@ -632,6 +635,9 @@ grpc::Status ServeStream(RpcMetrics* rpc_metrics, const char* method, grpc::Serv
   Principal caller;
   grpc::Status auth = AuthorizeCall(*context, std::string("/mlcd.v1.Clusterd/") + method, &caller);
   if (!auth.ok()) return auth;
+  StatusOr<Principal> acting = ActingPrincipal(*context, caller);
+  if (!acting.ok()) return ToGrpcStatus(acting.status());
+  const ActingFor acting_for = ActingForPrincipal(*acting);
   RpcTimer timer(rpc_metrics, method);
   std::atomic<bool> gone{false};
   const std::function<bool()> should_stop = [&] { return gone.load() || context->IsCancelled(); };
@@ -642,7 +648,7 @@ grpc::Status ServeStream(RpcMetrics* rpc_metrics, const char* method, grpc::Serv
   // Nothing a request holds may take the daemon down: an exception fails this call only
   // (the job slot and every scope unwind with it).
   try {
-    st = run(should_stop, emit);
+    st = run(should_stop, emit, acting_for);
   } catch (const std::exception& e) {
     st = Status::Internal(std::string(method) + " failed unexpectedly: " + e.what());
   } catch (...) {
@@ -663,18 +669,18 @@ grpc::Status ClusterdService::Cluster(grpc::ServerContext* context,
                                       const v1::ClusterRequest* request,
                                       grpc::ServerWriter<v1::ClusterProgress>* writer) {
   return ServeStream(&rpc_metrics_, "Cluster", context, writer,
-                     [&](const auto& should_stop, const auto& emit) {
+                     [&](const auto& should_stop, const auto& emit, const ActingFor& acting) {
                        v1::ClusterResult result;
-                       return RunCluster(*request, should_stop, emit, &result);
+                       return RunCluster(*request, should_stop, emit, &result, acting);
                      });
 }
 
 grpc::Status ClusterdService::Assign(grpc::ServerContext* context, const v1::AssignRequest* request,
                                      grpc::ServerWriter<v1::AssignProgress>* writer) {
   return ServeStream(&rpc_metrics_, "Assign", context, writer,
-                     [&](const auto& should_stop, const auto& emit) {
+                     [&](const auto& should_stop, const auto& emit, const ActingFor& acting) {
                        v1::AssignResult result;
-                       return RunAssign(*request, should_stop, emit, &result);
+                       return RunAssign(*request, should_stop, emit, &result, acting);
                      });
 }
 

@@ -34,6 +34,7 @@
 #include <string>
 
 #include "clusterd/job_gate.h"
+#include "common/acting_for.h"
 #include "common/data_roots.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -70,12 +71,15 @@ class ClusterdService final : public v1::Clusterd::Service {
 
   // The jobs behind the RPCs, transport-free: `emit` receives every progress message (the
   // result last), `should_stop` is polled. Used by the RPCs and by in-process callers.
+  // `acting_for` is whom the call is made for (the RPC's caller, or whom a calling service
+  // names): every label-store call of an Assign acts for it, so the label store decides
+  // ownership as if that identity had called (common/acting_for.h). Empty = clusterd itself.
   Status RunCluster(const v1::ClusterRequest& request, const std::function<bool()>& should_stop,
                     const std::function<void(const v1::ClusterProgress&)>& emit,
-                    v1::ClusterResult* result);
+                    v1::ClusterResult* result, const ActingFor& acting_for = {});
   Status RunAssign(const v1::AssignRequest& request, const std::function<bool()>& should_stop,
                    const std::function<void(const v1::AssignProgress&)>& emit,
-                   v1::AssignResult* result);
+                   v1::AssignResult* result, const ActingFor& acting_for = {});
 
  private:
   struct Metrics;

@@ -14,8 +14,10 @@ constexpr uint32_t kWorkers = R(Role::kWorker) | R(Role::kService) | R(Role::kAd
 constexpr uint32_t kServices = R(Role::kService) | R(Role::kAdmin);
 
 // The one method -> roles table (gRPC's own health and reflection services are not
-// checked: they tell whether a service is up and what its API is, nothing else). Cancelling another submitter's job is refused by the
-// coordinator (it records who submitted); everything else is decided here.
+// checked: they tell whether a service is up and what its API is, nothing else). Cancelling
+// another submitter's job is refused by the coordinator (it records who submitted); changing
+// another's label set by the label store (it records owners, labelstore/ownership.h);
+// everything else is decided here.
 constexpr std::array<MethodAccess, 23> kTable = {{
     // Coordinator: the user API.
     {"/mlcd.v1.Coordinator/SubmitJob", kSubmitters, true},
@@ -39,7 +41,7 @@ constexpr std::array<MethodAccess, 23> kTable = {{
     {"/mlcd.v1.LabelStore/ListLabelSets", kViewers | kWorkers, false},
     {"/mlcd.v1.LabelStore/DescribeLabelSet", kViewers | kWorkers, false},
     {"/mlcd.v1.LabelStore/GetLabels", kViewers | kWorkers, false},
-    {"/mlcd.v1.LabelStore/DeleteLabelSet", kAdmins | kServices, false},
+    {"/mlcd.v1.LabelStore/DeleteLabelSet", kSubmitters | kServices, false},
     // clusterd.
     {"/mlcd.v1.Clusterd/Cluster", kSubmitters | kServices, false},
     {"/mlcd.v1.Clusterd/Assign", kSubmitters | kServices, false},

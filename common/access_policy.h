@@ -3,12 +3,18 @@
 //
 // Roles of bearer tokens (the tokens file, tokens.h):
 //   viewer     get, list and watch jobs, label sets, labels and worker status
-//   submitter  viewer, plus submit jobs and cancel its own, write label sets, run clusterd
-//   admin      everything: cancel anyone's job, delete label sets, list workers, worker API
+//   submitter  viewer, plus submit jobs and cancel its own, create label sets and write,
+//              seal and delete its own, run clusterd
+//   admin      everything: cancel anyone's job, change anyone's label set (a job's only to
+//              delete it), list workers, worker API
 //   worker     the coordinator's worker API (register, poll, heartbeat, report) and reading
 //              labels: what a worker agent and its training children call
-// A client certificate verified by the server's CA (mTLS) acts as role `service`: the
-// worker API, label store writes and deletes, clusterd and reading. A user-API method
+// A client certificate verified by the server's CA (mTLS) acts as role `service` -- unless
+// its subject holds OU=mlcd-user (kUserCertUnit; a user's certificate, e.g. `mlcdctl local
+// up`'s user.pem), which only lets its holder connect: its calls need a token. `service`: the
+// worker API, label store writes and deletes, clusterd and reading. A service may act for
+// another identity (common/acting_for.h); the label store then decides ownership as if that
+// identity had called. A user-API method
 // (user_api in the table) needs a token even from a client with a certificate.
 #pragma once
 
@@ -19,6 +25,9 @@
 #include "common/status.h"
 
 namespace mlcd {
+
+// The organizational unit (OU) that marks a user's client certificate: no service role.
+inline constexpr char kUserCertUnit[] = "mlcd-user";
 
 enum class Role : uint32_t {
   kNone = 0,

@@ -47,21 +47,19 @@ StatusOr<CertFiles> MakeCertAuthority(const std::string& dir, const std::string&
   return ca;
 }
 
-StatusOr<CertFiles> IssueCert(const CertFiles& ca, const std::string& dir, const std::string& name,
-                              const std::string& common_name, const std::vector<std::string>& sans,
-                              int days) {
+namespace {
+
+// A leaf with `subject` and the extensions `extensions` (openssl -extfile lines), signed by `ca`.
+StatusOr<CertFiles> IssueLeaf(const CertFiles& ca, const std::string& dir, const std::string& name,
+                              const std::string& subject, const std::string& extensions, int days) {
   MLCD_RETURN_IF_ERROR(MakeDirs(dir));
   CertFiles out{dir + "/" + name + ".pem", dir + "/" + name + ".key"};
   const std::string csr = dir + "/" + name + ".csr";
   const std::string ext = dir + "/" + name + ".ext";
-  std::string san;
-  for (const auto& s : sans) san += (san.empty() ? "" : ",") + s;
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(
-      ext, (san.empty() ? "" : "subjectAltName=" + san + "\n") +
-               "extendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n"));
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(ext, extensions));
   std::vector<std::string> req = {"req", "-new"};
   req.insert(req.end(), kEcKey.begin(), kEcKey.end());
-  req.insert(req.end(), {"-keyout", out.key, "-out", csr, "-subj", "/CN=" + common_name});
+  req.insert(req.end(), {"-keyout", out.key, "-out", csr, "-subj", subject});
   MLCD_RETURN_IF_ERROR(RunOpenssl(dir, req));
   ::chmod(out.key.c_str(), 0600);
   MLCD_ASSIGN_OR_RETURN(std::string serial, NewRandomToken());
@@ -77,6 +75,26 @@ StatusOr<CertFiles> IssueCert(const CertFiles& ca, const std::string& dir, const
   MLCD_RETURN_IF_ERROR(RunOpenssl(dir, sign));
   ::unlink(csr.c_str());
   return out;
+}
+
+}  // namespace
+
+StatusOr<CertFiles> IssueCert(const CertFiles& ca, const std::string& dir, const std::string& name,
+                              const std::string& common_name, const std::vector<std::string>& sans,
+                              int days) {
+  std::string san;
+  for (const auto& s : sans) san += (san.empty() ? "" : ",") + s;
+  return IssueLeaf(ca, dir, name, "/CN=" + common_name,
+                   (san.empty() ? "" : "subjectAltName=" + san + "\n") +
+                       "extendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n",
+                   days);
+}
+
+StatusOr<CertFiles> IssueUserCert(const CertFiles& ca, const std::string& dir,
+                                  const std::string& name, const std::string& common_name,
+                                  int days) {
+  return IssueLeaf(ca, dir, name, "/OU=" + std::string(kUserCertUnit) + "/CN=" + common_name,
+                   "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n", days);
 }
 
 StatusOr<std::string> NewRandomToken() {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/access_policy.h"
 #include "common/status.h"
 
 namespace mlcd {
@@ -29,6 +30,14 @@ StatusOr<CertFiles> MakeCertAuthority(const std::string& dir, const std::string&
 StatusOr<CertFiles> IssueCert(const CertFiles& ca, const std::string& dir, const std::string& name,
                               const std::string& common_name, const std::vector<std::string>& sans,
                               int days = 825);
+
+// Makes `dir`/`name`.pem and `dir`/`name`.key: a user's client certificate (extended key
+// usage clientAuth only) with subject OU=mlcd-user (kUserCertUnit), CN=`common_name`. It lets
+// its holder connect to services that require client certificates, but gives no role: every
+// call still needs a bearer token (access_policy.h).
+StatusOr<CertFiles> IssueUserCert(const CertFiles& ca, const std::string& dir,
+                                  const std::string& name, const std::string& common_name,
+                                  int days = 825);
 
 // A new random bearer token: 32 hex characters (128 bits from OpenSSL's RAND_bytes).
 StatusOr<std::string> NewRandomToken();

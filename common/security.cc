@@ -112,6 +112,27 @@ std::string PeerCommonName(const grpc::ServerContextBase& context) {
   return "";
 }
 
+// Whether the peer's certificate is a user's (subject OU=mlcd-user, access_policy.h): it
+// proves nothing beyond being allowed to connect, so it gives no service role.
+bool IsUserCertificate(const grpc::ServerContextBase& context) {
+  auto auth = context.auth_context();
+  if (!auth || !auth->IsPeerAuthenticated()) return false;
+  const std::string unit = std::string("OU=") + kUserCertUnit;
+  for (const auto& value : auth->FindPropertyValues("x509_subject")) {
+    // RFC 2253 form, e.g. "CN=alice,OU=mlcd-user"; a component is matched whole.
+    const std::string subject(value.data(), value.size());
+    size_t begin = 0;
+    while (begin <= subject.size()) {
+      size_t end = subject.find(',', begin);
+      if (end == std::string::npos) end = subject.size();
+      size_t b = subject.find_first_not_of(' ', begin);
+      if (b != std::string::npos && b < end && subject.compare(b, end - b, unit) == 0) return true;
+      begin = end + 1;
+    }
+  }
+  return false;
+}
+
 // The bearer token of the call ("" when none); false when the header is malformed.
 bool BearerToken(const grpc::ServerContextBase& context, std::string* token) {
   const auto& md = context.client_metadata();
@@ -317,7 +338,7 @@ grpc::Status AuthorizeCall(const grpc::ServerContextBase& context, std::string_v
     }
     caller->identity = "token:" + entry->name;
     caller->role = entry->role;
-  } else if (!cn.empty() && !access->user_api) {
+  } else if (!cn.empty() && !access->user_api && !IsUserCertificate(context)) {
     caller->identity = "cert:" + cn;
     caller->role = Role::kService;
   } else {
@@ -325,7 +346,10 @@ grpc::Status AuthorizeCall(const grpc::ServerContextBase& context, std::string_v
         grpc::StatusCode::UNAUTHENTICATED,
         name + " needs a bearer token with role " + AllowedRolesText(access->roles) +
             " (metadata 'authorization: Bearer TOKEN'; mlcdctl: --token-file or MLCD_TOKEN_FILE)" +
-            (access->user_api ? "" : " or a client certificate signed by its --tls-ca"));
+            (access->user_api ? ""
+                              : " or a service's client certificate signed by its --tls-ca (a "
+                                "user certificate, OU=" +
+                                    std::string(kUserCertUnit) + ", needs a token)"));
   }
   if (!(access->roles & static_cast<uint32_t>(caller->role))) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,

@@ -84,6 +84,8 @@ struct Principal {
   Role role = Role::kNone;
   // True when the service checks callers (a tokens file is configured).
   bool checked = false;
+  // When a service acts for this identity (common/acting_for.h): the service's identity.
+  std::string via;
 };
 
 // Checks the caller of `method` against the tokens file, the peer certificate and the

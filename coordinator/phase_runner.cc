@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "clients/clusterd_client.h"
+#include "common/acting_for.h"
 #include "common/enums.h"
 #include "common/file_util.h"
 #include "common/format.h"
@@ -60,6 +61,14 @@ uint64_t Fnv1a(const std::string& text) {
     h *= 1099511628211ull;
   }
   return h;
+}
+
+// A clusterd client whose calls act for job `job_id` (common/acting_for.h): the job's label
+// sets belong to the job, and only its phases change them.
+clusterd::ClusterdClientOptions ForJob(const std::string& job_id) {
+  clusterd::ClusterdClientOptions options;
+  options.acting_for = ActingForJob(job_id);
+  return options;
 }
 
 }  // namespace
@@ -260,7 +269,7 @@ void PhaseRunner::RunClustering(const v1::JobRecord& snapshot, clusterd::CallCon
     request.set_skip_size_pass(true);
     Publish(*out, "k-means: k " + std::to_string(spec.clustering().k()) + " on " +
                       std::to_string(round.feature_paths_size()) + " feature shards");
-    clusterd::ClusterdClient client(options_.clusterd_address);
+    clusterd::ClusterdClient client(options_.clusterd_address, ForJob(snapshot.job().id()));
     const int niter = spec.clustering().niter();
     auto res = client.Cluster(
         request,
@@ -317,7 +326,7 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
   request.set_request_id(label_set);
   Publish(*out, "assigning the top-" + std::to_string(spec.clustering().l()) +
                     " centres of every sample into " + label_set);
-  clusterd::ClusterdClient client(options_.clusterd_address);
+  clusterd::ClusterdClient client(options_.clusterd_address, ForJob(snapshot.job().id()));
   auto result = client.Assign(
       request,
       [&](const v1::AssignProgress& p) {

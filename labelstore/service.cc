@@ -1,6 +1,8 @@
 #include "labelstore/service.h"
 
+#include "common/acting_for.h"
 #include "common/security.h"
+#include "labelstore/ownership.h"
 
 namespace mlcd::labelstore {
 
@@ -43,6 +45,24 @@ LabelStoreService::LabelStoreService(LabelStorage* storage, prometheus::Registry
       !auth.ok())                                                                          \
   return auth
 
+// The principal a changing call acts for (the caller, or whom a service names).
+#define MLCD_ACTING_PRINCIPAL(actor)                                  \
+  StatusOr<Principal> actor##_or = ActingPrincipal(*context, caller); \
+  if (!actor##_or.ok()) return ToGrpcStatus(actor##_or.status());     \
+  const Principal& actor = *actor##_or
+
+namespace {
+
+// The storage's ChangeCheck for `actor` making `change` to set `name`.
+LabelStorage::ChangeCheck MayChange(const std::string& name, const Principal& actor,
+                                    SetChange change) {
+  return [&name, &actor, change](const std::string& owner) {
+    return CheckChange(name, owner, actor, change);
+  };
+}
+
+}  // namespace
+
 void LabelStoreService::UpdateSetGauge() {
   label_sets_.Set(static_cast<double>(storage_->num_sets()));
 }
@@ -51,8 +71,11 @@ grpc::Status LabelStoreService::CreateLabelSet(grpc::ServerContext* context,
                                                const v1::CreateLabelSetRequest* request,
                                                v1::LabelSetInfo* response) {
   MLCD_AUTHORIZE("CreateLabelSet");
+  MLCD_ACTING_PRINCIPAL(actor);
   RpcTimer timer(&rpc_metrics_, "CreateLabelSet");
-  auto result = storage_->Create(*request);
+  if (Status allowed = CheckCreate(request->name(), actor); !allowed.ok())
+    return ToGrpcStatus(timer.Done(allowed));
+  auto result = storage_->Create(*request, OwnerOfNewSet(request->name(), actor));
   if (result.ok()) {
     *response = std::move(result).value();
     UpdateSetGauge();
@@ -64,6 +87,7 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
                                             grpc::ServerReader<v1::WriteLabelsRequest>* reader,
                                             v1::WriteLabelsResponse* response) {
   MLCD_AUTHORIZE("WriteLabels");
+  MLCD_ACTING_PRINCIPAL(actor);
   RpcTimer timer(&rpc_metrics_, "WriteLabels");
   v1::WriteLabelsRequest message;
   std::string name;
@@ -85,7 +109,9 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
                                   "' but the stream writes '" + name + "'; use one stream per set");
       break;
     }
-    auto result = storage_->Write(name, message, set_id);
+    // The owner is checked on the first message; later ones are bound to that set_id.
+    auto result = storage_->Write(
+        name, message, set_id, set_id == 0 ? MayChange(name, actor, SetChange::kWrite) : nullptr);
     if (!result.ok()) {
       status = result.status().WithContext(
           where + (messages > 0 ? " (earlier messages are committed)" : ""));
@@ -124,8 +150,10 @@ grpc::Status LabelStoreService::SealLabelSet(grpc::ServerContext* context,
                                              const v1::SealLabelSetRequest* request,
                                              v1::LabelSetInfo* response) {
   MLCD_AUTHORIZE("SealLabelSet");
+  MLCD_ACTING_PRINCIPAL(actor);
   RpcTimer timer(&rpc_metrics_, "SealLabelSet");
-  auto result = storage_->Seal(request->name(), request->require_open());
+  auto result = storage_->Seal(request->name(), request->require_open(),
+                               MayChange(request->name(), actor, SetChange::kSeal));
   if (result.ok()) *response = std::move(result).value();
   return ToGrpcStatus(timer.Done(result.status()));
 }
@@ -154,8 +182,10 @@ grpc::Status LabelStoreService::DeleteLabelSet(grpc::ServerContext* context,
                                                const v1::DeleteLabelSetRequest* request,
                                                v1::DeleteLabelSetResponse* response) {
   MLCD_AUTHORIZE("DeleteLabelSet");
+  MLCD_ACTING_PRINCIPAL(actor);
   RpcTimer timer(&rpc_metrics_, "DeleteLabelSet");
-  auto result = storage_->Delete(request->name(), request->allow_missing());
+  auto result = storage_->Delete(request->name(), request->allow_missing(),
+                                 MayChange(request->name(), actor, SetChange::kDelete));
   if (result.ok()) {
     *response = std::move(result).value();
     UpdateSetGauge();
@@ -187,6 +217,7 @@ grpc::ServerUnaryReactor* LabelStoreService::GetLabels(grpc::CallbackServerConte
   return reactor;
 }
 
+#undef MLCD_ACTING_PRINCIPAL
 #undef MLCD_AUTHORIZE
 
 }  // namespace mlcd::labelstore

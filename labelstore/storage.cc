@@ -54,6 +54,7 @@ struct LabelStorage::SetState {
   int32_t num_classes = 0;
   int32_t l = 0;
   bool with_scores = false;
+  std::string owner;  // fixed at creation (info.owner())
   BlockLayout layout() const { return BlockLayout{block_rows, l, with_scores}; }
 
   std::mutex write_mu;  // serialises Write/Seal/Delete of this set
@@ -171,6 +172,7 @@ Status LabelStorage::LoadSets() {
     set->num_classes = set->info.num_classes();
     set->l = set->info.labels_per_sample();
     set->with_scores = set->info.with_scores();
+    set->owner = set->info.owner();
     set->sealed = set->info.state() == v1::LABEL_SET_STATE_SEALED;
     next_set_id_ = std::max(next_set_id_, set->set_id + 1);
     sets_.emplace(set->name, std::move(set));
@@ -242,7 +244,8 @@ v1::LabelSetInfo LabelStorage::InfoWithSize(const SetState& set) const {
   return info;
 }
 
-StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest& request) {
+StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest& request,
+                                                const std::string& owner) {
   MLCD_RETURN_IF_ERROR(ValidateCreateRequest(request));
   MLCD_RETURN_IF_ERROR(health_->CheckSpace());
   std::lock_guard<std::mutex> create_lock(create_mu_);
@@ -255,6 +258,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
   set->num_classes = request.num_classes();
   set->l = request.labels_per_sample();
   set->with_scores = request.with_scores();
+  set->owner = owner;
   set->block_rows = ChooseBlockRows(options_.target_block_bytes, set->l, set->with_scores);
   set->block_shift = __builtin_ctz(static_cast<unsigned>(set->block_rows));
   uint64_t set_id;
@@ -271,6 +275,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
   *info.mutable_metadata() = request.metadata();
   info.set_state(v1::LABEL_SET_STATE_OPEN);
   info.set_created_unix_ms(NowUnixMs());
+  info.set_owner(owner);
 
   rocksdb::WriteBatch batch;
   char counter[8];
@@ -293,13 +298,15 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
 }
 
 StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
-                                          const v1::WriteLabelsRequest& message, uint64_t set_id) {
+                                          const v1::WriteLabelsRequest& message, uint64_t set_id,
+                                          const ChangeCheck& may_change) {
   auto set = Find(name);
   if (set_id != 0 && (!set || set->set_id != set_id)) return StaleStream(name, set != nullptr);
   if (!set) return NotFound(name);
   MLCD_RETURN_IF_ERROR(health_->CheckSpace());
   std::lock_guard<std::mutex> write_lock(set->write_mu);
   if (set->deleted) return set_id != 0 ? StaleStream(name, false) : NotFound(name);
+  if (may_change) MLCD_RETURN_IF_ERROR(may_change(set->owner));
   if (set->sealed) {
     return Status::FailedPrecondition("label set '" + name +
                                       "' is sealed and immutable; write to a new set instead");
@@ -404,11 +411,13 @@ bool LabelStorage::TryResume() {
   return db_->Put(sync, default_cf_, "health_probe", "1").ok();
 }
 
-StatusOr<v1::LabelSetInfo> LabelStorage::Seal(const std::string& name, bool require_open) {
+StatusOr<v1::LabelSetInfo> LabelStorage::Seal(const std::string& name, bool require_open,
+                                              const ChangeCheck& may_change) {
   auto set = Find(name);
   if (!set) return NotFound(name);
   std::lock_guard<std::mutex> write_lock(set->write_mu);
   if (set->deleted) return NotFound(name);
+  if (may_change) MLCD_RETURN_IF_ERROR(may_change(set->owner));
   if (set->sealed) {
     if (require_open) {
       return Status::FailedPrecondition("label set '" + name + "' is already sealed");
@@ -471,7 +480,8 @@ StatusOr<v1::ListLabelSetsResponse> LabelStorage::List(
 }
 
 StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& name,
-                                                          bool allow_missing) {
+                                                          bool allow_missing,
+                                                          const ChangeCheck& may_change) {
   v1::DeleteLabelSetResponse response;
   auto set = Find(name);
   if (!set) {
@@ -487,6 +497,7 @@ StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& nam
       if (allow_missing) return response;
       return NotFound(name);
     }
+    if (may_change) MLCD_RETURN_IF_ERROR(may_change(set->owner));
     auto [begin, end] = SetKeyRange(set->set_id);
     rocksdb::WriteBatch batch;
     batch.DeleteRange(blocks_cf_, begin, end);

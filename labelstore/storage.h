@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -91,8 +92,15 @@ class LabelStorage {
   LabelStorage(const LabelStorage&) = delete;
   LabelStorage& operator=(const LabelStorage&) = delete;
 
-  // ALREADY_EXISTS for a name in use; INVALID_ARGUMENT for a bad name or shape.
-  StatusOr<v1::LabelSetInfo> Create(const v1::CreateLabelSetRequest& request);
+  // Called with a set's owner (LabelSetInfo.owner) under the set's write lock before a change;
+  // its error is returned unchanged and nothing is changed (labelstore/ownership.h). Null =
+  // no check (in-process callers, tests).
+  using ChangeCheck = std::function<Status(const std::string& owner)>;
+
+  // ALREADY_EXISTS for a name in use; INVALID_ARGUMENT for a bad name or shape. `owner` is
+  // recorded with the set (LabelSetInfo.owner).
+  StatusOr<v1::LabelSetInfo> Create(const v1::CreateLabelSetRequest& request,
+                                    const std::string& owner = "");
 
   // Validates one message (ValidateWriteMessage) against set `name` and commits all its rows
   // atomically, or nothing. NOT_FOUND / FAILED_PRECONDITION (sealed) / INVALID_ARGUMENT.
@@ -103,16 +111,20 @@ class LabelStorage {
   // never reused, so when the set was deleted (and perhaps created again under the same name)
   // since, the write is ABORTED and nothing is written: the check is made under the set's
   // write lock, which Delete holds while it removes the set.
+  // `may_change` is asked on a stream's first message (set_id 0); later ones are bound to the
+  // incarnation it allowed.
   StatusOr<WriteResult> Write(const std::string& name, const v1::WriteLabelsRequest& message,
-                              uint64_t set_id = 0);
+                              uint64_t set_id = 0, const ChangeCheck& may_change = nullptr);
   // Makes every commit so far durable (fsync of the WAL).
   Status SyncWal();
 
-  StatusOr<v1::LabelSetInfo> Seal(const std::string& name, bool require_open);
+  StatusOr<v1::LabelSetInfo> Seal(const std::string& name, bool require_open,
+                                  const ChangeCheck& may_change = nullptr);
   StatusOr<v1::LabelSetInfo> Describe(const std::string& name) const;
   // INVALID_ARGUMENT for page_size outside [0, 1000] (0 = 100).
   StatusOr<v1::ListLabelSetsResponse> List(const v1::ListLabelSetsRequest& request) const;
-  StatusOr<v1::DeleteLabelSetResponse> Delete(const std::string& name, bool allow_missing);
+  StatusOr<v1::DeleteLabelSetResponse> Delete(const std::string& name, bool allow_missing,
+                                              const ChangeCheck& may_change = nullptr);
 
   // The hot path. Fills response->labels (n*l, request order, -1 rows for missing ids),
   // scores when with_scores (NaN rows for missing), missing_indices/missing_ids, and

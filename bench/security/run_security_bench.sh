@@ -5,6 +5,8 @@
 #
 # 1. security_bench: GetLabels plaintext vs mTLS + token on two real mlcd-labelstore
 #    processes (bench/results/security_tls.json).
+#    ownership_bench: label-set ownership checks on WriteLabels / GetLabels, same run
+#    (bench/results/security_ownership.json).
 # 2. worker_step_bench: the main job's step (vit-tiny, 128 images per rank = the main job's
 #    256 per step on 2 ranks, k = 1000, 1 thread) (bench/results/security_step.json).
 # 3. The step's RPC: a training step reads its batch's labels once (GetLabels of 128 ids,
@@ -17,6 +19,9 @@ build=${1:-$root/build}
 out=$root/bench/results
 mkdir -p "$out"
 "$build/bin/security_bench" --batches 1,64,128,1024 --out "$out/security_tls.json"
+# Label-set ownership checks on WriteLabels and GetLabels at batch 1024, checked vs unchecked
+# in the same run (issue 30; bench/results/security_ownership.json).
+"$build/bin/ownership_bench" --batch 1024 --out "$out/security_ownership.json"
 "$build/bin/worker_step_bench" --preset vit-tiny --batch 128 --classes 1000 --threads 1 \
   --steps 10 --warmup 2 --out "$out/security_step.json" > /dev/null
 /usr/bin/python3 - "$out/security_tls.json" "$out/security_step.json" <<'PY'

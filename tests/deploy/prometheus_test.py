@@ -139,7 +139,7 @@ def main():
             raise RuntimeError(f"mlcdctl local up failed ({rc}):\n{out}{err}")
         cluster_up = True
         cluster = json.load(open(os.path.join(cluster_dir, "cluster.json")))
-        # Its TLS and admin token (the local cluster's default), as `source <dir>/env` sets them.
+        # Its CA, user certificate and submitter token, as `source <dir>/env` sets them.
         for line in open(os.path.join(cluster_dir, "env")):
             if line.startswith("export ") and "=" in line:
                 name, value = line[len("export "):].strip().split("=", 1)

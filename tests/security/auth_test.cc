@@ -144,7 +144,8 @@ TEST_F(AuthTest, TokensAndRolesDecideWhoMayCallWhat) {
   EXPECT_EQ(bare_->ListJobs(Ctx("").get(), v1::ListJobsRequest(), &jobs).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
 
-  // Label store: viewers read, only admins (and services by certificate) delete.
+  // Label store: viewers read; a set's owner or an admin deletes it (label_ownership_test has
+  // the whole ownership matrix).
   grpc::ChannelArguments args;
   auto ls = v1::LabelStore::NewStub(
       grpc::CreateCustomChannel(cluster_.labelstore_address(), ChannelCredentials(), args));
@@ -159,11 +160,16 @@ TEST_F(AuthTest, TokensAndRolesDecideWhoMayCallWhat) {
   v1::DeleteLabelSetRequest del;
   del.set_name("sec-test");
   v1::DeleteLabelSetResponse deleted;
-  grpc::Status sub_delete = ls->DeleteLabelSet(Ctx(t_.submitter_token).get(), del, &deleted);
-  EXPECT_EQ(sub_delete.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_NE(sub_delete.error_message().find("DeleteLabelSet needs admin or service"),
-            std::string::npos)
-      << sub_delete.error_message();
+  grpc::Status viewer_delete = ls->DeleteLabelSet(Ctx(t_.viewer_token).get(), del, &deleted);
+  EXPECT_EQ(viewer_delete.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(
+      viewer_delete.error_message().find("DeleteLabelSet needs submitter or admin or service"),
+      std::string::npos)
+      << viewer_delete.error_message();
+  grpc::Status other_delete = ls->DeleteLabelSet(Ctx(t_.submitter2_token).get(), del, &deleted);
+  EXPECT_EQ(other_delete.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(other_delete.error_message().find("is owned by 'token:alice'"), std::string::npos)
+      << other_delete.error_message();
   v1::ListLabelSetsResponse sets;
   EXPECT_EQ(ls->ListLabelSets(Ctx("").get(), v1::ListLabelSetsRequest(), &sets).error_code(),
             grpc::StatusCode::OK)

@@ -1,0 +1,228 @@
+// Label-set ownership (docs/security.md, "Label-set ownership"; issue 30, finding 3) on a real
+// label store and clusterd with TLS and tokens on: two submitters (alice, bob), a viewer
+// (carol) and an admin against each other's sets, clusterd's Assign acting for its caller (a
+// submitter can no longer replace another's sealed set through it), and a job's sets, which
+// only a service acting for that job changes.
+#include <gtest/gtest.h>
+
+#include "common/acting_for.h"
+#include "common/grpc_server.h"
+#include "common/npy.h"
+#include "common/security.h"
+#include "mlcd/v1/clusterd.grpc.pb.h"
+#include "mlcd/v1/labelstore.grpc.pb.h"
+#include "tests/coordinator/harness.h"
+#include "tests/testing/security.h"
+
+namespace mlcd::testing {
+namespace {
+
+using grpc::StatusCode;
+
+constexpr int kRows = 64, kDim = 8, kClasses = 4;
+
+// A call's context with `token` as bearer token ("" = none: the test's certificate, role
+// service) and, when given, an mlcd-acting-for header.
+std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token, const ActingFor& acting = {}) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(DeadlineIn(std::chrono::seconds(30)));
+  if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+  AttachActingFor(acting, context.get());
+  return context;
+}
+
+class LabelOwnershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.StartLabelstore().ok()) << cluster_.Logs();
+    ASSERT_TRUE(cluster_.StartClusterd().ok()) << cluster_.Logs();
+    // Channels without this process's token interceptor: each call brings its own token.
+    grpc::ChannelArguments args;
+    store_ = v1::LabelStore::NewStub(
+        grpc::CreateCustomChannel(cluster_.labelstore_address(), ChannelCredentials(), args));
+    clusterd_ = v1::Clusterd::NewStub(
+        grpc::CreateCustomChannel(cluster_.clusterd_address(), ChannelCredentials(), args));
+    std::vector<float> features(kRows * kDim), centroids(kClasses * kDim, 0.f);
+    for (int i = 0; i < kRows * kDim; ++i) features[i] = static_cast<float>((i * 37) % 11) - 5.f;
+    for (int c = 0; c < kClasses; ++c) centroids[c * kDim + c] = 1.f;
+    features_ = dir_.path() + "/features.npy";
+    centroids_ = dir_.path() + "/centroids.npy";
+    ASSERT_TRUE(WriteNpy(features_, NpyDtype::kFloat32, {kRows, kDim}, features.data()).ok());
+    ASSERT_TRUE(WriteNpy(centroids_, NpyDtype::kFloat32, {kClasses, kDim}, centroids.data()).ok());
+  }
+
+  grpc::Status Create(const std::string& token, const std::string& name,
+                      const ActingFor& acting = {}) {
+    v1::CreateLabelSetRequest request;
+    request.set_name(name);
+    request.set_num_classes(kClasses);
+    request.set_labels_per_sample(1);
+    v1::LabelSetInfo info;
+    return store_->CreateLabelSet(Ctx(token, acting).get(), request, &info);
+  }
+
+  grpc::Status Write(const std::string& token, const std::string& name,
+                     const ActingFor& acting = {}) {
+    auto ctx = Ctx(token, acting);
+    v1::WriteLabelsResponse response;
+    auto stream = store_->WriteLabels(ctx.get(), &response);
+    v1::WriteLabelsRequest message;
+    message.set_name(name);
+    message.add_sample_ids(7);
+    message.add_labels(1);
+    stream->Write(message);
+    stream->WritesDone();
+    return stream->Finish();
+  }
+
+  grpc::Status Seal(const std::string& token, const std::string& name,
+                    const ActingFor& acting = {}) {
+    v1::SealLabelSetRequest request;
+    request.set_name(name);
+    v1::LabelSetInfo info;
+    return store_->SealLabelSet(Ctx(token, acting).get(), request, &info);
+  }
+
+  grpc::Status Delete(const std::string& token, const std::string& name) {
+    v1::DeleteLabelSetRequest request;
+    request.set_name(name);
+    v1::DeleteLabelSetResponse response;
+    return store_->DeleteLabelSet(Ctx(token).get(), request, &response);
+  }
+
+  v1::LabelSetInfo Describe(const std::string& name) {
+    v1::DescribeLabelSetRequest request;
+    request.set_name(name);
+    v1::LabelSetInfo info;
+    grpc::Status st = store_->DescribeLabelSet(Ctx(t_.viewer_token).get(), request, &info);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return info;
+  }
+
+  // clusterd's Assign of the test features into `name`, as `token`.
+  grpc::Status Assign(const std::string& token, const std::string& name, bool replace) {
+    v1::AssignRequest request;
+    request.mutable_features()->add_paths(features_);
+    request.set_centroids_path(centroids_);
+    request.set_l(2);
+    request.set_label_set(name);
+    request.set_replace_existing(replace);
+    auto ctx = Ctx(token);
+    auto reader = clusterd_->Assign(ctx.get(), request);
+    v1::AssignProgress progress;
+    while (reader->Read(&progress)) {
+    }
+    return reader->Finish();
+  }
+
+  // A refusal naming the set, its owner and the caller.
+  static void ExpectRefused(const grpc::Status& st, const std::string& set,
+                            const std::string& owner, const std::string& caller) {
+    EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED) << st.error_message();
+    for (const std::string& part : {set, owner, caller})
+      EXPECT_NE(st.error_message().find(part), std::string::npos)
+          << "'" << part << "' not in: " << st.error_message();
+  }
+
+  TempDir dir_;
+  TestCluster cluster_{dir_};
+  const TestSecurity& t_ = TestCerts();
+  std::unique_ptr<v1::LabelStore::Stub> store_;
+  std::unique_ptr<v1::Clusterd::Stub> clusterd_;
+  std::string features_, centroids_;
+};
+
+TEST_F(LabelOwnershipTest, OnlyTheOwnerOrAnAdminChangesASet) {
+  const std::string set = "alice/open";
+  ASSERT_TRUE(Create(t_.submitter_token, set).ok());
+  EXPECT_EQ(Describe(set).owner(), "token:alice");
+
+  // Another submitter may not write into, seal or delete alice's open set; a viewer may not
+  // either (by role).
+  ExpectRefused(Write(t_.submitter2_token, set), set, "token:alice", "token:bob");
+  ExpectRefused(Seal(t_.submitter2_token, set), set, "token:alice", "token:bob");
+  ExpectRefused(Delete(t_.submitter2_token, set), set, "token:alice", "token:bob");
+  EXPECT_EQ(Write(t_.viewer_token, set).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Delete(t_.viewer_token, set).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Describe(set).num_samples(), 0u);
+
+  // The owner writes and seals; every reader still reads.
+  EXPECT_TRUE(Write(t_.submitter_token, set).ok());
+  EXPECT_TRUE(Seal(t_.submitter_token, set).ok());
+  v1::GetLabelsRequest read;
+  read.set_name(set);
+  read.add_sample_ids(7);
+  v1::GetLabelsResponse labels;
+  ASSERT_TRUE(store_->GetLabels(Ctx(t_.viewer_token).get(), read, &labels).ok());
+  EXPECT_EQ(labels.labels(0), 1);
+
+  // The owner deletes its own set (DeleteLabelSet is no longer admin-only).
+  EXPECT_TRUE(Delete(t_.submitter_token, set).ok());
+
+  // An admin writes, seals and deletes anyone's set.
+  ASSERT_TRUE(Create(t_.submitter2_token, "bob/set").ok());
+  EXPECT_TRUE(Write(t_.admin_token, "bob/set").ok());
+  EXPECT_TRUE(Seal(t_.admin_token, "bob/set").ok());
+  EXPECT_TRUE(Delete(t_.admin_token, "bob/set").ok());
+}
+
+TEST_F(LabelOwnershipTest, ClusterdAssignActsForItsCallerNotForItself) {
+  // Alice's sealed set, made through clusterd: owned by alice, not by clusterd.
+  const std::string set = "alice/sealed";
+  grpc::Status made = Assign(t_.submitter_token, set, false);
+  ASSERT_TRUE(made.ok()) << made.error_message() << cluster_.Logs();
+  const v1::LabelSetInfo before = Describe(set);
+  EXPECT_EQ(before.owner(), "token:alice");
+  EXPECT_EQ(before.state(), v1::LABEL_SET_STATE_SEALED);
+
+  // The confused deputy: bob asks clusterd to replace alice's sealed set.
+  ExpectRefused(Assign(t_.submitter2_token, set, true), set, "token:alice", "token:bob");
+  const v1::LabelSetInfo after = Describe(set);
+  EXPECT_EQ(after.created_unix_ms(), before.created_unix_ms());
+  EXPECT_EQ(after.num_samples(), static_cast<uint64_t>(kRows));
+
+  // Alice replaces her own; a user cannot claim to act for someone else.
+  EXPECT_TRUE(Assign(t_.submitter_token, set, true).ok());
+  v1::DeleteLabelSetRequest request;
+  request.set_name(set);
+  v1::DeleteLabelSetResponse response;
+  grpc::Status claimed = store_->DeleteLabelSet(
+      Ctx(t_.submitter2_token, ActingFor{"token:alice", Role::kSubmitter}).get(), request,
+      &response);
+  EXPECT_EQ(claimed.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(claimed.error_message().find("only a service"), std::string::npos)
+      << claimed.error_message();
+  EXPECT_EQ(Describe(set).owner(), "token:alice");
+}
+
+TEST_F(LabelOwnershipTest, AJobsSetsAreChangedOnlyForThatJob) {
+  const std::string set = "job/j1/r0";
+  const ActingFor job = ActingForJob("j1");
+  // Users cannot make (squat) a job's set, directly or through clusterd.
+  EXPECT_EQ(Create(t_.submitter_token, set).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Create(t_.admin_token, set).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Assign(t_.submitter_token, set, true).error_code(), StatusCode::PERMISSION_DENIED);
+  // A service acting for another job cannot either.
+  EXPECT_EQ(Create("", set, ActingForJob("j2")).error_code(), StatusCode::PERMISSION_DENIED);
+
+  // The coordinator's phases (a service acting for job j1) make and fill it.
+  ASSERT_TRUE(Create("", set, job).ok());
+  EXPECT_EQ(Describe(set).owner(), "job:j1");
+  EXPECT_TRUE(Write("", set, job).ok());
+
+  // Nobody else changes it: not a submitter, not through clusterd, not an admin's write.
+  ExpectRefused(Write(t_.submitter_token, set), set, "job:j1", "token:alice");
+  ExpectRefused(Seal(t_.submitter2_token, set), set, "job:j1", "token:bob");
+  ExpectRefused(Delete(t_.submitter_token, set), set, "job:j1", "token:alice");
+  ExpectRefused(Assign(t_.submitter2_token, set, true), set, "job:j1", "token:bob");
+  ExpectRefused(Write(t_.admin_token, set), set, "job:j1", "token:admin");
+  ExpectRefused(Write("", set, ActingForJob("j2")), set, "job:j1", "job:j2");
+  EXPECT_EQ(Describe(set).num_samples(), 1u);
+
+  EXPECT_TRUE(Seal("", set, job).ok());
+  // An admin may clean it up.
+  EXPECT_TRUE(Delete(t_.admin_token, set).ok());
+}
+
+}  // namespace
+}  // namespace mlcd::testing
