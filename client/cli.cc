@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/format.h"
+
 namespace mlcd::cli {
 namespace {
 
@@ -50,21 +52,26 @@ std::chrono::system_clock::time_point Context::Deadline() const {
 }
 
 int Context::Fail(const Status& status) const {
-  std::cerr << "error: " << status.ToString() << "\n";
+  // The message may quote data (a member name, a job's message): control characters escaped,
+  // line breaks kept (a spec's problems come one per line).
+  std::cerr << "error: " << EscapeControlChars(status.ToString(), LineBreaks::kKeep) << "\n";
   return ExitCodeFor(status);
 }
 
 bool StdoutIsTerminal() { return ::isatty(STDOUT_FILENO) == 1; }
 
 ProgressDisplay::ProgressDisplay(std::string title, std::chrono::milliseconds plain_interval)
-    : title_(std::move(title)), tty_(StdoutIsTerminal()), plain_interval_(plain_interval) {}
+    : title_(EscapeControlChars(title)),
+      tty_(StdoutIsTerminal()),
+      plain_interval_(plain_interval) {}
 
 ProgressDisplay::~ProgressDisplay() {
   if (tty_ && drawn_) std::printf("\n");
   std::fflush(stdout);
 }
 
-void ProgressDisplay::Update(double fraction, const std::string& detail) {
+void ProgressDisplay::Update(double fraction, const std::string& raw_detail) {
+  const std::string detail = EscapeControlChars(raw_detail);
   if (tty_) {
     constexpr int kWidth = 30;
     std::string bar;
@@ -92,7 +99,7 @@ void ProgressDisplay::Update(double fraction, const std::string& detail) {
 
 void ProgressDisplay::Line(const std::string& text) {
   if (tty_ && drawn_) std::printf("\r\033[2K");
-  std::printf("%s\n", text.c_str());
+  std::printf("%s\n", EscapeControlChars(text).c_str());
   std::fflush(stdout);
   drawn_ = false;
 }
@@ -100,7 +107,7 @@ void ProgressDisplay::Line(const std::string& text) {
 void ProgressDisplay::Finish(const std::string& detail) {
   if (tty_ && drawn_) std::printf("\r\033[2K");
   drawn_ = false;
-  std::printf("%s %s\n", title_.c_str(), detail.c_str());
+  std::printf("%s %s\n", title_.c_str(), EscapeControlChars(detail).c_str());
   std::fflush(stdout);
 }
 

@@ -60,7 +60,8 @@ struct Context {
     return output == "json" ? OutputFormat::kJson : OutputFormat::kText;
   }
   std::chrono::system_clock::time_point Deadline() const;
-  // Prints "error: <message>" to stderr and returns the matching exit code.
+  // Prints "error: <message>" to stderr (control characters escaped, line breaks kept) and
+  // returns the matching exit code.
   int Fail(const Status& status) const;
 };
 
@@ -78,7 +79,8 @@ inline void AddRegisteredCommands(CLI::App& app, Context& ctx) {
 bool StdoutIsTerminal();
 
 // Progress display: a redrawn single-line bar on a terminal, one plain line per Update()
-// (rate-limited to one per `plain_interval`) otherwise.
+// (rate-limited to one per `plain_interval`) otherwise. The texts given are shown with
+// control characters escaped (common/format.h): they quote job messages, i.e. data.
 class ProgressDisplay {
  public:
   explicit ProgressDisplay(std::string title,

@@ -19,6 +19,11 @@
 namespace mlcd::cli {
 namespace {
 
+// Text from the coordinator that users and data chose (job names, messages, paths, worker
+// names), for a terminal: control characters escaped (issue 30). JSON output needs no such
+// step: its strings escape them already.
+std::string Shown(const std::string& text) { return EscapeControlChars(text); }
+
 std::string ToJson(const google::protobuf::Message& message, bool multiline) {
   std::string out;
   google::protobuf::util::JsonPrintOptions options;
@@ -116,19 +121,20 @@ Status Call(const Context& ctx, const std::function<grpc::Status(grpc::ClientCon
 
 void PrintJobText(const v1::Job& job) {
   const auto& p = job.progress();
-  std::printf("job         %s%s\n", job.id().c_str(),
-              job.metadata().name().empty() ? "" : (" (" + job.metadata().name() + ")").c_str());
+  std::printf(
+      "job         %s%s\n", Shown(job.id()).c_str(),
+      job.metadata().name().empty() ? "" : (" (" + Shown(job.metadata().name()) + ")").c_str());
   std::printf("state       %s\n", StateName(job.state()).c_str());
-  if (!job.message().empty()) std::printf("message     %s\n", job.message().c_str());
-  if (!IsTerminal(job.state())) std::printf("progress    %s\n", ProgressLine(job).c_str());
+  if (!job.message().empty()) std::printf("message     %s\n", Shown(job.message()).c_str());
+  if (!IsTerminal(job.state())) std::printf("progress    %s\n", Shown(ProgressLine(job)).c_str());
   std::printf("steps       %lld", static_cast<long long>(p.total_steps()));
   if (p.job_total_steps() > 0) std::printf(" of %lld", static_cast<long long>(p.job_total_steps()));
   std::printf(" optimizer steps; round %d/%d\n", p.round() + 1, std::max(1, p.rounds()));
   const auto& t = job.spec().training();
   std::printf("gang        world size %d, %d attempts, %d restarts (max %d)\n", t.world_size(),
               job.attempts(), job.restarts(), t.max_restarts());
-  if (!job.label_set().empty()) std::printf("label set   %s\n", job.label_set().c_str());
-  if (!job.checkpoint().empty()) std::printf("checkpoint  %s\n", job.checkpoint().c_str());
+  if (!job.label_set().empty()) std::printf("label set   %s\n", Shown(job.label_set()).c_str());
+  if (!job.checkpoint().empty()) std::printf("checkpoint  %s\n", Shown(job.checkpoint()).c_str());
   std::printf("created     %s (%s ago)\n", TimeOfDay(job.created_unix_ms()).c_str(),
               Age(job.created_unix_ms()).c_str());
   if (job.first_step_unix_ms() > 0) {
@@ -142,7 +148,8 @@ void PrintJobText(const v1::Job& job) {
   }
   for (const auto& r : job.rounds()) {
     std::printf("round %d\n", r.round() + 1);
-    if (!r.feature_source().empty()) std::printf("  features  %s\n", r.feature_source().c_str());
+    if (!r.feature_source().empty())
+      std::printf("  features  %s\n", Shown(r.feature_source()).c_str());
     if (r.clustered()) {
       std::printf("  k-means   %llu points -> %d centres (d %d), objective %.1f, %.1f s",
                   static_cast<unsigned long long>(r.cluster().num_points()), r.cluster().k(),
@@ -156,7 +163,7 @@ void PrintJobText(const v1::Job& job) {
       std::printf("\n");
     }
     if (r.assigned()) {
-      std::printf("  labels    %s: %llu samples x %d labels, %.1f s", r.label_set().c_str(),
+      std::printf("  labels    %s: %llu samples x %d labels, %.1f s", Shown(r.label_set()).c_str(),
                   static_cast<unsigned long long>(r.assign().num_samples()), r.assign().l(),
                   r.assign().seconds());
       if (r.assign().has_quality()) {
@@ -188,7 +195,7 @@ void PrintJobText(const v1::Job& job) {
     std::printf("evaluation  linear probe %.2f%% (lambda %g), kNN %.2f%% on %llu test images%s\n",
                 100 * e.linear_probe_accuracy(), e.linear_probe_lambda(), 100 * e.knn_accuracy(),
                 static_cast<unsigned long long>(e.test_samples()),
-                e.features().empty() ? "" : (", " + e.features() + " features").c_str());
+                e.features().empty() ? "" : (", " + Shown(e.features()) + " features").c_str());
     if (e.mean_positive_cosine() != 0 || e.mean_negative_cosine() != 0)
       std::printf(
           "            mean cosine to positive / negative centres %.4f / %.4f (paper Fig. 3)\n",
@@ -209,8 +216,8 @@ void PrintJobText(const v1::Job& job) {
     std::printf("history\n");
     for (const auto& h : job.history()) {
       std::printf("  %4lld %s %-20s %-10s %s\n", static_cast<long long>(h.seq()),
-                  TimeOfDay(h.unix_ms()).c_str(), h.kind().c_str(), StateName(h.state()).c_str(),
-                  h.message().c_str());
+                  TimeOfDay(h.unix_ms()).c_str(), Shown(h.kind()).c_str(),
+                  StateName(h.state()).c_str(), Shown(h.message()).c_str());
     }
   }
 }
@@ -278,7 +285,7 @@ StatusOr<v1::Job> FollowJob(const Context& ctx, const std::string& id, double re
 // interrupted it.
 int FollowFailed(const Context& ctx, const Status& status) {
   if (status.code() != StatusCode::kCancelled) return ctx.Fail(status);
-  std::fprintf(stderr, "%s\n", status.message().c_str());
+  std::fprintf(stderr, "%s\n", Shown(status.message()).c_str());
   return kExitCancelled;
 }
 
@@ -445,9 +452,9 @@ int RunList(Context& ctx, const std::vector<std::string>& states, int limit,
     std::string steps = std::to_string(job.progress().total_steps());
     if (job.progress().job_total_steps() > 0)
       steps += "/" + std::to_string(job.progress().job_total_steps());
-    std::string message = IsTerminal(job.state()) ? job.message() : ProgressLine(job);
+    std::string message = Shown(IsTerminal(job.state()) ? job.message() : ProgressLine(job));
     if (message.size() > 80) message = message.substr(0, 77) + "...";
-    std::printf("%-28s %-11s %-9s %-12s %-9d %s\n", job.id().c_str(),
+    std::printf("%-28s %-11s %-9s %-12s %-9d %s\n", Shown(job.id()).c_str(),
                 StateName(job.state()).c_str(), Age(job.created_unix_ms()).c_str(), steps.c_str(),
                 job.restarts(), message.c_str());
   }
@@ -468,7 +475,7 @@ int RunCancel(Context& ctx, const std::string& id, const std::string& reason) {
   if (ctx.format() == OutputFormat::kJson) {
     std::printf("%s\n", ToJson(job, true).c_str());
   } else {
-    std::printf("%s %s\n", job.id().c_str(), StateName(job.state()).c_str());
+    std::printf("%s %s\n", Shown(job.id()).c_str(), StateName(job.state()).c_str());
   }
   return kExitOk;
 }
@@ -494,9 +501,9 @@ int RunWorkers(Context& ctx) {
       std::string name = v1::AssignmentKind_Name(static_cast<v1::AssignmentKind>(k));
       kinds += (kinds.empty() ? "" : ",") + name.substr(name.rfind('_') + 1);
     }
-    std::printf("%-20s %-9s %-22s %-24s %-8s %s\n", w.worker_id().c_str(), state.c_str(),
-                w.registration().host().c_str(),
-                w.assignment_id().empty() ? "-" : w.assignment_id().c_str(),
+    std::printf("%-20s %-9s %-22s %-24s %-8s %s\n", Shown(w.worker_id()).c_str(), state.c_str(),
+                Shown(w.registration().host()).c_str(),
+                w.assignment_id().empty() ? "-" : Shown(w.assignment_id()).c_str(),
                 Age(w.last_seen_unix_ms()).c_str(), kinds.c_str());
   }
   return kExitOk;

@@ -133,7 +133,8 @@ Status ConfinedDir::WriteFileAtomically(const std::string& name,
                                         const std::vector<ConstBuffer>& parts) const {
   if (!OneComponent(name)) return Status::InvalidArgument("'" + name + "' is not a file name");
   // A process-wide counter, not a thread_local generator: static TLS is taken from every
-  // thread's stack, and small-stack threads (civetweb's /metrics workers) overflowed with it.
+  // thread's stack, and small-stack threads (civetweb's /metrics workers, before issue 30)
+  // overflowed with it.
   static std::atomic<uint64_t> counter{std::random_device{}()};
   std::string tmp;
   UniqueFd fd;

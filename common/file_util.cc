@@ -59,7 +59,8 @@ Status WriteAllAndSync(int fd, const std::vector<ConstBuffer>& parts, const std:
 
 Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts) {
   // A process-wide counter, not a thread_local generator: static TLS comes out of every
-  // thread's stack, and civetweb's small-stack /metrics threads overflow with a 2.5 KB one.
+  // thread's stack (civetweb's 100 KiB /metrics threads overflowed with a 2.5 KB one, before
+  // issue 30 replaced them; other libraries' small-stack threads remain).
   static std::atomic<uint64_t> counter{std::random_device{}()};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
                     std::to_string(counter.fetch_add(1) % 1000000);

@@ -9,6 +9,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "common/format.h"
+
 namespace mlcd {
 namespace {
 
@@ -62,7 +64,9 @@ LogMessage::~LogMessage() {
   gmtime_r(&tv.tv_sec, &tm);
   char when[32];
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-  std::string text = stream_.str();
+  // One line per message, whatever it quotes: data-derived text (a tar member's name, a job's
+  // message) could hold ESC, BEL or a newline that forges lines (issue 30).
+  const std::string text = EscapeControlChars(stream_.str());
   std::lock_guard<std::mutex> lock(g_mu);
   std::fprintf(stderr, "%s.%03dZ %c %s] %s\n", when, static_cast<int>(tv.tv_usec / 1000),
                kLetters[static_cast<int>(level_)],

@@ -1,4 +1,5 @@
-// Minimal leveled logging to stderr: one line per message with time, level and component.
+// Minimal leveled logging to stderr: one line per message with time, level and component;
+// control characters in a message (newlines included) are written escaped (common/format.h).
 //
 //   MLCD_LOG(INFO) << "listening on " << address;
 //

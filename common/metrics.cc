@@ -1,9 +1,5 @@
 #include "common/metrics.h"
 
-#include <pthread.h>
-
-#include <exception>
-
 #include "common/log.h"
 #include "common/metrics_http.h"
 
@@ -20,64 +16,23 @@ MetricsServer::MetricsServer() : registry_(std::make_shared<prometheus::Registry
 
 MetricsServer::~MetricsServer() = default;
 
-namespace {
-
-// Debian's civetweb 1.15 starts every thread with a fixed 100 KiB stack (USE_STACK_SIZE).
-// glibc refuses such a thread when the process's static TLS does not fit in it.
-constexpr size_t kCivetwebThreadStack = 102400;
-
-bool CivetwebThreadsCanStart() {
-  pthread_attr_t attr;
-  if (pthread_attr_init(&attr) != 0) return false;
-  pthread_attr_setstacksize(&attr, kCivetwebThreadStack);
-  pthread_t thread;
-  int rc = pthread_create(
-      &thread, &attr, [](void*) -> void* { return nullptr; }, nullptr);
-  pthread_attr_destroy(&attr);
-  if (rc == 0) pthread_join(thread, nullptr);
-  return rc == 0;
-}
-
-}  // namespace
-
 Status MetricsServer::Serve(const std::string& address) {
   if (address.empty()) return Status::Ok();
-  if (!CivetwebThreadsCanStart()) {
-    std::vector<std::shared_ptr<prometheus::Collectable>> sources = {registry_};
-    sources.insert(sources.end(), extra_.begin(), extra_.end());
-    auto fallback = std::make_unique<PlainMetricsHttpServer>(std::move(sources));
-    Status s = fallback->Start(address);
-    if (!s.ok()) {
-      return Status::Unavailable("cannot serve /metrics on " + address + ": " + s.message() +
-                                 " (is the port in use? pick another with --metrics-listen)");
-    }
-    fallback_ = std::move(fallback);
-    MLCD_LOG(INFO) << "serving Prometheus metrics on " << address << " (port " << fallback_->port()
-                   << ") at /metrics (built-in server: civetweb's 100 KiB thread stacks are too "
-                      "small for this "
-                      "process's static TLS)";
-    return Status::Ok();
-  }
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
-  } catch (const std::exception& e) {
-    return Status::Unavailable("cannot serve /metrics on " + address + ": " + e.what() +
+  std::vector<std::shared_ptr<prometheus::Collectable>> sources = {registry_};
+  sources.insert(sources.end(), extra_.begin(), extra_.end());
+  auto server = std::make_unique<PlainMetricsHttpServer>(std::move(sources));
+  Status s = server->Start(address);
+  if (!s.ok()) {
+    return Status::Unavailable("cannot serve /metrics on " + address + ": " + s.message() +
                                " (is the port in use? pick another with --metrics-listen)");
   }
-  exposer_->RegisterCollectable(registry_);
-  for (const auto& c : extra_) exposer_->RegisterCollectable(c);
-  auto ports = exposer_->GetListeningPorts();
-  MLCD_LOG(INFO) << "serving Prometheus metrics on " << address << " (port "
-                 << (ports.empty() ? 0 : ports[0]) << ") at /metrics";
+  server_ = std::move(server);
+  MLCD_LOG(INFO) << "serving Prometheus metrics on " << address << " (port " << server_->port()
+                 << ") at /metrics";
   return Status::Ok();
 }
 
-int MetricsServer::port() const {
-  if (fallback_) return fallback_->port();
-  if (!exposer_) return 0;
-  auto ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports[0];
-}
+int MetricsServer::port() const { return server_ ? server_->port() : 0; }
 
 RpcMetrics::RpcMetrics(prometheus::Registry& registry, const std::string& service)
     : requests_(prometheus::BuildCounter()

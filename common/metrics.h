@@ -1,4 +1,5 @@
-// Prometheus metrics for every process (prometheus-cpp pull exposer).
+// Prometheus metrics for every process: prometheus-cpp's registry and text format, served by
+// the built-in /metrics server (common/metrics_http.h).
 //
 // Naming (docs/metrics.md): mlcd_<service>_<what>_<unit>, counters end in _total, durations
 // are _seconds histograms. Label values must come from bounded sets (method, code, rank,
@@ -6,7 +7,6 @@
 #pragma once
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -28,12 +28,12 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
 
 class PlainMetricsHttpServer;
 
-// Owns a registry and, once Serve() is called, an HTTP exposer serving GET /metrics.
-//
-// The exposer is prometheus-cpp's (civetweb). Debian's civetweb starts its threads with a
-// fixed 100 KiB stack, which glibc refuses when the process's static TLS is larger (the
-// worker loads LibTorch, OpenBLAS and glog: ~110 KiB). There Serve() uses common/metrics_http.h
-// (same endpoint and format; poll-based, with a deadline and a size bound per request).
+// Owns a registry and, once Serve() is called, the HTTP server of GET /metrics
+// (common/metrics_http.h: one poll() thread with a deadline per connection, a size bound per
+// request and a connection cap). Every process serves its metrics this way. prometheus-cpp's
+// civetweb exposer is not used: Debian's civetweb runs its threads on a fixed 100 KiB stack,
+// which the process's static TLS shares (OpenBLAS alone takes 60 KiB); clusterd's overflowed
+// on its 404 page (issue 30) and the worker's could not start at all.
 class MetricsServer {
  public:
   MetricsServer();
@@ -55,8 +55,7 @@ class MetricsServer {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::vector<std::shared_ptr<prometheus::Collectable>> extra_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::unique_ptr<PlainMetricsHttpServer> fallback_;
+  std::unique_ptr<PlainMetricsHttpServer> server_;
 };
 
 // Request counters and latency histograms of one gRPC service:

@@ -14,14 +14,22 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/metrics_http_request.h"
 #include "common/net.h"
 
 namespace mlcd {
+namespace {
+
+// Written into the wake pipe by the destructor (descriptors are never negative).
+constexpr int kStopWord = -1;
+
+}  // namespace
 
 struct PlainMetricsHttpServer::Connection {
+  explicit Connection(size_t max_request_bytes) : request(max_request_bytes) {}
   int fd = -1;
   std::chrono::steady_clock::time_point deadline;
-  std::string in;
+  MetricsRequestParser request;
   std::string out;  // the answer, once the request is complete
   size_t sent = 0;
   // Reading the request, sending the answer, then reading (and dropping) what the client
@@ -39,7 +47,7 @@ PlainMetricsHttpServer::PlainMetricsHttpServer(
 
 PlainMetricsHttpServer::~PlainMetricsHttpServer() {
   stop_ = true;
-  if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
+  if (wake_[1] >= 0) (void)!::write(wake_[1], &kStopWord, sizeof(kStopWord));
   if (thread_.joinable()) thread_.join();
   for (int fd : {listen_fd_, wake_[0], wake_[1]}) {
     if (fd >= 0) ::close(fd);
@@ -108,7 +116,7 @@ void PlainMetricsHttpServer::Loop() {
       MLCD_LOG(ERROR) << "metrics server: poll failed: " << std::strerror(errno) << "; stopping";
       return;
     }
-    if (stop_ || (fds[1].revents & POLLIN)) return;
+    if (stop_) return;
     const auto now = std::chrono::steady_clock::now();
     std::vector<std::unique_ptr<Connection>> open;
     open.reserve(conns.size());
@@ -128,7 +136,29 @@ void PlainMetricsHttpServer::Loop() {
     }
     conns = std::move(open);
     if (fds[0].revents & POLLIN) Accept(&conns);
+    if ((fds[1].revents & POLLIN) && !TakeAdopted(&conns)) return;
   }
+}
+
+void PlainMetricsHttpServer::Adopt(int fd) {
+  if (fd < 0) return;
+  if (wake_[1] < 0 || ::write(wake_[1], &fd, sizeof(fd)) != static_cast<ssize_t>(sizeof(fd)))
+    ::close(fd);  // not started (or the pipe is gone): nobody would serve it
+}
+
+bool PlainMetricsHttpServer::TakeAdopted(std::vector<std::unique_ptr<Connection>>* conns) {
+  int fd = 0;
+  // One word per poll round is enough: the pipe stays readable while more are queued.
+  if (::read(wake_[0], &fd, sizeof(fd)) != static_cast<ssize_t>(sizeof(fd))) return !stop_;
+  if (fd == kStopWord) return false;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
+      ::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+    ::close(fd);
+    return true;
+  }
+  Add(fd, conns);
+  return true;
 }
 
 void PlainMetricsHttpServer::Accept(std::vector<std::unique_ptr<Connection>>* conns) {
@@ -140,12 +170,16 @@ void PlainMetricsHttpServer::Accept(std::vector<std::unique_ptr<Connection>>* co
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return;  // EAGAIN: none left (or a transient error: poll again)
     }
-    if (conns->size() >= options_.max_connections) conns->erase(conns->begin());
-    auto c = std::make_unique<Connection>();
-    c->fd = fd;
-    c->deadline = std::chrono::steady_clock::now() + options_.request_timeout;
-    conns->push_back(std::move(c));
+    Add(fd, conns);
   }
+}
+
+void PlainMetricsHttpServer::Add(int fd, std::vector<std::unique_ptr<Connection>>* conns) {
+  if (!conns->empty() && conns->size() >= options_.max_connections) conns->erase(conns->begin());
+  auto c = std::make_unique<Connection>(options_.max_request_bytes);
+  c->fd = fd;
+  c->deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+  conns->push_back(std::move(c));
 }
 
 bool PlainMetricsHttpServer::Receive(Connection* c) {
@@ -157,22 +191,11 @@ bool PlainMetricsHttpServer::Receive(Connection* c) {
     if (n == 0) return false;
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     if (c->phase == Connection::Phase::kDrain) continue;
-    c->in.append(buf, static_cast<size_t>(n));
-    const size_t end = c->in.find("\r\n\r\n");
-    if (end != std::string::npos && end + 4 <= options_.max_request_bytes) {
-      c->out = Answer(c->in);
-    } else if (c->in.size() > options_.max_request_bytes) {
-      const std::string body = "request header over " + std::to_string(options_.max_request_bytes) +
-                               " bytes; GET /metrics needs no headers\n";
-      c->out =
-          "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; "
-          "charset=utf-8\r\nContent-Length: " +
-          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-    } else {
+    if (c->request.Feed(std::string_view(buf, static_cast<size_t>(n))) ==
+        MetricsHttpVerdict::kIncomplete)
       continue;
-    }
+    c->out = Answer(*c);
     c->phase = Connection::Phase::kAnswer;
-    c->in.clear();
     return true;
   }
   return true;  // more to read: poll again
@@ -189,31 +212,18 @@ bool PlainMetricsHttpServer::Send(Connection* c) {
   return true;
 }
 
-std::string PlainMetricsHttpServer::Answer(const std::string& request) const {
-  const std::string line = request.substr(0, request.find("\r\n"));
-  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
-  if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
-    status = "405 Method Not Allowed";
-    body = "only GET /metrics\n";
-  } else if (line.find(" /metrics ") == std::string::npos &&
-             line.find(" /metrics?") == std::string::npos) {
-    status = "404 Not Found";
-    body = "metrics are at /metrics\n";
-  } else {
+std::string PlainMetricsHttpServer::Answer(const Connection& c) const {
+  std::string text;
+  if (c.request.verdict() == MetricsHttpVerdict::kMetrics) {
     std::vector<prometheus::MetricFamily> families;
     for (const auto& source : sources_) {
       auto more = source->Collect();
       families.insert(families.end(), std::make_move_iterator(more.begin()),
                       std::make_move_iterator(more.end()));
     }
-    body = prometheus::TextSerializer().Serialize(families);
+    text = prometheus::TextSerializer().Serialize(families);
   }
-  if (status != "200 OK") type = "text/plain; charset=utf-8";
-  std::string response = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                         "\r\nContent-Length: " + std::to_string(body.size()) +
-                         "\r\nConnection: close\r\n\r\n";
-  if (line.rfind("HEAD ", 0) != 0) response += body;
-  return response;
+  return MetricsHttpAnswer(c.request.verdict(), c.request.head(), text, options_.max_request_bytes);
 }
 
 }  // namespace mlcd

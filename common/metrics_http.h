@@ -1,14 +1,15 @@
-// The built-in HTTP server for GET /metrics, used where prometheus-cpp's civetweb cannot start
-// its threads (the worker: see common/metrics.h). Same endpoint and text format.
+// The HTTP server of GET /metrics in every process (coordinator, label store, clusterd, worker
+// agent and train child; common/metrics.h owns it). prometheus-cpp's civetweb server is not
+// used: its fixed 100 KiB thread stacks overflowed in clusterd (issue 30) and could not start
+// at all beside LibTorch.
 //
 // One thread serves every connection with poll(), so a client that connects and sends
 // nothing, or trickles its request a byte at a time (slowloris), cannot hold up the scrapes
 // of others (issue 17; this server used to read one connection at a time). Each connection
 // has request_timeout from its accept to send its request, take the answer and close; then
-// it is closed. A request header over max_request_bytes is answered 431 and closed. At most
-// max_connections are open: a new one closes the oldest. Answers are one request per
-// connection (Connection: close): GET or HEAD /metrics -> 200, another path -> 404, another
-// method -> 405.
+// it is closed. At most max_connections are open: a new one closes the oldest. What is
+// answered to which request (200, 400, 404, 405, 431) is common/metrics_http_request.h's; one
+// request per connection (Connection: close).
 #pragma once
 
 #include <prometheus/collectable.h>
@@ -48,6 +49,10 @@ class PlainMetricsHttpServer {
   Status Start(const std::string& address);
   // The bound port after Start().
   int port() const { return port_; }
+  // Serves `fd`, an already connected stream socket (one end of a socketpair, a connection
+  // accepted elsewhere), as if accepted now: same deadline, same cap. The server owns it from
+  // here on. Call after Start().
+  void Adopt(int fd);
 
  private:
   struct Connection;
@@ -58,11 +63,17 @@ class PlainMetricsHttpServer {
   // Sends queued answer bytes, then half-closes; false on an error.
   bool Send(Connection* c);
   void Accept(std::vector<std::unique_ptr<Connection>>* conns);
-  std::string Answer(const std::string& request) const;
+  // Adds connection `fd` (non-blocking), closing the oldest when at the cap.
+  void Add(int fd, std::vector<std::unique_ptr<Connection>>* conns);
+  // Reads the wake pipe: adopted descriptors, or kStopWord. False when told to stop.
+  bool TakeAdopted(std::vector<std::unique_ptr<Connection>>* conns);
+  std::string Answer(const Connection& c) const;
 
   std::vector<std::shared_ptr<prometheus::Collectable>> sources_;
   MetricsHttpOptions options_;
   int listen_fd_ = -1;
+  // The loop's wake-up: Adopt() writes the descriptor (an int, atomically: below PIPE_BUF),
+  // the destructor kStopWord. No lock needed.
   int wake_[2] = {-1, -1};
   int port_ = 0;
   std::atomic<bool> stop_{false};

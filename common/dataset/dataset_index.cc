@@ -14,6 +14,7 @@
 #include "common/dataset/image_folder.h"
 #include "common/dataset/webdataset.h"
 #include "common/file_util.h"
+#include "common/format.h"
 
 namespace mlcd {
 namespace {
@@ -282,6 +283,20 @@ Status CheckDatasetFingerprint(const DatasetIndex& index) {
                                         FormatMtime(now->mtime_ns) + " (indexed at mtime " +
                                         FormatMtime(f.mtime_ns) + ")" + hint);
     }
+  }
+  return Status::Ok();
+}
+
+Status CheckSampleKey(const std::string& key, const std::string& what) {
+  if (key.size() > kMaxSampleKeyLength) {
+    return Status::InvalidArgument(what + ": its sample key is " + std::to_string(key.size()) +
+                                   " bytes, more than " + std::to_string(kMaxSampleKeyLength) +
+                                   "; rename it");
+  }
+  if (HasControlChars(key)) {
+    return Status::InvalidArgument(what + ": its sample key '" + EscapeControlChars(key) +
+                                   "' holds a control character (shown escaped); rename it "
+                                   "to printable characters");
   }
   return Status::Ok();
 }

@@ -30,8 +30,16 @@ namespace mlcd {
 constexpr int kDatasetIndexVersion = 1;
 // At most this many bytes per sample (a larger member is refused when indexing).
 constexpr uint64_t kMaxSampleBytes = uint64_t{1} << 30;
-// At most this many characters per key; keys hold no tab, newline or carriage return.
+// At most this many characters per key; keys hold no control character (CheckSampleKey).
 constexpr size_t kMaxSampleKeyLength = 4096;
+
+// A sample key from data (a tar member's name up to its extension, an image's path under the
+// folder): at most kMaxSampleKeyLength bytes and no control character (common/format.h's
+// HasControlChars): a tab or newline would break the keys files, and ESC, BEL or backspace
+// would reach terminals and logs through the messages that name the key (issue 30).
+// INVALID_ARGUMENT naming `what` (e.g. "shard 'a.tar' member 'x.jpg'", given with control
+// characters already escaped) and how to fix it.
+Status CheckSampleKey(const std::string& key, const std::string& what);
 
 // A file the samples live in, with the size and modification time it had when indexed.
 struct IndexedFile {

@@ -7,6 +7,7 @@
 
 #include "common/confined_file.h"
 #include "common/file_util.h"
+#include "common/format.h"
 #include "common/npy.h"
 
 namespace mlcd {
@@ -91,13 +92,14 @@ StatusOr<std::vector<int64_t>> AlignFeatureKeys(const DatasetIndex& index,
     auto it = id_of.find(lines[r]);
     if (it == id_of.end()) {
       return Status::InvalidArgument(keys_path + " row " + std::to_string(r) + ": key '" +
-                                     lines[r] + "' is not in the dataset index" + counts);
+                                     EscapeControlChars(lines[r]) +
+                                     "' is not in the dataset index" + counts);
     }
     int64_t& first = row_of_sample[static_cast<size_t>(it->second)];
     if (first >= 0) {
       return Status::InvalidArgument(keys_path + " row " + std::to_string(r) + ": key '" +
-                                     lines[r] + "' is a duplicate of row " + std::to_string(first) +
-                                     counts);
+                                     EscapeControlChars(lines[r]) + "' is a duplicate of row " +
+                                     std::to_string(first) + counts);
     }
     first = static_cast<int64_t>(r);
     sample_of_row[r] = it->second;

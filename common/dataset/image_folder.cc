@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "common/format.h"
+
 namespace mlcd {
 namespace {
 
@@ -30,15 +32,6 @@ Status ListFiles(const fs::path& root, const fs::path& dir, const DataRoots* roo
     return Status::FailedPrecondition("cannot list '" + dir.string() + "': " + ec.message());
   }
   std::sort(out->begin(), out->end());
-  return Status::Ok();
-}
-
-Status CheckKey(const std::string& key, const std::string& root) {
-  if (key.size() > kMaxSampleKeyLength || key.find_first_of("\t\n\r") != std::string::npos) {
-    return Status::InvalidArgument(
-        "'" + root + "/" + key + "': a path with a tab or newline, or longer than " +
-        std::to_string(kMaxSampleKeyLength) + " characters, cannot be a sample key; rename it");
-  }
   return Status::Ok();
 }
 
@@ -78,6 +71,8 @@ StatusOr<DatasetIndex> BuildImageFolderIndex(const std::string& root_arg, const 
       ++index.skipped;
       continue;
     }
+    MLCD_RETURN_IF_ERROR(CheckSampleKey(rel, "image folder '" + EscapeControlChars(root_arg) +
+                                                 "' file '" + EscapeControlChars(rel) + "'"));
     const size_t slash = rel.find('/');
     int32_t class_id = -1;
     if (!index.classes.empty()) {
@@ -92,7 +87,6 @@ StatusOr<DatasetIndex> BuildImageFolderIndex(const std::string& root_arg, const 
           static_cast<int32_t>(std::lower_bound(index.classes.begin(), index.classes.end(), cls) -
                                index.classes.begin());
     }
-    MLCD_RETURN_IF_ERROR(CheckKey(rel, root_arg));
     MLCD_ASSIGN_OR_RETURN(IndexedFile file, StatIndexedFile((root / rel).string()));
     if (file.size > kMaxSampleBytes) {
       return Status::InvalidArgument("'" + file.path + "' is " + std::to_string(file.size) +

@@ -17,6 +17,7 @@
 
 #include "common/confined_file.h"
 #include "common/file_util.h"
+#include "common/format.h"
 
 namespace mlcd {
 namespace {
@@ -218,11 +219,6 @@ Status ShardIndexer::Flush(const std::string& shard) {
                                    it->second + "' and in '" + shard +
                                    "'); keys must be unique across the shards of a dataset");
   }
-  if (pending_.key.size() > kMaxSampleKeyLength ||
-      pending_.key.find_first_of("\t\n\r") != std::string::npos) {
-    return Status::InvalidArgument("shard '" + shard + "': key '" + pending_.key +
-                                   "' holds a tab or newline or is too long");
-  }
   index_->samples.push_back(pending_.sample);
   index_->keys.push_back(pending_.key);
   return Status::Ok();
@@ -247,12 +243,15 @@ Status ShardIndexer::OnMember(struct archive* a, struct archive_entry* entry, in
                               const std::string& shard, uint32_t file) {
   const char* raw_name = archive_entry_pathname(entry);
   const std::string name = raw_name ? raw_name : "";
-  const std::string where = "shard '" + shard + "' member '" + name + "'";
+  // Names come from the data: shown with control characters escaped (issue 30).
+  const std::string where =
+      "shard '" + EscapeControlChars(shard) + "' member '" + EscapeControlChars(name) + "'";
   std::string key, extension;
   if (archive_entry_filetype(entry) != AE_IFREG || !SplitMemberName(name, &key, &extension)) {
     return Status::Ok();  // directories, links, members without an extension
   }
   if (!active_ || key != pending_.key) {
+    MLCD_RETURN_IF_ERROR(CheckSampleKey(key, where));
     MLCD_RETURN_IF_ERROR(Flush(shard));
     pending_ = Pending{key, false, IndexedSample{}};
     pending_.sample.file = file;
@@ -284,7 +283,7 @@ Status ShardIndexer::OnMember(struct archive* a, struct archive_entry* entry, in
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
     if (!IsDigits(text) || text.size() > 9) {
       return Status::InvalidArgument(where + " must hold a non-negative class number, holds '" +
-                                     text + "'");
+                                     EscapeControlChars(text) + "'");
     }
     pending_.sample.class_id = std::stoi(text);
     if (static_cast<size_t>(pending_.sample.class_id) >= index_->classes.size()) {

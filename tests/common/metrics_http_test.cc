@@ -3,6 +3,7 @@
 // request a byte at a time) held up every scrape. Now a silent client does not delay a GET,
 // and is closed at its deadline; an oversized request is answered 431 and closed.
 #include "common/metrics_http.h"
+#include "common/metrics_http_request.h"
 #include "tests/testing/http.h"
 
 #include <arpa/inet.h>
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace mlcd {
@@ -183,6 +185,85 @@ TEST_F(MetricsHttpTest, ConnectionsOverTheCapCloseTheOldest) {
   ReadUntilClosed(idle[3], std::chrono::milliseconds(200), &closed);
   EXPECT_FALSE(closed);
   for (int fd : idle) ::close(fd);
+}
+
+// The verdict of `request` fed at once, and checked to be the same fed a byte at a time.
+MetricsHttpVerdict Verdict(const std::string& request, bool* head = nullptr,
+                           size_t max = kMaxMetricsHttpRequestBytes) {
+  MetricsRequestParser whole(max), bytewise(max);
+  whole.Feed(request);
+  for (char c : request) bytewise.Feed(std::string_view(&c, 1));
+  EXPECT_EQ(whole.verdict(), bytewise.verdict()) << request;
+  if (head) *head = whole.head();
+  return whole.verdict();
+}
+
+TEST(MetricsRequestParserTest, AnswersByRequestLine) {
+  using V = MetricsHttpVerdict;
+  bool head = false;
+  EXPECT_EQ(Verdict("GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n", &head), V::kMetrics);
+  EXPECT_FALSE(head);
+  EXPECT_EQ(Verdict("HEAD /metrics?name[]=x HTTP/1.0\r\n\r\n", &head), V::kMetrics);
+  EXPECT_TRUE(head);
+  EXPECT_EQ(Verdict("GET /metrics HTTP/1.1\nHost: a\n\n"), V::kMetrics);  // bare LF
+  EXPECT_EQ(Verdict("GET /x HTTP/1.1\r\n\r\n"), V::kNotFound);
+  EXPECT_EQ(Verdict("GET /metrics/ HTTP/1.1\r\n\r\n"), V::kNotFound);
+  EXPECT_EQ(Verdict("GET /metricsx HTTP/1.1\r\n\r\n"), V::kNotFound);
+  EXPECT_EQ(Verdict("POST /metrics HTTP/1.1\r\n\r\n"), V::kBadMethod);
+  EXPECT_EQ(Verdict("BREW /metrics HTTP/1.1\r\n\r\n"), V::kBadMethod);
+  for (const char* bad : {"GET  /metrics HTTP/1.1\r\n\r\n", "GET /metrics HTTP/2\r\n\r\n",
+                          "GET metrics HTTP/1.1\r\n\r\n", "GET /me\x1btrics HTTP/1.1\r\n\r\n",
+                          "G(T /metrics HTTP/1.1\r\n\r\n", "GET /metrics\r\n\r\n", "\r\n\r\n",
+                          "GET /metrics HTTP/1.1 x\r\n\r\n", "GET /metrics HTTP/1.1\r\r\n\r\n"}) {
+    EXPECT_EQ(Verdict(bad), V::kMalformed) << bad;
+  }
+  // Nothing is decided before the empty line (or the size bound).
+  EXPECT_EQ(Verdict("GET /metrics HTTP/1.1\r\nHost: a\r\n"), V::kIncomplete);
+  EXPECT_EQ(Verdict("GET /x HTTP/1.1\r\n\r"), V::kIncomplete);
+  EXPECT_EQ(Verdict("GET /metrics HTTP/1.1\r\nX: " + std::string(50, 'a'), nullptr, 64),
+            V::kTooLarge);
+  const std::string exact = "GET /metrics HTTP/1.1\r\nX: aaaaaaa\r\n\r\n";
+  EXPECT_EQ(Verdict(exact, nullptr, exact.size()), V::kMetrics);
+  EXPECT_EQ(Verdict(exact, nullptr, exact.size() - 1), V::kTooLarge);
+  // Final verdicts stay: what follows the head does not change them.
+  MetricsRequestParser p;
+  EXPECT_EQ(p.Feed("GET /x HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n"), V::kNotFound);
+  EXPECT_EQ(p.Feed(std::string(20000, 'a')), V::kNotFound);
+}
+
+TEST(MetricsRequestParserTest, AnswersAreWellFormed) {
+  const std::string ok = MetricsHttpAnswer(MetricsHttpVerdict::kMetrics, false, "m 1\n");
+  EXPECT_EQ(ok,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            "Content-Length: 4\r\nConnection: close\r\n\r\nm 1\n");
+  const std::string head = MetricsHttpAnswer(MetricsHttpVerdict::kMetrics, true, "m 1\n");
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");
+  EXPECT_NE(head.find("Content-Length: 4\r\n"), std::string::npos);
+  EXPECT_EQ(MetricsHttpAnswer(MetricsHttpVerdict::kMalformed, false, "")
+                .rfind("HTTP/1.1 400 Bad Request\r\n", 0),
+            0u);
+}
+
+// Adopt(): a socketpair's end served as if accepted (the fuzz target drives the server so).
+TEST_F(MetricsHttpTest, AnAdoptedSocketIsServedLikeAnAcceptedOne) {
+  ASSERT_NO_FATAL_FAILURE(Start(MetricsHttpOptions()));
+  for (const auto& [request, status] :
+       {std::pair<std::string, std::string>{"GET /metrics HTTP/1.1\r\n\r\n", "200 OK"},
+        {"GET /x HTTP/1.1\r\n\r\n", "404 Not Found"},
+        {"GET  /x HTTP/1.1\r\n\r\n", "400 Bad Request"}}) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    server_->Adopt(sv[1]);
+    ASSERT_TRUE(SendAll(sv[0], request));
+    bool closed = false;
+    const std::string answer = ReadUntilClosed(sv[0], std::chrono::seconds(5), &closed);
+    EXPECT_TRUE(closed);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 " + status + "\r\n", 0), 0u) << answer;
+    if (status == "200 OK") {
+      EXPECT_NE(answer.find("mlcd_test_scrapes_total 7"), std::string::npos);
+    }
+    ::close(sv[0]);
+  }
 }
 
 }  // namespace
