@@ -4,7 +4,10 @@
 //       a state_dict that torchvision.models.VisionTransformer(...) loads with strict=True,
 //       its constructor arguments in vit.json beside it (and printed);
 //   mlcdctl export --checkpoint DIR --format safetensors --out out/model.safetensors
-//       the same tensors as a safetensors file, out/config.json beside it.
+//       the same tensors as a safetensors file, out/config.json beside it;
+//   mlcdctl export --checkpoint DIR --format hf-vit --out vit/     (or hf-clip --out tower/)
+//       a directory (config.json + model.safetensors) that transformers' ViTModel
+//       (CLIPVisionModelWithProjection) .from_pretrained loads strictly.
 // The work happens in `mlcd-worker export` (the binary next to mlcdctl, or --worker-binary /
 // $MLCD_WORKER_BINARY), run here as a child process: mlcdctl has no tensor code.
 #include <cstdio>
@@ -28,9 +31,10 @@ struct ExportOptions {
 };
 
 int RunExport(Context& ctx, const ExportOptions& o) {
-  if (o.format != "torchvision" && o.format != "safetensors")
-    return ctx.Fail(Status::InvalidArgument("--format must be torchvision or safetensors, got \"" +
-                                            o.format + "\""));
+  if (o.format != "torchvision" && o.format != "safetensors" && o.format != "hf-vit" &&
+      o.format != "hf-clip")
+    return ctx.Fail(Status::InvalidArgument(
+        "--format must be torchvision, safetensors, hf-vit or hf-clip, got \"" + o.format + "\""));
   if (!PathExists(o.checkpoint))
     return ctx.Fail(Status::NotFound(o.checkpoint + ": no such checkpoint"));
   WorkerRun run;
@@ -55,6 +59,9 @@ int RunExport(Context& ctx, const ExportOptions& o) {
   std::printf("  config        %s\n", f.value("config", "").c_str());
   if (f.contains("torchvision_call"))
     std::printf("  torchvision   torchvision.models.%s\n", f.value("torchvision_call", "").c_str());
+  if (f.contains("hf_class"))
+    std::printf("  transformers  transformers.%s.from_pretrained(\"%s\")\n",
+                f.value("hf_class", "").c_str(), o.out.c_str());
   return kExitOk;
 }
 
@@ -66,12 +73,19 @@ CommandRegistration reg(65, [](CLI::App& app, Context& ctx) {
       "  --format torchvision   a state_dict .pt that torchvision.models.VisionTransformer(...)\n"
       "                         loads with strict=True; the arguments are printed and written\n"
       "                         to <out>.json\n"
-      "  --format safetensors   the same tensors as .safetensors, config.json beside it");
+      "  --format safetensors   the same tensors as .safetensors, config.json beside it\n"
+      "  --format hf-vit        a directory transformers.ViTModel.from_pretrained loads\n"
+      "                         strictly; pooler_output is our embedding\n"
+      "  --format hf-clip       the same for CLIPVisionModelWithProjection (model.layout clip);\n"
+      "                         image_embeds is our embedding");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "checkpoint directory, or a checkpoint root with LATEST")
       ->required();
-  cmd->add_option("--format", o->format, "torchvision | safetensors")->required();
-  cmd->add_option("--out", o->out, "output file (.pt / .pth, or .safetensors)")->required();
+  cmd->add_option("--format", o->format, "torchvision | safetensors | hf-vit | hf-clip")
+      ->required();
+  cmd->add_option("--out", o->out,
+                  "output file (.pt / .pth, or .safetensors), or directory (hf-vit, hf-clip)")
+      ->required();
   cmd->add_flag("--grey-as-rgb", o->grey_as_rgb,
                 "export a 1-channel (grey) model for torchvision's 3-channel input: each channel "
                 "repeats the grey image");

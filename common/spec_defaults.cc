@@ -54,12 +54,20 @@ void ApplyNormalisationDefaults(int channels, v1::DatasetSpec* data) {
 const std::vector<ModelPreset>& ModelPresets() {
   static const std::vector<ModelPreset> kPresets = {
       // CPU-sized models for 28x28 Fashion-MNIST: patch 7 gives 16 tokens.
-      {"vit-tiny", 192, 6, 3, 7, 0},
-      {"vit-small", 384, 12, 6, 7, 0},
+      {"vit-tiny", 192, 6, 3, 7, 0, "vit"},
+      {"vit-small", 384, 12, 6, 7, 0, "vit"},
       // Paper Table 8.
-      {"vit-b32", 768, 12, 12, 32, 224},
-      {"vit-b16", 768, 12, 12, 16, 224},
-      {"vit-l14", 1024, 24, 16, 14, 224},
+      {"vit-b32", 768, 12, 12, 32, 224, "vit"},
+      {"vit-b16", 768, 12, 12, 16, 224, "vit"},
+      {"vit-l14", 1024, 24, 16, 14, 224, "vit"},
+      // The same sizes in the layout of CLIP's vision tower (ModelSpec.layout "clip"), the
+      // one vision-language models load (docs/export.md, --format hf-clip).
+      {"clip-tiny", 192, 6, 3, 7, 0, "clip"},
+      {"clip-small", 384, 12, 6, 7, 0, "clip"},
+      {"clip-b32", 768, 12, 12, 32, 224, "clip"},
+      {"clip-b16", 768, 12, 12, 16, 224, "clip"},
+      {"clip-l14", 1024, 24, 16, 14, 224, "clip"},
+      {"clip-l14-336", 1024, 24, 16, 14, 336, "clip"},
   };
   return kPresets;
 }
@@ -118,6 +126,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
     if (model->heads() == 0) model->set_heads(preset->heads);
     if (model->patch_size() == 0) model->set_patch_size(preset->patch_size);
     if (model->image_size() == 0 && preset->image_size) model->set_image_size(preset->image_size);
+    if (model->layout().empty()) model->set_layout(preset->layout);
   }
   if (data->format() == "fashion-mnist") {
     if (model->image_size() == 0) model->set_image_size(28);
@@ -131,6 +140,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (model->embed_dim() == 0) model->set_embed_dim(512);
   if (model->pooling().empty()) model->set_pooling("cls");
   if (model->stem().empty()) model->set_stem("patch");
+  if (model->layout().empty()) model->set_layout("vit");
+  if (model->activation().empty()) model->set_activation("gelu");
 
   auto* opt = spec->mutable_optimizer();
   if (opt->name().empty()) opt->set_name("adamw");

@@ -14,17 +14,20 @@
 
 namespace mlcd {
 
-// A ViT size (paper Table 8 for the B/L presets).
+// A ViT size (paper Table 8 for the B/L presets) and block layout.
 struct ModelPreset {
   const char* name;
   int width;
   int depth;
   int heads;
-  int patch_size;  // 0 = keep the spec's / dataset's choice
-  int image_size;  // 0 = the dataset's
+  int patch_size;      // 0 = keep the spec's / dataset's choice
+  int image_size;      // 0 = the dataset's
+  const char* layout;  // ModelSpec.layout: "vit" or "clip"
 };
 
-// "vit-tiny", "vit-small", "vit-b32", "vit-b16", "vit-l14".
+// "vit-tiny", "vit-small", "vit-b32", "vit-b16", "vit-l14", and their CLIP-layout twins
+// "clip-tiny", "clip-small", "clip-b32", "clip-b16", "clip-l14", plus "clip-l14-336" (the
+// LLaVA-1.5 tower's size).
 const std::vector<ModelPreset>& ModelPresets();
 // NOT_FOUND-style INVALID_ARGUMENT listing the known presets when `name` is unknown.
 StatusOr<ModelPreset> FindModelPreset(const std::string& name);

@@ -228,8 +228,9 @@ void CheckLoss(const SectionContext& s, std::vector<SpecProblem>* problems) {
   c.OneOf("margin_type", loss.margin_type(), MarginTypeNames());
 }
 
-// model: a known preset, a ViT shape that divides (width by heads, image by patch), pooling
-// and a stem that reaches the patch grid.
+// model: a known preset, a ViT shape that divides (width by heads, image by patch), pooling,
+// a stem that reaches the patch grid, a layout and activation (the CLIP layout with class-token
+// pooling and the patch stem only).
 void CheckModel(const SectionContext& s, std::vector<SpecProblem>* problems) {
   const auto& m = s.spec.model();
   Checker c(problems, s.prefix + "model");
@@ -263,6 +264,14 @@ void CheckModel(const SectionContext& s, std::vector<SpecProblem>* problems) {
   }
   c.OneOf("pooling", m.pooling(), {"cls", "mean"});
   c.OneOf("stem", m.stem(), {"patch", "conv"});
+  c.OneOf("layout", m.layout(), {"vit", "clip"});
+  c.OneOf("activation", m.activation(), {"gelu", "quick_gelu"});
+  if (m.layout() == "clip" && m.pooling() == "mean")
+    c.Add("pooling", "\"mean\" with layout \"clip\": CLIP's vision tower pools its class token; "
+                     "use pooling \"cls\" or layout \"vit\"");
+  if (m.layout() == "clip" && m.stem() == "conv")
+    c.Add("stem", "\"conv\" with layout \"clip\": CLIP's vision tower embeds patches with one "
+                  "convolution; use stem \"patch\" or layout \"vit\"");
   if (m.stem() == "conv" && m.patch_size() >= 1 && m.image_size() >= 1 &&
       m.image_size() % m.patch_size() == 0 && ConvStemLayers(m.image_size(), m.patch_size()) < 0) {
     c.Add("stem", "\"conv\" halves the image side with each layer and cannot reach " +

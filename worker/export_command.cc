@@ -1,14 +1,17 @@
-// `mlcd-worker export`: a checkpoint's encoder as a torchvision state dict (.pt) or a
-// safetensors file, with its config beside it (worker/model/export.h). What `mlcdctl export`
-// runs; also usable by hand (docs/export.md).
+// `mlcd-worker export`: a checkpoint's encoder as a torchvision state dict (.pt), a
+// safetensors file, with its config beside it (worker/model/export.h), or a Hugging Face
+// transformers directory (worker/model/hf_export.h). What `mlcdctl export` runs; also usable
+// by hand (docs/export.md).
 //
 //   mlcd-worker export --checkpoint ckpt/ --format torchvision --out vit.pt
 //   mlcd-worker export --checkpoint ckpt/ --format safetensors --out out/model.safetensors
+//   mlcd-worker export --checkpoint ckpt/ --format hf-clip --out tower/
 //
 // Without --progress-jsonl it prints what it wrote and the torchvision constructor call. With
 // it, one event per line:
 //   {"event":"finished","weights":"vit.pt","config":"vit.json","tensor_names":"torchvision",
 //    "torchvision_args":{...},"tensors":152,"parameters":87849472,"model":"..."}
+//   (hf-vit / hf-clip: "tensor_names":"transformers","hf_class":"ViTModel", no torchvision_*)
 //   {"event":"error","message":"FAILED_PRECONDITION: ..."}  (then exit status 1)
 #include <iostream>
 #include <memory>
@@ -43,7 +46,8 @@ int RunExport(const ExportFlags& flags) {
     return fail(Status::InvalidArgument(
         "no model: pass --checkpoint DIR (a checkpoint, or a checkpoint root with LATEST)"));
   if (flags.out.empty())
-    return fail(Status::InvalidArgument("no output: pass --out FILE (.pt or .safetensors)"));
+    return fail(Status::InvalidArgument(
+        "no output: pass --out FILE (.pt or .safetensors) or DIR (hf-vit, hf-clip)"));
   auto format = ParseExportFormat(flags.format);
   if (!format.ok()) return fail(format.status().WithContext("--format"));
 
@@ -65,10 +69,13 @@ int RunExport(const ExportFlags& flags) {
                           {"weights", result->weights_path},
                           {"config", result->config_path},
                           {"format", ExportFormatName(*format)},
-                          {"tensor_names", result->torchvision_names ? "torchvision" : "mlcd"},
+                          {"tensor_names", !result->hf_class.empty() ? "transformers"
+                                           : result->torchvision_names ? "torchvision"
+                                                                       : "mlcd"},
                           {"tensors", result->tensors},
                           {"parameters", result->parameters},
                           {"model", model->description}};
+  if (!result->hf_class.empty()) event["hf_class"] = result->hf_class;
   if (result->torchvision_names) {
     event["torchvision_args"] = TorchvisionArgsJson(result->torchvision_args);
     event["torchvision_call"] = TorchvisionArgsCall(result->torchvision_args);
@@ -80,6 +87,9 @@ int RunExport(const ExportFlags& flags) {
     if (result->torchvision_names)
       std::cout << "torchvision: torchvision.models."
                 << TorchvisionArgsCall(result->torchvision_args) << "\n";
+    if (!result->hf_class.empty())
+      std::cout << "transformers: " << result->hf_class << ".from_pretrained(\"" << flags.out
+                << "\")\n";
   }
   return 0;
 }
@@ -90,13 +100,17 @@ CommandRegistration export_registration(45, [](CLI::App& app, int* exit_code) {
       "export",
       "Write a checkpoint's encoder for other tools: --format torchvision (a state_dict .pt "
       "that\ntorchvision.models.VisionTransformer loads with strict=True) or --format "
-      "safetensors;\nthe config (constructor arguments, model options) goes beside it as JSON.");
+      "safetensors;\nthe config (constructor arguments, model options) goes beside it as JSON. "
+      "--format hf-vit / hf-clip:\na directory transformers' ViTModel / "
+      "CLIPVisionModelWithProjection loads strictly.");
   cmd->add_option("--checkpoint", flags->checkpoint,
                   "checkpoint directory, or a checkpoint root with LATEST")
       ->required();
-  cmd->add_option("--format", flags->format, "torchvision | safetensors")->required();
+  cmd->add_option("--format", flags->format, "torchvision | safetensors | hf-vit | hf-clip")
+      ->required();
   cmd->add_option("--out", flags->out,
-                  "output file: .pt/.pth (torchvision) or .safetensors; its directory is created")
+                  "output file: .pt/.pth (torchvision) or .safetensors, its directory created; "
+                  "hf-vit / hf-clip: the directory")
       ->required();
   cmd->add_flag("--grey-as-rgb", flags->grey_as_rgb,
                 "a 1-channel model as torchvision's 3-channel one, for grey input repeated on "

@@ -292,6 +292,46 @@ TEST_F(CoordinatorEndToEndTest, TinyJobGoesFromSubmittedToSucceeded) {
 // step count is recorded on the job (mlcdctl get shows it), the round ends on its (maybe
 // partial) last epoch, and the evaluation carries its two baselines; a second job on the same
 // data reads them from the coordinator's cache.
+// The CLIP layout (quick GELU) trains through the whole system, and its checkpoint leaves as
+// a CLIP vision tower (transformers loads it in tests/export/hf_export_test).
+TEST_F(CoordinatorEndToEndTest, ClipLayoutJobTrainsAndExportsAsAClipVisionTower) {
+  TinyJob spec;
+  spec.name = "clip";
+  spec.epochs = 1;
+  spec.model_fields = "layout: clip, activation: quick_gelu";
+  auto submitted = cluster_->Submit(spec.Yaml(), "e2e-clip");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto job = cluster_->WaitForState(submitted->id(), v1::JOB_STATE_SUCCEEDED, seconds(200));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  job = cluster_->Get(submitted->id(), true);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
+  EXPECT_EQ(job->spec().model().layout(), "clip");
+  EXPECT_EQ(job->spec().model().activation(), "quick_gelu");
+  EXPECT_EQ(job->progress().total_steps(), spec.TotalSteps());
+  ASSERT_EQ(job->rounds_size(), 1);
+  const std::string ckpt = job->rounds(0).checkpoint();
+  ASSERT_FALSE(ckpt.empty());
+  std::string out;
+  ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {"export", "--checkpoint", ckpt, "--format", "hf-clip",
+                                            "--out", dir_.Sub("tower")},
+                       &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("CLIP layout, quick GELU"), std::string::npos) << out;
+  auto config = ReadFileToString(dir_.Sub("tower/config.json"));
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto j = nlohmann::json::parse(*config);
+  EXPECT_EQ(j["model_type"], "clip_vision_model");
+  EXPECT_EQ(j["mlcd"]["source"]["checkpoint"], ckpt);
+  // The paper's layout's exporter refuses it, naming the layout.
+  EXPECT_NE(RunCommand(BinPath("mlcdctl"), {"export", "--checkpoint", ckpt, "--format", "hf-vit",
+                                            "--out", dir_.Sub("vit")},
+                       &out),
+            0);
+  EXPECT_NE(out.find("model.layout is \"clip\""), std::string::npos) << out;
+}
+
 TEST_F(CoordinatorEndToEndTest, TimeBudgetedJobSucceedsWithItsBaselines) {
   TinyJob spec;
   spec.limit = 60000;            // all of Fashion-MNIST's training split

@@ -240,7 +240,8 @@ std::string TinyJob::Yaml() const {
   y += "  clustering: {features: {kind: pixels}, k: " + std::to_string(k) +
        ", l: " + std::to_string(l) + ", niter: 4}\n";
   y += "  loss: {variant: mlcd, sample_ratio: 0.5}\n";
-  y += "  model: {width: 32, depth: 1, heads: 2, embed_dim: 32}\n";
+  y += "  model: {width: 32, depth: 1, heads: 2, embed_dim: 32" +
+       (model_fields.empty() ? "" : ", " + model_fields) + "}\n";
   y += "  training:\n";
   y += "    world_size: " + std::to_string(world_size) + "\n";
   y += "    batch_size: " + std::to_string(batch_size) + "\n";

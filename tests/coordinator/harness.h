@@ -97,6 +97,9 @@ struct TinyJob {
   int eval_train_limit = 1000;
   int eval_test_limit = 500;
   std::string name = "tiny";
+  // More model fields, YAML flow-map entries appended after the tiny model's own (e.g.
+  // "layout: clip, activation: quick_gelu").
+  std::string model_fields;
   std::string Yaml() const;
   // Optimizer steps of the whole job.
   int64_t TotalSteps() const;

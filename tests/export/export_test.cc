@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "common/npy.h"
 #include "common/spec_defaults.h"
+#include "tests/export/export_testing.h"
 #include "tests/testing/process.h"
 #include "worker/loss/collectives.h"
 #include "worker/model/export.h"
@@ -88,101 +89,6 @@ TEST(SafetensorsTest, BadInputIsRefused) {
   huge[5] = '\x7f';  // a header size far beyond the file
   ASSERT_TRUE(WriteFileAtomically(dir.Sub("huge.safetensors"), huge).ok());
   EXPECT_EQ(ReadSafetensors(dir.Sub("huge.safetensors")).status().code(), StatusCode::kDataLoss);
-}
-
-// A job spec with the given model fields (protobuf JSON, as spec.json holds it).
-v1::JobSpec ModelSpec(int channels, int image, int patch, int width, int depth, int heads,
-                      double mlp_ratio, int embed, const std::string& pooling,
-                      const std::string& stem) {
-  v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_channels(channels);
-  m->set_image_size(image);
-  m->set_patch_size(patch);
-  m->set_width(width);
-  m->set_depth(depth);
-  m->set_heads(heads);
-  m->set_mlp_ratio(mlp_ratio);
-  m->set_embed_dim(embed);
-  m->set_pooling(pooling);
-  m->set_stem(stem);
-  spec.mutable_training()->set_seed(3);
-  return spec;
-}
-
-// Writes a checkpoint of `spec`'s model under `root` whose every parameter is moved away from
-// its initial value (LayerNorm weights off 1, biases off 0), so a tensor mapped to the wrong
-// place changes the output. Returns the checkpoint directory.
-std::string WriteTestCheckpoint(const std::string& root, const v1::JobSpec& spec) {
-  auto options = worker::VitOptionsFromSpec(spec.model());
-  EXPECT_TRUE(options.ok()) << options.status().ToString();
-  worker::VisionTransformer model(*options);
-  model->ResetParameters(7);
-  {
-    torch::NoGradGuard no_grad;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
-    for (auto& p : model->parameters()) {
-      torch::Tensor noise = torch::empty(p.sizes()).normal_(0.0, 0.05, gen);
-      p.add_(noise);
-    }
-  }
-  worker::FlatParameters flat({model->DecayParameters(), model->NoDecayParameters()});
-  worker::BackboneAdamW optimizer(&flat, worker::BackboneAdamWOptions{});
-  worker::CheckpointState state;
-  state.meta.steps_per_epoch = 1;
-  state.meta.step_in_epoch = 1;
-  state.meta.epoch_complete = true;
-  state.meta.embedding_dim = spec.model().embed_dim();
-  state.spec = &spec;
-  state.model = model;
-  state.flat = &flat;
-  state.optimizer = &optimizer;
-  auto comm = worker::Collectives::Local();
-  auto dir = worker::WriteCheckpoint(root, state, comm.get());
-  EXPECT_TRUE(dir.ok()) << dir.status().ToString();
-  return dir.ok() ? *dir : "";
-}
-
-// Model inputs [n, channels, s, s]: smooth colour patterns and noise, as preprocessed images
-// look.
-Status WriteImages(const std::string& path, int n, int channels, int s) {
-  std::vector<float> v(static_cast<size_t>(n) * channels * s * s);
-  uint64_t state = 12345;
-  auto uniform = [&state] {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<double>(state >> 11) / 9007199254740992.0;
-  };
-  size_t k = 0;
-  for (int i = 0; i < n; ++i) {
-    for (int c = 0; c < channels; ++c) {
-      for (int y = 0; y < s; ++y) {
-        for (int x = 0; x < s; ++x) {
-          const double pattern =
-              std::sin(0.3 * (i + 1) * x + 0.7 * c) * std::cos(0.2 * y * (c + 1));
-          v[k++] = static_cast<float>(i % 2 ? pattern * 1.5 : 2.0 * (uniform() - 0.5));
-        }
-      }
-    }
-  }
-  return WriteNpy(path, NpyDtype::kFloat32, {n, channels, s, s}, v.data());
-}
-
-// The first n Fashion-MNIST test images as model inputs [n, 1, s, s]: the worker's own
-// evaluation preprocessing (scaling, the dataset's normalisation, resize to s).
-Status WriteFashionMnistImages(const std::string& path, int n, int s) {
-  v1::JobSpec spec;
-  ApplyJobSpecDefaults(&spec);
-  MLCD_ASSIGN_OR_RETURN(auto data, worker::OpenImageDataset(spec.dataset(), "test", n));
-  std::vector<int64_t> ids(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i;
-  torch::Tensor pixels = torch::empty({n, 1, data->height(), data->width()}, torch::kUInt8);
-  MLCD_RETURN_IF_ERROR(data->Gather(ids.data(), n, pixels.data_ptr<uint8_t>()));
-  worker::AugmentOptions no_augment;
-  no_augment.enabled = false;
-  torch::Tensor images =
-      worker::PrepareImages(pixels, ids, no_augment, 0, 0, data->mean(), data->stddev(), s)
-          .contiguous();
-  return WriteNpy(path, NpyDtype::kFloat32, {n, 1, s, s}, images.data_ptr<float>());
 }
 
 class ExportTest : public ::testing::Test {
@@ -300,6 +206,82 @@ TEST_F(ExportTest, ModelsTorchvisionCannotExpressAreRefusedNamingTheDifference) 
   EXPECT_NE(j["torchvision_incompatible"].get<std::string>().find("conv"), std::string::npos);
 }
 
+TEST_F(ExportTest, HuggingFaceFormatsRefuseModelsTheirClassCannotExpress) {
+  // The CLIP layout (quick GELU): torchvision and ViTModel cannot express it; hf-clip can.
+  v1::JobSpec clip = ModelSpec(3, 16, 8, 16, 1, 2, 2.0, 8, "cls", "patch");
+  clip.mutable_model()->set_layout("clip");
+  clip.mutable_model()->set_activation("quick_gelu");
+  const std::string clip_ckpt = WriteTestCheckpoint(dir_.Sub("clip"), clip);
+  ASSERT_FALSE(clip_ckpt.empty());
+  std::string out;
+  EXPECT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-vit", "--out",
+                 dir_.Sub("hf-vit")},
+                &out),
+            kExitPrecondition)
+      << out;
+  for (const char* what : {"ViTModel cannot express", "model.layout is \"clip\"", "hf-clip"})
+    EXPECT_NE(out.find(what), std::string::npos) << what << " missing in: " << out;
+  EXPECT_FALSE(PathExists(dir_.Sub("hf-vit")));
+  EXPECT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "torchvision", "--out",
+                 dir_.Sub("x.pt")},
+                &out),
+            kExitPrecondition)
+      << out;
+  for (const char* what : {"model.layout is \"clip\"", "model.activation is \"quick_gelu\"",
+                           "LayerNorm eps"})
+    EXPECT_NE(out.find(what), std::string::npos) << what << " missing in: " << out;
+
+  // The paper's layout with mean pooling and a conv stem: hf-clip names all three.
+  v1::JobSpec vit = ModelSpec(3, 32, 8, 32, 1, 2, 4.0, 16, "mean", "conv");
+  const std::string vit_ckpt = WriteTestCheckpoint(dir_.Sub("vit"), vit);
+  ASSERT_FALSE(vit_ckpt.empty());
+  EXPECT_EQ(Ctl({"export", "--checkpoint", vit_ckpt, "--format", "hf-clip", "--out",
+                 dir_.Sub("hf-clip")},
+                &out),
+            kExitPrecondition)
+      << out;
+  for (const char* what : {"CLIPVisionModelWithProjection cannot express",
+                           "model.layout is \"vit\"", "model.stem is \"conv\"",
+                           "model.pooling is \"mean\"", "--format safetensors"})
+    EXPECT_NE(out.find(what), std::string::npos) << what << " missing in: " << out;
+  EXPECT_FALSE(PathExists(dir_.Sub("hf-clip")));
+
+  // --out names a directory; a file there is refused, and so is --grey-as-rgb.
+  ASSERT_TRUE(WriteFileAtomically(dir_.Sub("file"), "x").ok());
+  EXPECT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-clip", "--out",
+                 dir_.Sub("file")},
+                &out),
+            kExitUsage)
+      << out;
+  EXPECT_NE(out.find("writes a directory"), std::string::npos) << out;
+  EXPECT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-clip", "--out",
+                 dir_.Sub("d"), "--grey-as-rgb"},
+                &out),
+            kExitUsage)
+      << out;
+  EXPECT_NE(out.find("--grey-as-rgb is for --format torchvision"), std::string::npos) << out;
+
+  // What the CLIP export writes: both files, the config naming the class (transformers itself
+  // loads it in hf_export_test).
+  ASSERT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-clip", "--out",
+                 dir_.Sub("tower")},
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("CLIPVisionModelWithProjection.from_pretrained"), std::string::npos) << out;
+  auto config = ReadFileToString(dir_.Sub("tower/config.json"));
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto j = nlohmann::json::parse(*config);
+  EXPECT_EQ(j["model_type"], "clip_vision_model");
+  EXPECT_EQ(j["hidden_act"], "quick_gelu");
+  EXPECT_EQ(j["projection_dim"], 8);
+  auto file = ReadSafetensors(dir_.Sub("tower/model.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->tensors.count("vision_model.embeddings.patch_embedding.bias"), 0u);
+  EXPECT_EQ(file->tensors.at("vision_model.pre_layrnorm.weight").shape,
+            std::vector<int64_t>({16}));
+}
+
 TEST_F(ExportTest, BadRequestsAndCheckpointsGetClearErrors) {
   std::string out;
   EXPECT_EQ(Ctl({"export", "--checkpoint", dir_.Sub("nope"), "--format", "torchvision", "--out",
@@ -316,7 +298,7 @@ TEST_F(ExportTest, BadRequestsAndCheckpointsGetClearErrors) {
       Ctl({"export", "--checkpoint", ckpt, "--format", "onnx", "--out", dir_.Sub("x.pt")}, &out),
       kExitUsage)
       << out;
-  EXPECT_NE(out.find("torchvision or safetensors"), std::string::npos) << out;
+  EXPECT_NE(out.find("torchvision, safetensors, hf-vit or hf-clip"), std::string::npos) << out;
   EXPECT_EQ(Ctl({"export", "--checkpoint", ckpt, "--format", "torchvision", "--out",
                  dir_.Sub("x.safetensors")},
                 &out),

@@ -44,7 +44,9 @@ TEST(VitOptionsTest, PresetsFollowTheSpecAndPaperTable8) {
   for (const Expect& e :
        {Expect{"vit-tiny", 192, 6, 3, 7, 28, 17}, Expect{"vit-small", 384, 12, 6, 7, 28, 17},
         Expect{"vit-b32", 768, 12, 12, 32, 224, 50}, Expect{"vit-b16", 768, 12, 12, 16, 224, 197},
-        Expect{"vit-l14", 1024, 24, 16, 14, 224, 257}}) {
+        Expect{"vit-l14", 1024, 24, 16, 14, 224, 257}, Expect{"clip-b16", 768, 12, 12, 16, 224, 197},
+        Expect{"clip-l14", 1024, 24, 16, 14, 224, 257},
+        Expect{"clip-l14-336", 1024, 24, 16, 14, 336, 577}}) {
     v1::JobSpec spec;
     spec.mutable_model()->set_preset(e.preset);
     ApplyJobSpecDefaults(&spec);
@@ -58,6 +60,125 @@ TEST(VitOptionsTest, PresetsFollowTheSpecAndPaperTable8) {
     EXPECT_EQ(o->tokens(), e.tokens) << e.preset;
     EXPECT_EQ(o->embed_dim, 512) << e.preset;
     EXPECT_EQ(o->mlp_hidden(), 4 * e.width) << e.preset;
+    // The CLIP twins: CLIP's layout and LayerNorm eps, the same sizes.
+    const bool clip = std::string(e.preset).rfind("clip-", 0) == 0;
+    EXPECT_EQ(o->layout, clip ? VitLayout::kClip : VitLayout::kVit) << e.preset;
+    EXPECT_EQ(o->layer_norm_eps, clip ? kClipLayerNormEps : kVitLayerNormEps) << e.preset;
+    EXPECT_EQ(o->activation, VitActivation::kGelu) << e.preset;
+  }
+}
+
+TEST(VitOptionsTest, ClipLayoutHasClipsParametersAndRefusesWhatClipLacks) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_preset("clip-tiny");
+  spec.mutable_model()->set_activation("quick_gelu");
+  ApplyJobSpecDefaults(&spec);
+  auto o = VitOptionsFromSpec(spec.model());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->activation, VitActivation::kQuickGelu);
+  VisionTransformer clip(*o), vit(Small());
+  auto names = [](VisionTransformer& m) {
+    std::map<std::string, std::vector<int64_t>> out;
+    for (const auto& item : m->named_parameters()) out[item.key()] = item.value().sizes().vec();
+    return out;
+  };
+  auto c = names(clip), v = names(vit);
+  EXPECT_EQ(c.count("patch_bias"), 0u);
+  EXPECT_EQ(v.count("patch_bias"), 1u);
+  EXPECT_EQ(c.at("pre_norm.weight"), std::vector<int64_t>({192}));
+  EXPECT_EQ(v.count("pre_norm.weight"), 0u);
+  EXPECT_NE(DescribeVitOptions(*o).find("CLIP layout, quick GELU"), std::string::npos);
+
+  spec.mutable_model()->set_pooling("mean");
+  o = VitOptionsFromSpec(spec.model());
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("model.layout \"clip\" pools the class token"),
+            std::string::npos)
+      << o.status().ToString();
+  spec.mutable_model()->set_pooling("cls");
+  spec.mutable_model()->set_stem("conv");
+  EXPECT_FALSE(VitOptionsFromSpec(spec.model()).ok());
+  spec.mutable_model()->set_stem("patch");
+  spec.mutable_model()->set_layout("siglip");
+  o = VitOptionsFromSpec(spec.model());
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("model.layout must be \"vit\" or \"clip\""),
+            std::string::npos);
+  spec.mutable_model()->set_layout("clip");
+  spec.mutable_model()->set_activation("relu");
+  EXPECT_FALSE(VitOptionsFromSpec(spec.model()).ok());
+}
+
+// The CLIP layout by hand: a LayerNorm on the embeddings (no patch bias), blocks, the class
+// token through the final LayerNorm and the projection; and its gradient against central
+// finite differences in double precision (reference path, quick GELU).
+TEST(VitTest, ClipLayoutForwardByHandAndGradientByFiniteDifferences) {
+  VitOptions o = Small();
+  o.layout = VitLayout::kClip;
+  o.activation = VitActivation::kQuickGelu;
+  o.layer_norm_eps = kClipLayerNormEps;
+  o.depth = 1;
+  o.attention = AttentionImpl::kReference;
+  VisionTransformer model(o);
+  model->ResetParameters(5);
+  model->to(torch::kDouble);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.05);
+  }
+  torch::manual_seed(17);
+  torch::Tensor x = torch::randn({2, 1, 28, 28}, torch::kDouble);
+  auto params = model->named_parameters();
+  {
+    // Forward by hand.
+    torch::NoGradGuard no_grad;
+    torch::Tensor patches = x.reshape({2, 1, 4, 7, 4, 7}).permute({0, 2, 4, 1, 3, 5}).reshape(
+        {2, 16, 49});
+    torch::Tensor t = torch::matmul(patches, params["patch_weight"].view({32, 49}).t());
+    t = torch::cat({params["cls_token"].view({1, 1, 32}).expand({2, 1, 32}), t}, 1) +
+        params["pos_embed"];
+    auto ln = [&](const torch::Tensor& h, const std::string& name) {
+      return torch::layer_norm(h, {32}, params[name + ".weight"], params[name + ".bias"], 1e-5);
+    };
+    t = ln(t, "pre_norm");
+    std::vector<torch::Tensor> hidden = model->HiddenStates(x);
+    ASSERT_EQ(hidden.size(), 2u);
+    EXPECT_LT(MaxAbsDiff(hidden[0], t), 1e-12);
+    torch::Tensor h = ln(t, "block0.norm1");
+    torch::Tensor qkv = torch::linear(h, params["block0.qkv.weight"], params["block0.qkv.bias"]);
+    torch::Tensor attn = ReferenceSelfAttention(qkv.reshape({34, 96}), 2, 4).view({2, 17, 32});
+    t = t + torch::linear(attn, params["block0.proj.weight"], params["block0.proj.bias"]);
+    h = torch::linear(ln(t, "block0.norm2"), params["block0.fc1.weight"],
+                      params["block0.fc1.bias"]);
+    h = h * torch::sigmoid(1.702 * h);
+    t = t + torch::linear(h, params["block0.fc2.weight"], params["block0.fc2.bias"]);
+    EXPECT_LT(MaxAbsDiff(hidden[1], t), 1e-12);
+    torch::Tensor e = torch::matmul(ln(t.select(1, 0), "norm"), params["head"].t());
+    EXPECT_LT(MaxAbsDiff(model->forward(x), e), 1e-12);
+  }
+  torch::Tensor w = torch::randn({2, 24}, torch::kDouble);
+  auto loss = [&] { return (model->forward(x) * w).sum(); };
+  loss().backward();
+  for (const char* name : {"pre_norm.weight", "pre_norm.bias", "patch_weight", "cls_token",
+                           "block0.fc1.weight", "block0.qkv.weight", "head"}) {
+    torch::Tensor p = params[name];
+    torch::Tensor flat = p.view({-1});
+    for (int64_t i : {int64_t{0}, flat.numel() / 2, flat.numel() - 1}) {
+      const double h = 1e-6;
+      double plus, minus;
+      {
+        torch::NoGradGuard no_grad;
+        const double v = flat[i].item<double>();
+        flat[i] = v + h;
+        plus = loss().item<double>();
+        flat[i] = v - h;
+        minus = loss().item<double>();
+        flat[i] = v;
+      }
+      const double numeric = (plus - minus) / (2 * h);
+      EXPECT_NEAR(p.grad().view({-1})[i].item<double>(), numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
+          << name << "[" << i << "]";
+    }
   }
 }
 
@@ -249,11 +370,24 @@ TEST(VitTest, ConvStemIsStridedConvolutionsThenAProjection) {
 }
 
 TEST(VitTest, FusedAndReferenceModelsAgreeInOutputAndGradients) {
-  for (VitStem stem : {VitStem::kPatch, VitStem::kConv}) {
-    SCOPED_TRACE(stem == VitStem::kConv ? "conv stem" : "patch stem");
+  // The paper's layout with both stems, and the CLIP layout with each activation.
+  struct Case {
+    VitStem stem;
+    VitLayout layout;
+    VitActivation activation;
+  };
+  for (const Case& c : {Case{VitStem::kPatch, VitLayout::kVit, VitActivation::kGelu},
+                        Case{VitStem::kConv, VitLayout::kVit, VitActivation::kGelu},
+                        Case{VitStem::kPatch, VitLayout::kClip, VitActivation::kGelu},
+                        Case{VitStem::kPatch, VitLayout::kClip, VitActivation::kQuickGelu}}) {
+    SCOPED_TRACE(std::string(c.stem == VitStem::kConv ? "conv stem" : "patch stem") +
+                 (c.layout == VitLayout::kClip ? ", CLIP layout" : "") +
+                 (c.activation == VitActivation::kQuickGelu ? ", quick GELU" : ""));
     torch::manual_seed(125);
     VitOptions fused_o = Small(), ref_o = Small();
-    fused_o.stem = ref_o.stem = stem;
+    fused_o.stem = ref_o.stem = c.stem;
+    fused_o.layout = ref_o.layout = c.layout;
+    fused_o.activation = ref_o.activation = c.activation;
     ref_o.attention = AttentionImpl::kReference;
     VisionTransformer fused(fused_o), ref(ref_o);
     fused->ResetParameters(7);
@@ -277,30 +411,44 @@ TEST(VitTest, FusedAndReferenceModelsAgreeInOutputAndGradients) {
 // take their forward-only variants (worker/model/fused_inference.h). Same features as the
 // training forward, and no autograd state at all.
 TEST(VitTest, ForwardOnlyGivesTheTrainingForwardsFeatures) {
-  for (VitStem stem : {VitStem::kPatch, VitStem::kConv}) {
-    for (VitPooling pooling : {VitPooling::kCls, VitPooling::kMean}) {
-      SCOPED_TRACE(std::string(stem == VitStem::kConv ? "conv" : "patch") + " stem, " +
-                   (pooling == VitPooling::kCls ? "cls" : "mean") + " pooling");
-      torch::manual_seed(41);
-      VitOptions o = Small(pooling);
-      o.stem = stem;
-      VisionTransformer model(o);
-      model->ResetParameters(9);
-      torch::Tensor x = torch::randn({5, 1, 28, 28});
-      for (VitFeatures kind : {VitFeatures::kEmbedding, VitFeatures::kBlocks, VitFeatures::kTokens,
-                               VitFeatures::kPooled}) {
-        torch::Tensor training = model->Features(x, kind, 2);
-        ASSERT_TRUE(training.requires_grad());  // the training forward built a graph
-        torch::Tensor forward_only;
-        {
-          torch::NoGradGuard no_grad;
-          forward_only = model->Features(x, kind, 2);
-        }
-        EXPECT_FALSE(forward_only.requires_grad());
-        EXPECT_FALSE(forward_only.grad_fn());
-        EXPECT_EQ(forward_only.sizes(), training.sizes());
-        EXPECT_LE(MaxAbsDiff(forward_only, training.detach()), 1e-5) << VitFeaturesName(kind);
+  struct Case {
+    VitStem stem;
+    VitPooling pooling;
+    bool clip;  // the CLIP layout with quick GELU
+  };
+  for (const Case& c : {Case{VitStem::kPatch, VitPooling::kCls, false},
+                        Case{VitStem::kPatch, VitPooling::kMean, false},
+                        Case{VitStem::kConv, VitPooling::kCls, false},
+                        Case{VitStem::kConv, VitPooling::kMean, false},
+                        Case{VitStem::kPatch, VitPooling::kCls, true}}) {
+    const VitStem stem = c.stem;
+    const VitPooling pooling = c.pooling;
+    SCOPED_TRACE(std::string(stem == VitStem::kConv ? "conv" : "patch") + " stem, " +
+                 (pooling == VitPooling::kCls ? "cls" : "mean") + " pooling" +
+                 (c.clip ? ", CLIP layout, quick GELU" : ""));
+    torch::manual_seed(41);
+    VitOptions o = Small(pooling);
+    o.stem = stem;
+    if (c.clip) {
+      o.layout = VitLayout::kClip;
+      o.activation = VitActivation::kQuickGelu;
+    }
+    VisionTransformer model(o);
+    model->ResetParameters(9);
+    torch::Tensor x = torch::randn({5, 1, 28, 28});
+    for (VitFeatures kind : {VitFeatures::kEmbedding, VitFeatures::kBlocks, VitFeatures::kTokens,
+                             VitFeatures::kPooled}) {
+      torch::Tensor training = model->Features(x, kind, 2);
+      ASSERT_TRUE(training.requires_grad());  // the training forward built a graph
+      torch::Tensor forward_only;
+      {
+        torch::NoGradGuard no_grad;
+        forward_only = model->Features(x, kind, 2);
       }
+      EXPECT_FALSE(forward_only.requires_grad());
+      EXPECT_FALSE(forward_only.grad_fn());
+      EXPECT_EQ(forward_only.sizes(), training.sizes());
+      EXPECT_LE(MaxAbsDiff(forward_only, training.detach()), 1e-5) << VitFeaturesName(kind);
     }
   }
 }

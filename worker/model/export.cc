@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "worker/model/hf_export.h"
 #include "worker/model/safetensors.h"
 
 namespace mlcd::worker {
@@ -75,14 +76,26 @@ Status WriteSafetensorsFile(const std::string& path, const std::vector<ExportTen
 }  // namespace
 
 StatusOr<ExportFormat> ParseExportFormat(const std::string& name) {
-  if (name == "torchvision") return ExportFormat::kTorchvision;
-  if (name == "safetensors") return ExportFormat::kSafetensors;
+  for (ExportFormat f : {ExportFormat::kTorchvision, ExportFormat::kSafetensors,
+                         ExportFormat::kHfVit, ExportFormat::kHfClip}) {
+    if (name == ExportFormatName(f)) return f;
+  }
   return Status::InvalidArgument("unknown export format \"" + name +
-                                 "\": use torchvision or safetensors");
+                                 "\": use torchvision, safetensors, hf-vit or hf-clip");
 }
 
 const char* ExportFormatName(ExportFormat format) {
-  return format == ExportFormat::kTorchvision ? "torchvision" : "safetensors";
+  switch (format) {
+    case ExportFormat::kTorchvision:
+      return "torchvision";
+    case ExportFormat::kSafetensors:
+      return "safetensors";
+    case ExportFormat::kHfVit:
+      return "hf-vit";
+    case ExportFormat::kHfClip:
+      return "hf-clip";
+  }
+  return "?";
 }
 
 json TorchvisionArgsJson(const TorchvisionVitArgs& a) {
@@ -118,6 +131,13 @@ Status CheckTorchvisionExpressible(const VitOptions& o, bool grey_as_rgb) {
                            "on 3 channels"
                          : "") +
         ")");
+  if (o.layout != VitLayout::kVit)
+    differences.push_back(
+        "model.layout is \"clip\" (torchvision's VisionTransformer has no LayerNorm after the "
+        "embeddings and a patch-embedding bias; --format hf-clip writes this layout)");
+  if (o.activation != VitActivation::kGelu)
+    differences.push_back(
+        "model.activation is \"quick_gelu\" (torchvision's VisionTransformer uses exact GELU)");
   if (std::abs(o.layer_norm_eps - kTorchvisionLayerNormEps) > 1e-12)
     differences.push_back("the LayerNorm eps is " + std::to_string(o.layer_norm_eps) +
                           " (torchvision's is 1e-6)");
@@ -208,8 +228,11 @@ json ExportConfig(const VitOptions& o, const ExportSettings& settings, bool torc
                 {"embed_dim", o.embed_dim},
                 {"pooling", o.pooling == VitPooling::kCls ? "cls" : "mean"},
                 {"stem", o.stem == VitStem::kConv ? "conv" : "patch"},
+                {"layout", o.layout == VitLayout::kClip ? "clip" : "vit"},
                 {"layer_norm_eps", o.layer_norm_eps},
-                {"activation", "gelu (exact, erf)"},
+                {"activation", o.activation == VitActivation::kQuickGelu
+                                   ? "quick_gelu (x * sigmoid(1.702 x))"
+                                   : "gelu (exact, erf)"},
                 {"output", "the projected embedding, not L2-normalised"}};
   if (o.stem == VitStem::kConv) model["stem_channels"] = o.stem_channels();
   json config = {{"format", ExportFormatName(settings.format)},
@@ -232,12 +255,16 @@ json ExportConfig(const VitOptions& o, const ExportSettings& settings, bool torc
 std::string ExportConfigPath(ExportFormat format, const std::string& out) {
   fs::path p(out);
   if (format == ExportFormat::kTorchvision) return p.replace_extension(".json").string();
+  if (format == ExportFormat::kHfVit || format == ExportFormat::kHfClip)
+    return (p / "config.json").string();
   return (p.parent_path() / "config.json").string();
 }
 
 StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, const ExportSettings& settings,
                                    const std::string& out, const json& source) {
   const ExportFormat format = settings.format;
+  if (format == ExportFormat::kHfVit || format == ExportFormat::kHfClip)
+    return ExportHuggingFace(model, settings, out, source);
   const bool grey = settings.grey_as_rgb;
   if (grey && model.options().channels != 1)
     return Status::InvalidArgument("--grey-as-rgb is for 1-channel models; this one has " +

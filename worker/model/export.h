@@ -11,6 +11,9 @@
 //                 it. A model torchvision cannot express keeps our own parameter names
 //                 (VisionTransformerImpl::named_parameters()) there; config.json says which
 //                 ("tensor_names": "torchvision" | "mlcd").
+//   hf-vit        <out>/ a directory transformers.ViTModel.from_pretrained loads strictly
+//   hf-clip       <out>/ the same for CLIPVisionModelWithProjection (the "clip" layout); both
+//                 in worker/model/hf_export.h.
 //
 // The mapping onto torchvision 0.14's VisionTransformer (python3-torchvision in Debian 12):
 //   cls_token [D]               -> class_token [1, 1, D]
@@ -39,9 +42,9 @@
 
 namespace mlcd::worker {
 
-enum class ExportFormat { kTorchvision, kSafetensors };
+enum class ExportFormat { kTorchvision, kSafetensors, kHfVit, kHfClip };
 
-// "torchvision" or "safetensors"; INVALID_ARGUMENT listing both otherwise.
+// "torchvision", "safetensors", "hf-vit" or "hf-clip"; INVALID_ARGUMENT listing them otherwise.
 StatusOr<ExportFormat> ParseExportFormat(const std::string& name);
 const char* ExportFormatName(ExportFormat format);
 
@@ -64,7 +67,8 @@ std::string TorchvisionArgsCall(const TorchvisionVitArgs& args);
 
 // OK when torchvision's VisionTransformer computes exactly what `options` describes;
 // otherwise FAILED_PRECONDITION naming every difference (conv stem, mean pooling, channels
-// other than 3, LayerNorm eps other than 1e-6) and what to do instead. With `grey_as_rgb`, a
+// other than 3, the CLIP layout, quick GELU, LayerNorm eps other than 1e-6) and what to do
+// instead. With `grey_as_rgb`, a
 // 1-channel model is expressible too (see TorchvisionStateDict).
 Status CheckTorchvisionExpressible(const VitOptions& options, bool grey_as_rgb = false);
 TorchvisionVitArgs TorchvisionArgs(const VitOptions& options);
@@ -99,6 +103,7 @@ struct ExportResult {
   nlohmann::json config;     // its contents
   bool torchvision_names = false;
   TorchvisionVitArgs torchvision_args;  // when torchvision_names
+  std::string hf_class;                 // hf-vit / hf-clip: the transformers class
   int64_t tensors = 0;
   int64_t parameters = 0;  // elements of all tensors
 };
@@ -110,13 +115,14 @@ nlohmann::json ExportConfig(const VitOptions& options, const ExportSettings& set
                             bool torchvision_names, const nlohmann::json& source);
 
 // Writes `model` in settings.format to `out` (the .pt / .safetensors path; its directory is created)
-// and the config beside it. FAILED_PRECONDITION for a model the format cannot express,
-// INVALID_ARGUMENT for an `out` with a wrong extension or that is a directory.
+// and the config beside it; for hf-vit / hf-clip `out` is the directory (ExportHuggingFace).
+// FAILED_PRECONDITION for a model the format cannot express, INVALID_ARGUMENT for an `out`
+// with a wrong extension or that is a directory.
 StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, const ExportSettings& settings,
                                    const std::string& out, const nlohmann::json& source);
 
 // Where the config of an export to `out` goes: <out without extension>.json for
-// torchvision, <directory of out>/config.json for safetensors.
+// torchvision, <directory of out>/config.json for safetensors, <out>/config.json for hf-*.
 std::string ExportConfigPath(ExportFormat format, const std::string& out);
 
 }  // namespace mlcd::worker

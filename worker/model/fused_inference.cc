@@ -35,10 +35,11 @@ torch::Tensor AttentionInference(const torch::Tensor& qkv_in, int64_t batch, int
   return out;
 }
 
-torch::Tensor GeluInference(const torch::Tensor& x_in) {
+torch::Tensor GeluInference(const torch::Tensor& x_in, bool quick) {
   torch::Tensor x = x_in.contiguous();
   torch::Tensor y = torch::empty_like(x);
-  kernels::GeluForward(x.data_ptr<float>(), y.data_ptr<float>(), nullptr, x.numel());
+  auto forward = quick ? kernels::QuickGeluForward : kernels::GeluForward;
+  forward(x.data_ptr<float>(), y.data_ptr<float>(), nullptr, x.numel());
   return y;
 }
 

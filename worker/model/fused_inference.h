@@ -24,8 +24,9 @@ torch::Tensor LinearCompute(const torch::Tensor& x, const torch::Tensor& weight,
 
 // softmax(scale * Q K^T) V from the fused qkv [B*T, 3*width]: [B*T, width].
 torch::Tensor AttentionInference(const torch::Tensor& qkv, int64_t batch, int64_t heads);
-// Exact GELU (kernels::GeluForward without the derivative).
-torch::Tensor GeluInference(const torch::Tensor& x);
+// Exact GELU (kernels::GeluForward without the derivative); with `quick`, quick GELU
+// (kernels::QuickGeluForward).
+torch::Tensor GeluInference(const torch::Tensor& x, bool quick = false);
 // LayerNorm over the last dimension (row moments not kept).
 torch::Tensor LayerNormInference(const torch::Tensor& x, const torch::Tensor& weight,
                                  const torch::Tensor& bias, double eps);

@@ -2,11 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <algorithm>
 #include <cmath>
-#include <sstream>
 
-#include "common/job_spec.h"
 #include "worker/model/fused_inference.h"
 #include "worker/model/vit_kernels.h"
 #include "worker/torch_compat.h"
@@ -65,20 +62,25 @@ class FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFu
   }
 };
 
+// The CPU kernel of exact GELU or (quick) quick GELU, value and derivative in one pass.
+void ActivationForward(const torch::Tensor& x, torch::Tensor& y, torch::Tensor& dydx, bool quick) {
+  auto forward = quick ? kernels::QuickGeluForward : kernels::GeluForward;
+  forward(x.data_ptr<float>(), y.data_ptr<float>(), dydx.data_ptr<float>(), x.numel());
+}
+
 class FusedGeluFunction : public torch::autograd::Function<FusedGeluFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in, bool quick) {
     torch::Tensor x = x_in.contiguous();
     torch::Tensor y = torch::empty_like(x);
     torch::Tensor dydx = torch::empty_like(x);
-    kernels::GeluForward(x.data_ptr<float>(), y.data_ptr<float>(), dydx.data_ptr<float>(),
-                         x.numel());
+    ActivationForward(x, y, dydx, quick);
     ctx->save_for_backward({dydx});
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto saved = ctx->get_saved_variables();
-    return {grad_outputs[0] * saved[0]};
+    return {grad_outputs[0] * saved[0], torch::Tensor()};
   }
 };
 
@@ -159,18 +161,18 @@ class FeatureMapToRowsFunction : public torch::autograd::Function<FeatureMapToRo
   }
 };
 
-// y = GELU(h) W^T + b + residual: the MLP's second half. GELU and its derivative come from
-// one pass; the backward forms dL/dh = (g W) * GELU'(h) in place in the fresh product.
+// y = GELU(h) W^T + b + residual: the MLP's second half (quick GELU with `quick`). The
+// activation and its derivative come from one pass; the backward forms
+// dL/dh = (g W) * GELU'(h) in place in the fresh product.
 class GeluLinearFunction : public torch::autograd::Function<GeluLinearFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h_in,
                                const torch::Tensor& weight, const torch::Tensor& bias,
-                               const torch::Tensor& residual) {
+                               const torch::Tensor& residual, bool quick) {
     torch::Tensor h = h_in.contiguous();
     torch::Tensor act = torch::empty_like(h);
     torch::Tensor dact = torch::empty_like(h);
-    kernels::GeluForward(h.data_ptr<float>(), act.data_ptr<float>(), dact.data_ptr<float>(),
-                         h.numel());
+    ActivationForward(h, act, dact, quick);
     ctx->save_for_backward({act, dact});
     return LinearForward(ctx, act, weight, bias, residual);
   }
@@ -182,7 +184,7 @@ class GeluLinearFunction : public torch::autograd::Function<GeluLinearFunction> 
       grad_h = torch::mm(g, ctx->saved_data["weight"].toTensor()).mul_(saved[1]);
     AccumulateLinearGradients(ctx, g, saved[0], &grad_w, &grad_b);
     if (ctx->needs_input_grad(3)) grad_r = g;
-    return {grad_h, grad_w, grad_b, grad_r};
+    return {grad_h, grad_w, grad_b, grad_r, torch::Tensor()};
   }
 };
 
@@ -269,8 +271,19 @@ torch::Tensor ReferenceSelfAttention(const torch::Tensor& qkv, int64_t batch, in
 
 torch::Tensor FusedGelu(const torch::Tensor& x) {
   if (x.device().is_cpu() && x.scalar_type() == torch::kFloat)
-    return ForwardOnly() ? GeluInference(x) : FusedGeluFunction::apply(x);
+    return ForwardOnly() ? GeluInference(x) : FusedGeluFunction::apply(x, false);
   return torch::gelu(x);
+}
+
+torch::Tensor FusedQuickGelu(const torch::Tensor& x) {
+  if (x.device().is_cpu() && x.scalar_type() == torch::kFloat)
+    return ForwardOnly() ? GeluInference(x, true) : FusedGeluFunction::apply(x, true);
+  return ReferenceActivation(x, VitActivation::kQuickGelu);
+}
+
+torch::Tensor ReferenceActivation(const torch::Tensor& x, VitActivation activation) {
+  if (activation == VitActivation::kGelu) return torch::gelu(x);
+  return x * torch::sigmoid(x * kernels::kQuickGeluSlope);
 }
 
 torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
@@ -285,95 +298,6 @@ torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight
               " needs weight and bias of its last size and type");
   if (ForwardOnly()) return LayerNormInference(x, weight, bias, eps);
   return FusedLayerNormFunction::apply(x, weight, bias, eps);
-}
-
-int VitOptions::mlp_hidden() const { return static_cast<int>(std::lround(mlp_ratio * width)); }
-
-std::vector<int> VitOptions::stem_channels() const {
-  std::vector<int> channels;
-  if (stem != VitStem::kConv) return channels;
-  const int layers = ConvStemLayers(image_size, patch_size);
-  for (int i = 0; i < layers; ++i) channels.push_back(std::max(1, width >> (layers - 1 - i)));
-  return channels;
-}
-
-Status ValidateVitOptions(const VitOptions& o) {
-  auto positive = [](const char* name, double v) -> Status {
-    if (v > 0) return Status::Ok();
-    return Status::InvalidArgument(std::string("model.") + name + " must be positive, got " +
-                                   std::to_string(v));
-  };
-  MLCD_RETURN_IF_ERROR(positive("image_size", o.image_size));
-  MLCD_RETURN_IF_ERROR(positive("patch_size", o.patch_size));
-  MLCD_RETURN_IF_ERROR(positive("channels", o.channels));
-  MLCD_RETURN_IF_ERROR(positive("width", o.width));
-  MLCD_RETURN_IF_ERROR(positive("depth", o.depth));
-  MLCD_RETURN_IF_ERROR(positive("heads", o.heads));
-  MLCD_RETURN_IF_ERROR(positive("mlp_ratio", o.mlp_ratio));
-  MLCD_RETURN_IF_ERROR(positive("embed_dim", o.embed_dim));
-  if (o.width % o.heads != 0) {
-    return Status::InvalidArgument("model.width (" + std::to_string(o.width) +
-                                   ") must be divisible by model.heads (" +
-                                   std::to_string(o.heads) + ")");
-  }
-  if (o.image_size % o.patch_size != 0) {
-    return Status::InvalidArgument("model.image_size (" + std::to_string(o.image_size) +
-                                   ") must be divisible by model.patch_size (" +
-                                   std::to_string(o.patch_size) + ")");
-  }
-  if (o.mlp_hidden() < 1)
-    return Status::InvalidArgument("model.mlp_ratio * model.width must be at least 1");
-  if (o.stem == VitStem::kConv && ConvStemLayers(o.image_size, o.patch_size) < 0) {
-    return Status::InvalidArgument(
-        "model.stem \"conv\" cannot reach " + std::to_string(o.image_size / o.patch_size) +
-        " tokens per side from model.image_size " + std::to_string(o.image_size) +
-        " by halving; use stem \"patch\" or another model.patch_size");
-  }
-  return Status::Ok();
-}
-
-StatusOr<VitOptions> VitOptionsFromSpec(const v1::ModelSpec& spec) {
-  VitOptions o;
-  o.image_size = spec.image_size();
-  o.patch_size = spec.patch_size();
-  o.channels = spec.channels();
-  o.width = spec.width();
-  o.depth = spec.depth();
-  o.heads = spec.heads();
-  o.mlp_ratio = spec.mlp_ratio();
-  o.embed_dim = spec.embed_dim();
-  // An enum field's spelling (empty = the first, the default) or INVALID_ARGUMENT naming it.
-  auto choose = [](const char* field, const std::string& value, auto first, auto second,
-                   const char* first_name, const char* second_name, auto* out) -> Status {
-    if (value.empty() || value == first_name) {
-      *out = first;
-    } else if (value == second_name) {
-      *out = second;
-    } else {
-      return Status::InvalidArgument(std::string("model.") + field + " must be \"" + first_name +
-                                     "\" or \"" + second_name + "\", got \"" + value + "\"");
-    }
-    return Status::Ok();
-  };
-  MLCD_RETURN_IF_ERROR(choose("pooling", spec.pooling(), VitPooling::kCls, VitPooling::kMean, "cls",
-                              "mean", &o.pooling));
-  MLCD_RETURN_IF_ERROR(
-      choose("stem", spec.stem(), VitStem::kPatch, VitStem::kConv, "patch", "conv", &o.stem));
-  MLCD_RETURN_IF_ERROR(ValidateVitOptions(o));
-  return o;
-}
-
-std::string DescribeVitOptions(const VitOptions& o) {
-  std::ostringstream s;
-  s << "width " << o.width << ", depth " << o.depth << ", heads " << o.heads << ", patch "
-    << o.patch_size << ", image " << o.image_size << "x" << o.image_size << "x" << o.channels
-    << ", mlp " << o.mlp_hidden() << ", embed " << o.embed_dim << ", "
-    << (o.pooling == VitPooling::kCls ? "cls" : "mean") << " pooling, " << o.tokens() << " tokens";
-  if (o.stem == VitStem::kConv) {
-    s << ", conv stem";
-    for (int c : o.stem_channels()) s << " " << c;
-  }
-  return s.str();
 }
 
 VisionTransformerImpl::VisionTransformerImpl(const VitOptions& options) : options_(options) {
@@ -394,10 +318,16 @@ VisionTransformerImpl::VisionTransformerImpl(const VitOptions& options) : option
   } else {
     patch_weight_ = register_parameter("patch_weight", torch::empty({d, options_.channels, p, p}));
   }
-  patch_bias_ = register_parameter("patch_bias", torch::empty({d}));
+  if (options_.layout == VitLayout::kVit)
+    patch_bias_ = register_parameter("patch_bias", torch::empty({d}));
   if (options_.pooling == VitPooling::kCls)
     cls_token_ = register_parameter("cls_token", torch::empty({d}));
   pos_embed_ = register_parameter("pos_embed", torch::empty({options_.tokens(), d}));
+  if (options_.layout == VitLayout::kClip) {
+    pre_norm_ = register_module(
+        "pre_norm",
+        torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(options_.layer_norm_eps)));
+  }
   for (int i = 0; i < options_.depth; ++i) {
     auto block =
         register_module("block" + std::to_string(i), std::make_shared<torch::nn::Module>());
@@ -439,10 +369,14 @@ void VisionTransformerImpl::ResetParameters(uint64_t seed) {
     init(layer.norm->bias, zeros);
   }
   init(patch_weight_, trunc(0.02));
-  init(patch_bias_, zeros);
+  if (patch_bias_.defined()) init(patch_bias_, zeros);
   if (cls_token_.defined())
     init(cls_token_, [&gen](torch::Tensor& t) { t.normal_(0.0, 1e-6, gen); });
   init(pos_embed_, [&gen](torch::Tensor& t) { t.normal_(0.0, 0.02, gen); });
+  if (pre_norm_) {
+    init(pre_norm_->weight, ones);
+    init(pre_norm_->bias, zeros);
+  }
   for (auto& b : blocks_) {
     for (auto* ln : {&b.norm1, &b.norm2}) {
       init((*ln)->weight, ones);
@@ -517,11 +451,18 @@ torch::Tensor VisionTransformerImpl::BlockForward(const Block& b, torch::Tensor 
   torch::Tensor qkv = Linear(h, b.qkv->weight, b.qkv->bias);
   x = Linear(Attention(qkv, batch), b.proj->weight, b.proj->bias, x);
   h = LayerNorm(x, b.norm2);
-  torch::Tensor hidden = Linear(h, b.fc1->weight, b.fc1->bias);
+  return MlpOut(b, Linear(h, b.fc1->weight, b.fc1->bias), x);
+}
+
+torch::Tensor VisionTransformerImpl::MlpOut(const Block& b, const torch::Tensor& hidden,
+                                            const torch::Tensor& x) {
+  const bool quick = options_.activation == VitActivation::kQuickGelu;
   if (Fused(hidden) && ForwardOnly())
-    return LinearCompute(GeluInference(hidden), b.fc2->weight, b.fc2->bias, x);
-  if (Fused(hidden)) return GeluLinearFunction::apply(hidden, b.fc2->weight, b.fc2->bias, x);
-  return AddResidual(torch::linear(torch::gelu(hidden), b.fc2->weight, b.fc2->bias), x);
+    return LinearCompute(GeluInference(hidden, quick), b.fc2->weight, b.fc2->bias, x);
+  if (Fused(hidden))
+    return GeluLinearFunction::apply(hidden, b.fc2->weight, b.fc2->bias, x, quick);
+  torch::Tensor act = ReferenceActivation(hidden, options_.activation);
+  return AddResidual(torch::linear(act, b.fc2->weight, b.fc2->bias), x);
 }
 
 torch::Tensor VisionTransformerImpl::Tokens(const torch::Tensor& images) {
@@ -547,7 +488,19 @@ torch::Tensor VisionTransformerImpl::Tokens(const torch::Tensor& images) {
   torch::Tensor x = Linear(patches, patch_weight_.view({d, -1}), patch_bias_).view({batch, n, d});
   if (o.pooling == VitPooling::kCls)
     x = torch::cat({cls_token_.view({1, 1, d}).expand({batch, 1, d}), x}, 1);
-  return (x + pos_embed_).view({batch * t, d});
+  x = (x + pos_embed_).view({batch * t, d});
+  return pre_norm_ ? LayerNorm(x, pre_norm_) : x;
+}
+
+std::vector<torch::Tensor> VisionTransformerImpl::HiddenStates(const torch::Tensor& images) {
+  const int64_t batch = images.size(0), t = options_.tokens(), d = options_.width;
+  torch::Tensor x = Tokens(images);
+  std::vector<torch::Tensor> states = {x.view({batch, t, d})};
+  for (const Block& b : blocks_) {
+    x = BlockForward(b, x, batch);
+    states.push_back(x.view({batch, t, d}));
+  }
+  return states;
 }
 
 torch::Tensor VisionTransformerImpl::Pool(const torch::Tensor& x, int64_t batch) const {
@@ -558,29 +511,6 @@ torch::Tensor VisionTransformerImpl::Pool(const torch::Tensor& x, int64_t batch)
 
 torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
   return Features(images, VitFeatures::kEmbedding);
-}
-
-StatusOr<VitFeatures> ParseVitFeatures(const std::string& name) {
-  if (name == "embedding") return VitFeatures::kEmbedding;
-  if (name == "pooled") return VitFeatures::kPooled;
-  if (name == "blocks") return VitFeatures::kBlocks;
-  if (name == "tokens") return VitFeatures::kTokens;
-  return Status::InvalidArgument("unknown feature kind '" + name +
-                                 "': use embedding, pooled, blocks or tokens");
-}
-
-const char* VitFeaturesName(VitFeatures features) {
-  switch (features) {
-    case VitFeatures::kEmbedding:
-      return "embedding";
-    case VitFeatures::kPooled:
-      return "pooled";
-    case VitFeatures::kBlocks:
-      return "blocks";
-    case VitFeatures::kTokens:
-      return "tokens";
-  }
-  return "?";
 }
 
 int64_t VisionTransformerImpl::FeatureDim(VitFeatures features, int blocks) const {

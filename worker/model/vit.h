@@ -7,11 +7,16 @@
 //        channels width/2^(n-1), ..., width/2, width, then a 1x1 projection (patch_weight
 //        [width, width, 1, 1], patch_bias): the same (image/p)^2 tokens
 //     -> + class token ("cls" pooling) and learned position embedding
-//     -> depth x pre-norm block:  x += proj(attention(LN1(x)));  x += fc2(GELU(fc1(LN2(x))))
+//     -> (layout "clip" only) a LayerNorm: CLIP's "pre_layrnorm"
+//     -> depth x pre-norm block:  x += proj(attention(LN1(x)));  x += fc2(act(fc1(LN2(x))))
+//        (act: exact GELU, or quick GELU x * sigmoid(1.702 x))
 //     -> pooling: the class token ("cls") or the mean of the patch tokens ("mean", no class
 //        token at all)
 //     -> final LayerNorm -> projection (no bias) to embed_dim.
 // The output is NOT L2-normalised; the classification layer normalises it.
+// Layout "clip" (VitLayout::kClip) is CLIP's vision tower: the LayerNorm after the
+// embeddings, no patch-embedding bias, LayerNorm eps 1e-5, the class token and the patch stem
+// (Hugging Face's CLIPVisionModelWithProjection computes the same: worker/model/hf_export.h).
 //
 // Speed (CPU): activations stay 2-D ([B*T, width]) so every Linear is one GEMM; the
 // attention reads q/k/v straight out of the fused qkv projection and writes heads already
@@ -41,6 +46,15 @@ namespace mlcd::worker {
 enum class VitPooling { kCls, kMean };
 // How images become tokens (ModelSpec.stem): kPatch "patch", kConv "conv" (see above).
 enum class VitStem { kPatch, kConv };
+// ModelSpec.layout: kVit "vit" (the paper's), kClip "clip" (CLIP's vision tower, see above).
+enum class VitLayout { kVit, kClip };
+// ModelSpec.activation: kGelu "gelu" (exact, erf), kQuickGelu "quick_gelu" (x sigmoid(1.702 x)).
+enum class VitActivation { kGelu, kQuickGelu };
+
+// The LayerNorm eps of each layout: 1e-6 (the paper's ViT, timm, torchvision) and 1e-5
+// (CLIP's vision tower).
+inline constexpr double kVitLayerNormEps = 1e-6;
+inline constexpr double kClipLayerNormEps = 1e-5;
 // What VisionTransformerImpl::Features() returns for evaluation and feature extraction.
 enum class VitFeatures {
   kEmbedding,  // the projected embedding the loss sees (forward()), [B, embed_dim]
@@ -79,7 +93,9 @@ struct VitOptions {
   int embed_dim = 512;
   VitPooling pooling = VitPooling::kCls;
   VitStem stem = VitStem::kPatch;
-  double layer_norm_eps = 1e-6;
+  VitLayout layout = VitLayout::kVit;
+  VitActivation activation = VitActivation::kGelu;
+  double layer_norm_eps = kVitLayerNormEps;
   AttentionImpl attention = AttentionImpl::kFused;
 
   int patches_per_side() const { return image_size / patch_size; }
@@ -93,12 +109,12 @@ struct VitOptions {
 };
 
 // Checks sizes: all positive, width divisible by heads, image_size divisible by
-// patch_size, a conv stem able to reach that grid (ConvStemLayers). INVALID_ARGUMENT naming
-// the field otherwise.
+// patch_size, a conv stem able to reach that grid (ConvStemLayers); the CLIP layout with
+// class-token pooling and the patch stem only. INVALID_ARGUMENT naming the field otherwise.
 Status ValidateVitOptions(const VitOptions& options);
 
 // Options from a model spec on which ApplyJobSpecDefaults() has run (preset already folded
-// in); validated.
+// in); validated. Layout "clip" sets layer_norm_eps to kClipLayerNormEps.
 StatusOr<VitOptions> VitOptionsFromSpec(const v1::ModelSpec& spec);
 
 // "vit-small: width 384, depth 12, heads 6, patch 7, image 28x28x1, embed 512, cls".
@@ -117,6 +133,12 @@ class VisionTransformerImpl : public torch::nn::Module {
                          torch::Tensor* embedding = nullptr);
   // Columns of Features(.., features, blocks).
   int64_t FeatureDim(VitFeatures features, int blocks = 4) const;
+
+  // The hidden states as Hugging Face's output_hidden_states gives them, [B, tokens, width]
+  // each: [0] the block input (embeddings, after the CLIP layout's LayerNorm), [i] the output
+  // of block i (no final LayerNorm); depth + 1 tensors. A LLaVA-style tower takes the patch
+  // tokens of [depth - 1].
+  std::vector<torch::Tensor> HiddenStates(const torch::Tensor& images);
 
   // Deterministic initialisation from `seed` (independent of the global torch RNG and of
   // the thread count): Linear/patch weights N(0, 0.02) truncated at 2 sigma, biases 0,
@@ -138,8 +160,11 @@ class VisionTransformerImpl : public torch::nn::Module {
     torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
   };
   torch::Tensor BlockForward(const Block& block, torch::Tensor x, int64_t batch);
-  // Patch embedding, class token and position embedding: [B*T, width].
+  // Patch embedding, class token and position embedding (and the CLIP layout's LayerNorm):
+  // [B*T, width].
   torch::Tensor Tokens(const torch::Tensor& images);
+  // The MLP's second half, x + fc2(act(hidden)), on the fused or the reference path.
+  torch::Tensor MlpOut(const Block& block, const torch::Tensor& hidden, const torch::Tensor& x);
   // The token pooled as options().pooling says from x [B*T, width]: [B, width].
   torch::Tensor Pool(const torch::Tensor& x, int64_t batch) const;
   torch::Tensor Attention(const torch::Tensor& qkv, int64_t batch);
@@ -156,7 +181,7 @@ class VisionTransformerImpl : public torch::nn::Module {
 
   VitOptions options_;
   torch::Tensor patch_weight_;  // [width, channels, p, p]; conv stem: [width, width, 1, 1]
-  torch::Tensor patch_bias_;    // [width]
+  torch::Tensor patch_bias_;    // [width]; undefined in the CLIP layout
   torch::Tensor cls_token_;     // [width] (cls pooling only)
   torch::Tensor pos_embed_;     // [tokens, width]
   std::vector<Block> blocks_;
@@ -165,6 +190,7 @@ class VisionTransformerImpl : public torch::nn::Module {
     torch::nn::GroupNorm norm{nullptr};
   };
   std::vector<StemLayer> stem_;  // conv stem only
+  torch::nn::LayerNorm pre_norm_{nullptr};  // the CLIP layout's LayerNorm after the embeddings
   torch::nn::LayerNorm norm_{nullptr};
   torch::Tensor head_;  // [embed_dim, width]
 };
@@ -178,6 +204,11 @@ torch::Tensor ReferenceSelfAttention(const torch::Tensor& qkv, int64_t batch, in
 // Exact GELU with the derivative saved in the forward pass; CPU float (other tensors use
 // at::gelu).
 torch::Tensor FusedGelu(const torch::Tensor& x);
+// Quick GELU, x * sigmoid(1.702 x), with the derivative saved in the forward pass; CPU float
+// (other tensors use ReferenceActivation).
+torch::Tensor FusedQuickGelu(const torch::Tensor& x);
+// The activation with plain ATen ops (any device and dtype).
+torch::Tensor ReferenceActivation(const torch::Tensor& x, VitActivation activation);
 // LayerNorm over the last dimension (weight and bias of that size) that keeps each row's
 // mean and 1/std for the backward pass and adds the weight/bias gradients straight into
 // their existing gradient tensors (see VisionTransformerImpl::Linear); CPU float or double

@@ -247,6 +247,29 @@ MLCD_CLONES void GeluInferenceRange(const float* x, float* y, int64_t begin, int
   GeluLoop<false>(x, y, nullptr, begin, end);
 }
 
+// Quick GELU, y = x s, s = sigmoid(1.702 x); dy/dx = s + 1.702 x s (1 - s). FastExp clamps
+// its argument, so s is ~0 (not NaN) for very negative x.
+template <bool kDerivative>
+MLCD_INLINE void QuickGeluLoop(const float* x, float* y, float* dydx, int64_t begin,
+                               int64_t end) {
+  const float alpha = static_cast<float>(kQuickGeluSlope);
+  for (int64_t i = begin; i < end; ++i) {
+    const float xi = x[i];
+    const float s = 1.0f / (1.0f + FastExp(-alpha * xi));
+    y[i] = xi * s;
+    if (kDerivative) dydx[i] = s + alpha * xi * s * (1.0f - s);
+  }
+}
+
+MLCD_CLONES void QuickGeluRange(const float* x, float* y, float* dydx, int64_t begin,
+                                int64_t end) {
+  QuickGeluLoop<true>(x, y, dydx, begin, end);
+}
+
+MLCD_CLONES void QuickGeluInferenceRange(const float* x, float* y, int64_t begin, int64_t end) {
+  QuickGeluLoop<false>(x, y, nullptr, begin, end);
+}
+
 // ---- LayerNorm --------------------------------------------------------------------------
 
 // Row reductions keep kLanes independent partial sums (vectorisable without reassociating
@@ -508,6 +531,16 @@ void GeluForward(const float* x, float* y, float* dydx, int64_t n) {
       GeluRange(x, y, dydx, begin, end);
     } else {
       GeluInferenceRange(x, y, begin, end);
+    }
+  });
+}
+
+void QuickGeluForward(const float* x, float* y, float* dydx, int64_t n) {
+  at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
+    if (dydx != nullptr) {
+      QuickGeluRange(x, y, dydx, begin, end);
+    } else {
+      QuickGeluInferenceRange(x, y, begin, end);
     }
   });
 }

@@ -37,6 +37,11 @@ void AttentionBackward(const double* qkv, const double* probs, const double* gra
 // forward only (the same formula for y).
 void GeluForward(const float* x, float* y, float* dydx, int64_t n);
 
+// Quick GELU (OpenAI CLIP's), y = x * sigmoid(kQuickGeluSlope * x), and its derivative
+// dy/dx = s + kQuickGeluSlope * x * s * (1 - s), in one pass; dydx null: forward only.
+inline constexpr double kQuickGeluSlope = 1.702;
+void QuickGeluForward(const float* x, float* y, float* dydx, int64_t n);
+
 // LayerNorm over the rows of a row-major [rows, cols] matrix:
 //   y = (x - mean) * rstd * gamma + beta,  rstd = 1 / sqrt(var + eps)  (biased variance);
 // also writes each row's mean and rstd ([rows] each) for the backward pass. Each row is
