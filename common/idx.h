@@ -12,6 +12,8 @@
 namespace mlcd {
 
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+// Fashion-MNIST images are grey: one channel.
+inline constexpr int kFashionMnistChannels = 1;
 
 struct IdxImages {
   int64_t count = 0;

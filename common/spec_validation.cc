@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/enums.h"
+#include "common/idx.h"
 #include "common/limits.h"
 #include "common/spec_defaults.h"
 
@@ -228,6 +229,17 @@ void CheckLoss(const SectionContext& s, std::vector<SpecProblem>* problems) {
   c.OneOf("margin_type", loss.margin_type(), MarginTypeNames());
 }
 
+// The images of a format with fixed channels (Fashion-MNIST: 1) must match model.channels;
+// the image formats decode to the model's channels. `where` names the dataset field.
+void CheckDatasetChannels(Checker& c, const v1::ModelSpec& m, const v1::DatasetSpec& d,
+                          const std::string& where) {
+  if (d.format() != "fashion-mnist" || m.channels() < 1 || m.channels() == kFashionMnistChannels)
+    return;
+  c.Add("channels", Checker::Num(m.channels()) + " but fashion-mnist (" + where + ") has " +
+                        Checker::Num(kFashionMnistChannels) +
+                        " channel (grey images); set model.channels: 1 or leave it out");
+}
+
 // model: a known preset, a ViT shape that divides (width by heads, image by patch), pooling,
 // a stem that reaches the patch grid, a layout and activation (the CLIP layout with class-token
 // pooling and the patch stem only).
@@ -251,6 +263,10 @@ void CheckModel(const SectionContext& s, std::vector<SpecProblem>* problems) {
                             " is not divisible by patch_size: " + Checker::Num(m.patch_size()));
   }
   c.InRange("channels", m.channels(), 1, kMaxChannels);
+  CheckDatasetChannels(c, m, s.spec.dataset(), s.prefix + "dataset");
+  if (s.spec.evaluation().enabled() &&
+      s.spec.evaluation().dataset().format() != s.spec.dataset().format())
+    CheckDatasetChannels(c, m, s.spec.evaluation().dataset(), s.prefix + "evaluation.dataset");
   if (!(m.mlp_ratio() > 0 && m.mlp_ratio() <= kMaxMlpRatio))
     c.Add("mlp_ratio",
           Checker::Num(m.mlp_ratio()) + " is not in (0, " + Checker::Num(kMaxMlpRatio) + "]");

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "coordinator/caller_checks.h"
 #include "coordinator/input_checks.h"
+#include "coordinator/tensorboard_log.h"
 
 namespace mlcd::coordinator {
 
@@ -160,6 +161,10 @@ void JobManager::FinishGang(JobEntry* job) {
   }
   job->rec.clear_attempt();
   const auto& e = job->job().evaluation();
+  Status curves = WriteEvaluationScalars(TensorboardDir(options_.data_dir, job->job().id()),
+                                         job->round()->checkpoint_global_step(), e);
+  if (!curves.ok())
+    MLCD_LOG(WARNING) << "TensorBoard scalars of the evaluation: " << curves.ToString();
   Transition(job, v1::JOB_STATE_SUCCEEDED,
              "linear probe accuracy " + Fixed(100 * e.linear_probe_accuracy()) +
                  "%, kNN accuracy " + Fixed(100 * e.knn_accuracy()) + "%");

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/npy.h"
 #include "coordinator/dataset_checks.h"
+#include "coordinator/tensorboard_log.h"
 
 namespace mlcd::coordinator {
 namespace {
@@ -366,6 +367,9 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
     *live->mutable_cluster()->mutable_sizes() = result.sizes();
   live->set_label_set(result.label_set().empty() ? outcome.label_set : result.label_set());
   live->set_assigned(true);
+  Status curves = WriteRoundScalars(TensorboardDir(options_.data_dir, job->job().id()), *live);
+  if (!curves.ok())
+    MLCD_LOG(WARNING) << "TensorBoard scalars of " << round_text << ": " << curves.ToString();
   job->job().set_label_set(live->label_set());
   std::string quality;
   if (result.has_quality()) {

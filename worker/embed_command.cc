@@ -195,8 +195,9 @@ CommandRegistration embed_registration(30, [](CLI::App& app, int* exit_code) {
                                      "Write L2-normalised embeddings of a dataset split as .npy "
                                      "shards (+ .ids.npy, .labels.npy):\n"
                                      "rank R of W embeds rows [N*R/W, N*(R+1)/W) into "
-                                     "DIR/embeddings-<R>-of-<W>.npy. Sample ids are the\n"
-                                     "split's row indices, so the output feeds mlcd-clusterd "
+                                     "DIR/embeddings-RRRRR-of-WWWWW.npy (five digits:\n"
+                                     "embeddings-00000-of-00001.npy for W = 1). Sample ids are "
+                                     "the split's row indices, so the output feeds mlcd-clusterd "
                                      "directly (the next clustering round).");
   cmd->add_option(
       "--assignment", flags->assignment,

@@ -76,6 +76,22 @@ spec:
   EXPECT_TRUE(HasProblem(job.status(), "spec.clustering.l: 12 > k: 10")) << job.status().message();
 }
 
+// Fashion-MNIST is grey: a 3-channel model used to pass and fail at training until the restart
+// budget was spent (issue 29). Both numbers are named; 1 (or the default) passes.
+TEST(JobSpecYaml, ModelChannelsMustMatchFashionMnist) {
+  auto job = LoadJobSpecYaml(std::string(kMinimal) + "  model: {channels: 3}\n");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(HasProblem(job.status(),
+                         "spec.model.channels: 3 but fashion-mnist (spec.dataset) has 1 channel"))
+      << job.status().message();
+  // Reported once: the evaluation dataset defaults to the same one.
+  EXPECT_EQ(job.status().message().find("evaluation.dataset"), std::string::npos)
+      << job.status().message();
+  EXPECT_TRUE(LoadJobSpecYaml(std::string(kMinimal) + "  model: {channels: 1}\n").ok());
+  EXPECT_TRUE(LoadJobSpecYaml(kMinimal).ok());
+}
+
 TEST(JobSpecYaml, EvaluationFeaturesDefaultAndAreChecked) {
   auto job = LoadJobSpecYaml(kMinimal);
   ASSERT_TRUE(job.ok()) << job.status().ToString();

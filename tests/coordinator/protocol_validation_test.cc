@@ -41,6 +41,12 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
       return FromGrpcStatus(cluster_->stub()->SubmitJob(&context, request, &job));
     };
   };
+  // Fashion-MNIST is grey: a 3-channel model is refused at submit and in the dry run (it
+  // used to pass and fail at training until the restart budget was spent).
+  const std::string three_channels = with("embed_dim: 32}", "embed_dim: 32, channels: 3}");
+  v1::SubmitJobRequest dry_three_channels;
+  dry_three_channels.set_spec_yaml(three_channels);
+  dry_three_channels.set_dry_run(true);
   v1::SubmitJobRequest both;
   both.set_spec_yaml(good);
   both.mutable_spec()->mutable_training()->set_world_size(2);
@@ -88,6 +94,14 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
        submit_yaml(with("augment: false", "augment: false, path: /nonexistent/fmnist")),
        StatusCode::kInvalidArgument,
        {"spec.dataset.path"}},
+      {"model channels differ from the dataset's",
+       submit_yaml(three_channels),
+       StatusCode::kInvalidArgument,
+       {"spec.model.channels: 3 but fashion-mnist (spec.dataset) has 1 channel"}},
+      {"model channels differ from the dataset's (dry run)",
+       submit(dry_three_channels),
+       StatusCode::kInvalidArgument,
+       {"spec.model.channels: 3 but fashion-mnist (spec.dataset) has 1 channel"}},
       {"yaml and message",
        submit(both),
        StatusCode::kInvalidArgument,

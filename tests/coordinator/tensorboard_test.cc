@@ -1,0 +1,167 @@
+// TensorBoard event files of a real job (issue 29; docs/metrics.md, "TensorBoard"): a tiny job
+// on the real services and two worker agents, then the coordinator's run in its folder
+// (<data_dir>/jobs/<id>/tensorboard/coordinator) read back with our reader
+// (common/event_file.h) and, when MLCD_INTEROP_PYTHON is set (the interop stage,
+// scripts/run_interop_tests.sh), with TensorBoard's own EventAccumulator
+// (tensorboard_check.py), checking every tag, step and value against the job record. Then the
+// last record of the newest file is cut short, as by a writer killed mid-write: both readers
+// keep every whole record and drop only the cut one.
+#include <dirent.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/event_file.h"
+#include "common/file_util.h"
+#include "tests/coordinator/harness.h"
+#include "tests/coordinator/two_worker_fixture.h"
+
+namespace mlcd::testing {
+namespace {
+
+using std::chrono::seconds;
+// run -> tag -> [(step, value)]
+using Curves = std::map<std::string, std::map<std::string, std::vector<std::pair<int64_t, float>>>>;
+
+std::vector<std::string> EventFilesIn(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("events.out.tfevents.", 0) == 0) out.push_back(dir + "/" + name);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Every run's scalars as our reader sees them (files in name order, as TensorBoard reads them).
+Curves ReadCurves(const std::string& logdir, const std::vector<std::string>& runs) {
+  Curves out;
+  for (const auto& run : runs) {
+    for (const auto& file : EventFilesIn(logdir + "/" + run)) {
+      auto read = ReadEventFile(file);
+      EXPECT_TRUE(read.ok()) << read.status().ToString();
+      if (!read.ok()) continue;
+      EXPECT_FALSE(read->events.empty());
+      if (!read->events.empty()) {
+        EXPECT_EQ(read->events[0].file_version(), kEventFileVersion);
+      }
+      for (const auto& e : read->events) {
+        for (const auto& v : e.summary().value())
+          out[run][v.tag()].push_back({e.step(), v.simple_value()});
+      }
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<std::pair<int64_t, float>>> ExpectedCoordinator(
+    const v1::Job& job, int64_t last_step) {
+  const auto& c = job.rounds(0).cluster();
+  const auto& a = job.rounds(0).assign();
+  auto f = [](double v) { return static_cast<float>(v); };
+  std::map<std::string, std::vector<std::pair<int64_t, float>>> out = {
+      {"clustering/objective", {{0, f(c.final_objective())}}},
+      {"clustering/iterations", {{0, f(c.iterations())}}},
+      {"clustering/seconds", {{0, f(c.seconds())}}},
+      {"clustering/empty_clusters", {{0, f(static_cast<double>(c.sizes().empty_clusters()))}}},
+      {"clustering/imbalance_factor", {{0, f(c.sizes().imbalance_factor())}}},
+      {"labels/approx_recall", {{0, f(a.approx_recall())}}},
+      {"labels/seconds", {{0, f(a.seconds())}}},
+      {"labels/top1_recall", {{0, f(a.quality().top1_recall())}}},
+      {"labels/topl_recall", {{0, f(a.quality().topl_recall())}}},
+      {"labels/nmi", {{0, f(a.quality().nmi())}}},
+      {"labels/clusters_used", {{0, f(static_cast<double>(a.quality().clusters_used()))}}},
+      {"eval/linear_probe_accuracy/model",
+       {{last_step, f(job.evaluation().linear_probe_accuracy())}}},
+      {"eval/knn_accuracy/model", {{last_step, f(job.evaluation().knn_accuracy())}}},
+  };
+  for (const auto& b : job.evaluation().baselines()) {
+    out["eval/linear_probe_accuracy/" + b.name()] = {{last_step, f(b.linear_probe_accuracy())}};
+    out["eval/knn_accuracy/" + b.name()] = {{last_step, f(b.knn_accuracy())}};
+  }
+  return out;
+}
+
+// TensorBoard's EventAccumulator on `logdir` against `want` (only in the interop stage).
+void CheckWithTensorBoard(const std::string& logdir, const Curves& want, const TempDir& tmp) {
+  const char* python = std::getenv("MLCD_INTEROP_PYTHON");
+  if (!python || !*python) {
+    std::cout << "MLCD_INTEROP_PYTHON not set: TensorBoard's reader runs in the interop stage\n";
+    return;
+  }
+  nlohmann::json expect = nlohmann::json::object();
+  for (const auto& [run, tags] : want) {
+    for (const auto& [tag, points] : tags) {
+      for (const auto& [step, value] : points)
+        expect[run][tag].push_back({step, static_cast<double>(value)});
+    }
+  }
+  const std::string expect_path = tmp.Sub("expect.json");
+  std::ofstream(expect_path) << expect.dump();
+  std::string out;
+  EXPECT_EQ(RunCommand(python,
+                       {std::string(MLCD_SOURCE_DIR) + "/tests/coordinator/tensorboard_check.py",
+                        "--logdir", logdir, "--expect", expect_path},
+                       &out),
+            0)
+      << out;
+  std::cout << out;
+}
+
+class TensorboardJobTest : public TwoWorkerClusterTest {};
+
+TEST_F(TensorboardJobTest, EveryTagAndStepIsReadBackAndACutLastRecordIsTolerated) {
+  TinyJob spec;
+  spec.evaluation = true;
+  spec.eval_train_limit = 300;
+  spec.eval_test_limit = 200;
+  auto submitted = cluster_->Submit(spec.Yaml());
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto job = cluster_->WaitForState(submitted->id(), v1::JOB_STATE_SUCCEEDED, seconds(240));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
+  ASSERT_TRUE(job->has_evaluation());
+  ASSERT_TRUE(job->rounds(0).assign().has_quality());
+  ASSERT_TRUE(job->rounds(0).cluster().has_sizes());
+  const std::string logdir =
+      cluster_->coordinator_data_dir() + "/jobs/" + job->id() + "/tensorboard";
+  const int64_t last_step = job->rounds(0).checkpoint_global_step();
+  ASSERT_EQ(last_step, spec.TotalSteps());
+
+  Curves want;
+  want["coordinator"] = ExpectedCoordinator(*job, last_step);
+  const std::vector<std::string> files = EventFilesIn(logdir + "/coordinator");
+  ASSERT_EQ(files.size(), 2u);  // round 0, evaluation
+  EXPECT_EQ(ReadCurves(logdir, {"coordinator"}), want);
+  CheckWithTensorBoard(logdir, want, dir_);
+
+  // The newest file (the evaluation's) cut inside its last record.
+  auto whole = ReadFileToString(files.back());
+  ASSERT_TRUE(whole.ok());
+  ASSERT_TRUE(WriteFileAtomically(files.back(), whole->substr(0, whole->size() - 7)).ok());
+  auto cut = ReadEventFile(files.back());
+  ASSERT_TRUE(cut.ok()) << cut.status().ToString();
+  EXPECT_GT(cut->truncated_tail_bytes, 0u);
+  EXPECT_EQ(cut->events.size(), 1u);  // the file_version record
+  for (auto it = want["coordinator"].begin(); it != want["coordinator"].end();) {
+    it = it->first.rfind("eval/", 0) == 0 ? want["coordinator"].erase(it) : std::next(it);
+  }
+  EXPECT_EQ(ReadCurves(logdir, {"coordinator"}), want);
+  CheckWithTensorBoard(logdir, want, dir_);
+}
+
+}  // namespace
+}  // namespace mlcd::testing
