@@ -9,7 +9,7 @@ every problem, one per line, each with its field path and, for YAML input, the l
 (common/spec_validation.h, ``SpecProblemsToStatus``)::
 
     invalid job spec (2 problems):
-      spec.clustering.l (line 14): 40 must be <= clustering.k (16)
+      spec.model.widht (line 23): unknown field; did you mean width?
       spec.training.batch_size: 63 is not divisible by training.world_size (2)
 
 Other refusals of a single field name it first (``"request_id: longer than 200
