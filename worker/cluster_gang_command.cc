@@ -1,5 +1,5 @@
 // `mlcd-worker cluster-gang`: spherical k-means and top-l assignment of feature shards on a
-// gang of ranks (worker/cluster/, docs/clustering.md "gang engine").
+// gang of ranks (worker/cluster/, docs/clusterd.md "The gang engine").
 //
 //   mlcd-worker cluster-gang --features A.npy --features B.npy --k K --out DIR
 //       [--niter N] [--seed S] [--l L] [--max-points-per-centroid M] [--workspace-mb MB]
