@@ -5,7 +5,6 @@
 #include <faiss/impl/FaissException.h>
 
 #include <chrono>
-#include <random>
 
 #include "clusterd/compute_env.h"
 
@@ -34,27 +33,6 @@ Status ValidateKMeansParams(const SphericalKMeansParams& params, int64_t rows) {
                                    std::to_string(params.max_points_per_centroid));
   MLCD_RETURN_IF_ERROR(CheckThreads(params.threads));
   return Status::Ok();
-}
-
-std::vector<int64_t> SampleRows(int64_t n, int64_t m, uint64_t seed) {
-  std::vector<int64_t> out;
-  if (m >= n) {
-    out.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) out[i] = i;
-    return out;
-  }
-  out.reserve(static_cast<size_t>(m));
-  // Knuth's algorithm S: row i is taken with probability (still needed) / (rows left).
-  std::mt19937_64 rng(seed ^ 0x5eed5a3b1e0fULL);
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  int64_t needed = m;
-  for (int64_t i = 0; i < n && needed > 0; ++i) {
-    if (uniform(rng) * static_cast<double>(n - i) < static_cast<double>(needed)) {
-      out.push_back(i);
-      --needed;
-    }
-  }
-  return out;
 }
 
 StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "clusterd/feature_source.h"
+#include "common/sample_rows.h"
 #include "common/status.h"
 
 namespace mlcd::clusterd {
@@ -78,8 +79,7 @@ StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards,
                                             const SphericalKMeansParams& params,
                                             const KMeansCallbacks& callbacks = {});
 
-// `m` distinct rows of [0, n) drawn uniformly (selection sampling), ascending. m >= n gives
-// every row.
-std::vector<int64_t> SampleRows(int64_t n, int64_t m, uint64_t seed);
+// `m` distinct rows of [0, n) drawn uniformly (selection sampling), ascending (common/).
+using mlcd::SampleRows;
 
 }  // namespace mlcd::clusterd

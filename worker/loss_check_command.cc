@@ -13,9 +13,6 @@
 // [floor(Bρ/N), floor(B(ρ+1)/N)) and classes ShardClassRange(K, N, ρ)); rank 0 writes DIR.
 // Exit codes: 0 success, 2 invalid input or usage, 1 any other failure.
 #include <ATen/ATen.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -25,11 +22,10 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
-#include "common/net.h"
 #include "common/npy.h"
-#include "common/subprocess.h"
 #include "worker/command.h"
 #include "worker/loss/collectives.h"
+#include "worker/loss/local_ranks.h"
 #include "worker/loss/partial_fc.h"
 
 namespace mlcd::worker {
@@ -251,57 +247,6 @@ std::vector<std::string> ChildArgs(const LossCheckArgs& a, int rank,
           "--rendezvous",  rendezvous};
 }
 
-// Forks world_size ranks of this executable and waits for them. Returns the exit code.
-int RunRanks(const LossCheckArgs& a) {
-  int port = PickFreePort();
-  if (port == 0) {
-    std::cerr << "loss-check: could not find a free loopback port for the rendezvous\n";
-    return 1;
-  }
-  const std::string rendezvous = "127.0.0.1:" + std::to_string(port);
-  std::vector<pid_t> children;
-  for (int r = 0; r < a.world_size; ++r) {
-    SpawnOptions spawn;
-    spawn.argv = ChildArgs(a, r, rendezvous);
-    spawn.executable = "/proc/self/exe";
-    spawn.exec_error_prefix = "loss-check: exec of a rank failed";
-    StatusOr<pid_t> pid = Spawn(spawn);
-    if (!pid.ok()) {
-      std::cerr << "loss-check: " << pid.status().message() << "\n";
-      for (pid_t c : children) ::kill(c, SIGTERM);
-      for (pid_t c : children) WaitForExit(c);
-      return 1;
-    }
-    children.push_back(*pid);
-  }
-  int exit_code = 0;
-  size_t remaining = children.size();
-  while (remaining > 0) {
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) break;
-    size_t idx = 0;
-    while (idx < children.size() && children[idx] != pid) ++idx;
-    if (idx == children.size()) continue;
-    children[idx] = -1;
-    --remaining;
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-    if (code != 0) {
-      if (exit_code == 0) {
-        std::cerr << "loss-check: rank " << idx << " of " << a.world_size << " failed ("
-                  << (WIFEXITED(status) ? "exit code " + std::to_string(code)
-                                        : "signal " + std::to_string(WTERMSIG(status)))
-                  << "); stopping the other ranks\n";
-        exit_code = code == 2 ? 2 : 1;
-      }
-      for (pid_t c : children) {
-        if (c > 0) ::kill(c, SIGTERM);
-      }
-    }
-  }
-  return exit_code;
-}
-
 int RunLossCheck(const LossCheckArgs& a) {
   SetLogComponent(a.rank >= 0 ? "loss-check r" + std::to_string(a.rank) : "loss-check");
   if (a.world_size < 1 || a.world_size > 64) {
@@ -325,7 +270,11 @@ int RunLossCheck(const LossCheckArgs& a) {
     std::cerr << "loss-check: " << inputs.status().ToString() << "\n";
     return 2;
   }
-  if (a.world_size > 1 && a.rank < 0) return RunRanks(a);
+  if (a.world_size > 1 && a.rank < 0) {
+    return RunLocalRanks("loss-check", a.world_size, [&a](int rank, const std::string& rdv) {
+      return ChildArgs(a, rank, rdv);
+    });
+  }
   Status s = ComputeRank(a, *inputs, std::max(a.rank, 0), a.world_size);
   if (!s.ok()) {
     std::cerr << "loss-check" << (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string())

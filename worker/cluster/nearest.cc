@@ -1,0 +1,64 @@
+#include "worker/cluster/nearest.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace mlcd::worker::cluster {
+namespace {
+
+at::Tensor Scores(const at::Tensor& chunk, const at::Tensor& centroids_t, bool bf16) {
+  if (!bf16) return at::mm(chunk, centroids_t);
+  return at::mm(chunk.to(at::kBFloat16), centroids_t).to(at::kFloat);
+}
+
+}  // namespace
+
+int64_t ChunkRows(int64_t workspace_bytes, int64_t k) {
+  return std::max<int64_t>(1, workspace_bytes / (std::max<int64_t>(k, 1) * 4));
+}
+
+Status ValidateSearchOptions(const SearchOptions& options, const at::Tensor& rows) {
+  if (options.workspace_bytes < 4)
+    return Status::InvalidArgument("search workspace must be at least 4 bytes, got " +
+                                   std::to_string(options.workspace_bytes));
+  if (options.bf16 && !rows.is_cuda())
+    return Status::InvalidArgument(
+        "bf16 assignment is for CUDA devices only; the CPU path is float32 (turn bf16 off)");
+  return Status::Ok();
+}
+
+double AccumulateNearest(const at::Tensor& rows, const at::Tensor& centroids,
+                         const SearchOptions& options, at::Tensor& sums, at::Tensor& counts) {
+  const int64_t n = rows.size(0), k = centroids.size(0);
+  const int64_t step = ChunkRows(options.workspace_bytes, k);
+  at::Tensor centroids_t =
+      options.bf16 ? centroids.to(at::kBFloat16).t() : centroids.t();
+  at::Tensor objective = at::zeros({}, rows.options().dtype(at::kDouble));
+  for (int64_t b = 0; b < n; b += step) {
+    at::Tensor chunk = rows.narrow(0, b, std::min(step, n - b));
+    auto [best, index] = at::max(Scores(chunk, centroids_t, options.bf16), 1);
+    objective += best.sum(at::kDouble);
+    sums.index_add_(0, index, chunk.to(sums.scalar_type()));
+    counts.index_add_(0, index, at::ones({chunk.size(0)}, counts.options()));
+  }
+  return objective.item<double>();
+}
+
+Status SearchTopL(const at::Tensor& rows, const at::Tensor& centroids, int l,
+                  const SearchOptions& options,
+                  const std::function<Status(int64_t, const at::Tensor&, const at::Tensor&)>& sink) {
+  const int64_t n = rows.size(0), k = centroids.size(0);
+  const int64_t step = ChunkRows(options.workspace_bytes, k);
+  at::Tensor centroids_t =
+      options.bf16 ? centroids.to(at::kBFloat16).t() : centroids.t();
+  for (int64_t b = 0; b < n; b += step) {
+    at::Tensor chunk = rows.narrow(0, b, std::min(step, n - b));
+    auto [scores, labels] = at::topk(Scores(chunk, centroids_t, options.bf16), l, 1,
+                                     /*largest=*/true, /*sorted=*/true);
+    MLCD_RETURN_IF_ERROR(sink(b, scores, labels));
+  }
+  return Status::Ok();
+}
+
+}  // namespace mlcd::worker::cluster

@@ -1,0 +1,249 @@
+// `mlcd-worker cluster-gang`: spherical k-means and top-l assignment of feature shards on a
+// gang of ranks (worker/cluster/, docs/clusterd.md "The gang engine").
+//
+//   mlcd-worker cluster-gang --features A.npy --features B.npy --k K --out DIR
+//       [--niter N] [--seed S] [--l L] [--max-points-per-centroid M] [--workspace-mb MB]
+//       [--checkpoint FILE] [--checkpoint-every N] [--trace] [--threads T]
+//       [--world-size W] [--timeout SECONDS]
+//
+// Rank r of W reads global rows [n*r/W, n*(r+1)/W) of the shards (in order). --world-size
+// W > 1 forks W local ranks over Gloo on a free loopback port. Outputs: rank 0 writes
+// DIR/centroids.npy (k x d float32) and DIR/stats.json (per-iteration objective, imbalance,
+// splits); every rank writes DIR/labels.r<rank>.npy (its rows x l int32, best first) and
+// DIR/sample.r<rank>.npy (the global ids of its training-sample rows, int64); with --trace
+// rank 0 also writes DIR/trace/iter<i>.npy, the centroids after iteration i.
+// Exit codes: 0 success, 2 invalid input or usage, 1 any other failure.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/npy.h"
+#include "worker/cluster/feature_rows.h"
+#include "worker/cluster/gang_assign.h"
+#include "worker/cluster/gang_kmeans.h"
+#include "worker/cluster/gang_layout.h"
+#include "worker/command.h"
+#include "worker/loss/collectives.h"
+#include "worker/loss/local_ranks.h"
+
+namespace mlcd::worker {
+namespace {
+
+struct ClusterGangArgs {
+  std::vector<std::string> features;
+  std::string out, checkpoint;
+  int k = 0, niter = 20, l = 8, max_points_per_centroid = 256, checkpoint_every = 5;
+  uint64_t seed = 1234;
+  int64_t workspace_mb = 512;
+  bool trace = false;
+  int threads = 1;
+  int world_size = 1;
+  double timeout_seconds = 120;
+  int rank = -1;  // set by the parent for its child ranks only
+  std::string rendezvous;
+};
+
+Status WriteTensor(const std::string& path, const at::Tensor& t) {
+  at::Tensor c = t.to(at::kCPU).contiguous();
+  const NpyDtype dtype = c.scalar_type() == at::kFloat ? NpyDtype::kFloat32
+                         : c.scalar_type() == at::kInt ? NpyDtype::kInt32
+                                                       : NpyDtype::kInt64;
+  return WriteNpy(path, dtype, c.sizes().vec(), c.data_ptr());
+}
+
+std::string StatsJson(const cluster::GangKMeansResult& km, int world, int64_t d, int k) {
+  std::string s = "{\"world_size\": " + std::to_string(world) + ", \"rows\": " +
+                  std::to_string(km.total_rows) + ", \"train_rows\": " +
+                  std::to_string(km.train_rows) + ", \"k\": " + std::to_string(k) +
+                  ", \"d\": " + std::to_string(d) + ", \"resumed_after\": " +
+                  std::to_string(km.resumed_after) + ", \"iterations\": [";
+  for (size_t i = 0; i < km.iterations.size(); ++i) {
+    const auto& it = km.iterations[i];
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "%s{\"iteration\": %d, \"objective\": %.10g, \"imbalance_factor\": %.6g, "
+                  "\"splits\": %d, \"seconds\": %.4f}",
+                  i ? ", " : "", it.iteration, it.objective, it.imbalance_factor, it.splits,
+                  it.seconds);
+    s += buf;
+  }
+  return s + "]}\n";
+}
+
+Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, int rank,
+               int world) {
+  at::set_num_threads(a.threads);
+  std::unique_ptr<Collectives> comm;
+  if (world == 1) {
+    comm = Collectives::Local();
+  } else {
+    CollectivesOptions co;
+    co.rank = rank;
+    co.world_size = world;
+    co.rendezvous = a.rendezvous;
+    co.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
+    co.store_prefix = "cluster-gang";
+    MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(co));
+  }
+  const int64_t b = cluster::EvenSplitBegin(features.rows(), world, rank);
+  const int64_t e = cluster::EvenSplitBegin(features.rows(), world, rank + 1);
+  at::Tensor rows = features.Read(b, e, at::kCPU);
+
+  cluster::GangKMeansParams p;
+  p.k = a.k;
+  p.niter = a.niter;
+  p.seed = a.seed;
+  p.max_points_per_centroid = a.max_points_per_centroid;
+  p.search.workspace_bytes = a.workspace_mb << 20;
+  p.checkpoint_path = a.checkpoint;
+  p.checkpoint_every = a.checkpoint_every;
+  cluster::GangKMeansCallbacks cb;
+  const std::string trace_dir = a.out + "/trace";
+  Status trace_status;
+  if (a.trace && rank == 0) {
+    MLCD_RETURN_IF_ERROR(MakeDirs(trace_dir));
+    cb.on_iteration = [&](const cluster::GangKMeansIterationStats& s, const at::Tensor& c) {
+      Status st = WriteTensor(trace_dir + "/iter" + std::to_string(s.iteration) + ".npy", c);
+      if (trace_status.ok()) trace_status = st;
+    };
+  }
+  MLCD_ASSIGN_OR_RETURN(cluster::GangKMeansResult km,
+                        cluster::TrainGangKMeans(rows, b, p, *comm, cb));
+  MLCD_RETURN_IF_ERROR(trace_status);
+
+  cluster::GangAssignParams ap;
+  ap.l = a.l;
+  ap.search = p.search;
+  at::Tensor labels = at::empty({e - b, a.l}, at::kInt);
+  MLCD_ASSIGN_OR_RETURN(
+      cluster::GangAssignStats as,
+      cluster::AssignGangTopL(rows, b, km.centroids, ap, *comm,
+                              [&](int64_t first, const labelstore::LabelBatch& batch) {
+                                std::copy(batch.labels.begin(), batch.labels.end(),
+                                          labels.data_ptr<int32_t>() + (first - b) * a.l);
+                                return Status::Ok();
+                              }));
+  MLCD_RETURN_IF_ERROR(MakeDirs(a.out));
+  const std::string r = std::to_string(rank);
+  MLCD_RETURN_IF_ERROR(WriteTensor(a.out + "/labels.r" + r + ".npy", labels));
+  MLCD_RETURN_IF_ERROR(WriteTensor(a.out + "/sample.r" + r + ".npy", km.local_sample_rows));
+  if (rank != 0) return Status::Ok();
+  MLCD_RETURN_IF_ERROR(WriteTensor(a.out + "/centroids.npy", km.centroids));
+  MLCD_RETURN_IF_ERROR(
+      WriteFileAtomically(a.out + "/stats.json", StatsJson(km, world, features.d(), a.k)));
+  std::printf("{\"rows\": %lld, \"k\": %d, \"iterations\": %zu, \"resumed_after\": %d, "
+              "\"empty_top1_clusters\": %lld}\n",
+              static_cast<long long>(as.rows), a.k, km.iterations.size(), km.resumed_after,
+              static_cast<long long>(
+                  std::count(as.top1_sizes.begin(), as.top1_sizes.end(), int64_t{0})));
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+std::vector<std::string> ChildArgs(const ClusterGangArgs& a, int rank, const std::string& rdv) {
+  std::vector<std::string> v = {"mlcd-worker", "cluster-gang"};
+  for (const std::string& f : a.features) v.insert(v.end(), {"--features", f});
+  auto add = [&](const char* flag, const std::string& value) { v.insert(v.end(), {flag, value}); };
+  add("--k", std::to_string(a.k));
+  add("--niter", std::to_string(a.niter));
+  add("--l", std::to_string(a.l));
+  add("--seed", std::to_string(a.seed));
+  add("--max-points-per-centroid", std::to_string(a.max_points_per_centroid));
+  add("--workspace-mb", std::to_string(a.workspace_mb));
+  add("--checkpoint-every", std::to_string(a.checkpoint_every));
+  if (!a.checkpoint.empty()) add("--checkpoint", a.checkpoint);
+  if (a.trace) v.push_back("--trace");
+  add("--threads", std::to_string(a.threads));
+  add("--out", a.out);
+  add("--world-size", std::to_string(a.world_size));
+  add("--timeout", std::to_string(a.timeout_seconds));
+  add("--rank", std::to_string(rank));
+  add("--rendezvous", rdv);
+  return v;
+}
+
+int RunClusterGang(const ClusterGangArgs& a) {
+  const std::string who =
+      "cluster-gang" + (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string());
+  SetLogComponent(a.rank >= 0 ? "cluster-gang r" + std::to_string(a.rank) : "cluster-gang");
+  auto usage = [&](const std::string& m) {
+    std::cerr << who << ": " << m << "\n";
+    return 2;
+  };
+  if (a.world_size < 1 || a.world_size > 64)
+    return usage("--world-size must be in [1, 64], got " + std::to_string(a.world_size));
+  if (a.threads < 1 || a.threads > 256) return usage("--threads must be in [1, 256]");
+  if (a.workspace_mb < 1 || a.workspace_mb > (int64_t{1} << 20))
+    return usage("--workspace-mb must be in [1, 1048576]");
+  if (!(a.timeout_seconds > 0)) return usage("--timeout must be positive");
+  if (a.rank >= 0 && (a.rank >= a.world_size || a.rendezvous.empty()))
+    return usage("--rank needs --rendezvous and must be < --world-size");
+  auto features = cluster::FeatureRows::Open(a.features);
+  if (!features.ok()) return usage(features.status().ToString());
+  cluster::GangKMeansParams p;
+  p.k = a.k;
+  p.niter = a.niter;
+  p.max_points_per_centroid = a.max_points_per_centroid;
+  p.checkpoint_path = a.checkpoint;
+  p.checkpoint_every = a.checkpoint_every;
+  if (Status s = cluster::ValidateGangKMeansParams(p, features->rows()); !s.ok())
+    return usage(s.ToString());
+  if (a.l < 1 || a.l > a.k) return usage("--l must be in [1, k = " + std::to_string(a.k) + "]");
+  if (a.world_size > 1 && a.rank < 0) {
+    return RunLocalRanks("cluster-gang", a.world_size, [&a](int rank, const std::string& rdv) {
+      return ChildArgs(a, rank, rdv);
+    });
+  }
+  Status s = RunRank(a, *features, std::max(a.rank, 0), a.world_size);
+  if (!s.ok()) {
+    std::cerr << who << ": " << s.ToString() << "\n";
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
+
+static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<ClusterGangArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "cluster-gang",
+      "Spherical k-means (clusterd's FAISS algorithm) and top-l assignment of feature shards on "
+      "a gang of ranks over c10d. Writes DIR/centroids.npy, DIR/stats.json, "
+      "DIR/labels.r<rank>.npy, DIR/sample.r<rank>.npy.");
+  cmd->add_option("--features", args->features,
+                  "feature shard (.npy, n x d float32/float16); repeat, in row order")
+      ->required();
+  cmd->add_option("--k", args->k, "number of centroids")->required();
+  cmd->add_option("--niter", args->niter, "k-means iterations")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of the sample and initialisation")
+      ->capture_default_str();
+  cmd->add_option("--l", args->l, "labels per row")->capture_default_str();
+  cmd->add_option("--max-points-per-centroid", args->max_points_per_centroid,
+                  "training sample = k * this rows at most")
+      ->capture_default_str();
+  cmd->add_option("--workspace-mb", args->workspace_mb, "score workspace per chunk, MiB")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint", args->checkpoint,
+                  "centroid checkpoint file; a run finding one of the same run resumes from it");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every, "iterations between checkpoints")
+      ->capture_default_str();
+  cmd->add_flag("--trace", args->trace, "rank 0 writes DIR/trace/iter<i>.npy after every iteration");
+  cmd->add_option("--threads", args->threads, "intra-op threads per rank")->capture_default_str();
+  cmd->add_option("--out", args->out, "output directory (created)")->required();
+  cmd->add_option("--world-size", args->world_size, "local ranks (Gloo on loopback)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", args->timeout_seconds, "collective timeout in seconds")
+      ->capture_default_str();
+  cmd->add_option("--rank", args->rank, "internal: rank of a child process")->group("");
+  cmd->add_option("--rendezvous", args->rendezvous, "internal: HOST:PORT of rank 0's store")
+      ->group("");
+  cmd->callback([args, exit_code] { *exit_code = RunClusterGang(*args); });
+});
+
+}  // namespace
+}  // namespace mlcd::worker

@@ -1,0 +1,64 @@
+#include "worker/loss/local_ranks.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "common/net.h"
+#include "common/subprocess.h"
+
+namespace mlcd::worker {
+
+int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn& child_args) {
+  int port = PickFreePort();
+  if (port == 0) {
+    std::cerr << command << ": could not find a free loopback port for the rendezvous\n";
+    return 1;
+  }
+  const std::string rendezvous = "127.0.0.1:" + std::to_string(port);
+  std::vector<pid_t> children;
+  for (int r = 0; r < world_size; ++r) {
+    SpawnOptions spawn;
+    spawn.argv = child_args(r, rendezvous);
+    spawn.executable = "/proc/self/exe";
+    spawn.exec_error_prefix = command + ": exec of a rank failed";
+    StatusOr<pid_t> pid = Spawn(spawn);
+    if (!pid.ok()) {
+      std::cerr << command << ": " << pid.status().message() << "\n";
+      for (pid_t c : children) ::kill(c, SIGTERM);
+      for (pid_t c : children) WaitForExit(c);
+      return 1;
+    }
+    children.push_back(*pid);
+  }
+  int exit_code = 0;
+  size_t remaining = children.size();
+  while (remaining > 0) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    size_t idx = 0;
+    while (idx < children.size() && children[idx] != pid) ++idx;
+    if (idx == children.size()) continue;
+    children[idx] = -1;
+    --remaining;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    if (code != 0) {
+      if (exit_code == 0) {
+        std::cerr << command << ": rank " << idx << " of " << world_size << " failed ("
+                  << (WIFEXITED(status) ? "exit code " + std::to_string(code)
+                                        : "signal " + std::to_string(WTERMSIG(status)))
+                  << "); stopping the other ranks\n";
+        exit_code = code == 2 ? 2 : 1;
+      }
+      for (pid_t c : children) {
+        if (c > 0) ::kill(c, SIGTERM);
+      }
+    }
+  }
+  return exit_code;
+}
+
+}  // namespace mlcd::worker
