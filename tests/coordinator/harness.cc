@@ -29,6 +29,8 @@ TestCluster::TestCluster(const TempDir& dir) : dir_(dir.path()) {
   clusterd_address_ = Loopback();
   coordinator_address_ = Loopback();
   coordinator_metrics_ = Loopback();
+  labelstore_metrics_ = Loopback();
+  clusterd_metrics_ = Loopback();
   (void)MakeDirs(dir_ + "/logs");
   // TLS (mTLS) and tokens on, as in the local cluster: this process calls as admin, the
   // services by their certificate, the workers with a worker token.
@@ -50,19 +52,19 @@ TestCluster::~TestCluster() {
 }
 
 Status TestCluster::StartLabelstore() {
-  MLCD_RETURN_IF_ERROR(labelstore_.Start(
-      BinPath("mlcd-labelstore"),
-      {"--listen", labelstore_address_, "--metrics-listen", "", "--data-dir", dir_ + "/labelstore"},
-      dir_ + "/logs/labelstore.log", NoTokenEnv()));
+  MLCD_RETURN_IF_ERROR(labelstore_.Start(BinPath("mlcd-labelstore"),
+                                         {"--listen", labelstore_address_, "--metrics-listen",
+                                          labelstore_metrics_, "--data-dir", dir_ + "/labelstore"},
+                                         dir_ + "/logs/labelstore.log", NoTokenEnv()));
   return WaitForServing(labelstore_address_, std::chrono::seconds(30));
 }
 
 Status TestCluster::StartClusterd() {
   MLCD_RETURN_IF_ERROR(
       clusterd_.Start(BinPath("mlcd-clusterd"),
-                      {"--listen", clusterd_address_, "--metrics-listen", "", "--data-dir",
-                       dir_ + "/clusterd", "--labelstore", labelstore_address_, "--data-root", dir_,
-                       "--data-root", "/usr/share/datasets"},
+                      {"--listen", clusterd_address_, "--metrics-listen", clusterd_metrics_,
+                       "--data-dir", dir_ + "/clusterd", "--labelstore", labelstore_address_,
+                       "--data-root", dir_, "--data-root", "/usr/share/datasets"},
                       dir_ + "/logs/clusterd.log", NoTokenEnv()));
   return WaitForServing(clusterd_address_, std::chrono::seconds(30));
 }

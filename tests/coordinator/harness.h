@@ -46,7 +46,10 @@ class TestCluster {
   Status WaitForIdleWorkers(int n, std::chrono::milliseconds timeout);
 
   const std::string& coordinator_address() const { return coordinator_address_; }
+  // The services' /metrics addresses (HOST:PORT).
   const std::string& coordinator_metrics() const { return coordinator_metrics_; }
+  const std::string& labelstore_metrics() const { return labelstore_metrics_; }
+  const std::string& clusterd_metrics() const { return clusterd_metrics_; }
   const std::string& labelstore_address() const { return labelstore_address_; }
   const std::string& clusterd_address() const { return clusterd_address_; }
   std::string coordinator_data_dir() const { return dir_ + "/coordinator"; }
@@ -69,7 +72,8 @@ class TestCluster {
 
  private:
   std::string dir_;
-  std::string labelstore_address_, clusterd_address_, coordinator_address_, coordinator_metrics_;
+  std::string labelstore_address_, clusterd_address_, coordinator_address_, coordinator_metrics_,
+      labelstore_metrics_, clusterd_metrics_;
   ChildProcess labelstore_, clusterd_, coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -15,6 +15,7 @@
 #include "common/dataset/sample_reader.h"
 #include "common/dataset/webdataset.h"
 #include "common/file_util.h"
+#include "common/format.h"
 #include "tests/dataset/image_data.h"
 #include "tests/testing/process.h"
 
@@ -252,6 +253,41 @@ TEST_F(DatasetIndexTest, OnlyWholeImageExtensionsAreImages) {
   EXPECT_EQ(index->keys[0], "b");
   EXPECT_EQ(index->samples[0].class_id, 3);
   EXPECT_EQ(index->skipped, 1u);
+}
+
+// Issue 30: ESC, BEL and backspace in a member's name passed the key check and reached
+// terminals and logs through the messages naming the key. Such a key is refused, the member
+// named with its control characters escaped; the same for a file of an image folder.
+TEST_F(DatasetIndexTest, KeysWithControlCharactersAreRefusedNamedEscaped) {
+  TempDir d;
+  std::string out;
+  const std::string script =
+      "import io, tarfile, sys\n"
+      "t = tarfile.open(sys.argv[1], 'w')\n"
+      "img = open(sys.argv[2], 'rb').read()\n"
+      "for name in ['ok.jpg', 'x\\x1b]0;pwned\\x07\\x1b[2J\\x08.jpg']:\n"
+      "    i = tarfile.TarInfo(name); i.size = len(img); t.addfile(i, io.BytesIO(img))\n"
+      "t.close()\n";
+  ASSERT_EQ(testing::RunCommand("/usr/bin/python3",
+                                {"-c", script, d.Sub("s.tar"), Path("flat/000001.jpg")}, &out),
+            0)
+      << out;
+  auto index = BuildWebDatasetIndex({d.Sub("s.tar")});
+  ASSERT_EQ(index.status().code(), StatusCode::kInvalidArgument) << index.status().ToString();
+  const std::string& message = index.status().message();
+  EXPECT_NE(message.find("member 'x\\x1b]0;pwned\\x07\\x1b[2J\\x08.jpg'"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("control character"), std::string::npos) << message;
+  EXPECT_FALSE(HasControlChars(message)) << message;
+
+  fs::create_directories(d.Sub("folder"));
+  fs::copy_file(Path("flat/000001.jpg"), d.Sub("folder/a.jpg"));
+  fs::copy_file(Path("flat/000001.jpg"), d.Sub("folder/b\x1b[2J\x07.jpg"));
+  auto folder = BuildImageFolderIndex(d.Sub("folder"));
+  ASSERT_EQ(folder.status().code(), StatusCode::kInvalidArgument) << folder.status().ToString();
+  EXPECT_NE(folder.status().message().find("'b\\x1b[2J\\x07.jpg'"), std::string::npos)
+      << folder.status().message();
+  EXPECT_FALSE(HasControlChars(folder.status().message()));
 }
 
 TEST_F(DatasetIndexTest, ReaderReportsAFileShorterThanIndexed) {
