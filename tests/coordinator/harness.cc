@@ -5,6 +5,8 @@
 #include <signal.h>
 
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "clients/coordinator_client.h"
@@ -16,7 +18,19 @@
 namespace mlcd::testing {
 namespace {
 
-std::string Loopback() { return "127.0.0.1:" + std::to_string(PickFreePort()); }
+// A free loopback port never handed out before in this process: the kernel may give the same
+// ephemeral port to two binds in a row once the first is closed, and a cluster of five
+// listeners (three services, two metrics ports) then collides with itself.
+std::string Loopback() {
+  static std::mutex mu;
+  static std::set<int> handed_out;
+  std::lock_guard<std::mutex> lock(mu);
+  int port = PickFreePort();
+  for (int tries = 0; tries < 100 && (port == 0 || handed_out.count(port) != 0); ++tries)
+    port = PickFreePort();
+  handed_out.insert(port);
+  return "127.0.0.1:" + std::to_string(port);
+}
 
 }  // namespace
 
