@@ -79,18 +79,8 @@ std::string StatsJson(const cluster::GangKMeansResult& km, int world, int64_t d,
 Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, int rank,
                int world) {
   at::set_num_threads(a.threads);
-  std::unique_ptr<Collectives> comm;
-  if (world == 1) {
-    comm = Collectives::Local();
-  } else {
-    CollectivesOptions co;
-    co.rank = rank;
-    co.world_size = world;
-    co.rendezvous = a.rendezvous;
-    co.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
-    co.store_prefix = "cluster-gang";
-    MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(co));
-  }
+  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm,
+                        ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "cluster-gang"));
   const int64_t b = cluster::EvenSplitBegin(features.rows(), world, rank);
   const int64_t e = cluster::EvenSplitBegin(features.rows(), world, rank + 1);
   at::Tensor rows = features.Read(b, e, at::kCPU);

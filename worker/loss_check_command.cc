@@ -154,18 +154,8 @@ int64_t RowBegin(int64_t rows, int world, int rank) { return (rows * rank) / wor
 
 // One rank's part; rank 0 writes the outputs.
 Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, int world) {
-  std::unique_ptr<Collectives> comm;
-  if (world == 1) {
-    comm = Collectives::Local();
-  } else {
-    CollectivesOptions co;
-    co.rank = rank;
-    co.world_size = world;
-    co.rendezvous = a.rendezvous;
-    co.timeout = std::chrono::milliseconds(static_cast<int64_t>(a.timeout_seconds * 1000));
-    co.store_prefix = "loss-check";
-    MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(co));
-  }
+  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm,
+                        ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "loss-check"));
   MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFc> pfc, PartialFc::Create(in.options, comm.get()));
   PartialFcShardState all;
   all.range = {0, in.options.num_classes};

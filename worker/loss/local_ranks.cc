@@ -61,4 +61,18 @@ int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn&
   return exit_code;
 }
 
+StatusOr<std::unique_ptr<Collectives>> ConnectLocalRank(int rank, int world_size,
+                                                        const std::string& rendezvous,
+                                                        double timeout_seconds,
+                                                        const std::string& store_prefix) {
+  if (world_size == 1) return Collectives::Local();
+  CollectivesOptions co;
+  co.rank = rank;
+  co.world_size = world_size;
+  co.rendezvous = rendezvous;
+  co.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+  co.store_prefix = store_prefix;
+  return Collectives::Create(co);
+}
+
 }  // namespace mlcd::worker

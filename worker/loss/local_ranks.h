@@ -6,13 +6,24 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "common/status.h"
+#include "worker/loss/collectives.h"
 
 namespace mlcd::worker {
 
 using ChildArgsFn = std::function<std::vector<std::string>(int rank, const std::string& rendezvous)>;
 
 int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn& child_args);
+
+// The process group of one such rank: Collectives::Local() for world size 1, else a group at
+// `rendezvous` under `store_prefix` with every collective bounded by `timeout_seconds`.
+StatusOr<std::unique_ptr<Collectives>> ConnectLocalRank(int rank, int world_size,
+                                                        const std::string& rendezvous,
+                                                        double timeout_seconds,
+                                                        const std::string& store_prefix);
 
 }  // namespace mlcd::worker
