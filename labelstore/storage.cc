@@ -17,6 +17,9 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "labelstore/block_format.h"
+#include "labelstore/block_locks.h"
+#include "labelstore/block_write.h"
+#include "labelstore/rocks_status.h"
 #include "labelstore/read_batch.h"
 
 namespace mlcd::labelstore {
@@ -29,18 +32,6 @@ constexpr char kNextSetIdKey[] = "next_set_id";
 static_assert((size_t{1} << kIndexBits) > kMaxIdsPerRead,
               "request index must fit the packed sort key");
 
-Status FromRocks(const rocksdb::Status& s, const std::string& what) {
-  if (s.ok()) return Status::Ok();
-  if (s.IsNotFound()) return Status::NotFound(what + ": " + s.ToString());
-  if (s.IsCorruption()) return Status::DataLoss(what + ": " + s.ToString());
-  if (s.IsIOError() && s.ToString().find("lock") != std::string::npos) {
-    return Status::Unavailable(
-        what + ": " + s.ToString() +
-        " (another mlcd-labelstore is using this --data-dir; stop it or pick another dir)");
-  }
-  if (s.IsIOError() || s.IsNoSpace()) return Status::Unavailable(what + ": " + s.ToString());
-  return Status::Internal(what + ": " + s.ToString());
-}
 
 }  // namespace
 
@@ -57,7 +48,9 @@ struct LabelStorage::SetState {
   std::string owner;  // fixed at creation (info.owner())
   BlockLayout layout() const { return BlockLayout{block_rows, l, with_scores}; }
 
-  std::mutex write_mu;  // serialises Write/Seal/Delete of this set
+  // Lock order: block_locks' stripes, then write_mu, then info_mu.
+  BlockLocks block_locks;  // held by a Write from reading its blocks until after its commit
+  std::mutex write_mu;     // serialises the commits of Write, and Seal and Delete, of this set
   mutable std::mutex info_mu;
   v1::LabelSetInfo info;  // guarded by info_mu; changed only under write_mu
   std::atomic<bool> sealed{false};
@@ -297,6 +290,17 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
   return InfoWithSize(*set);
 }
 
+Status LabelStorage::CheckWritable(const SetState& set, uint64_t set_id,
+                                   const ChangeCheck& may_change) const {
+  if (set.deleted) return set_id != 0 ? StaleStream(set.name, false) : NotFound(set.name);
+  if (may_change) MLCD_RETURN_IF_ERROR(may_change(set.owner));
+  if (set.sealed) {
+    return Status::FailedPrecondition("label set '" + set.name +
+                                      "' is sealed and immutable; write to a new set instead");
+  }
+  return Status::Ok();
+}
+
 StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
                                           const v1::WriteLabelsRequest& message, uint64_t set_id,
                                           const ChangeCheck& may_change) {
@@ -304,82 +308,29 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
   if (set_id != 0 && (!set || set->set_id != set_id)) return StaleStream(name, set != nullptr);
   if (!set) return NotFound(name);
   MLCD_RETURN_IF_ERROR(health_->CheckSpace());
-  std::lock_guard<std::mutex> write_lock(set->write_mu);
-  if (set->deleted) return set_id != 0 ? StaleStream(name, false) : NotFound(name);
-  if (may_change) MLCD_RETURN_IF_ERROR(may_change(set->owner));
-  if (set->sealed) {
-    return Status::FailedPrecondition("label set '" + name +
-                                      "' is sealed and immutable; write to a new set instead");
+  {
+    std::lock_guard<std::mutex> write_lock(set->write_mu);
+    MLCD_RETURN_IF_ERROR(CheckWritable(*set, set_id, may_change));
   }
   std::vector<uint64_t> sorted_ids;
   MLCD_RETURN_IF_ERROR(ValidateWriteMessage(
       message, LabelSetShape{set->num_classes, set->l, set->with_scores}, &sorted_ids));
 
-  const size_t n = static_cast<size_t>(message.sample_ids_size());
-  const size_t l = static_cast<size_t>(set->l);
-  const BlockLayout layout = set->layout();
-  const uint64_t* ids = message.sample_ids().data();
-
-  // Rows ordered by id, so rows of one block are adjacent.
-  std::vector<std::pair<uint64_t, uint32_t>> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = {ids[i], static_cast<uint32_t>(i)};
-  std::sort(order.begin(), order.end());
-
-  std::vector<uint64_t> blocks;
-  std::vector<size_t> group_begin;
-  for (size_t i = 0; i < n; ++i) {
-    uint64_t block = order[i].first >> set->block_shift;
-    if (blocks.empty() || blocks.back() != block) {
-      blocks.push_back(block);
-      group_begin.push_back(i);
-    }
-  }
-  group_begin.push_back(n);
-
-  std::string key_bytes(blocks.size() * kBlockKeyBytes, '\0');
-  std::vector<rocksdb::Slice> keys(blocks.size());
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    EncodeBlockKey(key_bytes.data() + b * kBlockKeyBytes, set->set_id, blocks[b]);
-    keys[b] = rocksdb::Slice(key_bytes.data() + b * kBlockKeyBytes, kBlockKeyBytes);
-  }
-  std::vector<rocksdb::PinnableSlice> values(blocks.size());
-  std::vector<rocksdb::Status> statuses(blocks.size());
-  db_->MultiGet(rocksdb::ReadOptions(), blocks_cf_, blocks.size(), keys.data(), values.data(),
-                statuses.data(),
-                /*sorted_input=*/true);
-
-  const int32_t* labels = message.labels().data();
-  const float* scores = set->with_scores ? message.scores().data() : nullptr;
+  // The message's blocks are read, changed and committed while their locks are held; other
+  // writers of this set work on other blocks meanwhile (labelstore/block_locks.h).
+  const BlockWritePlan plan = PlanBlockWrite(message, set->block_shift);
+  BlockLocks::Held held = set->block_locks.Lock(plan.blocks);
   rocksdb::WriteBatch batch;
-  DenseBlock dense;
-  std::string encoded;
-  uint64_t new_samples = 0;
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    if (statuses[b].ok()) {
-      if (!DecodeDense(values[b].data(), values[b].size(), layout, &dense)) {
-        return Status::DataLoss("block " + std::to_string(blocks[b]) + " of label set '" + name +
-                                "' is corrupt");
-      }
-    } else if (statuses[b].IsNotFound()) {
-      dense.Reset(layout);
-    } else {
-      return FromRocks(statuses[b], "reading block " + std::to_string(blocks[b]) +
-                                        " of label set '" + name + "'");
-    }
-    for (size_t i = group_begin[b]; i < group_begin[b + 1]; ++i) {
-      const size_t offset = order[i].first & static_cast<uint64_t>(set->block_rows - 1);
-      const size_t row = order[i].second;
-      if (dense.SetRow(layout, offset, labels + row * l, scores ? scores + row * l : nullptr))
-        ++new_samples;
-    }
-    EncodeDense(dense, layout, &encoded);
-    batch.Put(blocks_cf_, keys[b], encoded);
-  }
-  for (auto& value : values) value.Reset();
+  const BlockTarget target{db_, blocks_cf_, set->set_id, name, set->layout()};
+  MLCD_ASSIGN_OR_RETURN(const uint64_t new_samples, UpdateBlocks(target, message, plan, &batch));
 
+  // Commit: the set's counters and the blocks in one atomic batch, under the set's write lock
+  // (so the counters of concurrent commits add up, and Seal and Delete see whole messages).
+  std::lock_guard<std::mutex> write_lock(set->write_mu);
+  MLCD_RETURN_IF_ERROR(CheckWritable(*set, set_id, nullptr));
   v1::LabelSetInfo info = set->Info();
   info.set_num_samples(info.num_samples() + new_samples);
-  const uint64_t max_id = order.back().first;
+  const uint64_t max_id = plan.order.back().first;
   if (max_id != std::numeric_limits<uint64_t>::max()) {
     info.set_sample_id_end(std::max<uint64_t>(info.sample_id_end(), max_id + 1));
   } else {
@@ -392,7 +343,7 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
     std::lock_guard<std::mutex> lock(set->info_mu);
     set->info = info;
   }
-  return WriteResult{set->set_id, n, new_samples, info.num_samples()};
+  return WriteResult{set->set_id, plan.order.size(), new_samples, info.num_samples()};
 }
 
 Status LabelStorage::SyncWal() {

@@ -12,13 +12,15 @@
 //
 // Reads look up the unique blocks of a batch with one RocksDB MultiGet (values pinned in the
 // block cache, never copied) and decode the rows straight into the caller's packed output.
-// Writes validate a whole message first, then read-modify-write its blocks under the set's
-// write lock and commit blocks + the set's counters in one atomic WriteBatch; the WAL is
+// Writes validate a whole message first, then read-modify-write its blocks under their block
+// locks and commit blocks + the set's counters in one atomic WriteBatch; the WAL is
 // synced before a write is acknowledged (SyncWal), so an acknowledged row survives kill -9
 // and power loss.
 //
-// Thread-safe: reads run concurrently with each other and with writes; writes to one set are
-// serialised.
+// Thread-safe: reads run concurrently with each other and with writes. Writes to one set run
+// concurrently too (the gang's ranks each write their own ids into one set): a write holds
+// the locks of its blocks (labelstore/block_locks.h) while it reads, changes and commits them,
+// and only its commit is serialised with the set's other commits, Seal and Delete.
 #pragma once
 
 #include <atomic>
@@ -33,6 +35,7 @@
 #include <shared_mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "clients/labelstore_limits.h"
@@ -156,6 +159,9 @@ class LabelStorage {
   // A stream's set was deleted (and `recreated` under its name) since its first message.
   static Status StaleStream(const std::string& name, bool recreated);
   std::string EncodeRecord(const SetState& set, const v1::LabelSetInfo& info) const;
+  // Write's checks, under the set's write lock: NOT_FOUND / ABORTED (deleted, see Write),
+  // `may_change`'s error, FAILED_PRECONDITION (sealed).
+  Status CheckWritable(const SetState& set, uint64_t set_id, const ChangeCheck& may_change) const;
   v1::LabelSetInfo InfoWithSize(const SetState& set) const;
   void ScheduleCompaction(uint64_t set_id);
   // A write's status: an I/O or space error marks the storage failed (Health()).

@@ -19,6 +19,9 @@
 //   4. Every row read back (GetLabels with scores, 8192 ids per call) and compared bit for bit;
 //      any missing or different row fails the run (exit 1).
 // With --repeats R the W list runs R times, alternating order; the figure per W is the median.
+// --in-process also runs the same W writers as threads calling the storage layer
+// (LabelStorage::Write, then SyncWal) in this process, with messages built before the clock
+// starts: what the store itself does with concurrent writers of one set, without gRPC or TLS.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -34,6 +37,8 @@
 #include <mutex>
 #include <random>
 #include <sstream>
+
+#include <sys/resource.h>
 #include <thread>
 
 #include <unistd.h>
@@ -43,6 +48,7 @@
 #include "common/grpc_server.h"
 #include "common/net.h"
 #include "common/security.h"
+#include "labelstore/storage.h"
 #include "tests/testing/process.h"
 #include "tests/testing/security.h"
 
@@ -253,6 +259,92 @@ StatusOr<RunFigures> RunOnce(const std::string& dir, const Rows& rows, int write
   return f;
 }
 
+// CPU seconds (user + system, all threads) of this process.
+double SelfCpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Rank r's messages of `batch` rows, as the service receives them.
+std::vector<v1::WriteLabelsRequest> Messages(const Rows& rows, size_t begin, size_t end,
+                                             size_t batch) {
+  std::vector<v1::WriteLabelsRequest> out;
+  const size_t l = static_cast<size_t>(rows.l);
+  for (size_t b = begin; b < end; b += batch) {
+    const size_t n = std::min(batch, end - b);
+    v1::WriteLabelsRequest m;
+    m.mutable_sample_ids()->Add(&rows.ids[b], &rows.ids[b] + n);
+    m.mutable_labels()->Add(&rows.labels[b * l], &rows.labels[b * l] + n * l);
+    m.mutable_scores()->Add(&rows.scores[b * l], &rows.scores[b * l] + n * l);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// The storage layer alone: W threads writing their ranges into one set, a SyncWal each (as a
+// stream's end does), then seal and every row compared. `server_cpu_seconds` is this process's.
+StatusOr<RunFigures> InProcessOnce(const std::string& dir, const Rows& rows, int writers,
+                                   size_t batch, int k) {
+  labelstore::LabelStorageOptions options;
+  options.data_dir = dir;
+  options.compact_on_seal = false;
+  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<labelstore::LabelStorage> storage,
+                        labelstore::LabelStorage::Open(options));
+  const std::string set = "bench";
+  v1::CreateLabelSetRequest create;
+  create.set_name(set);
+  create.set_num_classes(k);
+  create.set_labels_per_sample(rows.l);
+  create.set_with_scores(true);
+  MLCD_RETURN_IF_ERROR(storage->Create(create).status());
+  const size_t n = rows.ids.size();
+  std::vector<std::vector<v1::WriteLabelsRequest>> messages;
+  for (int r = 0; r < writers; ++r)
+    messages.push_back(Messages(rows, n * r / writers, n * (r + 1) / writers, batch));
+  std::vector<Status> results(writers);
+  std::vector<std::thread> threads;
+  RunFigures f;
+  f.writers = writers;
+  const double cpu0 = SelfCpuSeconds();
+  const auto t0 = Clock::now();
+  for (int r = 0; r < writers; ++r) {
+    threads.emplace_back([&, r] {
+      for (const auto& m : messages[r]) {
+        StatusOr<labelstore::WriteResult> w = storage->Write(set, m);
+        if (!w.ok()) {
+          results[r] = w.status();
+          return;
+        }
+      }
+      results[r] = storage->SyncWal();
+    });
+  }
+  for (auto& t : threads) t.join();
+  f.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  f.server_cpu_seconds = SelfCpuSeconds() - cpu0;
+  f.rows_per_second = static_cast<double>(n) / f.seconds;
+  for (const Status& st : results) MLCD_RETURN_IF_ERROR(st);
+  MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo sealed, storage->Seal(set, true));
+  if (sealed.num_samples() != n) {
+    return Status::DataLoss("sealed set holds " + std::to_string(sealed.num_samples()) +
+                            " samples, " + std::to_string(n) + " were written");
+  }
+  v1::GetLabelsResponse got;
+  const size_t l = static_cast<size_t>(rows.l);
+  for (size_t b = 0; b < n; b += kVerifyIdsPerCall) {
+    const size_t m = std::min(kVerifyIdsPerCall, n - b);
+    MLCD_RETURN_IF_ERROR(storage->GetLabels(set, &rows.ids[b], m, true, &got));
+    if (got.missing_ids_size() > 0 ||
+        std::memcmp(got.labels().data(), &rows.labels[b * l], m * l * sizeof(int32_t)) != 0 ||
+        std::memcmp(got.scores().data(), &rows.scores[b * l], m * l * sizeof(float)) != 0) {
+      return Status::DataLoss("in-process: rows of ids [" + std::to_string(b) + ", " +
+                              std::to_string(b + m) + ") missing or different after sealing");
+    }
+  }
+  return f;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -268,9 +360,32 @@ nlohmann::json ToJson(const RunFigures& f, size_t rows) {
           {"size_bytes", f.size_bytes}};
 }
 
+// Median figures per W of one mode, printed as a table and returned as JSON.
+nlohmann::json Summarise(const char* mode, const std::vector<int>& writer_counts,
+                         std::map<int, std::vector<RunFigures>>& runs, size_t rows) {
+  std::printf("\n%-10s %8s %14s %24s\n", "mode", "writers", "rows/s", "cpu s/M rows");
+  nlohmann::json table = nlohmann::json::array();
+  for (int w : writer_counts) {
+    std::vector<double> rate, cpu;
+    nlohmann::json passes = nlohmann::json::array();
+    for (const RunFigures& f : runs[w]) {
+      rate.push_back(f.rows_per_second);
+      cpu.push_back(1e6 * f.server_cpu_seconds / rows);
+      passes.push_back(ToJson(f, rows));
+    }
+    std::printf("%-10s %8d %14.0f %24.2f\n", mode, w, Median(rate), Median(cpu));
+    table.push_back({{"writers", w},
+                     {"rows_per_second", Median(rate)},
+                     {"server_cpu_seconds_per_million_rows", Median(cpu)},
+                     {"passes", passes}});
+  }
+  return table;
+}
+
 int Run(int argc, char** argv) {
   size_t rows = 200000, batch = 1024;
   int l = 8, k = 1000000, repeats = 1;
+  bool in_process = false;
   std::vector<int> writer_counts = {1, 2, 4, 8};
   std::string out = "bench/results/labelstore_writers.json";
   CLI::App app{"labelstore_writers_bench: W concurrent WriteLabels streams into one set"};
@@ -280,6 +395,7 @@ int Run(int argc, char** argv) {
   app.add_option("--l", l, "labels per row")->capture_default_str();
   app.add_option("--k", k, "number of classes")->capture_default_str();
   app.add_option("--repeats", repeats, "passes over the W list")->capture_default_str();
+  app.add_flag("--in-process", in_process, "also time the storage layer alone, in this process");
   app.add_option("--out", out, "JSON results file")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -296,51 +412,41 @@ int Run(int argc, char** argv) {
   }
   const Rows data = MakeRows(rows, l, k);
   testing::TempDir dir;
-  std::map<int, std::vector<RunFigures>> runs;
+  std::map<int, std::vector<RunFigures>> runs[2];  // gRPC, in-process
   for (int rep = 0; rep < repeats; ++rep) {
     std::vector<int> order = writer_counts;
     if (rep % 2 == 1) std::reverse(order.begin(), order.end());
     for (int w : order) {
-      const std::string sub = dir.Sub("w" + std::to_string(w) + "r" + std::to_string(rep));
-      StatusOr<RunFigures> f = RunOnce(sub, data, w, batch, k);
-      if (!f.ok()) {
-        std::fprintf(stderr, "error: W=%d: %s\n", w, f.status().ToString().c_str());
-        return 1;
+      for (int mode = 0; mode < (in_process ? 2 : 1); ++mode) {
+        const std::string sub = dir.Sub((mode == 0 ? "grpc_w" : "local_w") + std::to_string(w) +
+                                        "r" + std::to_string(rep));
+        StatusOr<RunFigures> f = mode == 0 ? RunOnce(sub, data, w, batch, k)
+                                           : InProcessOnce(sub, data, w, batch, k);
+        if (!f.ok()) {
+          std::fprintf(stderr, "error: W=%d: %s\n", w, f.status().ToString().c_str());
+          return 1;
+        }
+        std::printf("%s W=%d pass %d: %.3f s, %.0f rows/s, cpu %.2f s/M rows; "
+                    "all %zu rows read back identical after sealing\n",
+                    mode == 0 ? "gRPC" : "in-process", w, rep, f->seconds, f->rows_per_second,
+                    1e6 * f->server_cpu_seconds / rows, rows);
+        std::fflush(stdout);
+        runs[mode][w].push_back(*f);
       }
-      std::printf("W=%d pass %d: %.3f s, %.0f rows/s, server cpu %.2f s/M rows; seal %.3f s; "
-                  "all %zu rows read back identical\n",
-                  w, rep, f->seconds, f->rows_per_second, 1e6 * f->server_cpu_seconds / rows,
-                  f->seal_seconds, rows);
-      std::fflush(stdout);
-      runs[w].push_back(*f);
     }
-  }
-  std::printf("\n%8s %14s %22s\n", "writers", "rows/s", "server cpu s/M rows");
-  nlohmann::json table = nlohmann::json::array();
-  for (int w : writer_counts) {
-    std::vector<double> rate, cpu;
-    nlohmann::json passes = nlohmann::json::array();
-    for (const RunFigures& f : runs[w]) {
-      rate.push_back(f.rows_per_second);
-      cpu.push_back(1e6 * f.server_cpu_seconds / rows);
-      passes.push_back(ToJson(f, rows));
-    }
-    std::printf("%8d %14.0f %22.2f\n", w, Median(rate), Median(cpu));
-    table.push_back({{"writers", w},
-                     {"rows_per_second", Median(rate)},
-                     {"server_cpu_seconds_per_million_rows", Median(cpu)},
-                     {"passes", passes}});
   }
   nlohmann::json j{{"what", "W concurrent WriteLabels streams into one label set, mTLS + "
-                            "tokens, real mlcd-labelstore; every row verified after sealing"},
+                            "tokens, real mlcd-labelstore; every row verified after sealing. "
+                            "cpu = the server's (gRPC) or this process's (in-process)"},
                    {"rows", rows},
                    {"batch", batch},
                    {"labels_per_sample", l},
                    {"with_scores", true},
                    {"num_classes", k},
                    {"repeats", repeats},
-                   {"cpus", std::thread::hardware_concurrency()},
-                   {"results", table}};
+                   {"cpus", std::thread::hardware_concurrency()}};
+  j["grpc"] = Summarise("gRPC", writer_counts, runs[0], rows);
+  if (in_process) j["in_process"] = Summarise("in-process", writer_counts, runs[1], rows);
   std::ofstream(out) << j.dump(2) << "\n";
   std::printf("wrote %s\n", out.c_str());
   return 0;
