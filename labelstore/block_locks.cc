@@ -11,8 +11,13 @@ BlockLocks::Held BlockLocks::Lock(const std::vector<uint64_t>& blocks) {
   std::sort(stripes.begin(), stripes.end());
   stripes.erase(std::unique(stripes.begin(), stripes.end()), stripes.end());
   Held held;
-  held.locks_.reserve(stripes.size());
-  for (size_t s : stripes) held.locks_.emplace_back(stripes_[s]);
+  if (stripes.size() > kMaxStripesPerWrite) {
+    held.whole_set_ = std::unique_lock<std::shared_mutex>(set_);
+    return held;
+  }
+  held.set_shared_ = std::shared_lock<std::shared_mutex>(set_);
+  held.stripes_.reserve(stripes.size());
+  for (size_t s : stripes) held.stripes_.emplace_back(stripes_[s]);
   return held;
 }
 
