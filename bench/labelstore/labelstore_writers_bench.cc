@@ -36,13 +36,11 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <sstream>
-
-#include <sys/resource.h>
 #include <thread>
 
 #include <unistd.h>
 
+#include "bench/process_cpu.h"
 #include "clients/labelstore_client.h"
 #include "common/acting_for.h"
 #include "common/grpc_server.h"
@@ -65,20 +63,6 @@ std::string SelfDir() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   std::string path(buf, n > 0 ? static_cast<size_t>(n) : 0);
   return path.substr(0, path.rfind('/'));
-}
-
-// CPU seconds (user + system, all threads) of a process, from /proc/<pid>/stat.
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-  }
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // The rows every run writes: row i has l distinct labels in [0, k) and l descending scores.
@@ -223,9 +207,9 @@ StatusOr<RunFigures> WriteSealVerify(const std::string& address, pid_t pid, cons
 
   RunFigures f;
   f.writers = writers;
-  const double cpu0 = ProcessCpuSeconds(pid);
+  const double cpu0 = bench::ProcessCpuSeconds(pid);
   MLCD_ASSIGN_OR_RETURN(f.seconds, WriteConcurrently(address, set, rows, writers, batch));
-  f.server_cpu_seconds = ProcessCpuSeconds(pid) - cpu0;
+  f.server_cpu_seconds = bench::ProcessCpuSeconds(pid) - cpu0;
   f.rows_per_second = static_cast<double>(rows.ids.size()) / f.seconds;
 
   auto t0 = Clock::now();
@@ -257,13 +241,6 @@ StatusOr<RunFigures> RunOnce(const std::string& dir, const Rows& rows, int write
   // Every channel is closed by now, so the server stops without waiting out its grace.
   server.Stop();
   return f;
-}
-
-// CPU seconds (user + system, all threads) of this process.
-double SelfCpuSeconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 // Rank r's messages of `batch` rows, as the service receives them.
@@ -306,7 +283,7 @@ StatusOr<RunFigures> InProcessOnce(const std::string& dir, const Rows& rows, int
   std::vector<std::thread> threads;
   RunFigures f;
   f.writers = writers;
-  const double cpu0 = SelfCpuSeconds();
+  const double cpu0 = bench::ProcessCpuSeconds(::getpid());
   const auto t0 = Clock::now();
   for (int r = 0; r < writers; ++r) {
     threads.emplace_back([&, r] {
@@ -322,7 +299,7 @@ StatusOr<RunFigures> InProcessOnce(const std::string& dir, const Rows& rows, int
   }
   for (auto& t : threads) t.join();
   f.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  f.server_cpu_seconds = SelfCpuSeconds() - cpu0;
+  f.server_cpu_seconds = bench::ProcessCpuSeconds(::getpid()) - cpu0;
   f.rows_per_second = static_cast<double>(n) / f.seconds;
   for (const Status& st : results) MLCD_RETURN_IF_ERROR(st);
   MLCD_ASSIGN_OR_RETURN(v1::LabelSetInfo sealed, storage->Seal(set, true));

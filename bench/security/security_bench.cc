@@ -27,6 +27,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "bench/process_cpu.h"
 #include "clients/labelstore_client.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
@@ -96,21 +97,6 @@ double SelfCpuSeconds() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-// CPU seconds (user + system, all threads) of another process, from /proc/<pid>/stat.
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  // Fields after the command name (which may hold spaces) start after the last ')'.
-  std::istringstream rest(line.substr(line.rfind(')') + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-  }
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 double Median(std::vector<double> v) {
@@ -221,9 +207,9 @@ int Run(int argc, char** argv) {
       // Rotate which side goes first, so drift on a shared machine hits all of them.
       for (int k = 0; k < 3; ++k) {
         const int s = (r + k) % 3;
-        const double cpu0 = SelfCpuSeconds() + ProcessCpuSeconds(pids[s]);
+        const double cpu0 = SelfCpuSeconds() + bench::ProcessCpuSeconds(pids[s]);
         lat[s].push_back(TimeCalls(*stores[s], pool, batch, seconds, &off[s], &calls[s]));
-        cpu[s] += SelfCpuSeconds() + ProcessCpuSeconds(pids[s]) - cpu0;
+        cpu[s] += SelfCpuSeconds() + bench::ProcessCpuSeconds(pids[s]) - cpu0;
       }
     }
     const double ma = Median(lat[0]), mc = Median(lat[1]), mb = Median(lat[2]);
