@@ -9,6 +9,11 @@
 //     back is one HTTP/1.1 response whose status is the parser's verdict, with a
 //     Content-Length that matches its body, and the server closes after it; a request that
 //     is not complete gets no answer.
+// Signals: libFuzzer's -timeout runs a SIGALRM timer (every timeout/2 + 1 s, no SA_RESTART),
+// so every blocking call here may fail with EINTR, and a blocking send may send part of a
+// chunk. Each retries (SendAll, PollIn, ReadToEnd): an interrupted 2 ms poll once read as "the
+// server answered an incomplete request" and aborted the fuzz stage after 6 s (seed 1;
+// tests/fuzz/corpus/metrics_http/regression_*; the replay test runs under such a timer).
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,7 +21,9 @@
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -84,15 +91,41 @@ mlcd::PlainMetricsHttpServer& Server() {
   return *server;
 }
 
+// Sends all of `bytes` (a blocking send interrupted by a signal may send part, or nothing);
+// false when the server has closed (EPIPE, ECONNRESET).
+bool SendAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Whether `fd` turns readable (data, or the server's close) within `ms`, across signals.
+bool PollIn(int fd, std::chrono::milliseconds ms) {
+  const auto deadline = std::chrono::steady_clock::now() + ms;
+  while (true) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    Check(errno == EINTR);
+  }
+}
+
 // Everything the server sends until it closes; aborts when it neither answers nor closes.
 std::string ReadToEnd(int fd) {
   std::string out;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
   while (std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
+    if (!PollIn(fd, std::chrono::milliseconds(100))) continue;
     char buf[4096];
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return out;
     out.append(buf, static_cast<size_t>(n));
   }
@@ -131,7 +164,7 @@ void DriveServer(Client client, const std::vector<std::string_view>& chunks,
     if (client == Client::kHalfCloseEarly && sent_chunks == chunks.size() / 2) break;
     // The server may close first (after answering 431 or 400 it drains, then stops at the
     // deadline): a failed send ends the request.
-    if (::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;
+    if (!SendAll(fd, chunk)) break;
     ++sent_chunks;
   }
   if (client == Client::kBroken) {
@@ -147,8 +180,7 @@ void DriveServer(Client client, const std::vector<std::string_view>& chunks,
   } else if (request.verdict() != MetricsHttpVerdict::kIncomplete) {
     CheckAnswer(ReadToEnd(fd), request);
   } else {
-    pollfd p{fd, POLLIN, 0};
-    Check(::poll(&p, 1, 2) == 0);  // waiting for the rest, not answering
+    Check(!PollIn(fd, std::chrono::milliseconds(2)));  // waiting for the rest, not answering
   }
   ::close(fd);
 }
