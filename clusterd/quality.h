@@ -46,7 +46,6 @@ class LabelQualityAccumulator {
   std::vector<int64_t> classes_;
   int k_;
   int l_;
-  int64_t num_classes_ = 0;
   std::vector<int32_t> labels_;  // n x l
   int64_t rows_added_ = 0;
 };

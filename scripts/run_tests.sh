@@ -10,7 +10,34 @@
 #   scripts/run_tests.sh [ctest args...]     e.g. scripts/run_tests.sh -L unit
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+suite_start=$(date +%s)
+# The pip flavour's virtual environment (the torch wheel and the interop packages, ~5.5 GB from
+# PyPI on a new machine) is made in the background while the first build compiles: the
+# download needs the network, the build the cores. Packages of both flavours are installed
+# first so that the two never run apt-get at once.
+venv_pid=""
+torch2_dir=${MLCD_TORCH2_BUILD_DIR:-$root/build-torch2}
+venv_log="$torch2_dir/venv-setup.log"
+if [ "${MLCD_SKIP_TORCH2:-0}" != 1 ] || [ "${MLCD_SKIP_INTEROP:-0}" != 1 ]; then
+  MLCD_TORCH=pip MLCD_BUILD_DIR="$torch2_dir" MLCD_SETUP_PACKAGES_ONLY=1 "$root/scripts/setup.sh"
+  mkdir -p "$torch2_dir"
+  MLCD_TORCH=pip MLCD_BUILD_DIR="$torch2_dir" MLCD_SETUP_VENV_ONLY=1 "$root/scripts/setup.sh" \
+    >"$venv_log" 2>&1 &
+  venv_pid=$!
+fi
+# Waits for the background venv set-up; its log is printed if it failed.
+wait_for_venv() {
+  [ -n "$venv_pid" ] || return 0
+  if ! wait "$venv_pid"; then
+    echo "run_tests: setting up the pip flavour's virtual environment failed:" >&2
+    cat "$venv_log" >&2
+    exit 1
+  fi
+  venv_pid=""
+  echo "venv: ready ($(tail -n 3 "$venv_log" | tr '\n' ' '))"
+}
 MLCD_CMAKE_ARGS="${MLCD_CMAKE_ARGS:-} -DMLCD_WERROR=ON" "$root/scripts/setup.sh"
+echo "build: done $(( $(date +%s) - suite_start )) s after the start"
 build_dir=${MLCD_BUILD_DIR:-$root/build}
 start=$(date +%s)
 # The interop tests need the pip flavour's venv: their own stage below.
@@ -26,8 +53,11 @@ if [ "${MLCD_SKIP_FUZZ:-0}" != 1 ]; then
   echo "fuzz: passed in $(( $(date +%s) - start )) s"
 fi
 if [ "${MLCD_SKIP_TORCH2:-0}" != 1 ]; then
+  wait_for_venv
   "$root/scripts/run_torch2_tests.sh"
 fi
 if [ "${MLCD_SKIP_INTEROP:-0}" != 1 ]; then
+  wait_for_venv
   "$root/scripts/run_interop_tests.sh"
 fi
+echo "all stages: passed in $(( $(date +%s) - suite_start )) s"

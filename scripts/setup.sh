@@ -12,6 +12,9 @@
 #       (default ./build-torch2), the worker built against its libtorch 2.x with CUDA and NCCL
 #       (-DMLCD_WITH_CUDA=ON; needs the CUDA toolkit's nvcc, no GPU)
 #   MLCD_SETUP_CONFIGURE_ONLY=1 scripts/setup.sh   # packages and configure, no build
+#   MLCD_TORCH=pip MLCD_SETUP_VENV_ONLY=1 scripts/setup.sh   # packages and the pip flavour's
+#       virtual environment (the wheel, the interop packages), no configure: the test command
+#       runs it in the background during the first build (downloads, not compiling)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -99,6 +102,9 @@ if [ "$torch_flavour" = pip ]; then
     echo "setup: installing the interop test packages into $venv ($(grep -c '==' "$requirements") pinned)"
     "$venv/bin/python3" -m pip install -q --disable-pip-version-check -r "$requirements"
     cp "$requirements" "$stamp"
+  fi
+  if [ "${MLCD_SETUP_VENV_ONLY:-0}" = 1 ]; then
+    exit 0
   fi
   torch_dir=$("$venv/bin/python3" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)/Torch
   if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
