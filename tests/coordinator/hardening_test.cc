@@ -209,6 +209,39 @@ TEST_F(CoordinatorHardeningTest, StreamsRequestsAndStringsAreBounded) {
       << big.status().message();
 }
 
+// Issue 30, findings 5 and 6. Before: image_size 4096 with patch_size 1 (16.7M tokens per
+// image) and 256 loader threads decoding ~300 MB each passed submit. Now the coordinator refuses
+// both, naming the field and the numbers.
+TEST_F(CoordinatorHardeningTest, SequenceActivationsAndDecodeThreadsAreBoundedAtSubmit) {
+  auto tokens = DryRun(Head("tokens") + "  dataset: {limit: 500}\n" +
+                       "  model: {image_size: 4096, patch_size: 1}\n");
+  ASSERT_FALSE(tokens.ok());
+  EXPECT_EQ(tokens.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(tokens.status().message().find("spec.model.image_size: image_size 4096 / patch_size "
+                                           "1 gives 4096^2 = 16777216 tokens per image; at most "
+                                           "65536"),
+            std::string::npos)
+      << tokens.status().message();
+  auto activations = DryRun(Head("activations") + "  dataset: {limit: 5000}\n" +
+                            "  model: {preset: vit-b32, image_size: 1024, patch_size: 16}\n" +
+                            "  training: {batch_size: 1024}\n");
+  ASSERT_FALSE(activations.ok());
+  EXPECT_EQ(activations.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(activations.status().message().find("spec.training.batch_size: the activations of "
+                                                "one worker's batch would take about"),
+            std::string::npos)
+      << activations.status().message();
+  EXPECT_NE(activations.status().message().find("at most 549.756 GB"), std::string::npos);
+  auto threads = DryRun(Head("threads") + "  dataset: {limit: 500, loader_threads: 256}\n");
+  ASSERT_FALSE(threads.ok());
+  EXPECT_EQ(threads.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(threads.status().message().find("spec.dataset.loader_threads: 256 threads need at "
+                                            "least 256 x 16 MiB = 4096 MiB of decode memory, "
+                                            "more than decode_memory_mb 1024"),
+            std::string::npos)
+      << threads.status().message();
+}
+
 // Before: the worker agent and its children read and wrote wherever the coordinator's spec
 // and assignment said. Now an agent confines its children to its own --data-root: one
 // narrower than the coordinator's (it does not cover the job's checkpoint directory) makes
