@@ -71,14 +71,18 @@ constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 32;
 constexpr uint32_t kMaxIdxImageSide = 4096;
 
 // The coordinator: the largest request message (a spec is at most kMaxSpecYamlBytes of YAML),
-// concurrent WatchJob streams (each holds a server thread), jobs not yet ended, registered
-// worker slots, the reason of a cancel, a worker's host name.
+// concurrent WatchJob streams (each holds a server thread) in all and of one caller identity,
+// jobs not yet ended, registered worker slots, the reason of a cancel, a worker's host name.
 constexpr int kMaxCoordinatorRequestBytes = 8 << 20;
-constexpr int kDefaultMaxWatchStreams = 64;
+constexpr int kDefaultMaxWatchStreams = 256;
+constexpr int kDefaultMaxWatchStreamsPerIdentity = 16;
 constexpr int kMaxActiveJobs = 10000;
 constexpr size_t kMaxWorkers = 10000;
 constexpr size_t kMaxCancelReasonLength = 1000;
 constexpr size_t kMaxHostLength = 255;
+// How long a dead worker's name stays bound to the identity that registered it
+// (--worker-name-lease-seconds): others may register the name only after it.
+constexpr int kDefaultWorkerNameLeaseSeconds = 600;
 // The coordinator's space reserve on the file system of its --data-dir (--min-free-mb): it
 // does not start with less free, and refuses new jobs and worker registrations below it.
 constexpr uint64_t kCoordinatorMinFreeBytes = uint64_t{64} << 20;
