@@ -63,6 +63,18 @@ struct LocalOptions {
   bool insecure = false;
 };
 
+// The folders of the local coordinator's --data-dir (`dir`/coordinator) that clusterd and the
+// workers read and write for its jobs: the per-job folders (coordinator/job_entry.cc), the
+// generated round-0 features and the dataset indexes it builds (phase_runner.cc,
+// dataset_checks.cc), the workers' baseline cache (gang_scheduler.cc). Its database (db/) and
+// backups/ are not among them.
+std::vector<std::string> LocalCoordinatorOutputDirs(const std::string& dir) {
+  std::vector<std::string> dirs;
+  for (const char* sub : {"jobs", "features", "datasets", "baselines"})
+    dirs.push_back(dir + "/coordinator/" + sub);
+  return dirs;
+}
+
 struct Proc {
   std::string name;
   std::string binary;
@@ -206,6 +218,12 @@ Status LocalCluster::Up() {
   if (roots.empty()) {
     roots = {opt_.dir, AbsolutePath(".")};
     if (IsDirectory(kSharedDatasetsDir)) roots.push_back(kSharedDatasetsDir);
+  }
+  // The coordinator's output folders (centroids, checkpoints, features, indexes) are roots of
+  // every service whatever --data-root says, without its database beside them.
+  for (const std::string& out : LocalCoordinatorOutputDirs(opt_.dir)) {
+    MLCD_RETURN_IF_ERROR(MakeDirs(out));
+    roots.push_back(out);
   }
   std::vector<std::string> root_flags;
   for (const auto& r : roots) root_flags.insert(root_flags.end(), {"--data-root", AbsolutePath(r)});

@@ -39,7 +39,9 @@ bool ApplyLogFlags(const ServiceFlags& flags, const std::string& component) {
     return false;
   }
   SetLogLevel(level);
-  return ApplySecurityFlags(flags.security);
+  SecurityOptions security = flags.security;
+  if (security.state_dir.empty()) security.state_dir = flags.data_dir;
+  return ApplySecurityFlags(security);
 }
 
 CLI::Option* AddPeerFlag(CLI::App& app, const std::string& peer, std::string* address,

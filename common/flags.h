@@ -44,8 +44,10 @@ void AddServiceFlags(CLI::App& app, ServiceFlags* flags, const std::string& defa
                      const std::string& default_data_dir);
 
 // Applies --log-level and names the log component, then the security flags
-// (ApplySecurityFlags). Returns false (after printing why) when the level is unknown or a
-// certificate, key or tokens file does not check out.
+// (ApplySecurityFlags), with the private copy of the TLS material under flags.data_dir
+// (SecurityOptions::state_dir) unless the security flags name another place. Returns false
+// (after printing why) when the level is unknown or a certificate, key or tokens file does
+// not check out.
 bool ApplyLogFlags(const ServiceFlags& flags, const std::string& component);
 
 // Adds a peer address flag, e.g. AddPeerFlag(app, "labelstore", &addr, "127.0.0.1:7610")

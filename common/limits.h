@@ -31,6 +31,21 @@ constexpr double kMaxMlpRatio = 16;
 constexpr int32_t kMaxImageSize = 4096;
 constexpr int32_t kMaxChannels = 16;
 constexpr double kMaxModelParameters = 4e9;
+// The ViT's sequence: patch tokens (image_size / patch_size)^2 (4096 / 16 = 256^2; 4096 / 1
+// would be 16.7M). And the estimated activation memory of one worker's batch in bytes
+// (float32), (batch_size / world_size) * depth * ((8 + 2 * mlp_ratio) * L * width +
+// 2 * heads * L^2) * 4 with L = tokens + 1: what the forward pass keeps for the backward pass
+// (block inputs, q / k / v, attention scores and softmax, MLP hidden), bounded like the
+// parameters (ViT-L/14 at 224 with 512 images per worker is ~311 GB).
+constexpr int64_t kMaxSequenceLength = 65536;
+constexpr double kMaxActivationBytes = 512.0 * (uint64_t{1} << 30);
+
+// dataset.decode_memory_mb: a worker's decode memory budget (MiB), shared by its loader
+// threads (worker/data/decode_budget.h): the default, the largest, and the least each loader
+// thread needs (dataset.loader_threads x this <= the budget; 16 MiB is a 2300 x 2300 RGB image).
+constexpr int32_t kDefaultDecodeMemoryMb = 1024;
+constexpr int32_t kMaxDecodeMemoryMb = 1 << 20;
+constexpr int32_t kDecodeMemoryPerLoaderThreadMb = 16;
 
 // training.
 constexpr int32_t kMaxEpochsPerRound = 100000;
@@ -56,14 +71,18 @@ constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 32;
 constexpr uint32_t kMaxIdxImageSide = 4096;
 
 // The coordinator: the largest request message (a spec is at most kMaxSpecYamlBytes of YAML),
-// concurrent WatchJob streams (each holds a server thread), jobs not yet ended, registered
-// worker slots, the reason of a cancel, a worker's host name.
+// concurrent WatchJob streams (each holds a server thread) in all and of one caller identity,
+// jobs not yet ended, registered worker slots, the reason of a cancel, a worker's host name.
 constexpr int kMaxCoordinatorRequestBytes = 8 << 20;
-constexpr int kDefaultMaxWatchStreams = 64;
+constexpr int kDefaultMaxWatchStreams = 256;
+constexpr int kDefaultMaxWatchStreamsPerIdentity = 16;
 constexpr int kMaxActiveJobs = 10000;
 constexpr size_t kMaxWorkers = 10000;
 constexpr size_t kMaxCancelReasonLength = 1000;
 constexpr size_t kMaxHostLength = 255;
+// How long a dead worker's name stays bound to the identity that registered it
+// (--worker-name-lease-seconds): others may register the name only after it.
+constexpr int kDefaultWorkerNameLeaseSeconds = 600;
 // The coordinator's space reserve on the file system of its --data-dir (--min-free-mb): it
 // does not start with less free, and refuses new jobs and worker registrations below it.
 constexpr uint64_t kCoordinatorMinFreeBytes = uint64_t{64} << 20;

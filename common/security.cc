@@ -44,7 +44,7 @@ struct Loaded {
 StatusOr<Loaded> Load(const SecurityOptions& options) {
   Loaded loaded;
   if (!options.tls.empty()) {
-    MLCD_ASSIGN_OR_RETURN(loaded.tls, TlsConfig::Open(options.tls));
+    MLCD_ASSIGN_OR_RETURN(loaded.tls, TlsConfig::Open(options.tls, options.state_dir));
   }
   if (!options.tokens_file.empty()) {
     MLCD_ASSIGN_OR_RETURN(TokenTable table, TokenTable::Load(options.tokens_file));

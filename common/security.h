@@ -42,6 +42,10 @@ struct SecurityOptions {
   std::string token_file;
   // Server side: plaintext on a non-loopback address is allowed (with a warning).
   bool insecure = false;
+  // Where the process keeps its state (a service's or agent's --data-dir): the private copy
+  // of the TLS material goes to STATE_DIR/tls-private and the TLS files are watched for
+  // renewals (tls_config.h). Empty: the material is held in memory and reloaded on SIGHUP only.
+  std::string state_dir;
 };
 
 // The environment's settings (MLCD_TLS_CERT, MLCD_TLS_KEY, MLCD_TLS_CA, MLCD_TOKENS_FILE,

@@ -4,6 +4,7 @@
 
 #include "common/enums.h"
 #include "common/idx.h"
+#include "common/limits.h"
 
 namespace mlcd {
 namespace {
@@ -27,6 +28,7 @@ void ApplyDatasetDefaults(v1::DatasetSpec* data) {
   if (!data->has_max_bad_fraction()) data->set_max_bad_fraction(0.001);
   if (data->format() != "fashion-mnist") {
     if (data->loader_threads() == 0) data->set_loader_threads(2);
+    if (data->decode_memory_mb() == 0) data->set_decode_memory_mb(kDefaultDecodeMemoryMb);
     // torchvision's RandomResizedCrop.
     if (data->crop_min_scale() == 0) data->set_crop_min_scale(0.08);
   }

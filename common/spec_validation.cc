@@ -85,6 +85,24 @@ struct SectionContext {
 // The most decode threads per worker.
 constexpr int32_t kMaxLoaderThreads = 256;
 
+// decode_memory_mb in [0 (default), kMaxDecodeMemoryMb], and room in it for every loader
+// thread to hold one image of kDecodeMemoryPerLoaderThreadMb.
+void CheckDecodeMemory(Checker& c, const v1::DatasetSpec& d) {
+  c.InRange("decode_memory_mb", d.decode_memory_mb(), 0, kMaxDecodeMemoryMb);
+  const int64_t budget = d.decode_memory_mb() > 0 ? d.decode_memory_mb() : kDefaultDecodeMemoryMb;
+  const int64_t needed = int64_t{d.loader_threads()} * kDecodeMemoryPerLoaderThreadMb;
+  if (d.decode_memory_mb() >= 0 && needed > budget) {
+    c.Add("loader_threads", Checker::Num(d.loader_threads()) + " threads need at least " +
+                                Checker::Num(d.loader_threads()) + " x " +
+                                Checker::Num(kDecodeMemoryPerLoaderThreadMb) + " MiB = " +
+                                Checker::Num(needed) + " MiB of decode memory, more than " +
+                                "decode_memory_mb " + Checker::Num(budget) +
+                                "; use at most " +
+                                Checker::Num(budget / kDecodeMemoryPerLoaderThreadMb) +
+                                " threads or raise decode_memory_mb");
+  }
+}
+
 // A dataset (the job's or evaluation's, under `c`): a known format, where its files are,
 // the normalisation, the loader and bad-sample settings.
 void CheckDatasetSpec(Checker& c, const v1::DatasetSpec& d, const v1::ModelSpec& model,
@@ -138,6 +156,7 @@ void CheckDatasetSpec(Checker& c, const v1::DatasetSpec& d, const v1::ModelSpec&
   if (d.loader_threads() < 0 || d.loader_threads() > kMaxLoaderThreads)
     c.Add("loader_threads", Checker::Num(d.loader_threads()) + " is outside [0, " +
                                 Checker::Num(kMaxLoaderThreads) + "]");
+  CheckDecodeMemory(c, d);
 }
 
 // The training augmentation of a dataset (evaluation uses none).
@@ -299,6 +318,46 @@ void CheckModel(const SectionContext& s, std::vector<SpecProblem>* problems) {
   }
 }
 
+// model x training: the sequence length (patch tokens) and the estimated activation memory of
+// one worker's share of a batch, each bounded, with the numbers in the message.
+void CheckActivations(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  const auto& m = s.spec.model();
+  const auto& t = s.spec.training();
+  if (m.patch_size() < 1 || m.image_size() < 1 || m.patch_size() > m.image_size() ||
+      m.width() < 1 || m.depth() < 1 || m.heads() < 1 || !(m.mlp_ratio() > 0) ||
+      m.mlp_ratio() > kMaxMlpRatio)
+    return;  // CheckModel names those
+  const int64_t side = m.image_size() / m.patch_size();
+  const int64_t tokens = side * side;
+  if (tokens > kMaxSequenceLength) {
+    Checker(problems, s.prefix + "model")
+        .Add("image_size", "image_size " + Checker::Num(m.image_size()) + " / patch_size " +
+                               Checker::Num(m.patch_size()) + " gives " + Checker::Num(side) +
+                               "^2 = " + Checker::Num(tokens) + " tokens per image; at most " +
+                               Checker::Num(kMaxSequenceLength) +
+                               " (use a larger patch_size or a smaller image_size)");
+    return;
+  }
+  // The largest worker's share (ceil): the batch is split as evenly as it goes.
+  const int64_t local_batch =
+      t.world_size() >= 1 ? (int64_t{t.batch_size()} + t.world_size() - 1) / t.world_size() : 0;
+  const double length = static_cast<double>(tokens + 1);
+  const double per_block = (8 + 2 * m.mlp_ratio()) * length * m.width() +
+                           2.0 * m.heads() * length * length;
+  const double bytes = static_cast<double>(local_batch) * m.depth() * per_block * 4;
+  if (local_batch > 0 && bytes > kMaxActivationBytes) {
+    Checker(problems, s.prefix + "training")
+        .Add("batch_size",
+             "the activations of one worker's batch would take about " +
+                 Checker::Num(bytes / 1e9) + " GB (" + Checker::Num(local_batch) +
+                 " images per worker x depth " + Checker::Num(m.depth()) + " x ((8 + 2 * " +
+                 "mlp_ratio) * L * width + 2 * heads * L^2) x 4 bytes, L = " +
+                 Checker::Num(tokens + 1) + " tokens); at most " +
+                 Checker::Num(kMaxActivationBytes / 1e9) +
+                 " GB: use a smaller batch_size, more workers (world_size) or a smaller model");
+  }
+}
+
 // optimizer: name, learning rates, betas, warmup and schedule.
 void CheckOptimizer(const SectionContext& s, std::vector<SpecProblem>* problems) {
   const auto& o = s.spec.optimizer();
@@ -417,6 +476,7 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
   CheckClustering(s, &problems);
   CheckLoss(s, &problems);
   CheckModel(s, &problems);
+  CheckActivations(s, &problems);
   CheckOptimizer(s, &problems);
   CheckTraining(s, &problems);
   CheckEvaluation(s, &problems);

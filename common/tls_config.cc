@@ -5,8 +5,10 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
@@ -79,14 +81,49 @@ Status CheckPem(const Pem& pem, const TlsFiles& files) {
 }
 
 // The private copies are removed at exit, not with their TlsConfig: channels made from a
-// replaced config keep watching its copy for as long as they live.
+// replaced config keep watching its copy for as long as they live. Once removal began, no
+// watch writes a copy again (g_exiting).
 std::vector<std::string>* g_private_dirs = nullptr;
+bool g_exiting = false;
 std::mutex g_private_dirs_mu;
 
 void RemovePrivateDirs() {
   std::lock_guard<std::mutex> lock(g_private_dirs_mu);
+  g_exiting = true;
   std::error_code ec;
   for (const auto& d : *g_private_dirs) std::filesystem::remove_all(d, ec);
+}
+
+// STATE_DIR/tls-private, emptied (a killed process's copy is replaced), 0700, and removed at
+// exit.
+StatusOr<std::string> MakePrivateDir(const std::string& state_dir) {
+  std::error_code ec;
+  const std::string dir = std::filesystem::absolute(state_dir, ec).string() + "/tls-private";
+  std::filesystem::remove_all(dir, ec);
+  MLCD_RETURN_IF_ERROR(MakeDirs(dir).WithContext("the private copy of the TLS material"));
+  if (::chmod(dir.c_str(), 0700) != 0)
+    return Status::Internal("cannot make " + dir + " private (chmod 0700)");
+  std::lock_guard<std::mutex> lock(g_private_dirs_mu);
+  if (!g_private_dirs) {
+    g_private_dirs = new std::vector<std::string>();
+    std::atexit(RemovePrivateDirs);
+  }
+  g_private_dirs->push_back(dir);
+  return dir;
+}
+
+// What identifies a version of the configured files: device, inode, size and change times of
+// each (zeros for a missing one), so a replacement by rename or an edit in place both show.
+std::vector<int64_t> FilesSignature(const TlsFiles& files) {
+  std::vector<int64_t> sig;
+  for (const std::string* path : {&files.cert, &files.key, &files.ca}) {
+    struct stat st {};
+    if (path->empty() || ::stat(path->c_str(), &st) != 0) st = {};
+    sig.insert(sig.end(), {static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
+                           static_cast<int64_t>(st.st_size), st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                           st.st_ctim.tv_sec, st.st_ctim.tv_nsec});
+  }
+  return sig;
 }
 
 }  // namespace
@@ -100,37 +137,57 @@ bool IsLoopbackHost(const std::string& host) {
   return false;
 }
 
-StatusOr<std::shared_ptr<TlsConfig>> TlsConfig::Open(const TlsFiles& files) {
+StatusOr<std::shared_ptr<TlsConfig>> TlsConfig::Open(const TlsFiles& files,
+                                                     const std::string& state_dir) {
   if (files.cert.empty() != files.key.empty()) {
     return Status::InvalidArgument(
         "--tls-cert and --tls-key come together (env MLCD_TLS_CERT, MLCD_TLS_KEY); only " +
         std::string(files.cert.empty() ? "--tls-key" : "--tls-cert") + " was given");
   }
   std::shared_ptr<TlsConfig> config(new TlsConfig(files));
-  std::string templ = (std::filesystem::temp_directory_path() / "mlcd-tls-XXXXXX").string();
-  if (!::mkdtemp(templ.data())) {
-    return Status::Internal("cannot make a private folder for TLS material under " +
-                            std::filesystem::temp_directory_path().string() +
-                            " (set TMPDIR to a writable folder)");
-  }
-  config->private_dir_ = templ;
-  {
-    std::lock_guard<std::mutex> lock(g_private_dirs_mu);
-    if (!g_private_dirs) {
-      g_private_dirs = new std::vector<std::string>();
-      std::atexit(RemovePrivateDirs);
-    }
-    g_private_dirs->push_back(templ);
+  if (!state_dir.empty()) {
+    MLCD_ASSIGN_OR_RETURN(config->private_dir_, MakePrivateDir(state_dir));
   }
   MLCD_RETURN_IF_ERROR(config->Install());
+  if (config->private_dir_.empty()) return config;
   const std::string cur = config->private_dir_ + "/current/";
-  config->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      files.key.empty() ? "" : cur + "key.pem", files.cert.empty() ? "" : cur + "cert.pem",
-      files.ca.empty() ? "" : cur + "ca.pem", kWatchIntervalSeconds);
+  {
+    std::lock_guard<std::mutex> lock(config->mu_);
+    config->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        files.key.empty() ? "" : cur + "key.pem", files.cert.empty() ? "" : cur + "cert.pem",
+        files.ca.empty() ? "" : cur + "ca.pem", kWatchIntervalSeconds);
+  }
+  config->watcher_ = std::thread([raw = config.get()] { raw->WatchFiles(); });
   return config;
 }
 
-TlsConfig::~TlsConfig() = default;
+TlsConfig::~TlsConfig() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_watch_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void TlsConfig::WatchFiles() {
+  std::vector<int64_t> seen = FilesSignature(files_);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!watch_cv_.wait_for(lock, std::chrono::seconds(kCertFilePollSeconds),
+                             [&] { return stop_watch_; })) {
+    lock.unlock();
+    std::vector<int64_t> now = FilesSignature(files_);
+    if (now != seen) {
+      seen = std::move(now);
+      std::lock_guard<std::mutex> exit_lock(g_private_dirs_mu);
+      if (!g_exiting) {
+        MLCD_LOG(INFO) << "TLS files changed on disk; reloading";
+        (void)Reload();
+      }
+    }
+    lock.lock();
+  }
+}
 
 Status TlsConfig::Install() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -143,6 +200,12 @@ Status TlsConfig::Install() {
     MLCD_ASSIGN_OR_RETURN(pem.ca, ReadPem(files_.ca, "--tls-ca"));
   }
   MLCD_RETURN_IF_ERROR(CheckPem(pem, files_));
+  if (private_dir_.empty()) {
+    std::vector<grpc::experimental::IdentityKeyCertPair> pairs;
+    if (!pem.cert.empty()) pairs.push_back({pem.key, pem.cert});
+    provider_ = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(pem.ca, pairs);
+    return Status::Ok();
+  }
   // A new generation folder, then one rename of the `current` link: the watcher never sees
   // a key from one generation with a certificate from another.
   const std::string gen = "gen-" + std::to_string(++generation_);
@@ -170,7 +233,9 @@ Status TlsConfig::Reload() {
   Status s = Install();
   if (s.ok()) {
     MLCD_LOG(INFO) << "TLS material reloaded from " << files_.cert << " " << files_.key << " "
-                   << files_.ca << " (new connections use it within a second)";
+                   << files_.ca
+                   << (private_dir_.empty() ? " (for connections made from now on)"
+                                            : " (new connections use it within a second)");
   } else {
     MLCD_LOG(ERROR) << "TLS reload failed, keeping the previous certificates: " << s.ToString();
   }
@@ -182,7 +247,12 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsConfig::ServerCredentials(
     return Status::FailedPrecondition(
         "a TLS server needs --tls-cert and --tls-key (env MLCD_TLS_CERT, MLCD_TLS_KEY)");
   }
-  grpc::experimental::TlsServerCredentialsOptions options(provider_);
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    provider = provider_;
+  }
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();
   if (has_ca()) {
     options.watch_root_certs();
@@ -195,7 +265,10 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsConfig::ServerCredentials(
 
 std::shared_ptr<grpc::ChannelCredentials> TlsConfig::ChannelCredentials() const {
   grpc::experimental::TlsChannelCredentialsOptions options;
-  options.set_certificate_provider(provider_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    options.set_certificate_provider(provider_);
+  }
   if (has_ca()) options.watch_root_certs();
   if (has_identity()) options.watch_identity_key_cert_pairs();
   options.set_verify_server_certs(true);

@@ -3,24 +3,32 @@
 // A TlsConfig is the process's certificate, private key and CA bundle, all PEM files:
 //   servers  present cert/key; with a CA they require and verify a client certificate (mTLS)
 //   clients  verify the server against the CA; with cert/key they present them (mTLS)
-// Files are checked when the config is opened (they parse, the key matches the certificate)
-// and served from a private copy (a 0700 temporary folder): Reload(), which the services call
-// on SIGHUP, re-reads and re-checks the configured files and swaps the copy; gRPC's file
-// watcher (one-second period) hands the new material to every listener and channel, so
-// connections made after the reload use the new certificates and open ones keep theirs. A
-// reload whose files do not check out keeps the old material and says why. The private
-// copies are removed when the process exits.
+// Files are checked when the config is opened (they parse, the key matches the certificate).
+// Reload() re-reads and re-checks them; a reload whose files do not check out keeps the old
+// material and says why. Where the material is served from depends on the process:
+//   with a state dir (services and agents: their --data-dir)  from a private copy in
+//       STATE_DIR/tls-private (0700), made afresh at every start (so a killed process leaves
+//       nothing behind it does not replace) and removed at a clean exit. The configured files
+//       are watched (inode, size, mtime, every kCertFilePollSeconds) and reloaded when they
+//       change, as on SIGHUP; gRPC's file watcher (one-second period) hands the new copy to
+//       every listener and channel, so connections made after the reload use the new
+//       certificates and open ones keep theirs.
+//   without (mlcdctl, a worker's training child)  from memory: nothing is written anywhere;
+//       a reload applies to the credentials made after it.
 #pragma once
 
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace mlcd {
 
@@ -41,11 +49,15 @@ class TlsConfig {
   // Checks `files` (cert and key come together; a client may give only a CA) and makes the
   // private copy. INVALID_ARGUMENT naming the flag (--tls-cert, --tls-key, --tls-ca) and what
   // is wrong with it.
-  static StatusOr<std::shared_ptr<TlsConfig>> Open(const TlsFiles& files);
+  // `state_dir` (may be empty): see the top of this file; made when missing.
+  static StatusOr<std::shared_ptr<TlsConfig>> Open(const TlsFiles& files,
+                                                   const std::string& state_dir = "");
   ~TlsConfig();
 
   // Re-reads the configured files; on success the new material is served within a second.
   Status Reload();
+  // The private copy's folder ("" when served from memory).
+  const std::string& private_dir() const { return private_dir_; }
 
   bool has_identity() const { return !files_.cert.empty(); }
   bool has_ca() const { return !files_.ca.empty(); }
@@ -61,13 +73,21 @@ class TlsConfig {
  private:
   explicit TlsConfig(TlsFiles files) : files_(std::move(files)) {}
   Status Install();
+  // The watch of the configured files (with a private copy): reloads when they change.
+  void WatchFiles();
 
-  TlsFiles files_;
+  const TlsFiles files_;
   std::string private_dir_;
-  int generation_ = 0;
-  std::mutex mu_;
-  std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider> provider_;
+  mutable std::mutex mu_;
+  int generation_ GUARDED_BY(mu_) = 0;
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_ GUARDED_BY(mu_);
+  bool stop_watch_ GUARDED_BY(mu_) = false;
+  std::condition_variable watch_cv_;
+  std::thread watcher_;
 };
+
+// How often a TlsConfig with a private copy looks at its configured files for a renewal.
+constexpr int kCertFilePollSeconds = 2;
 
 // True when `host` (from --listen HOST:PORT) only accepts connections from this machine:
 // 127.0.0.0/8, ::1 or "localhost".

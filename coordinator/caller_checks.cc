@@ -23,12 +23,25 @@ Status CheckWorkerCaller(const WorkerEntry& worker, const std::string& caller) {
                                   " may not act for it");
 }
 
-Status CheckReRegistration(const WorkerEntry& worker, const std::string& caller, bool alive) {
-  if (!alive || worker.record.identity() == caller) return Status::Ok();
-  return Status::PermissionDenied(
-      "worker name '" + worker.record.worker_id() + "' is registered by " +
-      Who(worker.record.identity()) + " and alive; " + Who(caller) +
-      " may not take it over (pick another --name, or wait until it is marked lost)");
+Status CheckReRegistration(const WorkerEntry& worker, const std::string& caller, bool alive,
+                           std::chrono::milliseconds silent, std::chrono::milliseconds lease) {
+  if (worker.record.identity() == caller) return Status::Ok();
+  if (alive) {
+    return Status::PermissionDenied(
+        "worker name '" + worker.record.worker_id() + "' is registered by " +
+        Who(worker.record.identity()) + " and alive; " + Who(caller) +
+        " may not take it over (pick another --name, or wait until it is marked lost)");
+  }
+  if (silent < lease) {
+    const auto left = std::chrono::duration_cast<std::chrono::seconds>(lease - silent).count() + 1;
+    return Status::PermissionDenied(
+        "worker name '" + worker.record.worker_id() + "' stays bound to " +
+        Who(worker.record.identity()) + ", which registered it, for " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(lease).count()) +
+        " s after it was last heard from (--worker-name-lease-seconds); " + Who(caller) +
+        " may take it over in " + std::to_string(left) + " s, or pick another --name");
+  }
+  return Status::Ok();
 }
 
 }  // namespace mlcd::coordinator

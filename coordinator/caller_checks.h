@@ -3,6 +3,7 @@
 // Principal::identity strings (common/security.h); "" when the coordinator checks no one.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "common/status.h"
@@ -17,8 +18,12 @@ Status CheckCancelAllowed(const v1::Job& job, const std::string& caller, bool an
 // OK when `caller` is the identity that registered `worker`; PERMISSION_DENIED otherwise.
 Status CheckWorkerCaller(const WorkerEntry& worker, const std::string& caller);
 
-// Re-registration of `worker`'s name by `caller`: another identity may take over the name
-// only when the worker is no longer alive (`alive` false: LOST or silent past the idle timeout).
-Status CheckReRegistration(const WorkerEntry& worker, const std::string& caller, bool alive);
+// Re-registration of `worker`'s name by `caller`. The identity that registered it may always
+// come back; another identity may take over the name only when the worker is no longer alive
+// (`alive` false: LOST or silent past the idle timeout) AND its name lease has ended: it has
+// been silent for `silent` >= `lease` (--worker-name-lease-seconds). PERMISSION_DENIED
+// otherwise, saying how long the lease still holds.
+Status CheckReRegistration(const WorkerEntry& worker, const std::string& caller, bool alive,
+                           std::chrono::milliseconds silent, std::chrono::milliseconds lease);
 
 }  // namespace mlcd::coordinator

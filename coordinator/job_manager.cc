@@ -330,22 +330,13 @@ StatusOr<v1::Job> JobManager::CancelJob(const v1::CancelJobRequest& request,
   return jobs_.PublicJob(*job);
 }
 
-Status JobManager::WatchJob(const v1::WatchJobRequest& request,
+Status JobManager::WatchJob(const v1::WatchJobRequest& request, const std::string& caller,
                             const std::function<bool(const v1::JobEvent&)>& send,
                             const std::function<bool()>& is_cancelled) {
   if (request.id().empty())
     return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
-  // Each stream holds a server thread: at most max_watch_streams at once.
-  if (watch_streams_.fetch_add(1) >= options_.max_watch_streams) {
-    --watch_streams_;
-    return Status::ResourceExhausted(
-        std::to_string(options_.max_watch_streams) +
-        " WatchJob streams are open (--max-watch-streams); retry later or poll GetJob");
-  }
-  struct Release {
-    std::atomic<int>* n;
-    ~Release() { --*n; }
-  } release{&watch_streams_};
+  // Each stream holds a server thread: bounded per identity and in all.
+  MLCD_ASSIGN_OR_RETURN(WatchStreamLimits::Slot slot, watch_streams_.Open(caller));
   std::unique_lock<std::mutex> lock(mu_);
   JobEntry* job = jobs_.Find(request.id());
   if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");

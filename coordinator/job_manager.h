@@ -69,6 +69,7 @@
 #include "coordinator/phase_runner.h"
 #include "coordinator/progress_tracker.h"
 #include "coordinator/store.h"
+#include "coordinator/watch_streams.h"
 #include "coordinator/worker_registry.h"
 #include "mlcd/v1/coordinator.pb.h"
 
@@ -91,12 +92,17 @@ struct JobManagerOptions {
   std::chrono::milliseconds idle_worker_timeout{30000};
   // ... and forgotten after this long.
   std::chrono::milliseconds lost_worker_expiry{std::chrono::minutes(10)};
+  // A dead worker's name stays bound to the identity that registered it this long after it
+  // was last heard from (worker_registry.h; --worker-name-lease-seconds).
+  std::chrono::milliseconds worker_name_lease{std::chrono::seconds(kDefaultWorkerNameLeaseSeconds)};
   // Period of the scheduler loop (liveness checks, phase starts).
   std::chrono::milliseconds tick{200};
   // Longest GetAssignment long poll.
   int max_poll_seconds = 60;
-  // WatchJob streams open at once; more are RESOURCE_EXHAUSTED.
+  // WatchJob streams open at once, in all and of one caller identity (watch_streams.h); more
+  // are RESOURCE_EXHAUSTED.
   int max_watch_streams = kDefaultMaxWatchStreams;
+  int max_watch_streams_per_identity = kDefaultMaxWatchStreamsPerIdentity;
   // The space reserve on data_dir's file system (store.h; --min-free-mb): below it the
   // coordinator does not start, and SubmitJob and RegisterWorker are UNAVAILABLE.
   uint64_t min_free_bytes = kCoordinatorMinFreeBytes;
@@ -131,7 +137,9 @@ class JobManager {
                               bool any_job);
   // Sends the job now, then on every change until it ends (OK), `is_cancelled()` turns true
   // (CANCELLED) or the manager shuts down (UNAVAILABLE). `send` returning false ends it.
-  Status WatchJob(const v1::WatchJobRequest& request,
+  // RESOURCE_EXHAUSTED when `caller` (the calling identity) or everyone together has the most
+  // streams open (watch_streams.h).
+  Status WatchJob(const v1::WatchJobRequest& request, const std::string& caller,
                   const std::function<bool(const v1::JobEvent&)>& send,
                   const std::function<bool()>& is_cancelled);
 
@@ -223,7 +231,7 @@ class JobManager {
   std::thread scheduler_;
   // The paths job specs may name (set once in Open).
   DataRoots data_roots_;
-  std::atomic<int> watch_streams_{0};
+  WatchStreamLimits watch_streams_;
 };
 
 }  // namespace mlcd::coordinator

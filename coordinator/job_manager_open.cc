@@ -17,12 +17,14 @@ JobManager::JobManager(JobManagerOptions options, CoordinatorMetrics* metrics,
       metrics_(metrics),
       store_(std::move(store)),
       jobs_(store_.get(), &watch_cv_),
-      workers_(store_.get(), {options_.idle_worker_timeout, options_.lost_worker_expiry}),
+      workers_(store_.get(), {options_.idle_worker_timeout, options_.lost_worker_expiry,
+                              options_.worker_name_lease}),
       gangs_({options_.data_dir, options_.labelstore_address, options_.heartbeat_interval}, &jobs_,
              &workers_, metrics_, &work_cv_),
       progress_(&jobs_, metrics_),
       phases_({options_.data_dir, options_.clusterd_address, &data_roots_}, &jobs_, &mu_,
-              &tick_cv_) {}
+              &tick_cv_),
+      watch_streams_(options_.max_watch_streams, options_.max_watch_streams_per_identity) {}
 
 StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options,
                                                        CoordinatorMetrics* metrics) {

@@ -30,8 +30,13 @@ int main(int argc, char** argv) {
   mlcd::AddPeerFlag(app, "labelstore", &options.labelstore_address, "127.0.0.1:7610");
   mlcd::AddPeerFlag(app, "clusterd", &options.clusterd_address, "127.0.0.1:7620");
   app.add_option("--max-watch-streams", options.max_watch_streams,
-                 "WatchJob streams open at once (each holds a server thread); more are "
-                 "RESOURCE_EXHAUSTED")
+                 "WatchJob streams open at once, all callers together (each holds a server "
+                 "thread); more are RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--max-watch-streams-per-identity", options.max_watch_streams_per_identity,
+                 "WatchJob streams one caller identity (token or certificate) may hold open; "
+                 "more are RESOURCE_EXHAUSTED")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   mlcd::AddDataRootFlag(app, &options.data_roots,
@@ -53,12 +58,19 @@ int main(int argc, char** argv) {
                  "seconds an idle worker may go without polling before it is marked lost")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  int name_lease_s = mlcd::kDefaultWorkerNameLeaseSeconds;
+  app.add_option("--worker-name-lease-seconds", name_lease_s,
+                 "seconds a dead worker's name stays bound to the identity that registered it; "
+                 "another identity registering the name meanwhile is PERMISSION_DENIED")
+      ->check(CLI::Range(0, 7 * 24 * 3600))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (!mlcd::ApplyLogFlags(flags, "coordinator")) return 2;
   options.data_dir = flags.data_dir;
   options.min_free_bytes = min_free_mb << 20;
   options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   options.idle_worker_timeout = std::chrono::seconds(idle_timeout_s);
+  options.worker_name_lease = std::chrono::seconds(name_lease_s);
 
   mlcd::MetricsServer metrics_server;
   mlcd::coordinator::CoordinatorMetrics metrics(metrics_server.registry());

@@ -56,7 +56,8 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
   MLCD_AUTHORIZE("WatchJob");
   RpcTimer timer(&metrics_->rpc(), "WatchJob");
   Status s = manager_->WatchJob(
-      *request, [writer](const v1::JobEvent& event) { return writer->Write(event); },
+      *request, caller.identity,
+      [writer](const v1::JobEvent& event) { return writer->Write(event); },
       [context] { return context->IsCancelled(); });
   return ToGrpcStatus(timer.Done(s));
 }

@@ -21,7 +21,10 @@ StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
                                      " registered worker slots, its limit");
   }
   WorkerEntry* old = workers_.Find(request.name());
-  if (old) MLCD_RETURN_IF_ERROR(CheckReRegistration(*old, caller, workers_.Alive(*old, now)));
+  if (old) {
+    MLCD_RETURN_IF_ERROR(CheckReRegistration(*old, caller, workers_.Alive(*old, now),
+                                             workers_.Silent(*old, now), workers_.name_lease()));
+  }
   // New work is refused below the disk's reserve, before anything changes.
   MLCD_RETURN_IF_ERROR(store_->CheckSpace("registering worker " + request.name()));
   if (old) {

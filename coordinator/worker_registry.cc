@@ -32,6 +32,11 @@ bool WorkerRegistry::Alive(const WorkerEntry& worker, Clock::time_point now) con
   return worker.polls_waiting > 0 || now - worker.last_seen < options_.idle_worker_timeout;
 }
 
+std::chrono::milliseconds WorkerRegistry::Silent(const WorkerEntry& worker,
+                                                 Clock::time_point now) const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now - worker.last_seen);
+}
+
 void WorkerRegistry::Release(WorkerEntry* worker) {
   worker->state = v1::WORKER_STATE_IDLE;
   worker->job_id.clear();
@@ -112,7 +117,8 @@ bool WorkerRegistry::CheckLiveness(Clock::time_point now) {
       w->state = v1::WORKER_STATE_LOST;
       changed = true;
     }
-    if (w->state == v1::WORKER_STATE_LOST && silent > options_.lost_worker_expiry) {
+    if (w->state == v1::WORKER_STATE_LOST &&
+        silent > std::max<Clock::duration>(options_.lost_worker_expiry, options_.name_lease)) {
       StoreBatch batch;
       batch.DeleteWorker(it->first);
       Status s = store_->Commit(&batch);

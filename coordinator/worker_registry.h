@@ -3,8 +3,9 @@
 // A worker registers under a stable name (its slot); the record is persisted so a restarted
 // coordinator knows it. It is alive while it polls or heartbeats: an IDLE or DRAINING worker
 // silent for `idle_worker_timeout` turns LOST (given no work), and a LOST one silent for
-// `lost_worker_expiry` is forgotten (its record deleted). Which gang a worker belongs to is
-// set by the GangScheduler; Release() puts a worker back to IDLE with no assignment.
+// `lost_worker_expiry` (and its name lease) is forgotten (its record deleted). Which gang a
+// worker belongs to is set by the GangScheduler; Release() puts a worker back to IDLE with no
+// assignment.
 //
 // Locking: no mutex of its own. Every method runs with the JobManager's mutex held; the
 // entries it hands out are valid while that mutex is held (CheckLiveness may delete them).
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "coordinator/job_entry.h"
 #include "coordinator/store.h"
@@ -25,6 +27,9 @@ namespace mlcd::coordinator {
 struct WorkerRegistryOptions {
   std::chrono::milliseconds idle_worker_timeout{30000};
   std::chrono::milliseconds lost_worker_expiry{std::chrono::minutes(10)};
+  // How long after a worker was last heard from its name stays bound to the identity that
+  // registered it (caller_checks.h, CheckReRegistration); a record is kept at least this long.
+  std::chrono::milliseconds name_lease{std::chrono::seconds(kDefaultWorkerNameLeaseSeconds)};
 };
 
 class WorkerRegistry {
@@ -39,6 +44,9 @@ class WorkerRegistry {
   WorkerEntry* Find(const std::string& id);
   size_t size() const { return workers_.size(); }
   bool Alive(const WorkerEntry& worker, Clock::time_point now) const;
+  // How long the worker has been silent, and the name lease (options).
+  std::chrono::milliseconds Silent(const WorkerEntry& worker, Clock::time_point now) const;
+  std::chrono::milliseconds name_lease() const { return options_.name_lease; }
   // Back to IDLE with no assignment, pending work or progress.
   void Release(WorkerEntry* worker);
   // The worker was heard from now (a poll, heartbeat or report).

@@ -54,6 +54,7 @@ int RunAgent(AgentOptions options, const std::string& log_level, const SecurityO
   ServiceFlags log_flags;
   log_flags.log_level = log_level;
   log_flags.security = security;
+  log_flags.data_dir = options.data_dir;  // the private copy of the TLS material goes there
   if (!ApplyLogFlags(log_flags, "agent " + options.name)) return 2;
   Agent agent(options);
   // The agent's own /metrics, up whether or not a child trains, with the child's merged in.

@@ -9,7 +9,11 @@
 //             only (DCT-scaled when the crop allows), antialiased bilinear resize to S, flip,
 //             normalise to float CHW written into a batch buffer, results in order; also
 //             without the region decode, and with a whole full-size decode;
-//   eval      the same pool with resize-shorter-side + centre crop.
+//   eval      the same pool with resize-shorter-side + centre crop;
+//   budget    train with the worker's decode memory budget (worker/data/decode_budget.h,
+//             --decode-memory-mb, default dataset.decode_memory_mb's) shared by the threads, in
+//             the same rounds as train without one, back to back in alternating order: what
+//             the reservations cost (the median of the rounds' paired ratios).
 // For each: images/s (wall), images per CPU-second of the process (the per-core figure, less
 // disturbed by other load than wall time), and where the pool threads' time went (file read,
 // decode, crop/resize/normalise). Rounds alternate the modes; medians are reported.
@@ -27,6 +31,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/limits.h"
 #include "common/random.h"
 #include "worker/data/decode_pool.h"
 
@@ -152,6 +157,26 @@ nlohmann::json ToJson(const Measure& m, int threads) {
   return j;
 }
 
+// CPU seconds of one Reserve + release of the decode budget, `threads` threads taking turns on
+// one budget of `capacity` bytes: the budget's own cost per image, free of the load noise
+// that the paired pipeline rounds carry.
+double ReservationCpuSeconds(int threads, uint64_t capacity) {
+  mlcd::worker::DecodeMemoryBudget budget(capacity);
+  constexpr int kPerThread = 200000;
+  const double c0 = CpuSeconds();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&budget] {
+      for (int i = 0; i < kPerThread; ++i) {
+        auto r = budget.Reserve(500 * 375 * 3, "a 500 x 375 colour jpeg");
+        if (!r.ok()) std::abort();
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  return (CpuSeconds() - c0) / (static_cast<double>(threads) * kPerThread);
+}
+
 Measure Median(std::vector<Measure> runs) {
   std::sort(runs.begin(), runs.end(),
             [](const Measure& a, const Measure& b) { return a.per_second() < b.per_second(); });
@@ -164,12 +189,15 @@ int main(int argc, char** argv) {
   CLI::App app{"Input pipeline: decode + RandomResizedCrop + flip + normalise, C++ side"};
   std::string dir, out;
   int threads = 2, epochs = 3, rounds = 3, batch = 64, image_size = 224;
+  int decode_memory_mb = mlcd::kDefaultDecodeMemoryMb;
   app.add_option("--dir", dir, "ImageFolder root (make_images.py)")->required();
   app.add_option("--threads", threads, "decode threads");
   app.add_option("--epochs", epochs, "passes over the files per measurement");
   app.add_option("--rounds", rounds, "measurements per mode (median reported)");
   app.add_option("--batch", batch, "images per batch buffer");
   app.add_option("--image-size", image_size, "output side");
+  app.add_option("--decode-memory-mb", decode_memory_mb,
+                 "decode memory budget of the 'budget' mode (MiB)");
   app.add_option("--out", out, "JSON result file");
   CLI11_PARSE(app, argc, argv);
 
@@ -212,18 +240,39 @@ int main(int argc, char** argv) {
   train_full.transform.dct_scaling = false;
   DecodePoolOptions eval = train;
   eval.mode = TransformMode::kEval;
+  DecodePoolOptions budgeted = train;
+  budgeted.memory_budget = std::make_shared<mlcd::worker::DecodeMemoryBudget>(
+      static_cast<uint64_t>(decode_memory_mb) << 20);
 
-  std::vector<Measure> ceiling, ours, ours_no_region, ours_full, ours_eval;
+  std::vector<Measure> ceiling, ours, ours_no_region, ours_full, ours_eval, ours_budget;
   Ceiling(files, threads, 1);  // warm the page cache, the code and the thread-local decoders
   for (int r = 0; r < rounds; ++r) {
     ceiling.push_back(Ceiling(files, threads, epochs));
-    ours.push_back(Pipeline(paths, train, epochs, batch));
+    // train and train with the budget back to back, in alternating order: the pair of one
+    // round sees the same load (the slowdown is the median of the rounds' paired ratios).
+    if (r % 2 == 0) {
+      ours.push_back(Pipeline(paths, train, epochs, batch));
+      ours_budget.push_back(Pipeline(paths, budgeted, epochs, batch));
+    } else {
+      ours_budget.push_back(Pipeline(paths, budgeted, epochs, batch));
+      ours.push_back(Pipeline(paths, train, epochs, batch));
+    }
     ours_no_region.push_back(Pipeline(paths, train_no_region, epochs, batch));
     ours_full.push_back(Pipeline(paths, train_full, epochs, batch));
     ours_eval.push_back(Pipeline(paths, eval, epochs, batch));
   }
+  const double reserve_cpu = ReservationCpuSeconds(threads, budgeted.memory_budget->capacity());
+  std::vector<double> wall_slowdowns, cpu_slowdowns;
+  for (size_t r = 0; r < ours.size(); ++r) {
+    wall_slowdowns.push_back(1 - ours_budget[r].per_second() / ours[r].per_second());
+    cpu_slowdowns.push_back(1 - ours_budget[r].per_cpu_second() / ours[r].per_cpu_second());
+  }
+  std::sort(wall_slowdowns.begin(), wall_slowdowns.end());
+  std::sort(cpu_slowdowns.begin(), cpu_slowdowns.end());
+  const double wall_slowdown = wall_slowdowns[wall_slowdowns.size() / 2];
+  const double cpu_slowdown = cpu_slowdowns[cpu_slowdowns.size() / 2];
   const Measure c = Median(ceiling), t = Median(ours), n = Median(ours_no_region),
-                f = Median(ours_full), e = Median(ours_eval);
+                f = Median(ours_full), e = Median(ours_eval), b = Median(ours_budget);
   nlohmann::json j = {{"images", paths.size()},
                       {"mean_kb", bytes / paths.size() / 1024},
                       {"threads", threads},
@@ -235,6 +284,15 @@ int main(int argc, char** argv) {
                       {"train_no_region_decode", ToJson(n, threads)},
                       {"train_whole_decode", ToJson(f, threads)},
                       {"eval", ToJson(e, threads)},
+                      {"train_decode_budget", ToJson(b, threads)},
+                      {"decode_memory_mb", decode_memory_mb},
+                      {"decode_budget_peak_mb",
+                       static_cast<double>(budgeted.memory_budget->peak_reserved()) / (1 << 20)},
+                      {"decode_budget_slowdown", wall_slowdown},
+                      {"decode_budget_cpu_slowdown", cpu_slowdown},
+                      {"decode_budget_cpu_slowdowns", cpu_slowdowns},
+                      {"decode_budget_reserve_cpu_us", reserve_cpu * 1e6},
+                      {"decode_budget_reserve_share_of_train_cpu", reserve_cpu * t.per_cpu_second()},
                       {"train_share_of_ceiling", t.per_second() / c.per_second()},
                       {"train_cpu_share_of_ceiling", t.per_cpu_second() / c.per_cpu_second()}};
   std::printf("%-34s %10s %12s %12s\n", "mode", "images/s", "per thread", "per cpu-s");
@@ -243,11 +301,20 @@ int main(int argc, char** argv) {
                                                     {"train: RRC+flip+normalise", t},
                                                     {"train, no region decode", n},
                                                     {"train, whole decode (no DCT scale)", f},
-                                                    {"eval: resize+centre crop", e}})
+                                                    {"eval: resize+centre crop", e},
+                                                    {"train with decode budget", b}})
     std::printf("%-34s %10.1f %12.1f %12.1f\n", name.c_str(), m.per_second(),
                 m.per_second() / threads, m.per_cpu_second());
   std::printf("train / ceiling: %.2f (wall), %.2f (cpu)\n", t.per_second() / c.per_second(),
               t.per_cpu_second() / c.per_cpu_second());
+  std::printf(
+      "decode budget (%d MiB, peak %.1f MiB held): %.2f%% slower (wall), %.2f%% (cpu); "
+      "medians of %zu paired rounds\n",
+      decode_memory_mb, static_cast<double>(budgeted.memory_budget->peak_reserved()) / (1 << 20),
+      100 * wall_slowdown, 100 * cpu_slowdown, ours.size());
+  std::printf("decode budget: one reservation costs %.3f us of CPU, %.4f%% of the train "
+              "pipeline's CPU per image\n",
+              reserve_cpu * 1e6, 100 * reserve_cpu * t.per_cpu_second());
   const double busy = t.read + t.decode + t.transform;
   std::printf("train time: read %.1f%%, decode %.1f%%, crop/resize/normalise %.1f%%\n",
               100 * t.read / busy, 100 * t.decode / busy, 100 * t.transform / busy);

@@ -226,6 +226,63 @@ TEST(HardeningSpec, EverySizeHasAnUpperBoundInTheMessage) {
             std::string::npos);
 }
 
+// Issue 30, finding 6. Before: image_size 4096 with patch_size 1 (16.7M tokens per image)
+// passed. Now the sequence length and the activation memory of a worker's batch are bounded,
+// each message naming its numbers.
+TEST(HardeningSpec, SequenceLengthAndActivationMemoryAreBounded) {
+  auto tokens = LoadJobSpecYaml(std::string(kSpecHead) +
+                                "  model: {image_size: 4096, patch_size: 1}\n");
+  ASSERT_FALSE(tokens.ok());
+  EXPECT_NE(tokens.status().message().find(
+                "spec.model.image_size: image_size 4096 / patch_size 1 gives 4096^2 = 16777216 "
+                "tokens per image; at most " + std::to_string(kMaxSequenceLength)),
+            std::string::npos)
+      << tokens.status().message();
+  // 64^2 tokens pass the length bound, but 1024 images per worker of them are ~22 TB.
+  auto batch = LoadJobSpecYaml(std::string(kSpecHead) +
+                               "  model: {preset: vit-b32, image_size: 1024, patch_size: 16}\n"
+                               "  training: {batch_size: 1024}\n");
+  ASSERT_FALSE(batch.ok());
+  const std::string& m = batch.status().message();
+  EXPECT_NE(m.find("spec.training.batch_size: the activations of one worker's batch would take "
+                   "about "),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("1024 images per worker x depth 12"), std::string::npos) << m;
+  EXPECT_NE(m.find("L = 4097 tokens); at most 549.756 GB"), std::string::npos) << m;
+  EXPECT_EQ(m.find("spec.model.image_size"), std::string::npos) << m;
+  // The same model with 8 images per worker fits.
+  auto small = LoadJobSpecYaml(std::string(kSpecHead) +
+                               "  model: {preset: vit-b32, image_size: 1024, patch_size: 16}\n"
+                               "  training: {batch_size: 64, world_size: 8}\n"
+                               "  clustering: {k: 64, l: 4}\n");
+  EXPECT_TRUE(small.ok()) << small.status().ToString();
+}
+
+// Issue 30, finding 5. Before: loader_threads up to 256 each decoded up to 300 MB at once.
+// Now the threads share dataset.decode_memory_mb, which must hold 16 MiB per thread.
+TEST(HardeningSpec, LoaderThreadsAreBoundedByTheDecodeMemoryBudget) {
+  auto job = LoadJobSpecYaml(std::string(kSpecHead) +
+                             "  dataset: {limit: 500, loader_threads: 100}\n");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find(
+                "spec.dataset.loader_threads: 100 threads need at least 100 x 16 MiB = 1600 MiB "
+                "of decode memory, more than decode_memory_mb 1024; use at most 64 threads"),
+            std::string::npos)
+      << job.status().message();
+  auto raised = LoadJobSpecYaml(std::string(kSpecHead) +
+                                "  dataset: {limit: 5000, loader_threads: 100, "
+                                "decode_memory_mb: 1600}\n");
+  EXPECT_TRUE(raised.ok()) << raised.status().ToString();
+  auto huge = LoadJobSpecYaml(std::string(kSpecHead) +
+                              "  dataset: {limit: 500, decode_memory_mb: 2147483647}\n");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("spec.dataset.decode_memory_mb: 2147483647 is not in "
+                                         "[0, " + std::to_string(kMaxDecodeMemoryMb) + "]"),
+            std::string::npos)
+      << huge.status().message();
+}
+
 // Before: a 27 MB YAML dry run was parsed whole.
 TEST(HardeningSpec, YamlTextHasASizeLimit) {
   std::string text = std::string(kSpecHead) + "  dataset: {limit: 500}\n#";

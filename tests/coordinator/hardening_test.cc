@@ -11,6 +11,7 @@
 #include "common/file_util.h"
 #include "tests/coordinator/harness.h"
 #include "tests/coordinator/services_fixture.h"
+#include "tests/testing/security.h"
 
 namespace mlcd::testing {
 namespace {
@@ -207,6 +208,136 @@ TEST_F(CoordinatorHardeningTest, StreamsRequestsAndStringsAreBounded) {
   ASSERT_FALSE(big.ok());
   EXPECT_NE(big.status().message().find("at most 1048576 are read"), std::string::npos)
       << big.status().message();
+}
+
+// Issue 30, findings 5 and 6. Before: image_size 4096 with patch_size 1 (16.7M tokens per
+// image) and 256 loader threads decoding ~300 MB each passed submit. Now the coordinator refuses
+// both, naming the field and the numbers.
+TEST_F(CoordinatorHardeningTest, SequenceActivationsAndDecodeThreadsAreBoundedAtSubmit) {
+  auto tokens = DryRun(Head("tokens") + "  dataset: {limit: 500}\n" +
+                       "  model: {image_size: 4096, patch_size: 1}\n");
+  ASSERT_FALSE(tokens.ok());
+  EXPECT_EQ(tokens.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(tokens.status().message().find("spec.model.image_size: image_size 4096 / patch_size "
+                                           "1 gives 4096^2 = 16777216 tokens per image; at most "
+                                           "65536"),
+            std::string::npos)
+      << tokens.status().message();
+  auto activations = DryRun(Head("activations") + "  dataset: {limit: 5000}\n" +
+                            "  model: {preset: vit-b32, image_size: 1024, patch_size: 16}\n" +
+                            "  training: {batch_size: 1024}\n");
+  ASSERT_FALSE(activations.ok());
+  EXPECT_EQ(activations.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(activations.status().message().find("spec.training.batch_size: the activations of "
+                                                "one worker's batch would take about"),
+            std::string::npos)
+      << activations.status().message();
+  EXPECT_NE(activations.status().message().find("at most 549.756 GB"), std::string::npos);
+  auto threads = DryRun(Head("threads") + "  dataset: {limit: 500, loader_threads: 256}\n");
+  ASSERT_FALSE(threads.ok());
+  EXPECT_EQ(threads.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(threads.status().message().find("spec.dataset.loader_threads: 256 threads need at "
+                                            "least 256 x 16 MiB = 4096 MiB of decode memory, "
+                                            "more than decode_memory_mb 1024"),
+            std::string::npos)
+      << threads.status().message();
+}
+
+// Issue 30, finding 9. Before: the WatchJob streams were one pool for every caller, so one
+// viewer holding them all left no stream for anyone. Now each identity has its own cap under
+// the global one: the viewer at its cap is refused while another identity still watches.
+TEST_F(CoordinatorHardeningTest, WatchStreamsAreLimitedPerIdentityUnderAGlobalCap) {
+  cluster_->KillCoordinator();
+  ASSERT_TRUE(cluster_
+                  ->StartCoordinator({"--max-watch-streams", "4",
+                                      "--max-watch-streams-per-identity", "2"})
+                  .ok())
+      << cluster_->Logs();
+  auto job = cluster_->Submit(Head("watched") + "  dataset: {limit: 500}\n" +
+                              "  clustering: {k: 8, l: 2}\n  evaluation: {enabled: false}\n");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const TestSecurity& t = TestCerts();
+  v1::WatchJobRequest watch;
+  watch.set_id(job->id());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> streams;
+  // Opens a stream as the holder of `token`: its status once the first event came or not.
+  auto open = [&](const std::string& token) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->AddMetadata("authorization", "Bearer " + token);
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + seconds(30));
+    streams.push_back(cluster_->stub()->WatchJob(contexts.back().get(), watch));
+    v1::JobEvent event;
+    if (streams.back()->Read(&event)) return grpc::Status::OK;
+    return streams.back()->Finish();
+  };
+  ASSERT_TRUE(open(t.viewer_token).ok());
+  ASSERT_TRUE(open(t.viewer_token).ok());
+  grpc::Status third = open(t.viewer_token);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(third.error_message().find("2 WatchJob streams of 'token:carol' are open, the most "
+                                       "one identity may hold "
+                                       "(--max-watch-streams-per-identity)"),
+            std::string::npos)
+      << third.error_message();
+  // Another identity still watches, up to the global cap of 4.
+  EXPECT_TRUE(open(t.submitter_token).ok());
+  EXPECT_TRUE(open(t.admin_token).ok());
+  grpc::Status full = open(t.submitter2_token);
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(full.error_message().find("4 WatchJob streams are open (--max-watch-streams)"),
+            std::string::npos)
+      << full.error_message();
+  for (auto& c : contexts) c->TryCancel();
+  for (size_t i = 0; i < streams.size(); ++i)
+    if (i != 2 && i != 5) (void)streams[i]->Finish();
+}
+
+// Issue 30, finding 9. Before: once a worker was no longer alive, any identity could register
+// its name and take its place. Now the name stays bound to its identity for a lease after the
+// worker was last heard from: another identity is refused until the lease ends; the same one
+// may come back at any time.
+TEST_F(CoordinatorHardeningTest, ADeadWorkersNameStaysBoundToItsIdentityForTheLease) {
+  cluster_->KillCoordinator();
+  ASSERT_TRUE(cluster_
+                  ->StartCoordinator({"--idle-worker-timeout", "1", "--worker-name-lease-seconds",
+                                      "4"})
+                  .ok())
+      << cluster_->Logs();
+  const TestSecurity& t = TestCerts();
+  auto register_as = [&](const std::string& token) {
+    v1::RegisterWorkerRequest reg;
+    reg.set_name("w-leased");
+    reg.set_host("127.0.0.1");
+    reg.add_kinds(v1::ASSIGNMENT_KIND_TRAIN);
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    v1::RegisterWorkerResponse response;
+    return cluster_->stub()->RegisterWorker(&ctx, reg, &response);
+  };
+  ASSERT_TRUE(register_as(t.worker_token).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the idle timeout: dead
+  grpc::Status taken = register_as(t.worker2_token);
+  EXPECT_EQ(taken.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(taken.error_message().find("worker name 'w-leased' stays bound to 'token:worker-a', "
+                                       "which registered it, for 4 s after it was last heard "
+                                       "from (--worker-name-lease-seconds)"),
+            std::string::npos)
+      << taken.error_message();
+  // Its own identity comes back (and so starts the lease again when it goes silent).
+  const auto back = std::chrono::steady_clock::now();
+  ASSERT_TRUE(register_as(t.worker_token).ok());
+  grpc::Status later;
+  for (int i = 0; i < 60; ++i) {
+    later = register_as(t.worker2_token);
+    if (later.ok()) break;
+    EXPECT_EQ(later.error_code(), grpc::StatusCode::PERMISSION_DENIED) << later.error_message();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_TRUE(later.ok()) << later.error_message();
+  EXPECT_GE(std::chrono::steady_clock::now() - back, seconds(4))
+      << "another identity took the name before its lease ended";
 }
 
 // Before: the worker agent and its children read and wrote wherever the coordinator's spec

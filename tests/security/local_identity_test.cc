@@ -2,6 +2,7 @@
 // env file) a user certificate without service rights and a submitter token, never the
 // services' certificate; tokens exist for viewer, submitter and admin. Real processes: the
 // cluster is started by mlcdctl, and this test calls its label store with what env exports.
+// And its data roots (finding 9): with `--data-root X` a job still writes its outputs.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -104,6 +105,35 @@ TEST_F(LocalIdentityTest, EnvGivesUsersAUserCertificateAndRoleTokensNotTheServic
   auto [admin, admin_info] = call(Token(tls + "/admin.token"), "by-admin");
   ASSERT_TRUE(admin.ok()) << admin.error_message();
   EXPECT_EQ(admin_info.owner(), "token:local-admin");
+}
+
+// `mlcdctl local up --data-root X` (issue 30, finding 9). Before: every job failed, because
+// clusterd wrote each round's centroids to the coordinator's job folder, which lay under none
+// of the roots X named. Now the local cluster makes the coordinator's job folders
+// (<dir>/coordinator/jobs) a root of clusterd, the coordinator and the workers whatever
+// --data-root says (its database beside them stays outside), and the tiny job runs to the end
+// with TLS and tokens on.
+TEST_F(LocalIdentityTest, ATinyJobRunsWithTheClustersOwnDataRoots) {
+  ASSERT_TRUE(MakeDirs(dir_.Sub("data")).ok());
+  std::string out;
+  ASSERT_EQ(RunCommand(BinPath("mlcdctl"),
+                       {"local", "up", "--workers", "2", "--ports", "auto", "--detach", "--dir",
+                        cluster_, "--bin-dir", BinPath(""), "--data-root", dir_.Sub("data"),
+                        "--data-root", "/usr/share/datasets"},
+                       &out, {"MLCD_NO_BLAS_TUNING=1"}, std::chrono::seconds(120)),
+            0)
+      << out;
+  std::vector<std::string> env;
+  for (const auto& [name, value] : ReadEnvFile(cluster_ + "/env")) env.push_back(name + "=" + value);
+  std::string job;
+  const int rc = RunCommand(
+      BinPath("mlcdctl"),
+      {"submit", std::string(MLCD_SOURCE_DIR) + "/examples/tiny-test-job.yaml", "--wait"}, &job,
+      env, std::chrono::seconds(240));
+  auto log = ReadFileToString(cluster_ + "/logs/coordinator.log");
+  EXPECT_EQ(rc, 0) << job << "\ncoordinator log:\n" << (log.ok() ? *log : std::string());
+  EXPECT_NE(job.find("SUCCEEDED"), std::string::npos) << job;
+  EXPECT_EQ(job.find("not under a data root"), std::string::npos) << job;
 }
 
 }  // namespace

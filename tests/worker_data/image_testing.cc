@@ -135,6 +135,23 @@ std::string EncodePng(const Image& image) {
                    image.channels == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, 8, samples);
 }
 
+std::string EncodeZeroPng(int height, int width, int channels) {
+  std::string out;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  if (setjmp(png_jmpbuf(png))) throw std::runtime_error("libpng write failed");
+  png_set_write_fn(png, &out, PngWrite, PngFlush);
+  png_set_IHDR(png, info, width, height, 8, channels == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_set_filter(png, 0, PNG_FILTER_NONE);
+  png_write_info(png, info);
+  std::vector<uint8_t> row(static_cast<size_t>(width) * channels, 0);
+  for (int y = 0; y < height; ++y) png_write_row(png, row.data());
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return out;
+}
+
 std::string EncodeWebp(const Image& image, bool lossless, float quality) {
   std::vector<uint8_t> rgb = image.pixels;
   if (image.channels == 1) {

@@ -27,6 +27,10 @@ std::string EncodePng(int height, int width, int color_type, int bit_depth,
 // An 8-bit gray or RGB PNG of `image`.
 std::string EncodePng(const Image& image);
 
+// An 8-bit gray (channels 1) or RGB PNG of zeros, written row by row: a decompression bomb
+// (9990 x 9990 gray is ~100 KB and decodes to ~100 MB) made without holding its pixels.
+std::string EncodeZeroPng(int height, int width, int channels);
+
 // RGB WebP (gray images are replicated), lossless or lossy at `quality`.
 std::string EncodeWebp(const Image& image, bool lossless, float quality = 90);
 

@@ -10,13 +10,15 @@
 #include "common/dataset/dataset_index.h"
 #include "common/spec_defaults.h"
 #include "tests/dataset/image_data.h"
+#include "common/file_util.h"
 #include "tests/testing/process.h"
+#include "tests/worker_data/image_testing.h"
 #include "worker/train/dataset.h"
 
 namespace mlcd::worker {
 namespace {
 
-using testing::TempDir;
+using mlcd::testing::TempDir;
 
 constexpr int kImages = 64;
 
@@ -27,12 +29,12 @@ class IndexedDataTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    testing::ImageDataOptions o;
+    mlcd::testing::ImageDataOptions o;
     o.count = kImages;
-    ASSERT_TRUE(testing::MakeImageDatasets(dir_->Sub("good"), o).ok());
+    ASSERT_TRUE(mlcd::testing::MakeImageDatasets(dir_->Sub("good"), o).ok());
     o.bad = true;
     o.format = "mixed";
-    ASSERT_TRUE(testing::MakeImageDatasets(dir_->Sub("bad"), o).ok());
+    ASSERT_TRUE(mlcd::testing::MakeImageDatasets(dir_->Sub("bad"), o).ok());
     for (const char* which : {"good", "bad"}) {
       auto wds = BuildDatasetIndex(DatasetFormat::kWebDataset, {Sub(which, "shards")});
       ASSERT_TRUE(wds.ok()) << wds.status().ToString();
@@ -186,6 +188,46 @@ TEST_F(IndexedDataTest, TooManyBadImagesFailNamingTheFirstKeys) {
       << failed.message();
   EXPECT_NE(failed.message().find("max_bad_fraction 0.03 allows (2)"), std::string::npos);
   EXPECT_NE(failed.message().find("zzbad-"), std::string::npos);
+}
+
+// Issue 30, finding 5. Before: a ~100 KB PNG of 9990 x 9990 zeros passed the 100-megapixel cap
+// and every loader thread could decode one (~100 MB each). Now the worker's loader threads share
+// dataset.decode_memory_mb: an image larger than all of it is a bad sample, counted and
+// replaced like a corrupt one, naming the budget; a budget that holds it decodes it.
+TEST_F(IndexedDataTest, AnImageLargerThanTheDecodeMemoryBudgetIsABadSample) {
+  TempDir d;
+  std::filesystem::create_directories(d.Sub("flat"));
+  for (const char* name : {"000000.png", "000001.png"})
+    std::filesystem::copy(Sub("good", "flat") + "/" + name, d.Sub(std::string("flat/") + name));
+  ASSERT_TRUE(
+      WriteFileAtomically(d.Sub("flat/bomb.png"), worker::testing::EncodeZeroPng(9990, 9990, 1)).ok());
+  auto index = BuildDatasetIndex(DatasetFormat::kImageFolder, {d.Sub("flat")});
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  ASSERT_TRUE(WriteDatasetIndex(*index, d.Sub("idx")).ok());
+  v1::JobSpec spec = Spec("image-folder", d.Sub("idx"));
+  spec.mutable_dataset()->set_decode_memory_mb(64);
+  auto ds = OpenImageDataset(spec.dataset(), "train", 0, &spec.model());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_EQ((*ds)->key(2), "bomb.png");
+  AugmentOptions no_aug;
+  no_aug.enabled = false;
+  auto p = (*ds)->Prepare({0, 2, 1}, no_aug, 0, 0, 28);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->bad.size(), 1u);
+  EXPECT_EQ(p->bad[0].key, "bomb.png");
+  EXPECT_EQ(p->bad[0].status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p->bad[0].status.message().find(
+                "a 9990 x 9990 gray png needs 99.8 MB to decode, more than the worker's whole "
+                "decode memory budget of 67.1 MB (dataset.decode_memory_mb)"),
+            std::string::npos)
+      << p->bad[0].status.ToString();
+  // 128 MiB holds it: decoded (all zeros), not bad.
+  spec.mutable_dataset()->set_decode_memory_mb(128);
+  auto roomy = OpenImageDataset(spec.dataset(), "train", 0, &spec.model());
+  ASSERT_TRUE(roomy.ok());
+  auto q = (*roomy)->Prepare({2}, no_aug, 0, 0, 28);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_TRUE(q->bad.empty());
 }
 
 TEST_F(IndexedDataTest, ChangedShardsAreRefusedWhenTheWorkerOpensTheDataset) {

@@ -135,7 +135,8 @@ DecodedSample DecodePool::Process(DecodeJob& job) const {
     }
     StatusOr<TransformTimings> t =
         DecodeAndTransform(reinterpret_cast<const uint8_t*>(job.bytes.data()), job.bytes.size(),
-                           options_.transform, options_.mode, job.key, out);
+                           options_.transform, options_.mode, job.key, out,
+                           options_.memory_budget.get());
     if (!t.ok()) {
       s.status = t.status();
       s.pixels.clear();

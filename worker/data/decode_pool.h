@@ -76,6 +76,9 @@ struct DecodePoolOptions {
   int max_in_flight = 0;
   TransformParams transform;
   TransformMode mode = TransformMode::kTrain;
+  // The decode memory the threads share (decode_budget.h), possibly with other pools of the
+  // same worker. Null: no bound.
+  std::shared_ptr<DecodeMemoryBudget> memory_budget;
 };
 
 class DecodePool {

@@ -4,6 +4,7 @@
 #include <turbojpeg.h>
 #include <webp/decode.h>
 
+#include <algorithm>
 #include <cctype>
 #include <csetjmp>
 #include <cstdio>
@@ -395,6 +396,14 @@ int JpegScaleDenominator(double min_scale) {
   for (int denominator : {8, 4, 2})
     if (1.0 / denominator >= min_scale) return denominator;
   return 1;
+}
+
+uint64_t DecodedImageBytes(const ImageHeader& header, const DecodeOptions& options) {
+  const int denominator =
+      header.format == ImageFormat::kJpeg ? JpegScaleDenominator(options.min_scale) : 1;
+  return static_cast<uint64_t>(ScaledSize(header.width, denominator)) *
+         static_cast<uint64_t>(ScaledSize(header.height, denominator)) *
+         static_cast<uint64_t>(std::max(header.channels, options.channels));
 }
 
 StatusOr<Image> DecodeImage(const uint8_t* data, size_t size, const DecodeOptions& options) {

@@ -100,4 +100,10 @@ int JpegScaleDenominator(double min_scale);
 // TurboJPEG's scaled size: ceil(size / denominator).
 inline int ScaledSize(int size, int denominator) { return (size + denominator - 1) / denominator; }
 
+// The bytes of the 8-bit pixels DecodeImage makes for an image with this header: width x
+// height (a JPEG's at the scale `options` gives) x the larger of the source's and the output's
+// channels (a gray source decoded to RGB is expanded first). What a decode memory budget
+// reserves (worker/data/decode_budget.h) before decoding.
+uint64_t DecodedImageBytes(const ImageHeader& header, const DecodeOptions& options);
+
 }  // namespace mlcd::worker

@@ -329,11 +329,19 @@ ResampleRegion IntoWindow(ResampleRegion r, const Image& image) {
   return r;
 }
 
+// "a 9990 x 9990 gray PNG" for messages.
+std::string DescribeImage(const ImageHeader& header) {
+  return std::string("a ") + std::to_string(header.width) + " x " +
+         std::to_string(header.height) + (header.channels == 1 ? " gray " : " colour ") +
+         ImageFormatName(header.format);
+}
+
 }  // namespace
 
 StatusOr<TransformTimings> DecodeAndTransform(const uint8_t* data, size_t size,
                                               const TransformParams& params, TransformMode mode,
-                                              const SampleKey& key, float* out) {
+                                              const SampleKey& key, float* out,
+                                              DecodeMemoryBudget* budget) {
   TransformTimings t;
   const auto start = Clock::now();
   MLCD_ASSIGN_OR_RETURN(ImageHeader header, ReadImageHeader(data, size));
@@ -348,6 +356,11 @@ StatusOr<TransformTimings> DecodeAndTransform(const uint8_t* data, size_t size,
         1.0, std::max(params.image_size / region.height, params.image_size / region.width));
   if (params.region_decode)
     decode.region = NeededRect(region, JpegScaleDenominator(decode.min_scale), params.image_size);
+  DecodeMemoryBudget::Reservation reservation;
+  if (budget) {
+    MLCD_ASSIGN_OR_RETURN(
+        reservation, budget->Reserve(DecodedImageBytes(header, decode), DescribeImage(header)));
+  }
   MLCD_ASSIGN_OR_RETURN(Image image, DecodeImage(data, size, decode));
   t.decode_seconds = Seconds(start);
   const auto transform_start = Clock::now();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "worker/data/decode_budget.h"
 #include "worker/data/image_decode.h"
 
 namespace mlcd::worker {
@@ -130,8 +131,12 @@ struct TransformTimings {
 // The whole path for one sample: header, crop (train: DrawTrainCrop with `key`; eval:
 // EvalRegion), decode (DCT-scaled when allowed), ResampleNormalize into `out`. Errors are
 // those of ReadImageHeader / DecodeImage (DATA_LOSS, INVALID_ARGUMENT); params must be valid.
+// With a `budget`, the decoded pixels (DecodedImageBytes) are reserved from it between the
+// header and the end of the transform (waiting while other threads hold it); an image larger
+// than the whole budget is INVALID_ARGUMENT, before any pixel is decoded.
 StatusOr<TransformTimings> DecodeAndTransform(const uint8_t* data, size_t size,
                                               const TransformParams& params, TransformMode mode,
-                                              const SampleKey& key, float* out);
+                                              const SampleKey& key, float* out,
+                                              DecodeMemoryBudget* budget = nullptr);
 
 }  // namespace mlcd::worker

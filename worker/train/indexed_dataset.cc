@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/enums.h"
+#include "common/limits.h"
 
 namespace mlcd::worker {
 
@@ -42,19 +43,25 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenIndexedImageDataset(const v1::Datase
   MLCD_RETURN_IF_ERROR(ValidateTransformParams(t).WithContext(field));
   const int threads = dataset.loader_threads() > 0 ? dataset.loader_threads() : 2;
   const double max_bad = dataset.has_max_bad_fraction() ? dataset.max_bad_fraction() : 0.001;
-  return std::unique_ptr<ImageDataset>(new IndexedImageDataset(
-      dataset.format() + " " + split + " " + dir, std::move(index), size, t, threads, max_bad));
+  const int64_t budget_mb =
+      dataset.decode_memory_mb() > 0 ? dataset.decode_memory_mb() : kDefaultDecodeMemoryMb;
+  auto budget = SharedDecodeMemoryBudget(static_cast<uint64_t>(budget_mb) << 20);
+  return std::unique_ptr<ImageDataset>(
+      new IndexedImageDataset(dataset.format() + " " + split + " " + dir, std::move(index), size,
+                              t, threads, max_bad, std::move(budget)));
 }
 
 IndexedImageDataset::IndexedImageDataset(std::string name, std::unique_ptr<DatasetIndex> index,
                                          int64_t size, const TransformParams& transform,
-                                         int loader_threads, double max_bad_fraction)
+                                         int loader_threads, double max_bad_fraction,
+                                         std::shared_ptr<DecodeMemoryBudget> memory_budget)
     : name_(std::move(name)),
       index_(std::move(index)),
       size_(size),
       transform_(transform),
       loader_threads_(loader_threads),
-      max_bad_fraction_(max_bad_fraction) {
+      max_bad_fraction_(max_bad_fraction),
+      memory_budget_(std::move(memory_budget)) {
   reader_ = std::make_unique<SampleReader>(index_.get());
   bool all_classes = !index_->classes.empty();
   for (int64_t i = 0; i < size_ && all_classes; ++i) all_classes = index_->samples[i].class_id >= 0;
@@ -94,6 +101,7 @@ StatusOr<DecodePool*> IndexedImageDataset::Pool(TransformMode mode, uint64_t see
   o.transform = transform_;
   o.transform.seed = seed;
   o.mode = mode;
+  o.memory_budget = memory_budget_;
   MLCD_ASSIGN_OR_RETURN(pool_, DecodePool::Create(o));
   pool_mode_ = mode;
   pool_seed_ = seed;

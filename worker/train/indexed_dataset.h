@@ -31,10 +31,12 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenIndexedImageDataset(const v1::Datase
 
 class IndexedImageDataset : public ImageDataset {
  public:
-  // `transform` holds everything but the seed (taken from the AugmentOptions of Prepare).
+  // `transform` holds everything but the seed (taken from the AugmentOptions of Prepare);
+  // the loader threads share `memory_budget` (dataset.decode_memory_mb; null = no bound).
   IndexedImageDataset(std::string name, std::unique_ptr<DatasetIndex> index, int64_t size,
                       const TransformParams& transform, int loader_threads,
-                      double max_bad_fraction);
+                      double max_bad_fraction,
+                      std::shared_ptr<DecodeMemoryBudget> memory_budget = nullptr);
   ~IndexedImageDataset() override;
 
   std::string Describe() const override;
@@ -62,6 +64,7 @@ class IndexedImageDataset : public ImageDataset {
   TransformParams transform_;
   int loader_threads_;
   double max_bad_fraction_;
+  std::shared_ptr<DecodeMemoryBudget> memory_budget_;
   std::vector<int32_t> class_labels_;
   std::unique_ptr<SampleReader> reader_;
   mutable std::mutex mu_;

@@ -1,0 +1,80 @@
+// The decode memory a worker's loader threads share (dataset.decode_memory_mb): before a
+// thread decodes an image it reserves the bytes of the decoded pixels (width x height x
+// channels, read from the header), and waits while the other threads hold the budget; the
+// reservation ends when the image has been transformed. So the decoders of a worker never hold
+// more than the budget at once, whatever dataset.loader_threads is (a 291 KB PNG of 9990 x 9990
+// zeros decodes to ~300 MB). An image larger than the whole budget is refused, never waited
+// for: the caller counts it as a bad sample (worker/train/bad_samples.h).
+//
+// Waiters are served in arrival order, so a large image is not starved by small ones. A wait
+// always ends: every reservation is held only while one image is decoded and transformed.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "common/thread_annotations.h"
+
+namespace mlcd::worker {
+
+class DecodeMemoryBudget {
+ public:
+  // `capacity_bytes` > 0: the most bytes reserved at once.
+  explicit DecodeMemoryBudget(uint64_t capacity_bytes);
+  DecodeMemoryBudget(const DecodeMemoryBudget&) = delete;
+  DecodeMemoryBudget& operator=(const DecodeMemoryBudget&) = delete;
+
+  // Bytes held until destroyed (or moved from); an empty one holds none.
+  class Reservation {
+   public:
+    Reservation() = default;
+    Reservation(Reservation&& other) noexcept;
+    Reservation& operator=(Reservation&& other) noexcept;
+    ~Reservation();
+    uint64_t bytes() const { return bytes_; }
+
+   private:
+    friend class DecodeMemoryBudget;
+    Reservation(DecodeMemoryBudget* budget, uint64_t bytes) : budget_(budget), bytes_(bytes) {}
+    void Release();
+    DecodeMemoryBudget* budget_ = nullptr;
+    uint64_t bytes_ = 0;
+  };
+
+  // Waits until `bytes` fit beside what the others hold, then holds them. INVALID_ARGUMENT
+  // when `bytes` exceed the whole budget; the message names `what` (e.g. "a 9990 x 9990 x 3
+  // PNG"), both sizes and the spec field that raises the budget.
+  StatusOr<Reservation> Reserve(uint64_t bytes, const std::string& what);
+
+  uint64_t capacity() const { return capacity_; }
+  // Bytes held now, and the most ever held at once.
+  uint64_t reserved() const;
+  uint64_t peak_reserved() const;
+
+ private:
+  void Release(uint64_t bytes);
+
+  const uint64_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;
+  uint64_t peak_ GUARDED_BY(mu_) = 0;
+  // Arrival order: the waiter holding ticket `serving_` is the next to reserve.
+  uint64_t next_ticket_ GUARDED_BY(mu_) = 0;
+  uint64_t serving_ GUARDED_BY(mu_) = 0;
+};
+
+// The process's budget of `capacity_bytes`: every dataset a worker process opens with the same
+// dataset.decode_memory_mb (its training and evaluation sets) shares one, for as long as one
+// of them holds it; so the loader threads of all of them together stay within it.
+std::shared_ptr<DecodeMemoryBudget> SharedDecodeMemoryBudget(uint64_t capacity_bytes);
+
+// "299.4 MB" (10^6 bytes) for messages.
+std::string FormatMegabytes(uint64_t bytes);
+
+}  // namespace mlcd::worker
