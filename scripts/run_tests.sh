@@ -34,7 +34,7 @@ wait_for_venv() {
     exit 1
   fi
   venv_pid=""
-  echo "venv: ready ($(tail -n 3 "$venv_log" | tr '\n' ' '))"
+  echo "venv: ready (its set-up log: $venv_log)"
 }
 MLCD_CMAKE_ARGS="${MLCD_CMAKE_ARGS:-} -DMLCD_WERROR=ON" "$root/scripts/setup.sh"
 echo "build: done $(( $(date +%s) - suite_start )) s after the start"
