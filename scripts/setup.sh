@@ -52,8 +52,10 @@ packages=(
   # images: decoders (worker/data), torchvision for the interop tests (tests/export,
   # tests/worker_data) and the input-pipeline benchmark
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev python3-torchvision python3-pil
-  # fuzzing: libFuzzer and the sanitizer runtimes (scripts/run_fuzzers.sh, docs/hardening.md)
-  clang libclang-rt-14-dev
+  # clang: libFuzzer and the sanitizer runtimes (scripts/run_fuzzers.sh, docs/hardening.md; the
+  # sanitizer builds of scripts/run_sanitizer_tests.sh are clang too), and LLVM's OpenMP, which
+  # FAISS's OpenMP needs when clang compiles (find_package(OpenMP) in CMakeLists.txt)
+  clang libclang-rt-14-dev libomp-dev
 )
 # The pip flavour's virtual environment.
 [ "$torch_flavour" = pip ] && packages+=(python3-venv python3-pip)
