@@ -37,6 +37,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/process_cpu.h"
 #include "clients/labelstore_client.h"
 #include "common/file_util.h"
 #include "common/grpc_server.h"
@@ -196,19 +197,7 @@ class ServerProcess {
   }
   pid_t pid() const { return pid_; }
   // CPU seconds (user + system) the server has used so far.
-  double CpuSeconds() const {
-    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
-    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto close = content.rfind(')');
-    if (close == std::string::npos) return 0;
-    std::istringstream fields(content.substr(close + 2));
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && (fields >> field); ++i) {
-      if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-    }
-    return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-  }
+  double CpuSeconds() const { return mlcd::bench::ProcessCpuSeconds(pid_); }
   void Stop() {
     if (pid_ <= 0) return;
     kill(pid_, SIGTERM);
