@@ -135,6 +135,8 @@ void PrintJobText(const v1::Job& job) {
               job.attempts(), job.restarts(), t.max_restarts());
   if (!job.label_set().empty()) std::printf("label set   %s\n", Shown(job.label_set()).c_str());
   if (!job.checkpoint().empty()) std::printf("checkpoint  %s\n", Shown(job.checkpoint()).c_str());
+  if (!job.tensorboard_dir().empty())
+    std::printf("tensorboard %s\n", Shown(job.tensorboard_dir()).c_str());
   std::printf("created     %s (%s ago)\n", TimeOfDay(job.created_unix_ms()).c_str(),
               Age(job.created_unix_ms()).c_str());
   if (job.first_step_unix_ms() > 0) {
@@ -172,6 +174,12 @@ void PrintJobText(const v1::Job& job) {
                     100 * r.assign().quality().topl_recall(), r.assign().quality().nmi());
       }
       std::printf("\n");
+    }
+    if (r.bad_samples().count() > 0) {
+      std::string keys;
+      for (const auto& k : r.bad_samples().first_keys()) keys += (keys.empty() ? "" : ", ") + Shown(k);
+      std::printf("  bad       %lld images skipped as unreadable (first: %s)\n",
+                  static_cast<long long>(r.bad_samples().count()), keys.c_str());
     }
     std::printf("  epochs    %d/%d committed%s\n", r.epochs_committed(),
                 r.round_epochs() > 0 ? r.round_epochs() : t.epochs_per_round(),

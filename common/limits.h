@@ -109,4 +109,13 @@ constexpr size_t kMaxErrorMessageBytes = 4096;
 // training.time_budget_minutes: at most a week of training per round.
 constexpr double kMaxTimeBudgetMinutes = 7 * 24 * 60;
 
+// Bad samples a job record names per round (RoundStatus.bad_samples.first_keys), and the
+// bytes of each key kept.
+constexpr int kMaxBadSampleKeys = 5;
+constexpr size_t kMaxBadSampleKeyBytes = 512;
+
+// training.tensorboard_every_steps: its default and upper bound.
+constexpr int32_t kDefaultTensorboardEverySteps = 10;
+constexpr int32_t kMaxTensorboardEverySteps = 1000000;
+
 }  // namespace mlcd

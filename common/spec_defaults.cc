@@ -170,6 +170,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (training->rounds() == 0) training->set_rounds(1);
   if (training->centre_init().empty()) training->set_centre_init("auto");
   if (training->precision().empty()) training->set_precision(PrecisionName(Precision::kFp32));
+  if (training->tensorboard_every_steps() == 0)
+    training->set_tensorboard_every_steps(kDefaultTensorboardEverySteps);
 
   auto* eval = spec->mutable_evaluation();
   if (!eval->has_enabled()) eval->set_enabled(true);

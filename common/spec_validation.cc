@@ -414,6 +414,7 @@ void CheckTraining(const SectionContext& s, std::vector<SpecProblem>* problems) 
                                      Checker::Num(kMaxTimeBudgetMinutes) +
                                      "] (minutes of training per round; 0 = no budget)");
   }
+  c.InRange("tensorboard_every_steps", t.tensorboard_every_steps(), 1, kMaxTensorboardEverySteps);
   c.OneOf("centre_init", t.centre_init(), {"auto", "random", "centroids"});
   c.OneOf("precision", t.precision(), PrecisionNames());
 }

@@ -133,6 +133,8 @@ v1::Assignment GangScheduler::NewAssignment(const JobEntry& job, const v1::GangA
   a.set_attempt_id(attempt.id());
   a.set_heartbeat_interval_ms(static_cast<int32_t>(options_.heartbeat_interval.count()));
   a.set_start_global_step(attempt.start_global_step());
+  if (attempt.kind() == v1::ASSIGNMENT_KIND_TRAIN)
+    a.set_tensorboard_dir(job.job().tensorboard_dir());
   if (attempt.kind() == v1::ASSIGNMENT_KIND_TRAIN) a.set_round_steps(round.round_steps());
   if (attempt.kind() == v1::ASSIGNMENT_KIND_EVALUATE)
     a.set_baseline_cache_dir(options_.data_dir + "/baselines");

@@ -161,7 +161,7 @@ void JobManager::FinishGang(JobEntry* job) {
   }
   job->rec.clear_attempt();
   const auto& e = job->job().evaluation();
-  Status curves = WriteEvaluationScalars(TensorboardDir(options_.data_dir, job->job().id()),
+  Status curves = WriteEvaluationScalars(job->job().tensorboard_dir(),
                                          job->round()->checkpoint_global_step(), e);
   if (!curves.ok())
     MLCD_LOG(WARNING) << "TensorBoard scalars of the evaluation: " << curves.ToString();
@@ -248,6 +248,7 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
                              existing_job + ": submitting returns that job)"));
     return j;
   }
+  j.set_tensorboard_dir(TensorboardDir(options_.data_dir, j.id()));
 
   StoreBatch batch;
   auto history = jobs_.NewHistory(

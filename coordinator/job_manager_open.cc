@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/tensorboard_log.h"
 
 namespace mlcd::coordinator {
 
@@ -60,6 +61,9 @@ Status JobManager::Load() {
   for (auto& record : jobs) {
     auto entry = std::make_unique<JobEntry>();
     entry->rec = std::move(record);
+    // Where this coordinator keeps the job's TensorBoard folder (records older than
+    // Job.tensorboard_dir lack it; a moved --data-dir moves it).
+    entry->job().set_tensorboard_dir(TensorboardDir(options_.data_dir, entry->job().id()));
     // The job stayed in its state while the coordinator was down: keep counting from when it
     // entered it (phase_seconds, mlcd_coordinator_phase_seconds).
     const int64_t entered_ms = entry->rec.state_entered_unix_ms();

@@ -367,7 +367,7 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
     *live->mutable_cluster()->mutable_sizes() = result.sizes();
   live->set_label_set(result.label_set().empty() ? outcome.label_set : result.label_set());
   live->set_assigned(true);
-  Status curves = WriteRoundScalars(TensorboardDir(options_.data_dir, job->job().id()), *live);
+  Status curves = WriteRoundScalars(job->job().tensorboard_dir(), *live);
   if (!curves.ok())
     MLCD_LOG(WARNING) << "TensorBoard scalars of " << round_text << ": " << curves.ToString();
   job->job().set_label_set(live->label_set());

@@ -23,7 +23,8 @@
 namespace mlcd::coordinator {
 
 // <data_dir>/jobs/<id>/tensorboard ("" without a data_dir or id): the job's TensorBoard
-// folder; `tensorboard --logdir` it.
+// folder, what Job.tensorboard_dir and a TRAIN Assignment.tensorboard_dir hold (rank 0 of the
+// training gang writes the run train/ in it; worker/train/training_curves.h).
 std::string TensorboardDir(const std::string& data_dir, const std::string& job_id);
 
 // Both write nothing for an empty tensorboard_dir. Errors name the file; a caller logs them

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "coordinator/bad_samples_record.h"
 #include "coordinator/caller_checks.h"
 #include "coordinator/input_checks.h"
 #include "coordinator/job_manager.h"
@@ -177,6 +178,7 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
   job->member_last_heard[aid] = now;
   worker->delivered = true;
   worker->progress = request.progress();
+  RecordBadSamples(job, aid, request.progress());
   if (member->rank() == 0) progress_.OnRankZeroProgress(job, request.progress(), now);
   // After rank 0's progress, so the commit this very heartbeat made is in the answer.
   response.set_committed_checkpoint(CommittedCheckpoint(*job));
@@ -225,6 +227,7 @@ StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(
   member->set_succeeded(request.succeeded());
   for (const auto& path : request.output_paths()) member->add_output_paths(path);
   if (request.has_evaluation()) *member->mutable_evaluation() = request.evaluation();
+  RecordBadSamples(job, aid, request.progress());
   const int rank = member->rank();
   const std::string worker_id = member->worker_id();
   if (rank == 0) progress_.OnRankZeroProgress(job, request.progress(), Clock::now());

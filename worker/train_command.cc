@@ -15,6 +15,7 @@
 
 #include "common/file_util.h"
 #include "common/flags.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "mlcd/v1/coordinator.pb.h"
@@ -23,6 +24,7 @@
 #include "worker/command.h"
 #include "worker/command_io.h"
 #include "worker/train/trainer.h"
+#include "worker/train/training_curves.h"
 
 namespace mlcd::worker {
 namespace {
@@ -50,6 +52,7 @@ struct TrainFlags {
   int threads = 0;
   int keep_checkpoints = 3;
   std::string committed_checkpoint_file;
+  std::string tensorboard_dir;
   std::string device = "auto";
   int log_every = 10;
   int stop_deadline_seconds = kDefaultStopDeadlineSeconds;
@@ -98,6 +101,32 @@ class StopDeadline {
   std::thread thread_;
 };
 
+// Rank 0's TensorBoard curves under `tensorboard_dir` (none when it is empty). Curves never
+// stop training: a folder that cannot be written is logged and training goes on without them.
+std::unique_ptr<TrainingCurves> OpenTrainingCurves(const std::string& tensorboard_dir,
+                                                   const v1::JobSpec& spec) {
+  if (tensorboard_dir.empty()) return nullptr;
+  TrainingCurvesOptions c;
+  c.tensorboard_dir = tensorboard_dir;
+  c.every_steps = spec.training().tensorboard_every_steps() > 0
+                      ? spec.training().tensorboard_every_steps()
+                      : kDefaultTensorboardEverySteps;
+  c.centre_lr_multiplier = spec.optimizer().centre_lr_multiplier();
+  auto made = TrainingCurves::Create(c);
+  if (!made.ok()) {
+    MLCD_LOG(WARNING) << "no TensorBoard curves (--tensorboard-dir): " << made.status().ToString();
+    return nullptr;
+  }
+  MLCD_LOG(INFO) << "TensorBoard curves: " << (*made)->path() << " every " << c.every_steps
+                 << " steps";
+  return std::move(*made);
+}
+
+void CloseTrainingCurves(TrainingCurves* curves) {
+  Status closed = curves->Close();
+  if (!closed.ok()) MLCD_LOG(WARNING) << "TensorBoard curves: " << closed.ToString();
+}
+
 bool Given(const CLI::Option* opt, const char* env) {
   return opt->count() > 0 || (env && std::getenv(env));
 }
@@ -111,6 +140,7 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   if (!st.ok()) return fail(st);
 
   TrainerOptions o;
+  std::string tensorboard_dir = flags.tensorboard_dir;
   // The assignment first; explicit flags override its fields.
   bool have_spec = false;
   if (!flags.assignment_path.empty()) {
@@ -136,6 +166,7 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
     o.resume = a.resume_checkpoint();
     o.checkpoint_dir = a.checkpoint_dir();
     o.round_steps = a.round_steps();
+    if (tensorboard_dir.empty()) tensorboard_dir = a.tensorboard_dir();
   }
   if (!flags.spec_path.empty()) {
     auto spec = LoadJobSpecFile(flags.spec_path);
@@ -178,7 +209,13 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
                    << metrics.port() << ")";
   }
   o.metrics = &metrics;
-  o.on_event = [&progress](const nlohmann::json& event) { progress.Write(event); };
+  std::unique_ptr<TrainingCurves> curves =
+      o.rank == 0 ? OpenTrainingCurves(tensorboard_dir, o.spec) : nullptr;
+  // The curves first, so that a "finished" event is on disk before the agent reads it.
+  o.on_event = [&progress, &curves](const nlohmann::json& event) {
+    if (curves) curves->OnEvent(event);
+    progress.Write(event);
+  };
   o.stop_requested = &StopSignal();
   StopDeadline deadline(std::chrono::seconds(flags.stop_deadline_seconds), &progress);
 
@@ -186,6 +223,7 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   if (!trainer.ok()) return fail(trainer.status());
   deadline.Training();
   st = (*trainer)->Run();
+  if (curves) CloseTrainingCurves(curves.get());
   if (st.ok() && (*trainer)->summary().stopped) return kExitStoppedAtCheckpoint;
   if (!st.ok() && st.code() == StatusCode::kUnavailable && o.world_size > 1) {
     // A lost peer is mostly the echo of the peer's own failure (e.g. too many bad images,
@@ -253,6 +291,9 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
                   "file naming the checkpoint the coordinator committed last (the agent passes "
                   "it and keeps it current): pruning never removes that one nor a newer one; "
                   "until the file exists, the one resumed from counts as committed");
+  cmd->add_option("--tensorboard-dir", flags->tensorboard_dir,
+                  "rank 0 writes TensorBoard event files of the training scalars under DIR/train "
+                  "every training.tensorboard_every_steps steps (default: the assignment's)");
   cmd->add_option("--log-every", flags->log_every, "log a progress line every N steps")
       ->capture_default_str();
   cmd->add_option("--stop-deadline-seconds", flags->stop_deadline_seconds,

@@ -7,6 +7,11 @@
 //
 //   worker_step_bench --preset vit-b16 --batch 64 --device cuda --precision bf16 --steps 5
 //   worker_step_bench ... --world-size 2 --rank R --rendezvous 127.0.0.1:29512   (per rank)
+//   worker_step_bench --spec examples/fashion-mnist.yaml --tensorboard-dir /tmp/tb --steps 60
+//       the spec's model, per-rank batch, k, l and r; timed steps alternate between writing
+//       rank 0's TensorBoard curves (worker/train/training_curves.h, every
+//       training.tensorboard_every_steps) and not, and the medians of the two are compared
+//       (bench/RESULTS.md, "TensorBoard event files").
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -28,6 +33,8 @@
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/grad_sync.h"
 #include "worker/train/train_step.h"
+#include "worker/train/trainer.h"
+#include "worker/train/training_curves.h"
 
 namespace mlcd::worker {
 namespace {
@@ -46,9 +53,29 @@ struct BenchFlags {
   double sample_ratio = 0.1;
   int labels_per_sample = 8;
   int threads = 0;
-  int layer_threads = 1;  // PartialFcOptions::compute_threads
+  int layer_threads = 1;        // PartialFcOptions::compute_threads
+  std::string spec;             // job spec: model, batch per rank, k, l, r from it
+  std::string tensorboard_dir;  // alternate timed steps write TensorBoard curves here
   std::string out;
 };
+
+// The progress event the trainer emits after a step (worker/train/trainer.cc), which the
+// TensorBoard curves take.
+nlohmann::json ProgressEvent(int64_t global_step, double loss, double step_seconds, int batch) {
+  return {{"event", "progress"},
+          {"round", 0},
+          {"epoch", 0},
+          {"step_in_epoch", global_step},
+          {"steps_per_epoch", 1000},
+          {"global_step", global_step},
+          {"loss", loss},
+          {"samples_per_second", batch / std::max(1e-9, step_seconds)},
+          {"mean_positive_cosine", 0.5},
+          {"mean_negative_cosine", 0.0},
+          {"learning_rate", 1e-4},
+          {"label_wait_seconds", 0.0},
+          {"step_seconds", step_seconds}};
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -73,6 +100,28 @@ int Run(const BenchFlags& f) {
   v1::JobSpec spec;
   spec.mutable_model()->set_preset(f.preset);
   ApplyJobSpecDefaults(&spec);
+  int batch = f.batch;
+  int64_t classes = f.classes;
+  int labels_per_sample = f.labels_per_sample;
+  double sample_ratio = f.sample_ratio;
+  if (!f.spec.empty()) {
+    auto loaded = LoadJobSpecFile(f.spec);
+    if (!loaded.ok()) return Fail(loaded.status().WithContext("--spec"));
+    spec = *loaded;
+    batch = spec.training().batch_size() / std::max(1, spec.training().world_size());
+    classes = spec.clustering().k();
+    labels_per_sample = spec.clustering().l();
+    sample_ratio = spec.loss().sample_ratio();
+  }
+  std::unique_ptr<TrainingCurves> curves;
+  if (!f.tensorboard_dir.empty()) {
+    TrainingCurvesOptions c;
+    c.tensorboard_dir = f.tensorboard_dir;
+    c.every_steps = spec.training().tensorboard_every_steps();
+    auto made = TrainingCurves::Create(c);
+    if (!made.ok()) return Fail(made.status());
+    curves = std::move(*made);
+  }
   auto vit = VitOptionsFromSpec(spec.model());
   if (!vit.ok()) return Fail(vit.status());
 
@@ -105,9 +154,9 @@ int Run(const BenchFlags& f) {
   GradSync grad_sync(sync_comm, &flat);
   if (Status s = grad_sync.BroadcastParameters(); !s.ok()) return Fail(s);
   PartialFcOptions popts;
-  popts.num_classes = f.classes;
+  popts.num_classes = classes;
   popts.embedding_dim = vit->embed_dim;
-  popts.sample_ratio = f.sample_ratio;
+  popts.sample_ratio = sample_ratio;
   popts.compute_threads = f.layer_threads;
   auto fc = PartialFc::Create(popts, comm->get());
   if (!fc.ok()) return Fail(fc.status());
@@ -116,17 +165,31 @@ int Run(const BenchFlags& f) {
 
   torch::manual_seed(100 + f.rank);
   torch::Tensor images =
-      PinnedCopy(torch::rand({f.batch, vit->channels, vit->image_size, vit->image_size}), *device);
+      PinnedCopy(torch::rand({batch, vit->channels, vit->image_size, vit->image_size}), *device);
   torch::Tensor labels =
-      torch::randint(0, f.classes, {f.batch, f.labels_per_sample}, torch::kLong).to(torch::kInt);
+      torch::randint(0, classes, {batch, labels_per_sample}, torch::kLong).to(torch::kInt);
 
   std::vector<double> total, h2d, fwd, layer, layer_coll, bwd, sync, opt, centre;
+  // With --tensorboard-dir: wall seconds of whole steps (step + its progress event) with the
+  // curves written and without, alternating, and the seconds spent in the curves.
+  std::vector<double> with_curves, without_curves, in_curves;
   double last_loss = 0;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
     auto r = step.Run(images, labels, 1e-4, 1e-4);
     if (!r.ok()) return Fail(r.status());
     last_loss = r->fc.loss;
+    const nlohmann::json event = ProgressEvent(i + 1, r->fc.loss, r->timings.total, batch);
+    const bool write = curves && i % 2 == 1;
+    const auto before_curves = std::chrono::steady_clock::now();
+    if (write) curves->OnEvent(event);
+    const auto end = std::chrono::steady_clock::now();
     if (i < f.warmup) continue;
+    if (curves) {
+      (write ? with_curves : without_curves)
+          .push_back(std::chrono::duration<double>(end - start).count());
+      if (write) in_curves.push_back(std::chrono::duration<double>(end - before_curves).count());
+    }
     const TrainStepTimings& t = r->timings;
     total.push_back(t.total);
     h2d.push_back(t.host_to_device);
@@ -147,13 +210,13 @@ int Run(const BenchFlags& f) {
                    {"rank", f.rank},
                    {"world_size", f.world_size},
                    {"backbone_sync", sync_comm->backend_name()},
-                   {"batch_per_rank", f.batch},
+                   {"batch_per_rank", batch},
                    {"threads", at::get_num_threads()},
                    {"layer_threads", f.layer_threads},
-                   {"classes", f.classes},
+                   {"classes", classes},
                    {"steps", f.steps},
                    {"median_step_seconds", step_s},
-                   {"images_per_second_rank", f.batch / std::max(1e-9, step_s)},
+                   {"images_per_second_rank", batch / std::max(1e-9, step_s)},
                    {"split_seconds",
                     {{"host_to_device", Median(h2d)},
                      {"backbone_forward", Median(fwd)},
@@ -164,6 +227,23 @@ int Run(const BenchFlags& f) {
                      {"backbone_optimizer", Median(opt)},
                      {"centre_optimizer", Median(centre)}}},
                    {"last_loss", last_loss}};
+  if (curves) {
+    if (Status s = curves->Close(); !s.ok()) return Fail(s);
+    double sum = 0;
+    for (double v : in_curves) sum += v;
+    const double on = Median(with_curves), off = Median(without_curves);
+    j["tensorboard"] = {
+        {"every_steps", spec.training().tensorboard_every_steps()},
+        {"file", curves->path()},
+        {"median_step_seconds_with", on},
+        {"median_step_seconds_without", off},
+        {"overhead_percent", 100 * (on - off) / std::max(1e-12, off)},
+        {"mean_seconds_in_curves_per_step", sum / std::max<size_t>(1, in_curves.size())},
+        {"max_seconds_in_curves",
+         in_curves.empty() ? 0.0 : *std::max_element(in_curves.begin(), in_curves.end())},
+        {"steps_with", with_curves.size()},
+        {"steps_without", without_curves.size()}};
+  }
   std::cout << j.dump(2) << std::endl;
   if (!f.out.empty()) std::ofstream(f.out) << j.dump(2) << "\n";
   return 0;
@@ -192,6 +272,12 @@ int main(int argc, char** argv) {
   app.add_option("--layer-threads", f.layer_threads,
                  "OpenMP threads of the classification layer's own work (0 = ATen's)")
       ->capture_default_str();
+  app.add_option("--spec", f.spec,
+                 "job spec (YAML): its model, batch per rank, clustering k and l and loss r "
+                 "replace --preset, --batch, --classes, --labels-per-sample, --sample-ratio");
+  app.add_option("--tensorboard-dir", f.tensorboard_dir,
+                 "timed steps alternate between writing rank 0's TensorBoard curves here "
+                 "(every training.tensorboard_every_steps) and not; both medians are printed");
   app.add_option("--out", f.out, "JSON file");
   CLI11_PARSE(app, argc, argv);
   return mlcd::worker::Run(f);

@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "common/job_spec.h"
+#include "common/limits.h"
+#include "coordinator/bad_samples_record.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics.h"
 #include "coordinator/store.h"
@@ -235,6 +237,62 @@ TEST(CoordinatorStore, ACheckpointOpensAsADatabaseOfItsOwn) {
   EXPECT_EQ(*(*copy)->NextJobSeq(), 2);
 }
 
+// A TRAIN gang attempt of round 0 with `ranks` members <attempt>-r<i>.
+void StartTrainAttempt(JobEntry* job, const std::string& attempt, int ranks) {
+  v1::GangAttempt* a = job->rec.mutable_attempt();
+  a->Clear();
+  a->set_id(attempt);
+  a->set_kind(v1::ASSIGNMENT_KIND_TRAIN);
+  a->set_round(0);
+  for (int i = 0; i < ranks; ++i) a->add_members()->set_assignment_id(attempt + "-r" + std::to_string(i));
+}
+
+v1::WorkerProgress BadProgress(int64_t count, const std::vector<std::string>& keys) {
+  v1::WorkerProgress p;
+  p.set_bad_samples(count);
+  for (const auto& k : keys) p.add_bad_sample_keys(k);
+  return p;
+}
+
+// The round's bad samples from the ranks' reports (docs/data.md, "Bad images"): summed over
+// the ranks, a rank's repeated report not added again, distinct keys in the order reported and
+// bounded, a restarted gang not added to the first, other phases ignored.
+TEST(BadSamplesRecord, SumsRanksKeepsTheMostOfAnAttemptAndBoundsTheKeys) {
+  JobEntry job;
+  job.job().add_rounds();
+  StartTrainAttempt(&job, "a1", 2);
+  RecordBadSamples(&job, "a1-r0", BadProgress(2, {"k0", "k1"}));
+  RecordBadSamples(&job, "a1-r1", BadProgress(1, {"k1"}));
+  RecordBadSamples(&job, "a1-r0", BadProgress(2, {"k0", "k1"}));  // the next heartbeat
+  const v1::BadSamples& bad = job.job().rounds(0).bad_samples();
+  EXPECT_EQ(bad.count(), 3);
+  EXPECT_EQ(std::vector<std::string>(bad.first_keys().begin(), bad.first_keys().end()),
+            (std::vector<std::string>{"k0", "k1"}));
+
+  const std::string long_key(kMaxBadSampleKeyBytes + 10, 'x');
+  RecordBadSamples(&job, "a1-r1", BadProgress(7, {"k1", "k2", "k3", "k4", long_key, "k6"}));
+  EXPECT_EQ(bad.count(), 9);
+  ASSERT_EQ(bad.first_keys_size(), kMaxBadSampleKeys);
+  EXPECT_EQ(bad.first_keys(4), "k4");
+  EXPECT_EQ(job.rec.attempt().members(1).bad_sample_keys(4).size(), kMaxBadSampleKeyBytes);
+
+  // A restarted gang meets the same images again: the round keeps the most of one attempt.
+  StartTrainAttempt(&job, "a2", 2);
+  RecordBadSamples(&job, "a2-r0", BadProgress(4, {"k9"}));
+  EXPECT_EQ(bad.count(), 9);
+  RecordBadSamples(&job, "a2-r1", BadProgress(6, {}));
+  EXPECT_EQ(bad.count(), 10);
+  EXPECT_EQ(bad.first_keys_size(), kMaxBadSampleKeys);
+
+  // Not a training gang, or no bad samples: nothing changes.
+  job.rec.mutable_attempt()->set_kind(v1::ASSIGNMENT_KIND_EVALUATE);
+  RecordBadSamples(&job, "a2-r0", BadProgress(50, {"e0"}));
+  job.rec.mutable_attempt()->set_kind(v1::ASSIGNMENT_KIND_TRAIN);
+  RecordBadSamples(&job, "a2-r0", BadProgress(0, {}));
+  EXPECT_EQ(bad.count(), 10);
+  EXPECT_EQ(job.rec.attempt().members(0).bad_samples(), 4);
+}
+
 class JobManagerStateTest : public ::testing::Test {
  protected:
   std::unique_ptr<JobManager> Open() {
@@ -378,6 +436,7 @@ TEST_F(JobManagerStateTest, JobsRequestIdsHistoryAndWorkersSurviveReopen) {
     EXPECT_EQ(b, "unit-2");
     EXPECT_EQ(ja.state(), v1::JOB_STATE_PENDING);
     EXPECT_EQ(ja.spec().training().epochs_per_round(), 1);  // defaults applied and stored
+    EXPECT_EQ(ja.tensorboard_dir(), dir_.path() + "/jobs/unit-1/tensorboard");
     v1::CancelJobRequest cancel;
     cancel.set_id(b);
     cancel.set_reason("unit test");
@@ -402,6 +461,7 @@ TEST_F(JobManagerStateTest, JobsRequestIdsHistoryAndWorkersSurviveReopen) {
   ASSERT_TRUE(ja.ok());
   EXPECT_EQ(ja->state(), v1::JOB_STATE_PENDING);
   EXPECT_EQ(ja->request_id(), "req-a");
+  EXPECT_EQ(ja->tensorboard_dir(), dir_.path() + "/jobs/unit-1/tensorboard");
   ASSERT_GE(ja->history_size(), 2);
   EXPECT_EQ(ja->history(0).kind(), "submitted");
   EXPECT_EQ(ja->history(ja->history_size() - 1).kind(), "recovered");
@@ -442,6 +502,7 @@ TEST_F(JobManagerStateTest, DryRunAndInvalidSpecsCreateNothing) {
   auto job = m->SubmitJob(dry, "");
   ASSERT_TRUE(job.ok());
   EXPECT_TRUE(job->id().empty());
+  EXPECT_TRUE(job->tensorboard_dir().empty());
   v1::SubmitJobRequest bad;
   bad.set_spec_yaml(std::string(kSpec) + "  loss: {variant: arcface}\n");
   auto rejected = m->SubmitJob(bad, "");
@@ -542,6 +603,10 @@ TEST_F(JobManagerStateTest, SchedulerSkipsJobsThatCannotFitAndKeepsFifoAmongTheR
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->kind(), v1::ASSIGNMENT_KIND_TRAIN);
   EXPECT_EQ(got->job_id(), "later-3");
+  // The record was written without Job.tensorboard_dir (an older coordinator's): loading
+  // gives it this coordinator's folder, and rank 0's assignment names it.
+  EXPECT_EQ(got->tensorboard_dir(), dir_.path() + "/jobs/later-3/tensorboard");
+  EXPECT_EQ(Get(m.get(), "later-3").tensorboard_dir(), got->tensorboard_dir());
 
   // w1 never received its assignment: its re-registration aborts the gang but is no failure.
   Register(m.get(), "w1");

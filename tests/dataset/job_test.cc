@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/dataset/dataset_index.h"
 #include "common/file_util.h"
@@ -110,6 +112,29 @@ TEST_F(DatasetJobTest, KeyAlignedFeaturesAndBadImagesRunToSucceeded) {
     EXPECT_NE(logs.find("('zzbad-" + std::to_string(b) + "') skipped"), std::string::npos)
         << "zzbad-" << b;
   }
+  // ... and are on the job record (one epoch: each image was met once), as `mlcdctl get` and
+  // `-o json` show them: the round's count and the first keys.
+  const std::set<std::string> bad_keys = {"zzbad-0", "zzbad-1", "zzbad-2", "zzbad-3"};
+  const v1::BadSamples& bad = done->rounds(0).bad_samples();
+  EXPECT_EQ(bad.count(), 4);
+  EXPECT_EQ(std::set<std::string>(bad.first_keys().begin(), bad.first_keys().end()), bad_keys);
+  const std::string flag = "--coordinator=" + cluster_->coordinator_address();
+  std::string out;
+  ASSERT_EQ(testing::RunCommand(testing::BinPath("mlcdctl"), {flag, "get", done->id()}, &out), 0)
+      << out;
+  EXPECT_NE(out.find("bad       4 images skipped as unreadable (first: zzbad-"), std::string::npos)
+      << out;
+  ASSERT_EQ(testing::RunCommand(testing::BinPath("mlcdctl"),
+                                {flag, "-o", "json", "get", done->id()}, &out),
+            0)
+      << out;
+  auto got = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(got.is_discarded()) << out;
+  const auto& json_bad = got["rounds"][0]["bad_samples"];
+  EXPECT_EQ(json_bad["count"], "4") << out;  // int64 as a string, protobuf JSON's way
+  std::set<std::string> json_keys;
+  for (const auto& k : json_bad["first_keys"]) json_keys.insert(k.get<std::string>());
+  EXPECT_EQ(json_keys, bad_keys) << out;
 }
 
 TEST_F(DatasetJobTest, TooManyBadImagesFailTheJobNamingThem) {

@@ -94,6 +94,7 @@ Status ConfineAssignmentPaths(const v1::Assignment& a, const DataRoots& roots) {
   c.Check("assignment.output_dir", a.output_dir());
   c.Check("assignment.centroids_path", a.centroids_path());
   c.Check("assignment.baseline_cache_dir", a.baseline_cache_dir());
+  c.Check("assignment.tensorboard_dir", a.tensorboard_dir());
   const v1::JobSpec& spec = a.spec();
   c.Check("spec.training.checkpoint_dir", spec.training().checkpoint_dir());
   c.Dataset("spec.dataset", spec.dataset());

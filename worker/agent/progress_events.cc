@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "common/limits.h"
+
 namespace mlcd::worker {
 namespace {
 
@@ -58,6 +60,14 @@ bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOut
     p->set_samples_per_second(Get<double>(j, "samples_per_second", p->samples_per_second()));
     p->set_mean_positive_cosine(Get<double>(j, "mean_positive_cosine", p->mean_positive_cosine()));
     p->set_mean_negative_cosine(Get<double>(j, "mean_negative_cosine", p->mean_negative_cosine()));
+    p->set_bad_samples(Get<int64_t>(j, "bad_samples", p->bad_samples()));
+    if (j.contains("bad_sample_keys") && j["bad_sample_keys"].is_array()) {
+      p->clear_bad_sample_keys();
+      for (const auto& key : j["bad_sample_keys"]) {
+        if (key.is_string() && p->bad_sample_keys_size() < kMaxBadSampleKeys)
+          p->add_bad_sample_keys(key.get<std::string>());
+      }
+    }
     *urgent = first;
   } else if (event == "checkpoint") {
     p->set_checkpoint(Get<std::string>(j, "path", ""));

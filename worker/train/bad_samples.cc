@@ -18,6 +18,14 @@ int64_t BadSampleTracker::distinct() const {
   return static_cast<int64_t>(seen_.size());
 }
 
+BadSamplesSoFar BadSampleTracker::so_far() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  BadSamplesSoFar out;
+  out.distinct = static_cast<int64_t>(seen_.size());
+  for (const auto& b : first_) out.first_keys.push_back(b.key);
+  return out;
+}
+
 Status BadSampleTracker::Record(const BadSample& sample) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!seen_.insert(sample.id).second) return Status::Ok();

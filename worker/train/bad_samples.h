@@ -23,6 +23,12 @@ struct BadSample {
   Status status;    // why it was bad
 };
 
+// A rank's bad samples so far: the distinct ones and the keys of the first kBadSamplesNamed.
+struct BadSamplesSoFar {
+  int64_t distinct = 0;
+  std::vector<std::string> first_keys;
+};
+
 class BadSampleTracker {
  public:
   // `dataset_size` samples, of which floor(max_fraction * dataset_size) distinct ones may be
@@ -35,6 +41,9 @@ class BadSampleTracker {
   Status Record(const BadSample& sample);
 
   int64_t distinct() const;
+  // distinct() and the keys of the first kBadSamplesNamed distinct bad samples, in the order
+  // met.
+  BadSamplesSoFar so_far() const;
   int64_t allowed() const { return allowed_; }
 
  private:

@@ -280,6 +280,7 @@ StatusOr<LoadedBatch> LoadBatch(const BatchLoaderOptions& options, BatchSchedule
     batch.images = std::move(prepared.images);
     if (options.pin_memory) batch.images = batch.images.pin_memory();
     batch.bad_samples = static_cast<int64_t>(prepared.bad.size());
+    batch.bad_so_far = bad->so_far();
     batch.replaced = std::move(prepared.replaced);
   } catch (const std::exception& e) {
     return Status::Internal(std::string("preparing batch images failed: ") + e.what());

@@ -167,6 +167,8 @@ struct LoadedBatch {
   // apply `replaced` to the batch's labels (ApplyReplacements).
   int64_t bad_samples = 0;
   std::vector<std::pair<int64_t, int64_t>> replaced;
+  // The rank's bad samples so far (BadSampleTracker).
+  BadSamplesSoFar bad_so_far;
 };
 
 struct BatchLoaderOptions {

@@ -27,6 +27,7 @@
 #include <string>
 
 #include "common/metrics.h"
+#include "worker/train/bad_samples.h"
 
 namespace mlcd::worker {
 
@@ -50,6 +51,8 @@ struct StepReport {
   long long global_batch_size = 0;
   // Images of this rank's batch that could not be decoded (docs/data.md, "Bad images").
   long long bad_samples = 0;
+  // The rank's distinct bad samples so far and the keys of the first of them.
+  BadSamplesSoFar bad_so_far;
   StepTimings timings;
 };
 

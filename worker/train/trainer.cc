@@ -379,7 +379,9 @@ void Trainer::Impl::AnnounceStep(const StepPosition& pos, const StepReport& repo
             {"mean_negative_cosine", report.mean_negative_cosine},
             {"learning_rate", report.learning_rate},
             {"label_wait_seconds", report.timings.label_wait},
-            {"step_seconds", report.timings.step}});
+            {"step_seconds", report.timings.step},
+            {"bad_samples", report.bad_so_far.distinct},
+            {"bad_sample_keys", report.bad_so_far.first_keys}});
   if (options.log_every > 0 && (summary.steps_run % options.log_every == 0 || last_batch)) {
     MLCD_LOG(INFO) << "round " << pos.round << " epoch " << pos.epoch << " step "
                    << pos.step_in_epoch + 1 << "/" << steps_per_epoch << " global "
@@ -460,6 +462,7 @@ Status Trainer::Impl::Run() {
     report.global_step = global_step + 1;
     report.global_batch_size = schedule.global_batch_size;
     report.bad_samples = batch.bad_samples;
+    report.bad_so_far = batch.bad_so_far;
     report.timings.step = Seconds(step_start, step_end);
     report.timings.backbone =
         t.host_to_device + t.backbone_forward + t.backbone_backward + t.backbone_optimizer;
