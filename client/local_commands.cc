@@ -57,8 +57,9 @@ struct LocalOptions {
   int max_restarts = 5;
   std::string log_level = "info";
   double stop_timeout = 30;
-  // --data-root of clusterd, the coordinator and the worker agents; none given = the cluster's --dir, the
-  // working directory `local up` runs in, and /usr/share/datasets.
+  // --data-root of clusterd, the coordinator and the worker agents; none given = the working
+  // directory `local up` runs in and /usr/share/datasets. The cluster's --dir is private
+  // except its output folders (LocalCoordinatorOutputDirs), which are always roots.
   std::vector<std::string> data_roots;
   bool insecure = false;
 };
@@ -66,11 +67,12 @@ struct LocalOptions {
 // The folders of the local coordinator's --data-dir (`dir`/coordinator) that clusterd and the
 // workers read and write for its jobs: the per-job folders (coordinator/job_entry.cc), the
 // generated round-0 features and the dataset indexes it builds (phase_runner.cc,
-// dataset_checks.cc), the workers' baseline cache (gang_scheduler.cc). Its database (db/) and
+// dataset_checks.cc), the workers' baseline cache (gang_scheduler.cc), and the users' output
+// areas (users/, clusterd --output-root; clusterd/output_area.h). Its database (db/) and
 // backups/ are not among them.
 std::vector<std::string> LocalCoordinatorOutputDirs(const std::string& dir) {
   std::vector<std::string> dirs;
-  for (const char* sub : {"jobs", "features", "datasets", "baselines"})
+  for (const char* sub : {"jobs", "features", "datasets", "baselines", "users"})
     dirs.push_back(dir + "/coordinator/" + sub);
   return dirs;
 }
@@ -216,17 +218,22 @@ Status LocalCluster::Up() {
   const std::string logs = opt_.dir + "/logs/";
   std::vector<std::string> roots = opt_.data_roots;
   if (roots.empty()) {
-    roots = {opt_.dir, AbsolutePath(".")};
+    roots = {AbsolutePath(".")};
     if (IsDirectory(kSharedDatasetsDir)) roots.push_back(kSharedDatasetsDir);
   }
-  // The coordinator's output folders (centroids, checkpoints, features, indexes) are roots of
-  // every service whatever --data-root says, without its database beside them.
+  // The coordinator's output folders (centroids, checkpoints, features, indexes) and the
+  // users' output areas are roots of every service whatever --data-root says. The cluster's
+  // folder itself (databases, TLS material, tokens, logs) is private to clusterd and the
+  // coordinator even where a root holds it (the working directory does, by default): only
+  // those output folders inside it are open (common/data_roots.h, the deepest folder decides).
   for (const std::string& out : LocalCoordinatorOutputDirs(opt_.dir)) {
     MLCD_RETURN_IF_ERROR(MakeDirs(out));
     roots.push_back(out);
   }
   std::vector<std::string> root_flags;
   for (const auto& r : roots) root_flags.insert(root_flags.end(), {"--data-root", AbsolutePath(r)});
+  std::vector<std::string> service_root_flags = root_flags;
+  service_root_flags.insert(service_root_flags.end(), {"--private-dir", AbsolutePath(opt_.dir)});
   procs_.push_back({"labelstore",
                     bin + "/mlcd-labelstore",
                     {"--listen", labelstore_, "--metrics-listen", labelstore_metrics, "--data-dir",
@@ -236,16 +243,19 @@ Status LocalCluster::Up() {
       {"clusterd",
        bin + "/mlcd-clusterd",
        {"--listen", clusterd_, "--metrics-listen", clusterd_metrics, "--data-dir",
-        opt_.dir + "/clusterd", "--labelstore", labelstore_, "--log-level", opt_.log_level},
+        opt_.dir + "/clusterd", "--labelstore", labelstore_, "--log-level", opt_.log_level,
+        "--output-root", opt_.dir + "/coordinator"},
        logs + "clusterd.log"});
-  procs_.back().args.insert(procs_.back().args.end(), root_flags.begin(), root_flags.end());
+  procs_.back().args.insert(procs_.back().args.end(), service_root_flags.begin(),
+                            service_root_flags.end());
   procs_.push_back({"coordinator",
                     bin + "/mlcd-coordinator",
                     {"--listen", coordinator_, "--metrics-listen", coordinator_metrics,
                      "--data-dir", opt_.dir + "/coordinator", "--labelstore", labelstore_,
                      "--clusterd", clusterd_, "--log-level", opt_.log_level},
                     logs + "coordinator.log"});
-  procs_.back().args.insert(procs_.back().args.end(), root_flags.begin(), root_flags.end());
+  procs_.back().args.insert(procs_.back().args.end(), service_root_flags.begin(),
+                            service_root_flags.end());
   for (auto& p : procs_) p.env = security_.ServiceEnv();
   info_ = nlohmann::json::object();
   info_["dir"] = opt_.dir;
@@ -624,8 +634,9 @@ CommandRegistration reg(90, [](CLI::App& app, Context& ctx) {
         ->capture_default_str();
     up->add_option("--data-root", opt->data_roots,
                    "directory job specs may name paths under, given to clusterd, the coordinator "
-                   "and the worker agents (repeatable; default: --dir, the working directory and "
-                   "/usr/share/datasets)");
+                   "and the worker agents (repeatable; default: the working directory and "
+                   "/usr/share/datasets). --dir itself is never a data root: only its output "
+                   "folders (coordinator/jobs, features, datasets, baselines, users) are");
     up->add_option("--log-level", opt->log_level, "log level of the services")
         ->capture_default_str();
     up->add_flag("--insecure", opt->insecure,

@@ -309,6 +309,19 @@ StatusOr<std::string> ClusterdService::Resolve(const std::string& path,
   return options_.data_roots.Confine(full, field);
 }
 
+Status ClusterdService::CheckFeatureOutputs(const v1::FeatureSource& source,
+                                            const ActingFor& acting) const {
+  if (!source.has_generate()) return Status::Ok();
+  const v1::GeneratedFeatures& g = source.generate();
+  for (const auto& [path, field] : {std::pair{g.features_out(), "features.generate.features_out"},
+                                    std::pair{g.labels_out(), "features.generate.labels_out"}}) {
+    if (path.empty()) continue;
+    MLCD_ASSIGN_OR_RETURN(const std::string resolved, Resolve(path, field));
+    MLCD_RETURN_IF_ERROR(options_.output_areas.CheckWrite(resolved, field, acting));
+  }
+  return Status::Ok();
+}
+
 namespace {
 
 // The request's feature shards; a link in a listed folder must resolve under `roots`.
@@ -362,7 +375,7 @@ class JobSlot {
 Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
                                    const std::function<bool()>& should_stop,
                                    const std::function<void(const v1::ClusterProgress&)>& emit,
-                                   v1::ClusterResult* result, const ActingFor& /*acting_for*/) {
+                                   v1::ClusterResult* result, const ActingFor& acting_for) {
   auto t0 = std::chrono::steady_clock::now();
   auto note = [&](const std::string& text) {
     v1::ClusterProgress p;
@@ -379,6 +392,8 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
                         Resolve(request.centroids_out(), "centroids_out"));
   if (IsDirectory(out_path))
     return Status::InvalidArgument(out_path + ": centroids_out is a directory; give a file path");
+  MLCD_RETURN_IF_ERROR(options_.output_areas.CheckWrite(out_path, "centroids_out", acting_for));
+  MLCD_RETURN_IF_ERROR(CheckFeatureOutputs(request.features(), acting_for));
 
   JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
   MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
@@ -518,6 +533,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   MLCD_RETURN_IF_ERROR(CheckAssignRequest(request, labelstore_address));
   MLCD_ASSIGN_OR_RETURN(AssignParams params, AssignParamsFrom(request));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params));  // k is known once the centroids are read
+  MLCD_RETURN_IF_ERROR(CheckFeatureOutputs(request.features(), acting_for));
 
   JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
   MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {

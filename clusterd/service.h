@@ -34,6 +34,7 @@
 #include <string>
 
 #include "clusterd/job_gate.h"
+#include "clusterd/output_area.h"
 #include "common/acting_for.h"
 #include "common/data_roots.h"
 #include "common/metrics.h"
@@ -48,6 +49,9 @@ struct ClusterdOptions {
   std::string data_dir;
   // Every path a request names must resolve under one of these (common/data_roots.h).
   DataRoots data_roots;
+  // Where a caller's outputs may go (--output-root; clusterd/output_area.h). Off = anywhere
+  // under the data roots.
+  OutputAreas output_areas;
   // The label store Assign writes into (--labelstore). A request may not name another: the
   // daemon never dials a caller-chosen address.
   std::string labelstore_address;
@@ -85,6 +89,9 @@ class ClusterdService final : public v1::Clusterd::Service {
   struct Metrics;
   // A request's path: relative ones under data_dir, then confined to the data roots.
   StatusOr<std::string> Resolve(const std::string& path, const std::string& field) const;
+  // The outputs `source` names (generated features and their labels) resolved and checked
+  // against the output area of `acting` (PERMISSION_DENIED naming the field otherwise).
+  Status CheckFeatureOutputs(const v1::FeatureSource& source, const ActingFor& acting) const;
   // AssignCallbacks::on_progress of an Assign pass started now: counts rows in the metrics and
   // emits an AssignStatus (seconds since t0) at most every progress_interval and at the end.
   std::function<void(int64_t, int64_t)> AssignProgressReporter(

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <filesystem>
 
 #include "common/file_util.h"
 #include "common/limits.h"
@@ -57,8 +58,24 @@ std::string ResolveAbsolute(const std::string& path) {
 
 }  // namespace
 
-StatusOr<DataRoots> DataRoots::Make(const std::vector<std::string>& roots) {
+StatusOr<DataRoots> DataRoots::Make(const std::vector<std::string>& roots,
+                                    const std::vector<std::string>& private_dirs) {
   DataRoots out;
+  for (const std::string& dir : private_dirs) {
+    if (dir.empty() || dir.find('\0') != std::string::npos) {
+      return Status::InvalidArgument("--private-dir '" + dir + "' is not a usable path");
+    }
+    std::error_code ec;
+    const std::string absolute = std::filesystem::absolute(dir, ec).lexically_normal().string();
+    std::string real = ec ? "" : ResolveAbsolute(absolute);
+    while (real.size() > 1 && real.back() == '/') real.pop_back();
+    if (real.empty()) {
+      return Status::InvalidArgument("--private-dir '" + dir +
+                                     "': cannot resolve it (a dangling link or '..')");
+    }
+    if (std::find(out.private_.begin(), out.private_.end(), real) == out.private_.end())
+      out.private_.push_back(real);
+  }
   for (const std::string& root : roots) {
     if (root.empty() || root.find('\0') != std::string::npos || !IsDirectory(root)) {
       return Status::InvalidArgument("--data-root '" + root +
@@ -74,18 +91,29 @@ StatusOr<DataRoots> DataRoots::Make(const std::vector<std::string>& roots) {
 }
 
 StatusOr<DataRoots> DataRoots::FromFlags(const std::vector<std::string>& given,
-                                         const std::string& data_dir) {
-  if (!given.empty()) return Make(given);
+                                         const std::string& data_dir,
+                                         const std::vector<std::string>& private_dirs) {
+  if (!given.empty()) return Make(given, private_dirs);
   std::vector<std::string> roots = {data_dir.empty() ? "." : data_dir};
   if (IsDirectory(kSharedDatasetsDir)) roots.push_back(kSharedDatasetsDir);
-  return Make(roots);
+  return Make(roots, private_dirs);
+}
+
+std::vector<std::string> OwnStateDirs(const std::string& data_dir,
+                                      const std::vector<std::string>& state_subdirs) {
+  if (data_dir.empty()) return {};
+  std::vector<std::string> dirs = {data_dir + "/tls-private"};
+  for (const auto& sub : state_subdirs) dirs.push_back(data_dir + "/" + sub);
+  return dirs;
 }
 
 std::string DataRoots::Describe() const {
   if (roots_.empty()) return "none";
   std::string s;
   for (const auto& r : roots_) s += (s.empty() ? "" : ", ") + r;
-  return s;
+  std::string p;
+  for (const auto& r : private_) p += (p.empty() ? "" : ", ") + r;
+  return p.empty() ? s : s + "; private, never read or written: " + p;
 }
 
 StatusOr<std::string> DataRoots::Confine(const std::string& path, const std::string& field) const {
@@ -104,10 +132,21 @@ StatusOr<std::string> DataRoots::Confine(const std::string& path, const std::str
 }
 
 bool DataRoots::Holds(const std::string& resolved) const {
+  // The deepest root holding the path; a private folder as deep or deeper that also holds it
+  // (it then lies inside that root, or is that root) wins.
+  size_t deepest = 0;
+  bool held = false;
   for (const auto& root : roots_) {
-    if (Under(resolved, root)) return true;
+    if (Under(resolved, root)) {
+      held = true;
+      deepest = std::max(deepest, root.size());
+    }
   }
-  return false;
+  if (!held) return false;
+  for (const auto& dir : private_) {
+    if (dir.size() >= deepest && Under(resolved, dir)) return false;
+  }
+  return true;
 }
 
 Status DataRoots::Refusal(const std::string& path, const std::string& field) const {
@@ -130,6 +169,16 @@ void AddDataRootFlag(CLI::App& app, std::vector<std::string>* roots,
                  "Directory under which every path a request or job spec names must resolve "
                  "(after symlinks); repeatable. Default: " +
                      default_text + ". docs/hardening.md")
+      ->take_all()
+      ->allow_extra_args(false);
+}
+
+void AddPrivateDirFlag(CLI::App& app, std::vector<std::string>* dirs) {
+  app.add_option("--private-dir", *dirs,
+                 "Directory that no request may read or write even under a --data-root: other "
+                 "services' state beside the data (databases, TLS material, tokens); a root "
+                 "deeper inside it is open again. Repeatable. The service's own state under "
+                 "its --data-dir is always private. docs/hardening.md")
       ->take_all()
       ->allow_extra_args(false);
 }

@@ -9,6 +9,12 @@
 //   MLCD_ASSIGN_OR_RETURN(DataRoots roots, DataRoots::Make(flags.data_roots));
 //   MLCD_ASSIGN_OR_RETURN(std::string out, roots.Confine(request.centroids_out(), "centroids_out"));
 //
+// Private folders (`--private-dir DIR`, repeatable, and each service's own state under its
+// --data-dir) are never read or written for a caller even when they lie under a root: the
+// services' databases, TLS material and tokens. The most specific folder decides: a path
+// under a private folder is refused unless a root lies deeper inside that private folder and
+// holds the path (local up's output folders inside its state folder; docs/hardening.md).
+//
 // What Confine checks is the path at the time of the call: a directory swapped for a symlink
 // afterwards (by someone who can write inside a root) is caught only where the file is
 // opened through common/confined_file.h, which verifies the opened descriptor itself.
@@ -32,15 +38,21 @@ class DataRoots {
  public:
   DataRoots() = default;
   // Each root made absolute and resolved (it must exist and be a directory): INVALID_ARGUMENT
-  // naming the first that is not. Duplicates are dropped.
-  static StatusOr<DataRoots> Make(const std::vector<std::string>& roots);
+  // naming the first that is not. Duplicates are dropped. Each private folder is made
+  // absolute (from the working directory) and resolved as far as it exists; it need not exist
+  // yet (a database made later).
+  static StatusOr<DataRoots> Make(const std::vector<std::string>& roots,
+                                  const std::vector<std::string>& private_dirs = {});
   // A service's roots from its flags: `given` (--data-root) when any, else the default: its
-  // --data-dir (the working directory when empty) and kSharedDatasetsDir when it exists.
+  // --data-dir (the working directory when empty) and kSharedDatasetsDir when it exists;
+  // `private_dirs` as in Make.
   static StatusOr<DataRoots> FromFlags(const std::vector<std::string>& given,
-                                       const std::string& data_dir);
+                                       const std::string& data_dir,
+                                       const std::vector<std::string>& private_dirs = {});
 
   const std::vector<std::string>& roots() const { return roots_; }
-  // "/a, /b" (or "none").
+  const std::vector<std::string>& private_dirs() const { return private_; }
+  // "/a, /b" (or "none"), then "; private: /x" when there are private folders.
   std::string Describe() const;
 
   // The resolved form of `path` when it lies under a root. `path` must be absolute, at most
@@ -59,7 +71,7 @@ class DataRoots {
   Status CheckListedEntry(const std::string& path, const std::string& field) const;
 
   // True when `resolved` (an absolute path with no links, "." or "..") is a root or lies under
-  // one.
+  // one, and no private folder at least as deep as that root holds it.
   bool Holds(const std::string& resolved) const;
 
   // The PERMISSION_DENIED every refusal of a path outside the roots returns: "<field>:
@@ -68,12 +80,21 @@ class DataRoots {
   Status Refusal(const std::string& path, const std::string& field) const;
 
  private:
-  std::vector<std::string> roots_;  // resolved, no trailing '/' (except "/")
+  std::vector<std::string> roots_;    // resolved, no trailing '/' (except "/")
+  std::vector<std::string> private_;  // the same
 };
+
+// The folders under a service's --data-dir that hold its own state and are private whatever
+// the roots say: the TLS key copies (tls-private, common/tls_config.h) and `state_subdirs`
+// (the coordinator's db/ and backups/). Empty when `data_dir` is empty.
+std::vector<std::string> OwnStateDirs(const std::string& data_dir,
+                                      const std::vector<std::string>& state_subdirs = {});
 
 // Adds the repeatable `--data-root DIR` flag to `app`, filling `roots`; `default_text` says
 // in --help what applies when none is given.
 void AddDataRootFlag(CLI::App& app, std::vector<std::string>* roots,
                      const std::string& default_text);
+// Adds the repeatable `--private-dir DIR` flag to `app`, filling `dirs`.
+void AddPrivateDirFlag(CLI::App& app, std::vector<std::string>* dirs);
 
 }  // namespace mlcd

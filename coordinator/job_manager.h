@@ -82,6 +82,9 @@ struct JobManagerOptions {
   // Every path a job spec names must resolve under these (common/data_roots.h); none given =
   // DataRoots::FromFlags' default (data_dir and /usr/share/datasets).
   std::vector<std::string> data_roots;
+  // Folders no spec path may name even under a root (--private-dir: other services' state);
+  // the coordinator's own db/, backups/ and tls-private/ under data_dir are always private.
+  std::vector<std::string> private_dirs;
   // mlcd-labelstore address handed to workers (clusterd writes to its own --labelstore).
   std::string labelstore_address = "127.0.0.1:7610";
   // mlcd-clusterd address for the CLUSTERING and ASSIGNING phases.

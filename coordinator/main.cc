@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mlcd::AddDataRootFlag(app, &options.data_roots,
                         "--data-dir and /usr/share/datasets (where dataset-fashion-mnist lives)");
+  mlcd::AddPrivateDirFlag(app, &options.private_dirs);
   uint64_t min_free_mb = mlcd::kCoordinatorMinFreeBytes >> 20;
   app.add_option("--min-free-mb", min_free_mb,
                  "space reserve on the --data-dir file system: below it the coordinator does not "

@@ -194,3 +194,46 @@ TEST_F(ConfinedFileTest, WithoutRootsEverythingOpensAsBefore) {
 
 }  // namespace
 }  // namespace mlcd
+
+// Private folders (issue 30, finding 4): the services' own state under a data root is never
+// read or written for a caller; the deepest folder decides, so a root inside a private folder
+// (local up's output folders inside its state folder) is open again.
+TEST(DataRootsPrivate, TheDeepestFolderDecides) {
+  TempDir top;
+  ASSERT_TRUE(MakeDirs(top.Sub("state/db")).ok());
+  ASSERT_TRUE(MakeDirs(top.Sub("state/coordinator/jobs")).ok());
+  ASSERT_TRUE(WriteFileAtomically(top.Sub("state/db/CURRENT"), "MANIFEST-000001\n").ok());
+  auto roots = DataRoots::Make({top.path(), top.Sub("state/coordinator/jobs")}, {top.Sub("state")});
+  ASSERT_TRUE(roots.ok()) << roots.status().ToString();
+  // Under the root and outside the private folder: open.
+  EXPECT_TRUE(roots->Confine(top.Sub("data/x.npy"), "f").ok());
+  // Inside the private folder: refused, existing or not, as PERMISSION_DENIED naming it.
+  for (const std::string& path : {top.Sub("state/db/CURRENT"), top.Sub("state/tls/ca.pem"),
+                                  top.Sub("state"), top.Sub("state/coordinator/db/x")}) {
+    auto r = roots->Confine(path, "centroids_out");
+    ASSERT_FALSE(r.ok()) << path;
+    EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied) << path;
+    EXPECT_NE(r.status().message().find("private"), std::string::npos) << r.status().ToString();
+  }
+  // A root deeper inside the private folder is open again.
+  EXPECT_TRUE(roots->Confine(top.Sub("state/coordinator/jobs/j1/r0/c.npy"), "f").ok());
+  // A link from an open folder into the private one is refused like the path itself.
+  ASSERT_EQ(::symlink(top.Sub("state/db").c_str(), top.Sub("data-link").c_str()), 0);
+  EXPECT_FALSE(roots->Confine(top.Sub("data-link/CURRENT"), "f").ok());
+  EXPECT_FALSE(roots->CheckListedEntry(top.Sub("data-link"), "f").ok());
+}
+
+TEST(DataRootsPrivate, APrivateFolderThatIsARootStaysPrivate) {
+  TempDir top;
+  auto roots = DataRoots::Make({top.path()}, {top.path()});
+  ASSERT_TRUE(roots.ok());
+  EXPECT_FALSE(roots->Confine(top.Sub("x"), "f").ok());
+  // A private folder made later (the database of a service started afterwards) is private
+  // from the start; relative private folders are taken from the working directory.
+  auto later = DataRoots::Make({top.path()}, {top.Sub("not/yet")});
+  ASSERT_TRUE(later.ok());
+  EXPECT_FALSE(later->Confine(top.Sub("not/yet/CURRENT"), "f").ok());
+  EXPECT_TRUE(later->Confine(top.Sub("not/other"), "f").ok());
+  EXPECT_EQ(OwnStateDirs("/d", {"db"}), (std::vector<std::string>{"/d/tls-private", "/d/db"}));
+  EXPECT_TRUE(OwnStateDirs("").empty());
+}

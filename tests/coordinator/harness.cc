@@ -78,7 +78,10 @@ Status TestCluster::StartClusterd() {
       clusterd_.Start(BinPath("mlcd-clusterd"),
                       {"--listen", clusterd_address_, "--metrics-listen", clusterd_metrics_,
                        "--data-dir", dir_ + "/clusterd", "--labelstore", labelstore_address_,
-                       "--data-root", dir_, "--data-root", "/usr/share/datasets"},
+                       "--data-root", dir_, "--data-root", "/usr/share/datasets",
+                       // The deployment docs/hardening.md describes: outputs only in the
+                       // callers' areas of the coordinator's folder, its database private.
+                       "--output-root", coordinator_data_dir()},
                       dir_ + "/logs/clusterd.log", NoTokenEnv()));
   return WaitForServing(clusterd_address_, std::chrono::seconds(30));
 }

@@ -13,6 +13,7 @@
 #include "common/grpc_server.h"
 #include "common/security.h"
 #include "common/tokens.h"
+#include "mlcd/v1/clusterd.grpc.pb.h"
 #include "mlcd/v1/labelstore.grpc.pb.h"
 #include "tests/testing/process.h"
 
@@ -105,6 +106,45 @@ TEST_F(LocalIdentityTest, EnvGivesUsersAUserCertificateAndRoleTokensNotTheServic
   auto [admin, admin_info] = call(Token(tls + "/admin.token"), "by-admin");
   ASSERT_TRUE(admin.ok()) << admin.error_message();
   EXPECT_EQ(admin_info.owner(), "token:local-admin");
+
+  // Finding 4: the cluster's own files (CA, tokens, the coordinator's database) lie under the
+  // working directory, a default root, but are private; a user's outputs go to its own area.
+  const std::string clusterd_address = nlohmann::json::parse(*cluster).at("clusterd");
+  auto clusterd =
+      v1::Clusterd::NewStub(grpc::CreateCustomChannel(clusterd_address, ChannelCredentials(), args));
+  auto cluster_call = [&](const std::string& out) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(60)));
+    ctx.AddMetadata("authorization", "Bearer " + Token(env.at("MLCD_TOKEN_FILE")));
+    v1::ClusterRequest request;
+    v1::GeneratedFeatures* g = request.mutable_features()->mutable_generate();
+    g->set_kind("pixels");
+    g->set_limit(300);
+    g->set_features_out(cluster_ + "/coordinator/users/token/local-submitter/f/features.npy");
+    request.set_k(4);
+    request.set_niter(2);
+    request.set_centroids_out(out);
+    auto reader = clusterd->Cluster(&ctx, request);
+    v1::ClusterProgress progress;
+    while (reader->Read(&progress)) {
+    }
+    return reader->Finish();
+  };
+  const std::string ca_before = *ReadFileToString(tls + "/ca.pem");
+  for (const std::string& target :
+       {tls + "/ca.pem", tls + "/admin.token", cluster_ + "/coordinator/db/CURRENT",
+        cluster_ + "/coordinator/jobs/other/r0/centroids.npy"}) {
+    grpc::Status st = cluster_call(target);
+    EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED) << target << ": "
+                                                              << st.error_message();
+  }
+  EXPECT_EQ(*ReadFileToString(tls + "/ca.pem"), ca_before);
+  if (PathExists("/usr/share/datasets/fashion-mnist")) {
+    const std::string own = cluster_ + "/coordinator/users/token/local-submitter/c.npy";
+    grpc::Status st = cluster_call(own);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_TRUE(PathExists(own));
+  }
 }
 
 // `mlcdctl local up --data-root X` (issue 30, finding 9). Before: every job failed, because

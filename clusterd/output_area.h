@@ -9,10 +9,15 @@
 //   DIR/features/              the round-0 feature cache the jobs share (jobs only)
 // So a caller only ever replaces files it created itself (its area is its own: structural),
 // never another user's, a job's, or the services' state (which is never under DIR).
-// Without --output-root, outputs go wherever the data roots allow (the earlier behaviour).
+// The rest of DIR is private (common/data_roots.h): with DIR the coordinator's --data-dir,
+// its database and backups beside jobs/ are never read or written for a caller, whatever
+// the data roots hold. The three area folders are read roots of clusterd as well (Assign reads the centroids a
+// Cluster call wrote). Without --output-root, outputs go wherever the data roots allow (and
+// clusterd logs a warning at start): reads and writes are then not separated.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/acting_for.h"
 #include "common/status.h"
@@ -30,6 +35,9 @@ class OutputAreas {
 
   // The folder `acting` writes under (absolute).
   std::string AreaOf(const ActingFor& acting) const;
+  // DIR/jobs, DIR/features and DIR/users, made when missing (empty when off): clusterd adds
+  // them to its read roots.
+  StatusOr<std::vector<std::string>> MakeAreaFolders() const;
 
   // OK when the output root is off, or `resolved` (a path confined to the roots, e.g. from
   // DataRoots::Confine) lies in the area of `acting`. PERMISSION_DENIED naming the field, the

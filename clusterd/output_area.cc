@@ -44,6 +44,16 @@ StatusOr<OutputAreas> OutputAreas::Make(const std::string& root) {
   return areas;
 }
 
+StatusOr<std::vector<std::string>> OutputAreas::MakeAreaFolders() const {
+  if (!enabled()) return std::vector<std::string>{};
+  std::vector<std::string> dirs;
+  for (const char* sub : {"/jobs", "/features", "/users"}) {
+    dirs.push_back(root_ + sub);
+    MLCD_RETURN_IF_ERROR(MakeDirs(dirs.back()));
+  }
+  return dirs;
+}
+
 std::string OutputAreas::AreaOf(const ActingFor& acting) const {
   const std::string& id = acting.identity;
   const size_t colon = id.find(':');
