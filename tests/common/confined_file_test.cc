@@ -192,9 +192,6 @@ TEST_F(ConfinedFileTest, WithoutRootsEverythingOpensAsBefore) {
   EXPECT_EQ(MakeConfinedDirs(outside_.Sub("data/f.npy")).code(), StatusCode::kFailedPrecondition);
 }
 
-}  // namespace
-}  // namespace mlcd
-
 // Private folders (issue 30, finding 4): the services' own state under a data root is never
 // read or written for a caller; the deepest folder decides, so a root inside a private folder
 // (local up's output folders inside its state folder) is open again.
@@ -237,3 +234,6 @@ TEST(DataRootsPrivate, APrivateFolderThatIsARootStaysPrivate) {
   EXPECT_EQ(OwnStateDirs("/d", {"db"}), (std::vector<std::string>{"/d/tls-private", "/d/db"}));
   EXPECT_TRUE(OwnStateDirs("").empty());
 }
+
+}  // namespace
+}  // namespace mlcd

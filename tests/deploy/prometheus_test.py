@@ -38,6 +38,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -207,6 +208,24 @@ def main():
         spec_path = os.path.join(tmp, "job.yaml")
         yaml.safe_dump(spec, open(spec_path, "w"))
         start = time.time() - 1
+        # Prometheus's /api/v1/metadata holds only what its targets expose now: the training
+        # processes' families leave the agents' /metrics when they exit, so a machine slow
+        # enough to take longer than a few scrapes over the checks below found none (a flaky
+        # "no mlcd_worker_* metric"). Everything any scrape exposed during the run is kept.
+        seen_metadata = {}
+        polling = threading.Event()
+
+        def poll_metadata():
+            while not polling.is_set():
+                try:
+                    for name, entries in (prom.get("/api/v1/metadata").get("data") or {}).items():
+                        seen_metadata.setdefault(name, entries)
+                except Exception:  # noqa: BLE001 - a missed poll is retried
+                    pass
+                polling.wait(0.5)
+
+        poller = threading.Thread(target=poll_metadata, daemon=True)
+        poller.start()
         rc, out, err = run([mlcdctl, "--coordinator", cluster["coordinator"], "--output", "json", "submit", spec_path,
                             "--wait"], timeout=150, env=env)
         try:
@@ -218,6 +237,8 @@ def main():
         job_id = job["id"]
         print(f"job {job_id} SUCCEEDED at {time.time() - t0:.1f} s")
         time.sleep(2)  # a few more scrapes and rule evaluations after the end
+        polling.set()
+        poller.join()
         end = time.time()
         window = f"{int(end - start) + 1}s"
 
@@ -280,7 +301,8 @@ def main():
                 checked += 1
 
         # 4c. Naming scheme of everything exported.
-        metadata = prom.get("/api/v1/metadata")["data"]
+        metadata = dict(seen_metadata)
+        metadata.update(prom.get("/api/v1/metadata")["data"])
         metrics_md = open(os.path.join(src, "docs", "metrics.md")).read()
         families = sorted(n for n in metadata if n.startswith("mlcd_"))
         if not any(f.startswith("mlcd_worker_") for f in families):
