@@ -239,13 +239,12 @@ Status LocalCluster::Up() {
                     {"--listen", labelstore_, "--metrics-listen", labelstore_metrics, "--data-dir",
                      opt_.dir + "/labelstore", "--log-level", opt_.log_level},
                     logs + "labelstore.log"});
-  procs_.push_back(
-      {"clusterd",
-       bin + "/mlcd-clusterd",
-       {"--listen", clusterd_, "--metrics-listen", clusterd_metrics, "--data-dir",
-        opt_.dir + "/clusterd", "--labelstore", labelstore_, "--log-level", opt_.log_level,
-        "--output-root", opt_.dir + "/coordinator"},
-       logs + "clusterd.log"});
+  procs_.push_back({"clusterd",
+                    bin + "/mlcd-clusterd",
+                    {"--listen", clusterd_, "--metrics-listen", clusterd_metrics, "--data-dir",
+                     opt_.dir + "/clusterd", "--labelstore", labelstore_, "--log-level",
+                     opt_.log_level, "--output-root", opt_.dir + "/coordinator"},
+                    logs + "clusterd.log"});
   procs_.back().args.insert(procs_.back().args.end(), service_root_flags.begin(),
                             service_root_flags.end());
   procs_.push_back({"coordinator",

@@ -79,6 +79,47 @@ int RunFeatures(const FeaturesFlags& f) {
   return 0;
 }
 
+// --private-dir and --output-root (docs/hardening.md, "Private folders" and "Outputs").
+void AddOutputFlags(CLI::App& app, std::vector<std::string>* private_dirs,
+                    std::string* output_root) {
+  mlcd::AddPrivateDirFlag(app, private_dirs);
+  app.add_option(
+      "--output-root", *output_root,
+      "Folder the outputs a caller names (centroids_out, generated features) must go "
+      "under, one area per identity: DIR/users/<kind>/<name>/ for a user, "
+      "DIR/jobs/<id>/ and DIR/features/ for the coordinator's phases (give the "
+      "coordinator's --data-dir, shared). Reads stay under the data roots. Default: none, "
+      "outputs go anywhere under the data roots. docs/hardening.md");
+}
+
+// The daemon's read roots, private folders and output areas from its flags, logged.
+mlcd::Status ConfinePaths(const std::string& data_dir, const std::vector<std::string>& data_roots,
+                          std::vector<std::string> private_dirs, const std::string& output_root,
+                          mlcd::clusterd::ClusterdOptions* options) {
+  for (const auto& dir : mlcd::OwnStateDirs(data_dir)) private_dirs.push_back(dir);
+  // Nothing under the output root but its areas is read or written (the coordinator's
+  // database beside its jobs/ when DIR is the coordinator's --data-dir).
+  if (!output_root.empty()) private_dirs.push_back(output_root);
+  MLCD_ASSIGN_OR_RETURN(mlcd::DataRoots roots,
+                        mlcd::DataRoots::FromFlags(data_roots, data_dir, private_dirs));
+  MLCD_ASSIGN_OR_RETURN(options->output_areas, mlcd::clusterd::OutputAreas::Make(output_root));
+  MLCD_ASSIGN_OR_RETURN(std::vector<std::string> area_dirs,
+                        options->output_areas.MakeAreaFolders());
+  // The output areas are read as well: Assign reads the centroids a Cluster call wrote.
+  std::vector<std::string> readable = roots.roots();
+  readable.insert(readable.end(), area_dirs.begin(), area_dirs.end());
+  MLCD_ASSIGN_OR_RETURN(options->data_roots, mlcd::DataRoots::Make(readable, private_dirs));
+  MLCD_LOG(INFO) << "data roots: " << options->data_roots.Describe();
+  if (options->output_areas.enabled()) {
+    MLCD_LOG(INFO) << "outputs: one area per caller under " << options->output_areas.root();
+  } else {
+    MLCD_LOG(WARNING) << "no --output-root: a caller's outputs may go anywhere under the data "
+                         "roots, so callers can replace each other's files; give --output-root "
+                         "to separate reads from writes (docs/hardening.md)";
+  }
+  return mlcd::Status::Ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,14 +144,8 @@ int main(int argc, char** argv) {
   mlcd::AddDataRootFlag(app, &data_roots,
                         "--data-dir and /usr/share/datasets (where dataset-fashion-mnist lives)");
   std::vector<std::string> private_dirs;
-  mlcd::AddPrivateDirFlag(app, &private_dirs);
   std::string output_root;
-  app.add_option("--output-root", output_root,
-                 "Folder the outputs a caller names (centroids_out, generated features) must go "
-                 "under, one area per identity: DIR/users/<kind>/<name>/ for a user, "
-                 "DIR/jobs/<id>/ and DIR/features/ for the coordinator's phases (give the "
-                 "coordinator's --data-dir, shared). Reads stay under the data roots. Default: none, "
-                 "outputs go anywhere under the data roots. docs/hardening.md");
+  AddOutputFlags(app, &private_dirs, &output_root);
   int max_queued = 8;
   app.add_option("--max-queued", max_queued,
                  "calls that may wait for the running job before RESOURCE_EXHAUSTED")
@@ -178,36 +213,11 @@ int main(int argc, char** argv) {
   }
   mlcd::clusterd::ClusterdOptions options;
   options.data_dir = flags.data_dir;
-  for (const auto& dir : mlcd::OwnStateDirs(flags.data_dir)) private_dirs.push_back(dir);
-  // Nothing under the output root but its areas is read or written (the coordinator's
-  // database beside its jobs/ when DIR is the coordinator's --data-dir).
-  if (!output_root.empty()) private_dirs.push_back(output_root);
-  auto roots = mlcd::DataRoots::FromFlags(data_roots, flags.data_dir, private_dirs);
-  auto areas = mlcd::clusterd::OutputAreas::Make(output_root);
-  mlcd::StatusOr<std::vector<std::string>> area_dirs =
-      areas.ok() ? areas->MakeAreaFolders()
-                 : mlcd::StatusOr<std::vector<std::string>>(areas.status());
-  if (roots.ok() && area_dirs.ok() && !area_dirs->empty()) {
-    // The output areas are read as well: Assign reads the centroids a Cluster call wrote.
-    std::vector<std::string> readable = roots->roots();
-    readable.insert(readable.end(), area_dirs->begin(), area_dirs->end());
-    roots = mlcd::DataRoots::Make(readable, private_dirs);
-  }
-  for (const mlcd::Status& s : {roots.status(), area_dirs.status()}) {
-    if (!s.ok()) {
-      MLCD_LOG(ERROR) << s.ToString();
-      return 2;
-    }
-  }
-  options.data_roots = *roots;
-  options.output_areas = *areas;
-  MLCD_LOG(INFO) << "data roots: " << options.data_roots.Describe();
-  if (options.output_areas.enabled()) {
-    MLCD_LOG(INFO) << "outputs: one area per caller under " << options.output_areas.root();
-  } else {
-    MLCD_LOG(WARNING) << "no --output-root: a caller's outputs may go anywhere under the data "
-                         "roots, so callers can replace each other's files; give --output-root "
-                         "to separate reads from writes (docs/hardening.md)";
+  mlcd::Status paths =
+      ConfinePaths(flags.data_dir, data_roots, private_dirs, output_root, &options);
+  if (!paths.ok()) {
+    MLCD_LOG(ERROR) << paths.ToString();
+    return 2;
   }
   // Every file a request leads clusterd to open or write is verified where it was opened
   // (common/confined_file.h), the generated features' dataset files included.

@@ -1,6 +1,7 @@
 #include "clusterd/output_area.h"
 
 #include <cstdio>
+#include <utility>
 
 #include "common/data_roots.h"
 #include "common/file_util.h"
@@ -14,8 +15,8 @@ bool Under(const std::string& path, const std::string& dir) {
 }
 
 bool SafeChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '@' || c == '-';
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '@' || c == '-';
 }
 
 }  // namespace
@@ -77,6 +78,19 @@ Status OutputAreas::CheckWrite(const std::string& resolved, const std::string& f
                     "': mlcd-clusterd writes a caller's outputs only under " + area +
                     "/ (its --output-root, one folder per identity, so no call replaces a file "
                     "another identity made); name a path there");
+}
+
+Status CheckFeatureOutputs(const v1::FeatureSource& source, const PathResolver& resolve,
+                           const OutputAreas& areas, const ActingFor& acting) {
+  if (!source.has_generate()) return Status::Ok();
+  const v1::GeneratedFeatures& g = source.generate();
+  for (const auto& [path, field] : {std::pair{g.features_out(), "features.generate.features_out"},
+                                    std::pair{g.labels_out(), "features.generate.labels_out"}}) {
+    if (path.empty()) continue;
+    MLCD_ASSIGN_OR_RETURN(const std::string resolved, resolve(path, field));
+    MLCD_RETURN_IF_ERROR(areas.CheckWrite(resolved, field, acting));
+  }
+  return Status::Ok();
 }
 
 }  // namespace mlcd::clusterd

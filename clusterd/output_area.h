@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "clusterd/feature_request.h"
 #include "common/acting_for.h"
 #include "common/status.h"
 
@@ -48,6 +49,12 @@ class OutputAreas {
  private:
   std::string root_;  // resolved, no trailing '/'
 };
+
+// The outputs `source` names (generated features and their labels), resolved with `resolve`
+// and checked against the output area of `acting`: PERMISSION_DENIED naming the field when
+// one lies outside it. OK for a source that writes nothing.
+Status CheckFeatureOutputs(const v1::FeatureSource& source, const PathResolver& resolve,
+                           const OutputAreas& areas, const ActingFor& acting);
 
 // "alice" stays "alice"; any byte outside [A-Za-z0-9._@-] becomes %XX, and a name of dots
 // only ("." or "..") has every dot escaped, so the result is one safe path segment and

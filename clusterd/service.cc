@@ -309,19 +309,6 @@ StatusOr<std::string> ClusterdService::Resolve(const std::string& path,
   return options_.data_roots.Confine(full, field);
 }
 
-Status ClusterdService::CheckFeatureOutputs(const v1::FeatureSource& source,
-                                            const ActingFor& acting) const {
-  if (!source.has_generate()) return Status::Ok();
-  const v1::GeneratedFeatures& g = source.generate();
-  for (const auto& [path, field] : {std::pair{g.features_out(), "features.generate.features_out"},
-                                    std::pair{g.labels_out(), "features.generate.labels_out"}}) {
-    if (path.empty()) continue;
-    MLCD_ASSIGN_OR_RETURN(const std::string resolved, Resolve(path, field));
-    MLCD_RETURN_IF_ERROR(options_.output_areas.CheckWrite(resolved, field, acting));
-  }
-  return Status::Ok();
-}
-
 namespace {
 
 // The request's feature shards; a link in a listed folder must resolve under `roots`.
@@ -393,7 +380,11 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
   if (IsDirectory(out_path))
     return Status::InvalidArgument(out_path + ": centroids_out is a directory; give a file path");
   MLCD_RETURN_IF_ERROR(options_.output_areas.CheckWrite(out_path, "centroids_out", acting_for));
-  MLCD_RETURN_IF_ERROR(CheckFeatureOutputs(request.features(), acting_for));
+  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
+    return Resolve(path, field);
+  };
+  MLCD_RETURN_IF_ERROR(
+      CheckFeatureOutputs(request.features(), resolve, options_.output_areas, acting_for));
 
   JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
   MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
@@ -403,9 +394,6 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
                  << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ")
                  << "k=" << params.k << " niter=" << params.niter << " -> " << out_path;
 
-  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
-    return Resolve(path, field);
-  };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
   MLCD_ASSIGN_OR_RETURN(FeatureShards shards, OpenShards(inputs, options_.data_roots));
@@ -533,7 +521,11 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   MLCD_RETURN_IF_ERROR(CheckAssignRequest(request, labelstore_address));
   MLCD_ASSIGN_OR_RETURN(AssignParams params, AssignParamsFrom(request));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params));  // k is known once the centroids are read
-  MLCD_RETURN_IF_ERROR(CheckFeatureOutputs(request.features(), acting_for));
+  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
+    return Resolve(path, field);
+  };
+  MLCD_RETURN_IF_ERROR(
+      CheckFeatureOutputs(request.features(), resolve, options_.output_areas, acting_for));
 
   JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
   MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
@@ -544,9 +536,6 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
                  << "l=" << params.l << " method=" << SearchMethodName(params.method) << " -> "
                  << request.label_set() << " at " << labelstore_address;
 
-  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
-    return Resolve(path, field);
-  };
   MLCD_ASSIGN_OR_RETURN(FeatureInputs inputs, PrepareFeatures(request.features(), resolve, note));
   note("opening feature shards");
   MLCD_ASSIGN_OR_RETURN(FeatureShards shards, OpenShards(inputs, options_.data_roots));

@@ -89,9 +89,6 @@ class ClusterdService final : public v1::Clusterd::Service {
   struct Metrics;
   // A request's path: relative ones under data_dir, then confined to the data roots.
   StatusOr<std::string> Resolve(const std::string& path, const std::string& field) const;
-  // The outputs `source` names (generated features and their labels) resolved and checked
-  // against the output area of `acting` (PERMISSION_DENIED naming the field otherwise).
-  Status CheckFeatureOutputs(const v1::FeatureSource& source, const ActingFor& acting) const;
   // AssignCallbacks::on_progress of an Assign pass started now: counts rows in the metrics and
   // emits an AssignStatus (seconds since t0) at most every progress_interval and at the end.
   std::function<void(int64_t, int64_t)> AssignProgressReporter(

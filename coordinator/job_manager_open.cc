@@ -39,8 +39,8 @@ StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options
   std::vector<std::string> private_dirs = options.private_dirs;
   for (const auto& dir : OwnStateDirs(options.data_dir, {"db", "backups"}))
     private_dirs.push_back(dir);
-  MLCD_ASSIGN_OR_RETURN(DataRoots roots, DataRoots::FromFlags(options.data_roots,
-                                                              options.data_dir, private_dirs));
+  MLCD_ASSIGN_OR_RETURN(DataRoots roots,
+                        DataRoots::FromFlags(options.data_roots, options.data_dir, private_dirs));
   std::unique_ptr<JobManager> manager(
       new JobManager(std::move(options), metrics, std::move(store)));
   manager->data_roots_ = std::move(roots);

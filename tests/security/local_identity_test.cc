@@ -110,8 +110,8 @@ TEST_F(LocalIdentityTest, EnvGivesUsersAUserCertificateAndRoleTokensNotTheServic
   // Finding 4: the cluster's own files (CA, tokens, the coordinator's database) lie under the
   // working directory, a default root, but are private; a user's outputs go to its own area.
   const std::string clusterd_address = nlohmann::json::parse(*cluster).at("clusterd");
-  auto clusterd =
-      v1::Clusterd::NewStub(grpc::CreateCustomChannel(clusterd_address, ChannelCredentials(), args));
+  auto clusterd = v1::Clusterd::NewStub(
+      grpc::CreateCustomChannel(clusterd_address, ChannelCredentials(), args));
   auto cluster_call = [&](const std::string& out) {
     grpc::ClientContext ctx;
     ctx.set_deadline(DeadlineIn(std::chrono::seconds(60)));
@@ -135,8 +135,8 @@ TEST_F(LocalIdentityTest, EnvGivesUsersAUserCertificateAndRoleTokensNotTheServic
        {tls + "/ca.pem", tls + "/admin.token", cluster_ + "/coordinator/db/CURRENT",
         cluster_ + "/coordinator/jobs/other/r0/centroids.npy"}) {
     grpc::Status st = cluster_call(target);
-    EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED) << target << ": "
-                                                              << st.error_message();
+    EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED)
+        << target << ": " << st.error_message();
   }
   EXPECT_EQ(*ReadFileToString(tls + "/ca.pem"), ca_before);
   if (PathExists("/usr/share/datasets/fashion-mnist")) {
@@ -164,7 +164,8 @@ TEST_F(LocalIdentityTest, ATinyJobRunsWithTheClustersOwnDataRoots) {
             0)
       << out;
   std::vector<std::string> env;
-  for (const auto& [name, value] : ReadEnvFile(cluster_ + "/env")) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : ReadEnvFile(cluster_ + "/env"))
+    env.push_back(name + "=" + value);
   std::string job;
   const int rc = RunCommand(
       BinPath("mlcdctl"),

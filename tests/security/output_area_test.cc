@@ -102,8 +102,8 @@ TEST_F(OutputAreaTest, ASubmitterWritesOnlyInItsOwnArea) {
   ExpectRefused(Cluster(t_.submitter2_token, alice + "/r0/centroids.npy"), "centroids_out", bob);
   ExpectRefused(Cluster(t_.submitter2_token, coord() + "/jobs/j1/r0/centroids.npy"),
                 "centroids_out", bob);
-  ExpectRefused(Cluster(t_.submitter2_token, coord() + "/features/x/features.npy"),
-                "centroids_out", bob);
+  ExpectRefused(Cluster(t_.submitter2_token, coord() + "/features/x/features.npy"), "centroids_out",
+                bob);
   // An admin is no exception: outputs are per identity.
   ExpectRefused(Cluster(t_.admin_token, alice + "/r0/centroids.npy"), "centroids_out",
                 coord() + "/users/token/");
@@ -155,8 +155,7 @@ TEST_F(OutputAreaTest, AJobsPhasesWriteOnlyInTheJobsFolderAndTheSharedFeatures) 
   v1::ClusterProgress progress;
   while (reader->Read(&progress)) {
   }
-  ExpectRefused(reader->Finish(), "features.generate.features_out",
-                coord() + "/users/token/alice");
+  ExpectRefused(reader->Finish(), "features.generate.features_out", coord() + "/users/token/alice");
   EXPECT_FALSE(PathExists(coord() + "/features/fm/features.npy"));
 }
 
