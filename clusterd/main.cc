@@ -213,10 +213,9 @@ int main(int argc, char** argv) {
   }
   mlcd::clusterd::ClusterdOptions options;
   options.data_dir = flags.data_dir;
-  mlcd::Status paths =
-      ConfinePaths(flags.data_dir, data_roots, private_dirs, output_root, &options);
-  if (!paths.ok()) {
-    MLCD_LOG(ERROR) << paths.ToString();
+  st = ConfinePaths(flags.data_dir, data_roots, private_dirs, output_root, &options);
+  if (!st.ok()) {
+    MLCD_LOG(ERROR) << st.ToString();
     return 2;
   }
   // Every file a request leads clusterd to open or write is verified where it was opened
