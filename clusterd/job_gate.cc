@@ -6,7 +6,7 @@ namespace mlcd::clusterd {
 
 Status JobGate::Acquire(const std::function<bool()>& should_stop,
                         const std::function<void(int)>& on_wait) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!busy_ && waiters_.empty()) {
     busy_ = true;
     return Status::Ok();
@@ -19,6 +19,7 @@ Status JobGate::Acquire(const std::function<bool()>& should_stop,
   const uint64_t ticket = next_ticket_++;
   waiters_.push_back(ticket);
   auto position = [&] {
+    mu_.AssertHeld();
     int p = 1;
     for (uint64_t t : waiters_) {
       if (t == ticket) break;
@@ -42,28 +43,28 @@ Status JobGate::Acquire(const std::function<bool()>& should_stop,
     int p = position();
     if (p != last_position && on_wait) {
       last_position = p;
-      lock.unlock();
+      lock.Unlock();
       on_wait(p);
-      lock.lock();
+      lock.Lock();
       continue;
     }
-    cv_.wait_for(lock, std::chrono::milliseconds(100));
+    cv_.wait_for(lock.native(), std::chrono::milliseconds(100));
   }
 }
 
 void JobGate::Release() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   busy_ = false;
   cv_.notify_all();
 }
 
 int JobGate::running() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return busy_ ? 1 : 0;
 }
 
 int JobGate::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(waiters_.size());
 }
 

@@ -6,9 +6,10 @@
 #include <cstdint>
 #include <functional>
 #include <list>
-#include <mutex>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace mlcd::clusterd {
 
@@ -25,12 +26,12 @@ class JobGate {
   int queued() const;
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
   const int max_queued_;
-  bool busy_ = false;
-  uint64_t next_ticket_ = 0;
-  std::list<uint64_t> waiters_;
+  bool busy_ GUARDED_BY(mu_) = false;
+  uint64_t next_ticket_ GUARDED_BY(mu_) = 0;
+  std::list<uint64_t> waiters_ GUARDED_BY(mu_);
 };
 
 }  // namespace mlcd::clusterd

@@ -16,7 +16,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <mutex>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace mlcd {
 
@@ -28,21 +30,27 @@ class PrefetchQueue {
 
   // Producer: blocks until there is room. False once Stop() was called.
   bool WaitForRoom() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return stopped_ || static_cast<int>(items_.size()) < capacity_; });
+    MutexLock lock(&mu_);
+    cv_.wait(lock.native(), [&] {
+      mu_.AssertHeld();
+      return stopped_ || static_cast<int>(items_.size()) < capacity_;
+    });
     return !stopped_;
   }
 
   // Producer: sleeps `duration` (a retry back-off). True when Stop() was called meanwhile.
   template <typename Duration>
   bool SleepUnlessStopped(Duration duration) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, duration, [&] { return stopped_; });
+    MutexLock lock(&mu_);
+    return cv_.wait_for(lock.native(), duration, [&] {
+      mu_.AssertHeld();
+      return stopped_;
+    });
   }
 
   void Push(T item) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       items_.push_back(std::move(item));
     }
     cv_.notify_all();
@@ -51,14 +59,17 @@ class PrefetchQueue {
   // Consumer: blocks until an item is there; `waited_seconds` (optional) gets the time blocked.
   T Pop(double* waited_seconds = nullptr) {
     const auto start = std::chrono::steady_clock::now();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !items_.empty(); });
+    MutexLock lock(&mu_);
+    cv_.wait(lock.native(), [&] {
+      mu_.AssertHeld();
+      return !items_.empty();
+    });
     if (waited_seconds)
       *waited_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     T item = std::move(items_.front());
     items_.pop_front();
-    lock.unlock();
+    lock.Unlock();
     cv_.notify_all();
     return item;
   }
@@ -66,7 +77,7 @@ class PrefetchQueue {
   // Releases a producer waiting in WaitForRoom / SleepUnlessStopped; they return "stopped".
   void Stop() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopped_ = true;
     }
     cv_.notify_all();
@@ -74,10 +85,10 @@ class PrefetchQueue {
 
  private:
   const int capacity_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<T> items_;
-  bool stopped_ = false;
+  std::deque<T> items_ GUARDED_BY(mu_);
+  bool stopped_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace mlcd

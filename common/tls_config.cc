@@ -152,7 +152,7 @@ StatusOr<std::shared_ptr<TlsConfig>> TlsConfig::Open(const TlsFiles& files,
   if (config->private_dir_.empty()) return config;
   const std::string cur = config->private_dir_ + "/current/";
   {
-    std::lock_guard<std::mutex> lock(config->mu_);
+    MutexLock lock(&config->mu_);
     config->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
         files.key.empty() ? "" : cur + "key.pem", files.cert.empty() ? "" : cur + "cert.pem",
         files.ca.empty() ? "" : cur + "ca.pem", kWatchIntervalSeconds);
@@ -163,7 +163,7 @@ StatusOr<std::shared_ptr<TlsConfig>> TlsConfig::Open(const TlsFiles& files,
 
 TlsConfig::~TlsConfig() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_watch_ = true;
   }
   watch_cv_.notify_all();
@@ -172,10 +172,12 @@ TlsConfig::~TlsConfig() {
 
 void TlsConfig::WatchFiles() {
   std::vector<int64_t> seen = FilesSignature(files_);
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!watch_cv_.wait_for(lock, std::chrono::seconds(kCertFilePollSeconds),
-                             [&] { return stop_watch_; })) {
-    lock.unlock();
+  MutexLock lock(&mu_);
+  while (!watch_cv_.wait_for(lock.native(), std::chrono::seconds(kCertFilePollSeconds), [&] {
+    mu_.AssertHeld();
+    return stop_watch_;
+  })) {
+    lock.Unlock();
     std::vector<int64_t> now = FilesSignature(files_);
     if (now != seen) {
       seen = std::move(now);
@@ -185,12 +187,12 @@ void TlsConfig::WatchFiles() {
         (void)Reload();
       }
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 
 Status TlsConfig::Install() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Pem pem;
   if (!files_.cert.empty()) {
     MLCD_ASSIGN_OR_RETURN(pem.cert, ReadPem(files_.cert, "--tls-cert"));
@@ -249,7 +251,7 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsConfig::ServerCredentials(
   }
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     provider = provider_;
   }
   grpc::experimental::TlsServerCredentialsOptions options(provider);
@@ -266,7 +268,7 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsConfig::ServerCredentials(
 std::shared_ptr<grpc::ChannelCredentials> TlsConfig::ChannelCredentials() const {
   grpc::experimental::TlsChannelCredentialsOptions options;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     options.set_certificate_provider(provider_);
   }
   if (has_ca()) options.watch_root_certs();

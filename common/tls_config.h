@@ -23,10 +23,10 @@
 
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 
@@ -78,7 +78,7 @@ class TlsConfig {
 
   const TlsFiles files_;
   std::string private_dir_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   int generation_ GUARDED_BY(mu_) = 0;
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_ GUARDED_BY(mu_);
   bool stop_watch_ GUARDED_BY(mu_) = false;

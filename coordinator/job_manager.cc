@@ -22,7 +22,7 @@ void JobManager::Start() {
 
 void JobManager::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_ && !scheduler_.joinable() && phases_.idle()) return;
     shutting_down_ = true;
     phases_.BeginShutdown();
@@ -201,7 +201,7 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
   MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed,
                         ParseSubmission(request, options_.data_dir, &data_roots_));
 
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_) return Status::Unavailable("the coordinator is shutting down; retry");
   if (!request.dry_run() && jobs_.CountActive() >= kMaxActiveJobs) {
     return Status::ResourceExhausted("the coordinator holds " + std::to_string(kMaxActiveJobs) +
@@ -276,7 +276,7 @@ StatusOr<v1::Job> JobManager::GetJob(const v1::GetJobRequest& request) {
     return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
   v1::Job out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     JobEntry* job = jobs_.Find(request.id());
     if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");
     out = jobs_.PublicJob(*job);
@@ -292,7 +292,7 @@ StatusOr<v1::Job> JobManager::GetJob(const v1::GetJobRequest& request) {
 StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& request) {
   MLCD_ASSIGN_OR_RETURN(const ListJobsQuery query, ParseListJobs(request));
   const int page_size = query.page_size;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<JobEntry*> matching;
   for (auto& [id, job] : jobs_.all()) {
     if (job->rec.seq() >= query.before_seq) continue;
@@ -315,7 +315,7 @@ StatusOr<v1::ListJobsResponse> JobManager::ListJobs(const v1::ListJobsRequest& r
 StatusOr<v1::Job> JobManager::CancelJob(const v1::CancelJobRequest& request,
                                         const std::string& caller, bool any_job) {
   MLCD_RETURN_IF_ERROR(CheckCancel(request));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* job = jobs_.Find(request.id());
   if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");
   MLCD_RETURN_IF_ERROR(CheckCancelAllowed(job->rec.job(), caller, any_job));
@@ -338,7 +338,7 @@ Status JobManager::WatchJob(const v1::WatchJobRequest& request, const std::strin
     return Status::InvalidArgument("id: empty; give a job id (see `mlcdctl list`)");
   // Each stream holds a server thread: bounded per identity and in all.
   MLCD_ASSIGN_OR_RETURN(WatchStreamLimits::Slot slot, watch_streams_.Open(caller));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   JobEntry* job = jobs_.Find(request.id());
   if (!job) return Status::NotFound("job '" + request.id() + "' does not exist");
   uint64_t sent_version = 0;
@@ -349,23 +349,23 @@ Status JobManager::WatchJob(const v1::WatchJobRequest& request, const std::strin
       event.set_unix_ms(NowUnixMs());
       sent_version = job->version;
       const bool terminal = IsTerminal(event.job().state());
-      lock.unlock();
+      lock.Unlock();
       if (!send(event)) return Status::Ok();
       if (terminal) return Status::Ok();
-      lock.lock();
+      lock.Lock();
     }
     if (shutting_down_)
       return Status::Unavailable("the coordinator is shutting down; watch again once it is back");
     if (is_cancelled()) return Status::Cancelled("watch cancelled by the client");
-    watch_cv_.wait_for(lock, std::chrono::milliseconds(500));
+    watch_cv_.wait_for(lock.native(), std::chrono::milliseconds(500));
   }
 }
 
 void JobManager::SchedulerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!shutting_down_) {
     Tick();
-    tick_cv_.wait_for(lock, options_.tick);
+    tick_cv_.wait_for(lock.native(), options_.tick);
   }
 }
 

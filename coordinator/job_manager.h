@@ -53,7 +53,6 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,7 +60,9 @@
 #include "common/data_roots.h"
 #include "common/job_spec.h"
 #include "common/limits.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "coordinator/gang_scheduler.h"
 #include "coordinator/job_entry.h"
 #include "coordinator/job_table.h"
@@ -176,59 +177,62 @@ class JobManager {
  private:
   JobManager(JobManagerOptions options, CoordinatorMetrics* metrics,
              std::unique_ptr<CoordinatorStore> store);
-  Status Load();
-  void Recover(JobEntry* job, Clock::time_point now, int* recovered);
+  Status Load() LOCKS_EXCLUDED(mu_);
+  void Recover(JobEntry* job, Clock::time_point now, int* recovered) REQUIRES(mu_);
 
-  void SchedulerLoop();
-  void Tick();
-  void ApplyPhaseOutcomes();
-  void AdvanceJobs(Clock::time_point now);
+  void SchedulerLoop() LOCKS_EXCLUDED(mu_);
+  void Tick() REQUIRES(mu_);
+  void ApplyPhaseOutcomes() REQUIRES(mu_);
+  void AdvanceJobs(Clock::time_point now) REQUIRES(mu_);
   // Counts and persists the phase attempt, then launches it; fails the job instead when
   // kMaxCrashedPhaseAttempts attempts died before.
-  void LaunchPhase(JobEntry* job);
+  void LaunchPhase(JobEntry* job) REQUIRES(mu_);
 
   // State machine (all with mu_ held). Each persists before returning; a failed write is
   // fatal for the coordinator (state on disk would no longer match what it does).
   // `before`: history entries written in the same batch ahead of the transition's own (a
   // gang abort that leads to it), so a crash never persists one without the other.
   void Transition(JobEntry* job, v1::JobState state, const std::string& message,
-                  std::vector<v1::JobHistoryEntry> before = {});
+                  std::vector<v1::JobHistoryEntry> before = {}) REQUIRES(mu_);
   // Aborts the running gang and persists it (with the FAILED that follows when it uses up
   // max_restarts, in the same write).
-  void AbortGang(JobEntry* job, const std::string& reason, bool counts_as_restart);
+  void AbortGang(JobEntry* job, const std::string& reason, bool counts_as_restart) REQUIRES(mu_);
   // Ends an unfinished job FAILED or CANCELLED; aborting its gang is part of the same write.
-  void EndJob(JobEntry* job, v1::JobState state, const std::string& message);
-  void FailJob(JobEntry* job, const std::string& message);
+  void EndJob(JobEntry* job, v1::JobState state, const std::string& message) REQUIRES(mu_);
+  void FailJob(JobEntry* job, const std::string& message) REQUIRES(mu_);
   // Every member of the gang reported success: the round is trained, the features extracted
   // or the evaluation done.
-  void FinishGang(JobEntry* job);
-  void AfterRoundTrained(JobEntry* job);
+  void FinishGang(JobEntry* job) REQUIRES(mu_);
+  void AfterRoundTrained(JobEntry* job) REQUIRES(mu_);
   // A member reported success, or that it stopped at a checkpoint
   // (ReportAssignmentRequest.preempted; worker_leave.cc). Once every member has reported:
   // all succeeded -> FinishGang; some stopped -> the gang is detached without counting a
   // restart and formed again from the committed checkpoint.
-  void MemberDone(JobEntry* job, int rank, const v1::ReportAssignmentRequest& request);
+  void MemberDone(JobEntry* job, int rank, const v1::ReportAssignmentRequest& request)
+      REQUIRES(mu_);
   // The long poll: waits (mu_ released) until the worker has an assignment, the deadline
   // passes, the client gives up or the manager shuts down.
   StatusOr<v1::Assignment> WaitForAssignment(WorkerEntry* worker, Clock::time_point deadline,
                                              const std::function<bool()>& is_cancelled,
-                                             std::unique_lock<std::mutex>* lock);
-  void UpdateGauges();
+                                             MutexLock* lock) REQUIRES(mu_);
+  void UpdateGauges() REQUIRES(mu_);
 
   JobManagerOptions options_;
   CoordinatorMetrics* metrics_;
   std::unique_ptr<CoordinatorStore> store_;
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable work_cv_;   // assignments for long polls, shutdown
   std::condition_variable watch_cv_;  // job changes for WatchJob
   std::condition_variable tick_cv_;   // wakes the scheduler early
-  bool shutting_down_ = false;
-  int64_t next_job_seq_ = 1;
-  JobTable jobs_;
-  WorkerRegistry workers_;
-  GangScheduler gangs_;
-  ProgressTracker progress_;
+  bool shutting_down_ GUARDED_BY(mu_) = false;
+  int64_t next_job_seq_ GUARDED_BY(mu_) = 1;
+  JobTable jobs_ GUARDED_BY(mu_);
+  WorkerRegistry workers_ GUARDED_BY(mu_);
+  GangScheduler gangs_ GUARDED_BY(mu_);
+  ProgressTracker progress_ GUARDED_BY(mu_);
+  // Uses mu_ as its own lock (phase_runner.h): called with mu_ held except JoinAll(), which
+  // Shutdown() calls without it; so no GUARDED_BY here.
   PhaseRunner phases_;
 
   std::thread scheduler_;

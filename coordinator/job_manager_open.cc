@@ -51,7 +51,7 @@ StatusOr<std::unique_ptr<JobManager>> JobManager::Open(JobManagerOptions options
 JobManager::~JobManager() { Shutdown(); }
 
 Status JobManager::Load() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   MLCD_ASSIGN_OR_RETURN(next_job_seq_, store_->NextJobSeq());
   const auto now = Clock::now();
   const int64_t now_ms = NowUnixMs();

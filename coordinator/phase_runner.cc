@@ -79,7 +79,7 @@ struct PhaseRunner::Slot {
   PhaseOutcome outcome;
 };
 
-PhaseRunner::PhaseRunner(PhaseRunnerOptions options, JobTable* jobs, std::mutex* mu,
+PhaseRunner::PhaseRunner(PhaseRunnerOptions options, JobTable* jobs, Mutex* mu,
                          std::condition_variable* tick)
     : options_(std::move(options)), jobs_(jobs), mu_(mu), tick_(tick) {}
 
@@ -113,7 +113,7 @@ void PhaseRunner::Launch(JobEntry* job) {
       slot->outcome.status = Status::Internal("unexpected error of unknown type");
     }
     {
-      std::lock_guard<std::mutex> lock(*mu_);
+      MutexLock lock(mu_);
       slot->done = true;
     }
     tick_->notify_all();
@@ -138,7 +138,7 @@ std::vector<PhaseOutcome> PhaseRunner::CollectFinished() {
 void PhaseRunner::JoinAll() {
   std::vector<PhaseThread> threads;
   {
-    std::lock_guard<std::mutex> lock(*mu_);
+    MutexLock lock(mu_);
     threads.swap(threads_);
   }
   for (auto& t : threads) {
@@ -154,7 +154,7 @@ JobEntry* PhaseRunner::StillCurrent(const std::string& job_id, uint64_t generati
 }
 
 void PhaseRunner::Publish(const PhaseOutcome& phase, const std::string& detail) {
-  std::lock_guard<std::mutex> lock(*mu_);
+  MutexLock lock(mu_);
   if (JobEntry* job = StillCurrent(phase.job_id, phase.generation)) {
     job->job().mutable_progress()->set_detail(detail);
     jobs_->Touch(job);

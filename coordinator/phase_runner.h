@@ -21,12 +21,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/data_roots.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "coordinator/job_entry.h"
 #include "coordinator/job_table.h"
@@ -79,8 +79,7 @@ class PhaseRunner {
  public:
   // `jobs`, `mu` (the JobManager's mutex) and `tick` (notified when a thread ends) outlive
   // the runner.
-  PhaseRunner(PhaseRunnerOptions options, JobTable* jobs, std::mutex* mu,
-              std::condition_variable* tick);
+  PhaseRunner(PhaseRunnerOptions options, JobTable* jobs, Mutex* mu, std::condition_variable* tick);
 
   // Starts the phase of the job's state (CLUSTERING or ASSIGNING) on a new thread; sets
   // phase_running and the job's call control (cancelled by any transition). The caller has
@@ -125,7 +124,7 @@ class PhaseRunner {
 
   PhaseRunnerOptions options_;
   JobTable* jobs_;
-  std::mutex* mu_;
+  Mutex* mu_;
   std::condition_variable* tick_;
   bool stopping_ = false;
   std::vector<PhaseThread> threads_;

@@ -8,7 +8,7 @@ WatchStreamLimits::WatchStreamLimits(int total, int per_identity)
     : total_(total), per_identity_(per_identity) {}
 
 StatusOr<WatchStreamLimits::Slot> WatchStreamLimits::Open(const std::string& identity) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_identity_.find(identity);
   const int mine = it == by_identity_.end() ? 0 : it->second;
   if (mine >= per_identity_) {
@@ -29,19 +29,19 @@ StatusOr<WatchStreamLimits::Slot> WatchStreamLimits::Open(const std::string& ide
 }
 
 void WatchStreamLimits::Close(const std::string& identity) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   --open_;
   auto it = by_identity_.find(identity);
   if (it != by_identity_.end() && --it->second <= 0) by_identity_.erase(it);
 }
 
 int WatchStreamLimits::open() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return open_;
 }
 
 int WatchStreamLimits::open_by(const std::string& identity) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_identity_.find(identity);
   return it == by_identity_.end() ? 0 : it->second;
 }

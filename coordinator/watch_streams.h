@@ -5,9 +5,9 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 
@@ -50,7 +50,7 @@ class WatchStreamLimits {
 
   const int total_;
   const int per_identity_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   int open_ GUARDED_BY(mu_) = 0;
   std::map<std::string, int> by_identity_ GUARDED_BY(mu_);
 };

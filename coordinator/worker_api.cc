@@ -15,7 +15,7 @@ namespace mlcd::coordinator {
 StatusOr<v1::RegisterWorkerResponse> JobManager::RegisterWorker(
     const v1::RegisterWorkerRequest& request, const std::string& caller) {
   MLCD_RETURN_IF_ERROR(CheckRegistration(request));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto now = Clock::now();
   if (!workers_.Find(request.name()) && workers_.size() >= kMaxWorkers) {
     return Status::ResourceExhausted("the coordinator has " + std::to_string(kMaxWorkers) +
@@ -56,7 +56,7 @@ StatusOr<v1::Assignment> JobManager::GetAssignment(const v1::GetAssignmentReques
                                                    const std::string& caller,
                                                    const std::function<bool()>& is_cancelled) {
   MLCD_RETURN_IF_ERROR(CheckPoll(request, options_.max_poll_seconds));
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_)
     return Status::Unavailable("the coordinator is shutting down; poll again once it is back");
   WorkerEntry* worker = workers_.Find(request.worker_id());
@@ -88,13 +88,13 @@ StatusOr<v1::Assignment> JobManager::GetAssignment(const v1::GetAssignmentReques
 StatusOr<v1::Assignment> JobManager::WaitForAssignment(WorkerEntry* worker,
                                                        Clock::time_point deadline,
                                                        const std::function<bool()>& is_cancelled,
-                                                       std::unique_lock<std::mutex>* lock) {
+                                                       MutexLock* lock) {
   ++worker->polls_waiting;
   tick_cv_.notify_all();
   while (!shutting_down_ && !worker->pending && !is_cancelled()) {
     const auto now = Clock::now();
     if (now >= deadline) break;
-    work_cv_.wait_until(*lock, std::min(deadline, now + std::chrono::milliseconds(500)));
+    work_cv_.wait_until(lock->native(), std::min(deadline, now + std::chrono::milliseconds(500)));
     workers_.Seen(worker, Clock::now());
   }
   --worker->polls_waiting;
@@ -140,7 +140,7 @@ std::string CommittedCheckpoint(const JobEntry& job) {
 
 StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest& request,
                                                       const std::string& caller) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   metrics_->Heartbeat();
   v1::HeartbeatResponse response;
   WorkerEntry* worker = workers_.Find(request.worker_id());
@@ -192,7 +192,7 @@ StatusOr<v1::HeartbeatResponse> JobManager::Heartbeat(const v1::HeartbeatRequest
 StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(
     const v1::ReportAssignmentRequest& request, const std::string& caller) {
   if (request.assignment_id().empty()) return Status::InvalidArgument("assignment_id: empty");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   v1::ReportAssignmentResponse response;
   WorkerEntry* worker = workers_.Find(request.worker_id());
   const std::string& aid = request.assignment_id();
@@ -247,7 +247,7 @@ StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(
 }
 
 StatusOr<v1::ListWorkersResponse> JobManager::ListWorkers(const v1::ListWorkersRequest&) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   v1::ListWorkersResponse response;
   workers_.List(&response);
   return response;

@@ -41,7 +41,7 @@ StatusOr<v1::DeregisterWorkerResponse> JobManager::DeregisterWorker(
     const v1::DeregisterWorkerRequest& request, const std::string& caller) {
   if (request.worker_id().empty())
     return Status::InvalidArgument("worker_id: empty; give the id RegisterWorker returned");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   WorkerEntry* worker = workers_.Find(request.worker_id());
   if (!worker) return v1::DeregisterWorkerResponse();
   MLCD_RETURN_IF_ERROR(CheckWorkerCaller(*worker, caller));
@@ -62,7 +62,7 @@ StatusOr<v1::DeregisterWorkerResponse> JobManager::DeregisterWorker(
 StatusOr<v1::DrainWorkerResponse> JobManager::DrainWorker(const v1::DrainWorkerRequest& request) {
   if (request.worker_id().empty())
     return Status::InvalidArgument("worker_id: empty; give a worker id (see `mlcdctl workers`)");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   WorkerEntry* worker = workers_.Find(request.worker_id());
   if (!worker) {
     return Status::NotFound("worker '" + request.worker_id() +

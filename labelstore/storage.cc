@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 #include "common/clock.h"
 #include "common/file_util.h"
@@ -135,6 +136,8 @@ Status LabelStorage::OpenDb() {
 }
 
 Status LabelStorage::LoadSets() {
+  // Open runs this before any other thread sees the storage; the lock states the rule.
+  WriterMutexLock lock(&sets_mu_);
   std::string counter;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), default_cf_, kNextSetIdKey, &counter);
   if (s.ok() && counter.size() == 8) {
@@ -178,7 +181,7 @@ Status LabelStorage::LoadSets() {
 
 LabelStorage::~LabelStorage() {
   {
-    std::lock_guard<std::mutex> lock(bg_mu_);
+    MutexLock lock(&bg_mu_);
     bg_stop_ = true;
   }
   bg_cv_.notify_all();
@@ -201,7 +204,7 @@ LabelStorage::~LabelStorage() {
 }
 
 std::shared_ptr<LabelStorage::SetState> LabelStorage::Find(const std::string& name) const {
-  std::shared_lock<std::shared_mutex> lock(sets_mu_);
+  ReaderMutexLock lock(&sets_mu_);
   auto it = sets_.find(name);
   return it == sets_.end() ? nullptr : it->second;
 }
@@ -241,7 +244,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
                                                 const std::string& owner) {
   MLCD_RETURN_IF_ERROR(ValidateCreateRequest(request));
   MLCD_RETURN_IF_ERROR(health_->CheckSpace());
-  std::lock_guard<std::mutex> create_lock(create_mu_);
+  MutexLock create_lock(&create_mu_);
   if (Find(request.name())) {
     return Status::AlreadyExists("label set '" + request.name() +
                                  "' already exists; pick another name or delete it first");
@@ -256,7 +259,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
   set->block_shift = __builtin_ctz(static_cast<unsigned>(set->block_rows));
   uint64_t set_id;
   {
-    std::shared_lock<std::shared_mutex> lock(sets_mu_);
+    ReaderMutexLock lock(&sets_mu_);
     set_id = next_set_id_;
   }
   set->set_id = set_id;
@@ -280,7 +283,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
   MLCD_RETURN_IF_ERROR(Checked(
       FromRocks(db_->Write(write_options, &batch), "creating label set '" + set->name + "'")));
   {
-    std::unique_lock<std::shared_mutex> lock(sets_mu_);
+    WriterMutexLock lock(&sets_mu_);
     next_set_id_ = set_id + 1;
     sets_.emplace(set->name, set);
   }
@@ -411,7 +414,7 @@ StatusOr<v1::ListLabelSetsResponse> LabelStorage::List(
   std::vector<std::shared_ptr<SetState>> page;
   bool more = false;
   {
-    std::shared_lock<std::shared_mutex> lock(sets_mu_);
+    ReaderMutexLock lock(&sets_mu_);
     auto it = request.page_token().empty() ? sets_.lower_bound(prefix)
                                            : sets_.upper_bound(request.page_token());
     if (!request.page_token().empty() && request.page_token() < prefix)
@@ -462,7 +465,7 @@ StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& nam
     response.set_rows_deleted(set->Info().num_samples());
   }
   {
-    std::unique_lock<std::shared_mutex> lock(sets_mu_);
+    WriterMutexLock lock(&sets_mu_);
     auto it = sets_.find(name);
     if (it != sets_.end() && it->second == set) sets_.erase(it);
   }
@@ -576,28 +579,30 @@ Status LabelStorage::GetLabels(const std::string& name, const uint64_t* ids, siz
 
 void LabelStorage::ScheduleCompaction(uint64_t set_id) {
   {
-    std::lock_guard<std::mutex> lock(bg_mu_);
+    MutexLock lock(&bg_mu_);
     bg_queue_.push_back(set_id);
   }
   bg_cv_.notify_all();
 }
 
 void LabelStorage::BackgroundLoop() {
-  std::unique_lock<std::mutex> lock(bg_mu_);
+  MutexLock lock(&bg_mu_);
   while (true) {
-    bg_cv_.wait_for(lock, options_.recovery_interval,
-                    [this] { return bg_stop_ || !bg_queue_.empty(); });
+    bg_cv_.wait_for(lock.native(), options_.recovery_interval, [this] {
+      bg_mu_.AssertHeld();
+      return bg_stop_ || !bg_queue_.empty();
+    });
     if (bg_stop_) return;
     if (bg_queue_.empty()) {
-      lock.unlock();
+      lock.Unlock();
       health_->Poll([this] { return TryResume(); });
-      lock.lock();
+      lock.Lock();
       continue;
     }
     const uint64_t set_id = bg_queue_.front();
     bg_queue_.pop_front();
     bg_busy_ = true;
-    lock.unlock();
+    lock.Unlock();
     auto [begin, end] = SetKeyRange(set_id);
     rocksdb::Slice begin_slice(begin), end_slice(end);
     rocksdb::CompactRangeOptions compact_options;
@@ -609,15 +614,18 @@ void LabelStorage::BackgroundLoop() {
       MLCD_LOG(WARNING) << "background compaction of set id " << set_id
                         << " failed: " << s.ToString();
     }
-    lock.lock();
+    lock.Lock();
     bg_busy_ = false;
     bg_cv_.notify_all();
   }
 }
 
 void LabelStorage::WaitForBackgroundWork() {
-  std::unique_lock<std::mutex> lock(bg_mu_);
-  bg_cv_.wait(lock, [this] { return bg_stop_ || (bg_queue_.empty() && !bg_busy_); });
+  MutexLock lock(&bg_mu_);
+  bg_cv_.wait(lock.native(), [this] {
+    bg_mu_.AssertHeld();
+    return bg_stop_ || (bg_queue_.empty() && !bg_busy_);
+  });
 }
 
 Status LabelStorage::CompactAll() {
@@ -636,7 +644,7 @@ StatusOr<int32_t> LabelStorage::BlockRows(const std::string& name) const {
 }
 
 size_t LabelStorage::num_sets() const {
-  std::shared_lock<std::shared_mutex> lock(sets_mu_);
+  ReaderMutexLock lock(&sets_mu_);
   return sets_.size();
 }
 

@@ -31,8 +31,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -40,7 +38,9 @@
 
 #include "clients/labelstore_limits.h"
 #include "common/limits.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "labelstore/storage_health.h"
 #include "mlcd/v1/labelstore.pb.h"
 
@@ -177,18 +177,18 @@ class LabelStorage {
   rocksdb::ColumnFamilyHandle* sets_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* blocks_cf_ = nullptr;
 
-  std::mutex create_mu_;               // serialises Create
-  mutable std::shared_mutex sets_mu_;  // guards sets_ and next_set_id_
-  std::map<std::string, std::shared_ptr<SetState>> sets_;
-  uint64_t next_set_id_ = 1;
+  Mutex create_mu_;              // serialises Create
+  mutable SharedMutex sets_mu_;  // guards sets_ and next_set_id_
+  std::map<std::string, std::shared_ptr<SetState>> sets_ GUARDED_BY(sets_mu_);
+  uint64_t next_set_id_ GUARDED_BY(sets_mu_) = 1;
 
   std::unique_ptr<StorageHealth> health_;  // set once the database is open
 
-  std::mutex bg_mu_;
+  Mutex bg_mu_;
   std::condition_variable bg_cv_;
-  std::deque<uint64_t> bg_queue_;  // set ids whose range to compact
-  bool bg_busy_ = false;
-  bool bg_stop_ = false;
+  std::deque<uint64_t> bg_queue_ GUARDED_BY(bg_mu_);  // set ids whose range to compact
+  bool bg_busy_ GUARDED_BY(bg_mu_) = false;
+  bool bg_stop_ GUARDED_BY(bg_mu_) = false;
   std::thread bg_thread_;
 };
 

@@ -17,7 +17,7 @@ Status StorageHealth::CheckSpace() {
   const std::string what = "only " + std::to_string(free >> 20) + " MiB free in " + dir_ +
                            " (writes need " + std::to_string(min_free_bytes_ >> 20) +
                            " MiB, --min-free-mb)";
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (failure_.empty()) MLCD_LOG(ERROR) << "label store writes refused: " << what;
   if (!write_failed_) failure_ = what;
   return Status::Unavailable("label store storage: " + what +
@@ -26,7 +26,7 @@ Status StorageHealth::CheckSpace() {
 
 Status StorageHealth::Checked(Status status) {
   if (status.code() != StatusCode::kUnavailable) return status;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!write_failed_) {
     MLCD_LOG(ERROR) << "label store write failed (" << status.message()
                     << "); health NOT_SERVING until the database resumes";
@@ -37,7 +37,7 @@ Status StorageHealth::Checked(Status status) {
 }
 
 Status StorageHealth::Get() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (failure_.empty()) return Status::Ok();
   return Status::Unavailable(
       "label store storage failed: " + failure_ +
@@ -48,7 +48,7 @@ Status StorageHealth::Get() const {
 void StorageHealth::Poll(const std::function<bool()>& resume) {
   bool space_only = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (failure_.empty()) return;
     space_only = !write_failed_;
   }
@@ -58,14 +58,14 @@ void StorageHealth::Poll(const std::function<bool()>& resume) {
   } else if (!resume()) {
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   MLCD_LOG(INFO) << "label store writes work again (was: " << failure_ << "); SERVING";
   failure_.clear();
   write_failed_ = false;
 }
 
 bool StorageHealth::write_failed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return write_failed_;
 }
 

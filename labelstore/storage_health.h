@@ -12,10 +12,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace rocksdb {
 class Env;
@@ -43,9 +44,9 @@ class StorageHealth {
   rocksdb::Env* env_;
   const std::string dir_;
   const uint64_t min_free_bytes_;
-  mutable std::mutex mu_;
-  std::string failure_;  // empty = healthy
-  bool write_failed_ = false;
+  mutable Mutex mu_;
+  std::string failure_ GUARDED_BY(mu_);  // empty = healthy
+  bool write_failed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace mlcd::labelstore

@@ -35,32 +35,35 @@ StatusOr<DecodeMemoryBudget::Reservation> DecodeMemoryBudget::Reserve(uint64_t b
         "decode memory budget of " + FormatMegabytes(capacity_) +
         " (dataset.decode_memory_mb); shrink the image or raise the budget");
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t ticket = next_ticket_++;
-  cv_.wait(lock, [&] { return serving_ == ticket && reserved_ + bytes <= capacity_; });
+  cv_.wait(lock.native(), [&] {
+    mu_.AssertHeld();
+    return serving_ == ticket && reserved_ + bytes <= capacity_;
+  });
   reserved_ += bytes;
   peak_ = std::max(peak_, reserved_);
   ++serving_;
-  lock.unlock();
+  lock.Unlock();
   cv_.notify_all();
   return Reservation(this, bytes);
 }
 
 void DecodeMemoryBudget::Release(uint64_t bytes) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     reserved_ -= bytes;
   }
   cv_.notify_all();
 }
 
 uint64_t DecodeMemoryBudget::reserved() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return reserved_;
 }
 
 uint64_t DecodeMemoryBudget::peak_reserved() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return peak_;
 }
 

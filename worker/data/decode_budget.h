@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 
@@ -60,7 +60,7 @@ class DecodeMemoryBudget {
   void Release(uint64_t bytes);
 
   const uint64_t capacity_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
   uint64_t reserved_ GUARDED_BY(mu_) = 0;
   uint64_t peak_ GUARDED_BY(mu_) = 0;

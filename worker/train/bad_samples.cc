@@ -14,12 +14,12 @@ BadSampleTracker::BadSampleTracker(double max_fraction, int64_t dataset_size, st
       what_(std::move(what)) {}
 
 int64_t BadSampleTracker::distinct() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<int64_t>(seen_.size());
 }
 
 BadSamplesSoFar BadSampleTracker::so_far() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   BadSamplesSoFar out;
   out.distinct = static_cast<int64_t>(seen_.size());
   for (const auto& b : first_) out.first_keys.push_back(b.key);
@@ -27,7 +27,7 @@ BadSamplesSoFar BadSampleTracker::so_far() const {
 }
 
 Status BadSampleTracker::Record(const BadSample& sample) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!seen_.insert(sample.id).second) return Status::Ok();
   MLCD_LOG(WARNING) << "bad sample " << sample.id << " ('" << sample.key
                     << "') skipped: " << sample.status.ToString();

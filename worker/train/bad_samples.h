@@ -5,12 +5,13 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace mlcd::worker {
 
@@ -51,9 +52,9 @@ class BadSampleTracker {
   int64_t dataset_size_;
   int64_t allowed_;
   std::string what_;
-  mutable std::mutex mu_;
-  std::set<int64_t> seen_;
-  std::vector<BadSample> first_;
+  mutable Mutex mu_;
+  std::set<int64_t> seen_ GUARDED_BY(mu_);
+  std::vector<BadSample> first_ GUARDED_BY(mu_);
 };
 
 }  // namespace mlcd::worker
