@@ -9,9 +9,9 @@
 namespace mlcd::clusterd {
 namespace {
 
-bool Under(const std::string& path, const std::string& dir) {
-  return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
-         path[dir.size()] == '/';
+// A file strictly inside `dir` (the area itself is no output path).
+bool Inside(const std::string& path, const std::string& dir) {
+  return path != dir && PathIsUnder(path, dir);
 }
 
 bool SafeChar(char c) {
@@ -69,9 +69,9 @@ Status OutputAreas::CheckWrite(const std::string& resolved, const std::string& f
                                const ActingFor& acting) const {
   if (!enabled()) return Status::Ok();
   const std::string area = AreaOf(acting);
-  if (Under(resolved, area)) return Status::Ok();
+  if (Inside(resolved, area)) return Status::Ok();
   const bool job = acting.identity.rfind(kJobIdentityPrefix, 0) == 0;
-  if (job && Under(resolved, root_ + "/features")) return Status::Ok();
+  if (job && Inside(resolved, root_ + "/features")) return Status::Ok();
   return Status(StatusCode::kPermissionDenied,
                 field + ": '" + resolved + "' is not in the output area of '" +
                     (acting.identity.empty() ? "anonymous" : acting.identity) +

@@ -22,13 +22,6 @@ std::string RealPath(const std::string& path) {
   return buf;
 }
 
-bool Under(const std::string& resolved, const std::string& root) {
-  if (root == "/") return true;
-  return resolved == root ||
-         (resolved.size() > root.size() && resolved.compare(0, root.size(), root) == 0 &&
-          resolved[root.size()] == '/');
-}
-
 // The resolved form of an absolute path: realpath of the longest existing prefix plus the
 // remaining components ("." dropped); "" when the remainder holds "..".
 std::string ResolveAbsolute(const std::string& path) {
@@ -137,14 +130,14 @@ bool DataRoots::Holds(const std::string& resolved) const {
   size_t deepest = 0;
   bool held = false;
   for (const auto& root : roots_) {
-    if (Under(resolved, root)) {
+    if (PathIsUnder(resolved, root)) {
       held = true;
       deepest = std::max(deepest, root.size());
     }
   }
   if (!held) return false;
   for (const auto& dir : private_) {
-    if (dir.size() >= deepest && Under(resolved, dir)) return false;
+    if (dir.size() >= deepest && PathIsUnder(resolved, dir)) return false;
   }
   return true;
 }
@@ -161,6 +154,13 @@ Status DataRoots::CheckListedEntry(const std::string& path, const std::string& f
   const std::string resolved = RealPath(path);
   if (!resolved.empty() && Holds(resolved)) return Status::Ok();
   return Refusal(path, field);
+}
+
+bool PathIsUnder(const std::string& resolved, const std::string& dir) {
+  if (dir == "/") return true;
+  return resolved == dir ||
+         (resolved.size() > dir.size() && resolved.compare(0, dir.size(), dir) == 0 &&
+          resolved[dir.size()] == '/');
 }
 
 void AddDataRootFlag(CLI::App& app, std::vector<std::string>* roots,

@@ -90,6 +90,10 @@ class DataRoots {
 std::vector<std::string> OwnStateDirs(const std::string& data_dir,
                                       const std::vector<std::string>& state_subdirs = {});
 
+// True when `resolved` (absolute, no links, "." or "..") is `dir` or lies under it; "/" holds
+// everything.
+bool PathIsUnder(const std::string& resolved, const std::string& dir);
+
 // Adds the repeatable `--data-root DIR` flag to `app`, filling `roots`; `default_text` says
 // in --help what applies when none is given.
 void AddDataRootFlag(CLI::App& app, std::vector<std::string>* roots,

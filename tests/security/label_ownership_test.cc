@@ -21,16 +21,6 @@ using grpc::StatusCode;
 
 constexpr int kRows = 64, kDim = 8, kClasses = 4;
 
-// A call's context with `token` as bearer token ("" = none: the test's certificate, role
-// service) and, when given, an mlcd-acting-for header.
-std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token, const ActingFor& acting = {}) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(DeadlineIn(std::chrono::seconds(30)));
-  if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
-  AttachActingFor(acting, context.get());
-  return context;
-}
-
 class LabelOwnershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -58,12 +48,12 @@ class LabelOwnershipTest : public ::testing::Test {
     request.set_num_classes(kClasses);
     request.set_labels_per_sample(1);
     v1::LabelSetInfo info;
-    return store_->CreateLabelSet(Ctx(token, acting).get(), request, &info);
+    return store_->CreateLabelSet(CallContext(token, acting).get(), request, &info);
   }
 
   grpc::Status Write(const std::string& token, const std::string& name,
                      const ActingFor& acting = {}) {
-    auto ctx = Ctx(token, acting);
+    auto ctx = CallContext(token, acting);
     v1::WriteLabelsResponse response;
     auto stream = store_->WriteLabels(ctx.get(), &response);
     v1::WriteLabelsRequest message;
@@ -80,21 +70,21 @@ class LabelOwnershipTest : public ::testing::Test {
     v1::SealLabelSetRequest request;
     request.set_name(name);
     v1::LabelSetInfo info;
-    return store_->SealLabelSet(Ctx(token, acting).get(), request, &info);
+    return store_->SealLabelSet(CallContext(token, acting).get(), request, &info);
   }
 
   grpc::Status Delete(const std::string& token, const std::string& name) {
     v1::DeleteLabelSetRequest request;
     request.set_name(name);
     v1::DeleteLabelSetResponse response;
-    return store_->DeleteLabelSet(Ctx(token).get(), request, &response);
+    return store_->DeleteLabelSet(CallContext(token).get(), request, &response);
   }
 
   v1::LabelSetInfo Describe(const std::string& name) {
     v1::DescribeLabelSetRequest request;
     request.set_name(name);
     v1::LabelSetInfo info;
-    grpc::Status st = store_->DescribeLabelSet(Ctx(t_.viewer_token).get(), request, &info);
+    grpc::Status st = store_->DescribeLabelSet(CallContext(t_.viewer_token).get(), request, &info);
     EXPECT_TRUE(st.ok()) << st.error_message();
     return info;
   }
@@ -107,7 +97,7 @@ class LabelOwnershipTest : public ::testing::Test {
     request.set_l(2);
     request.set_label_set(name);
     request.set_replace_existing(replace);
-    auto ctx = Ctx(token);
+    auto ctx = CallContext(token);
     auto reader = clusterd_->Assign(ctx.get(), request);
     v1::AssignProgress progress;
     while (reader->Read(&progress)) {
@@ -153,7 +143,7 @@ TEST_F(LabelOwnershipTest, OnlyTheOwnerOrAnAdminChangesASet) {
   read.set_name(set);
   read.add_sample_ids(7);
   v1::GetLabelsResponse labels;
-  ASSERT_TRUE(store_->GetLabels(Ctx(t_.viewer_token).get(), read, &labels).ok());
+  ASSERT_TRUE(store_->GetLabels(CallContext(t_.viewer_token).get(), read, &labels).ok());
   EXPECT_EQ(labels.labels(0), 1);
 
   // The owner deletes its own set (DeleteLabelSet is no longer admin-only).
@@ -187,7 +177,7 @@ TEST_F(LabelOwnershipTest, ClusterdAssignActsForItsCallerNotForItself) {
   request.set_name(set);
   v1::DeleteLabelSetResponse response;
   grpc::Status claimed = store_->DeleteLabelSet(
-      Ctx(t_.submitter2_token, ActingFor{"token:alice", Role::kSubmitter}).get(), request,
+      CallContext(t_.submitter2_token, ActingFor{"token:alice", Role::kSubmitter}).get(), request,
       &response);
   EXPECT_EQ(claimed.error_code(), StatusCode::PERMISSION_DENIED);
   EXPECT_NE(claimed.error_message().find("only a service"), std::string::npos)

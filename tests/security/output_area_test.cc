@@ -23,14 +23,6 @@ using grpc::StatusCode;
 
 constexpr int kRows = 64, kDim = 8, kClasses = 4;
 
-std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token, const ActingFor& acting = {}) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(DeadlineIn(std::chrono::seconds(60)));
-  if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
-  AttachActingFor(acting, context.get());
-  return context;
-}
-
 class OutputAreaTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -60,7 +52,13 @@ class OutputAreaTest : public ::testing::Test {
     request.set_k(kClasses);
     request.set_niter(2);
     request.set_centroids_out(out);
-    auto ctx = Ctx(token, acting);
+    return Run(token, request, acting);
+  }
+
+  // `request` sent to clusterd as `token`, its progress read to the end.
+  grpc::Status Run(const std::string& token, const v1::ClusterRequest& request,
+                   const ActingFor& acting = {}) {
+    auto ctx = CallContext(token, acting, std::chrono::seconds(60));
     auto reader = clusterd_->Cluster(ctx.get(), request);
     v1::ClusterProgress progress;
     while (reader->Read(&progress)) {
@@ -124,12 +122,7 @@ TEST_F(OutputAreaTest, TheCoordinatorsDatabaseBesideTheAreasIsNeverWritten) {
   request.mutable_features()->add_paths(coord() + "/db/CURRENT");
   request.set_k(2);
   request.set_centroids_out(coord() + "/users/token/alice/c.npy");
-  auto ctx = Ctx(t_.submitter_token);
-  auto reader = clusterd_->Cluster(ctx.get(), request);
-  v1::ClusterProgress progress;
-  while (reader->Read(&progress)) {
-  }
-  st = reader->Finish();
+  st = Run(t_.submitter_token, request);
   EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED) << st.error_message();
 }
 
@@ -150,12 +143,8 @@ TEST_F(OutputAreaTest, AJobsPhasesWriteOnlyInTheJobsFolderAndTheSharedFeatures) 
   g->set_features_out(coord() + "/features/fm/features.npy");
   request.set_k(2);
   request.set_centroids_out(coord() + "/users/token/alice/c.npy");
-  auto ctx = Ctx(t_.submitter_token);
-  auto reader = clusterd_->Cluster(ctx.get(), request);
-  v1::ClusterProgress progress;
-  while (reader->Read(&progress)) {
-  }
-  ExpectRefused(reader->Finish(), "features.generate.features_out", coord() + "/users/token/alice");
+  ExpectRefused(Run(t_.submitter_token, request), "features.generate.features_out",
+                coord() + "/users/token/alice");
   EXPECT_FALSE(PathExists(coord() + "/features/fm/features.npy"));
 }
 

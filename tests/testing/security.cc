@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "common/file_util.h"
+#include "common/grpc_server.h"
 #include "common/security.h"
 
 namespace mlcd::testing {
@@ -85,6 +86,15 @@ std::vector<std::string> NoTokenEnv() { return {"MLCD_TOKEN_FILE="}; }
 
 std::vector<std::string> WorkerTokenEnv() {
   return {"MLCD_TOKEN_FILE=" + TestCerts().worker_token_file};
+}
+
+std::unique_ptr<grpc::ClientContext> CallContext(const std::string& token, const ActingFor& acting,
+                                                 std::chrono::seconds timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(DeadlineIn(timeout));
+  if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+  AttachActingFor(acting, context.get());
+  return context;
 }
 
 }  // namespace mlcd::testing

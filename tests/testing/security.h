@@ -10,9 +10,14 @@
 //   *_token_file  one file per token (a client's --token-file)
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/acting_for.h"
 #include "common/cert_maker.h"
 #include "common/status.h"
 
@@ -39,5 +44,12 @@ Status EnableTestSecurity();
 // service then acts by its certificate) or the worker token.
 std::vector<std::string> NoTokenEnv();
 std::vector<std::string> WorkerTokenEnv();
+
+// A call's context on a channel without this process's token interceptor: `token` as bearer
+// token ("" = none: the test's certificate, role service), an mlcd-acting-for header when
+// `acting` names someone, and a deadline `timeout` from now.
+std::unique_ptr<grpc::ClientContext> CallContext(
+    const std::string& token, const ActingFor& acting = {},
+    std::chrono::seconds timeout = std::chrono::seconds(30));
 
 }  // namespace mlcd::testing
