@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/data_roots.h"
+#include "common/limits.h"
 #include "common/npy.h"
 #include "common/status.h"
 
@@ -97,9 +98,7 @@ class FeatureShards {
 // L2-normalises `n` rows of `d` floats in place (rows of norm 0 stay 0).
 void NormalizeRows(float* x, int64_t n, int d);
 
-// Largest class id a class-labels file may hold, plus one (2^24: far above any real label
-// set, small enough that per-class counters stay cheap).
-constexpr int64_t kMaxClassId = int64_t{1} << 24;
+// kMaxClassId (common/limits.h) bounds a class-labels file's ids.
 
 // Reads a class-labels file (.npy of any integer dtype, one value per row, values in
 // [0, kMaxClassId)) for `expected_rows` rows. INVALID_ARGUMENT naming the file (and the row)

@@ -36,7 +36,8 @@ constexpr std::array<MethodAccess, 23> kTable = {{
     {"/mlcd.v1.Coordinator/DeregisterWorker", kWorkers, false},
     // Label store.
     {"/mlcd.v1.LabelStore/CreateLabelSet", kSubmitters | kServices, false},
-    {"/mlcd.v1.LabelStore/WriteLabels", kSubmitters | kServices, false},
+    // Workers: the gang engine's ranks write a job's round (labelstore/ownership.h).
+    {"/mlcd.v1.LabelStore/WriteLabels", kSubmitters | kWorkers, false},
     {"/mlcd.v1.LabelStore/SealLabelSet", kSubmitters | kServices, false},
     {"/mlcd.v1.LabelStore/ListLabelSets", kViewers | kWorkers, false},
     {"/mlcd.v1.LabelStore/DescribeLabelSet", kViewers | kWorkers, false},

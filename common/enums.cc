@@ -49,6 +49,11 @@ const std::vector<std::string>& DatasetFormatNames() {
   return names;
 }
 
+const std::vector<std::string>& ClusteringEngineNames() {
+  static const std::vector<std::string> names = {"clusterd", "gang"};
+  return names;
+}
+
 StatusOr<LossVariant> ParseLossVariant(const std::string& name) {
   return ParseByName<LossVariant>(LossVariantNames(), "loss variant", name);
 }
@@ -64,11 +69,17 @@ StatusOr<Precision> ParsePrecision(const std::string& name) {
 StatusOr<DatasetFormat> ParseDatasetFormat(const std::string& name) {
   return ParseByName<DatasetFormat>(DatasetFormatNames(), "dataset format", name);
 }
+StatusOr<ClusteringEngine> ParseClusteringEngine(const std::string& name) {
+  return ParseByName<ClusteringEngine>(ClusteringEngineNames(), "clustering engine", name);
+}
 
 const char* LossVariantName(LossVariant value) { return NameOf(LossVariantNames(), value); }
 const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
 const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }
 const char* PrecisionName(Precision value) { return NameOf(PrecisionNames(), value); }
 const char* DatasetFormatName(DatasetFormat value) { return NameOf(DatasetFormatNames(), value); }
+const char* ClusteringEngineName(ClusteringEngine value) {
+  return NameOf(ClusteringEngineNames(), value);
+}
 
 }  // namespace mlcd

@@ -23,18 +23,23 @@ enum class Precision { kFp32, kBf16 };
 // The layout of a dataset's images (docs/data.md): "fashion-mnist" | "image-folder" |
 // "webdataset".
 enum class DatasetFormat { kFashionMnist, kImageFolder, kWebDataset };
+// Who clusters a job's features and assigns its labels: "clusterd" | "gang" (the job's
+// workers over c10d; docs/clusterd.md, "Which engine").
+enum class ClusteringEngine { kClusterd, kGang };
 
 StatusOr<LossVariant> ParseLossVariant(const std::string& name);
 StatusOr<MarginType> ParseMarginType(const std::string& name);
 StatusOr<SearchMethod> ParseSearchMethod(const std::string& name);
 StatusOr<Precision> ParsePrecision(const std::string& name);
 StatusOr<DatasetFormat> ParseDatasetFormat(const std::string& name);
+StatusOr<ClusteringEngine> ParseClusteringEngine(const std::string& name);
 
 const char* LossVariantName(LossVariant value);
 const char* MarginTypeName(MarginType value);
 const char* SearchMethodName(SearchMethod value);
 const char* PrecisionName(Precision value);
 const char* DatasetFormatName(DatasetFormat value);
+const char* ClusteringEngineName(ClusteringEngine value);
 
 // Every spelling, in declaration order (for validation messages and CLI choices).
 const std::vector<std::string>& LossVariantNames();
@@ -42,5 +47,6 @@ const std::vector<std::string>& MarginTypeNames();
 const std::vector<std::string>& SearchMethodNames();
 const std::vector<std::string>& PrecisionNames();
 const std::vector<std::string>& DatasetFormatNames();
+const std::vector<std::string>& ClusteringEngineNames();
 
 }  // namespace mlcd

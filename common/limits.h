@@ -118,4 +118,8 @@ constexpr size_t kMaxBadSampleKeyBytes = 512;
 constexpr int32_t kDefaultTensorboardEverySteps = 10;
 constexpr int32_t kMaxTensorboardEverySteps = 1000000;
 
+// Largest class id a class-labels file may hold, plus one (2^24: far above any real label
+// set, small enough that per-class counters stay cheap). clusterd and the gang engine.
+inline constexpr int64_t kMaxClassId = int64_t{1} << 24;
+
 }  // namespace mlcd

@@ -111,6 +111,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (clustering->niter() == 0) clustering->set_niter(20);
   if (clustering->max_points_per_centroid() == 0) clustering->set_max_points_per_centroid(256);
   if (clustering->search().empty()) clustering->set_search(SearchMethodName(SearchMethod::kExact));
+  if (clustering->engine().empty())
+    clustering->set_engine(ClusteringEngineName(ClusteringEngine::kClusterd));
 
   auto* loss = spec->mutable_loss();
   if (loss->variant().empty()) loss->set_variant(LossVariantName(LossVariant::kMlcd));

@@ -88,9 +88,12 @@ v1::GangAttempt GangScheduler::NewAttempt(JobEntry* job, v1::AssignmentKind kind
   } else if (kind == v1::ASSIGNMENT_KIND_EXTRACT) {
     if (previous) attempt.set_resume_checkpoint(previous->checkpoint());
     attempt.set_output_dir(job_dir + "/r" + std::to_string(r) + "/features-a" + std::to_string(n));
-  } else {
+  } else if (kind == v1::ASSIGNMENT_KIND_EVALUATE) {
     attempt.set_resume_checkpoint(round->checkpoint());
     attempt.set_output_dir(job_dir + "/eval-a" + std::to_string(n));
+  } else {
+    // CLUSTER / ASSIGN_LABELS: the round's folder, which holds the planned centroids path.
+    attempt.set_output_dir(job_dir + "/r" + std::to_string(r));
   }
   WorkerEntry* rank0 = workers[0];
   const int port = rank0->offered_port > 0 ? rank0->offered_port
@@ -138,6 +141,14 @@ v1::Assignment GangScheduler::NewAssignment(const JobEntry& job, const v1::GangA
   if (attempt.kind() == v1::ASSIGNMENT_KIND_TRAIN) a.set_round_steps(round.round_steps());
   if (attempt.kind() == v1::ASSIGNMENT_KIND_EVALUATE)
     a.set_baseline_cache_dir(options_.data_dir + "/baselines");
+  if (attempt.kind() == v1::ASSIGNMENT_KIND_CLUSTER ||
+      attempt.kind() == v1::ASSIGNMENT_KIND_ASSIGN_LABELS) {
+    for (const auto& p : round.feature_paths()) a.add_feature_paths(p);
+    for (const auto& p : round.feature_ids_paths()) a.add_feature_ids_paths(p);
+    a.set_class_labels_path(round.class_labels_path());
+  }
+  if (attempt.kind() == v1::ASSIGNMENT_KIND_ASSIGN_LABELS)
+    a.set_label_set(RoundLabelSet(job.job().id(), attempt.round()));
   return a;
 }
 

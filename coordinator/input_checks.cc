@@ -168,6 +168,12 @@ Status CheckWorkerSupport(const v1::JobSpec& spec, const WorkerRegistry& workers
     MLCD_RETURN_IF_ERROR(check(v1::ASSIGNMENT_KIND_EXTRACT, "spec.clustering.features.kind: model",
                                "use features kind pixels, random-projection or npy"));
   }
+  if (GangClusters(spec)) {
+    MLCD_RETURN_IF_ERROR(
+        check(v1::ASSIGNMENT_KIND_CLUSTER, "spec.clustering.engine: gang",
+              "set engine: clusterd or start workers whose mlcd-worker has the cluster-gang "
+              "command"));
+  }
   if (spec.evaluation().enabled()) {
     MLCD_RETURN_IF_ERROR(
         check(v1::ASSIGNMENT_KIND_EVALUATE, "spec.evaluation.enabled: true",

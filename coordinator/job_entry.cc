@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/enums.h"
+
 namespace mlcd::coordinator {
 
 bool IsTerminal(v1::JobState state) {
@@ -23,6 +25,10 @@ std::string KindName(v1::AssignmentKind kind) {
       return "extract (mlcd-worker embed)";
     case v1::ASSIGNMENT_KIND_EVALUATE:
       return "evaluate (mlcd-worker eval)";
+    case v1::ASSIGNMENT_KIND_CLUSTER:
+      return "cluster (mlcd-worker cluster-gang)";
+    case v1::ASSIGNMENT_KIND_ASSIGN_LABELS:
+      return "assign labels (mlcd-worker cluster-gang)";
     default:
       return "none";
   }
@@ -56,8 +62,30 @@ std::string JobDir(const std::string& data_dir, const std::string& job_id) {
   return data_dir + "/jobs/" + job_id;
 }
 
+std::string RoundLabelSet(const std::string& job_id, int r) {
+  return "job/" + job_id + "/r" + std::to_string(r);
+}
+
+bool GangClusters(const v1::JobSpec& spec) {
+  return spec.clustering().engine() == ClusteringEngineName(ClusteringEngine::kGang);
+}
+
 v1::AssignmentKind KindFor(const JobEntry& job) {
+  const v1::RoundStatus* round = job.round();
   switch (job.state()) {
+    case v1::JOB_STATE_CLUSTERING:
+      // The coordinator plans the round's features first (a phase thread), then the gang runs.
+      return GangClusters(job.spec()) && round && !round->centroids_path().empty() &&
+                     !round->clustered()
+                 ? v1::ASSIGNMENT_KIND_CLUSTER
+                 : v1::ASSIGNMENT_KIND_NONE;
+    case v1::JOB_STATE_ASSIGNING:
+      // After the gang wrote the labels, the coordinator seals the set (a phase thread).
+      // The coordinator creates the set before it (a phase thread, which sets label_set).
+      return GangClusters(job.spec()) && round && !round->label_set().empty() &&
+                     !round->labels_written()
+                 ? v1::ASSIGNMENT_KIND_ASSIGN_LABELS
+                 : v1::ASSIGNMENT_KIND_NONE;
     case v1::JOB_STATE_TRAINING:
       return v1::ASSIGNMENT_KIND_TRAIN;
     case v1::JOB_STATE_EXTRACTING:

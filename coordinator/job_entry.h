@@ -75,6 +75,9 @@ struct JobEntry {
   v1::RoundStatus* round() {
     return job().rounds_size() ? job().mutable_rounds(job().rounds_size() - 1) : nullptr;
   }
+  const v1::RoundStatus* round() const {
+    return job().rounds_size() ? &job().rounds(job().rounds_size() - 1) : nullptr;
+  }
 };
 
 bool IsTerminal(v1::JobState state);
@@ -95,7 +98,12 @@ std::string RestartsExhausted(int restarts, int max_restarts, const std::string&
 // Per-job files: <data_dir>/jobs/<job_id> (centroids, extracted features, default
 // checkpoints, evaluation).
 std::string JobDir(const std::string& data_dir, const std::string& job_id);
+// The label set of round r of a job: "job/<job_id>/r<r>" (owned by job:<job_id>).
+std::string RoundLabelSet(const std::string& job_id, int r);
 // The kind of gang the job's state needs (NONE for states without workers).
 v1::AssignmentKind KindFor(const JobEntry& job);
+// The spec's clustering.engine is "gang": CLUSTERING and ASSIGNING run on the job's workers
+// (CLUSTER and ASSIGN_LABELS gangs) between a planning and a sealing phase thread.
+bool GangClusters(const v1::JobSpec& spec);
 
 }  // namespace mlcd::coordinator

@@ -92,6 +92,9 @@ void JobManager::FailJob(JobEntry* job, const std::string& message) {
 
 void JobManager::AbortGang(JobEntry* job, const std::string& reason, bool counts_as_restart) {
   if (!job->rec.has_attempt()) return;
+  // The set a labelling gang was writing is partial: the next attempt starts from a new one.
+  if (job->rec.attempt().kind() == v1::ASSIGNMENT_KIND_ASSIGN_LABELS)
+    job->job().mutable_rounds(job->rec.attempt().round())->clear_label_set();
   auto entry = gangs_.Detach(job, reason, counts_as_restart);
   const int max_restarts = job->spec().training().max_restarts();
   if (counts_as_restart && job->job().restarts() > max_restarts) {
@@ -153,6 +156,11 @@ void JobManager::FinishGang(JobEntry* job) {
                                   : "model (checkpoint " + attempt.resume_checkpoint() + ")");
     Transition(job, v1::JOB_STATE_CLUSTERING,
                "extracted features into " + std::to_string(outputs.size()) + " shards");
+    return;
+  }
+  if (attempt.kind() == v1::ASSIGNMENT_KIND_CLUSTER ||
+      attempt.kind() == v1::ASSIGNMENT_KIND_ASSIGN_LABELS) {
+    FinishClusteringGang(job, attempt);
     return;
   }
   // EVALUATE: rank 0's result is the job's.
@@ -388,6 +396,15 @@ void JobManager::ApplyPhaseOutcomes() {
       continue;
     }
     const PhaseNext next = phases_.Apply(job, outcome);
+    if (next.state == v1::JOB_STATE_UNSPECIFIED) {
+      // Planned for the gang engine: the job stays in its state and waits for workers.
+      job->phase_running = false;
+      job->control.reset();
+      job->rec.set_phase_attempts(0);
+      jobs_.Persist(job, {jobs_.NewHistory(job, "planned", next.message)});
+      jobs_.Touch(job);
+      continue;
+    }
     Transition(job, next.state, next.message);
   }
 }
@@ -428,7 +445,10 @@ void JobManager::AdvanceJobs(Clock::time_point now) {
       }
       case v1::JOB_STATE_CLUSTERING:
       case v1::JOB_STATE_ASSIGNING:
-        if (!job->phase_running && now >= job->retry_after) LaunchPhase(job);
+        // With the gang engine the phase threads plan and seal; the gang runs in between.
+        if (!job->phase_running && now >= job->retry_after &&
+            KindFor(*job) == v1::ASSIGNMENT_KIND_NONE && !job->rec.has_attempt())
+          LaunchPhase(job);
         break;
       case v1::JOB_STATE_TRAINING:
         // Crash between "round trained" and the next transition (not expected: one write).

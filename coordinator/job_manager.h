@@ -204,6 +204,10 @@ class JobManager {
   // or the evaluation done.
   void FinishGang(JobEntry* job) REQUIRES(mu_);
   void AfterRoundTrained(JobEntry* job) REQUIRES(mu_);
+  // clustering.engine "gang" (gang_clustering.cc): a CLUSTER gang's rank 0 result becomes the
+  // round's clustering and the job moves to ASSIGNING; after an ASSIGN_LABELS gang the round's
+  // labels are written and the sealing phase thread runs next.
+  void FinishClusteringGang(JobEntry* job, const v1::GangAttempt& attempt) REQUIRES(mu_);
   // A member reported success, or that it stopped at a checkpoint
   // (ReportAssignmentRequest.preempted; worker_leave.cc). Once every member has reported:
   // all succeeded -> FinishGang; some stopped -> the gang is detached without counting a

@@ -23,7 +23,8 @@ JobManager::JobManager(JobManagerOptions options, CoordinatorMetrics* metrics,
       gangs_({options_.data_dir, options_.labelstore_address, options_.heartbeat_interval}, &jobs_,
              &workers_, metrics_, &work_cv_),
       progress_(&jobs_, metrics_),
-      phases_({options_.data_dir, options_.clusterd_address, &data_roots_}, &jobs_, &mu_,
+      phases_({options_.data_dir, options_.clusterd_address, options_.labelstore_address,
+               &data_roots_}, &jobs_, &mu_,
               &tick_cv_),
       watch_streams_(options_.max_watch_streams, options_.max_watch_streams_per_identity) {}
 

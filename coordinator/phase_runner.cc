@@ -4,7 +4,9 @@
 #include <cstdio>
 
 #include "clients/clusterd_client.h"
+#include "clients/labelstore_client.h"
 #include "common/acting_for.h"
+#include "common/dataset/feature_keys.h"
 #include "common/enums.h"
 #include "common/file_util.h"
 #include "common/format.h"
@@ -39,6 +41,50 @@ StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<s
   MLCD_RETURN_IF_ERROR(
       WriteNpy(out, NpyDtype::kInt64, {static_cast<int64_t>(all.size())}, all.data()));
   return true;
+}
+
+// Centroids a gang rank holds in float32: at most 16 GiB (1M x 4096), so that a job that
+// cannot run anywhere is refused before its workers load anything.
+constexpr int64_t kMaxGangCentroidBytes = int64_t{16} << 30;
+
+// clustering.engine "gang": the round's feature paths as the gang's files (directories
+// listed), every one a 2-d float32/float16 .npy of the same dimension, with at least k rows
+// in all and centroids that fit. INVALID_ARGUMENT / RESOURCE_EXHAUSTED naming the numbers.
+Status PlanGangFeatures(int k, const DataRoots* roots, v1::RoundStatus* round) {
+  std::vector<std::string> paths(round->feature_paths().begin(), round->feature_paths().end());
+  MLCD_ASSIGN_OR_RETURN(std::vector<NpyShardRows> shards, ListNpyShardRows(paths, roots));
+  int64_t rows = 0, d = -1;
+  std::string first;
+  round->clear_feature_paths();
+  for (const NpyShardRows& shard : shards) {
+    MLCD_ASSIGN_OR_RETURN(MappedNpy map, MappedNpy::Open(shard.path, roots));
+    MLCD_RETURN_IF_ERROR(map.Expect2d({NpyDtype::kFloat32, NpyDtype::kFloat16}));
+    if (d < 0) {
+      d = map.cols();
+      first = shard.path;
+    } else if (map.cols() != d) {
+      return Status::InvalidArgument(
+          "feature dimensions differ: " + first + " has d = " + std::to_string(d) + ", " +
+          shard.path + " has d = " + std::to_string(map.cols()) +
+          "; every feature file of a round must have the same dimension");
+    }
+    rows += map.rows();
+    round->add_feature_paths(shard.path);
+  }
+  if (k > rows) {
+    return Status::InvalidArgument("clustering.k = " + std::to_string(k) + " > the " +
+                                   std::to_string(rows) + " feature rows of " +
+                                   std::to_string(shards.size()) +
+                                   " shards; k-means needs at least k rows: lower k");
+  }
+  if (static_cast<double>(k) * d * 4 > static_cast<double>(kMaxGangCentroidBytes)) {
+    return Status::ResourceExhausted(
+        "k = " + std::to_string(k) + " centroids of d = " + std::to_string(d) + " take " +
+        FormatBytes(static_cast<uint64_t>(k) * d * 4) + " in float32 on every rank of the gang, "
+        "above its limit of " + FormatBytes(kMaxGangCentroidBytes) +
+        "; lower k, or use engine clusterd (docs/scale.md)");
+  }
+  return Status::Ok();
 }
 
 // Codes after which a clusterd call is retried (the service is restarting or overloaded).
@@ -91,6 +137,7 @@ void PhaseRunner::Launch(JobEntry* job) {
   outcome.job_id = job->job().id();
   outcome.generation = job->phase_generation;
   outcome.clustering = job->state() == v1::JOB_STATE_CLUSTERING;
+  outcome.gang = GangClusters(job->spec());
   outcome.round = job->job().rounds_size() - 1;
   const std::string round_text = RoundText(outcome.round, job->spec().training().rounds());
   outcome.what =
@@ -102,10 +149,19 @@ void PhaseRunner::Launch(JobEntry* job) {
   t.thread = std::thread([this, slot, snapshot = std::move(snapshot), control]() {
     // Nothing a phase meets may take the coordinator down: an exception fails the phase.
     try {
-      if (slot->outcome.clustering) {
-        RunClustering(snapshot, control.get(), &slot->outcome);
+      PhaseOutcome* out = &slot->outcome;
+      if (out->clustering && out->gang) {
+        out->round_record = snapshot.job().rounds(out->round);
+        v1::FeatureSource unused;
+        out->status = PlanRound(snapshot, out->round, &unused, &out->round_record);
+      } else if (out->clustering) {
+        RunClustering(snapshot, control.get(), out);
+      } else if (out->gang && snapshot.job().rounds(out->round).label_set().empty()) {
+        RunPreparingSet(snapshot, out);
+      } else if (out->gang) {
+        RunSealing(snapshot, out);
       } else {
-        RunAssigning(snapshot, control.get(), &slot->outcome);
+        RunAssigning(snapshot, control.get(), out);
       }
     } catch (const std::exception& e) {
       slot->outcome.status = Status::Internal(std::string("unexpected error: ") + e.what());
@@ -237,29 +293,36 @@ Status PhaseRunner::PlanFeatures(const v1::JobSpec& spec, int r, const std::stri
   return Status::Ok();
 }
 
+Status PhaseRunner::PlanRound(const v1::JobRecord& snapshot, int r, v1::FeatureSource* source,
+                              v1::RoundStatus* round) const {
+  const std::string dir = JobDir(options_.data_dir, snapshot.job().id()) + "/r" + std::to_string(r);
+  MLCD_RETURN_IF_ERROR(PlanFeatures(snapshot.job().spec(), r, dir, round, source));
+  MLCD_RETURN_IF_ERROR(MakeDirs(dir));
+  if (round->class_labels_path().empty()) {
+    // Extracted shards carry their images' class labels when the dataset has them: gather
+    // them so a model-feature round reports label quality (A.8) like round 0 does.
+    auto gathered = GatherShardClassLabels(round->feature_paths(), dir + "/class-labels.npy",
+                                           options_.data_roots);
+    if (!gathered.ok()) {
+      MLCD_LOG(WARNING) << "round " << r << " of job " << snapshot.job().id()
+                        << ": no label quality report: " << gathered.status().ToString();
+    } else if (*gathered) {
+      round->set_class_labels_path(dir + "/class-labels.npy");
+    }
+  }
+  round->set_centroids_path(dir + "/centroids.npy");
+  if (!GangClusters(snapshot.job().spec())) return Status::Ok();
+  return PlanGangFeatures(snapshot.job().spec().clustering().k(), options_.data_roots, round);
+}
+
 void PhaseRunner::RunClustering(const v1::JobRecord& snapshot, clusterd::CallControl* control,
                                 PhaseOutcome* out) {
   const v1::JobSpec& spec = snapshot.job().spec();
   const int r = out->round;
   v1::RoundStatus round = snapshot.job().rounds(r);
   v1::ClusterRequest request;
-  const std::string dir = JobDir(options_.data_dir, snapshot.job().id()) + "/r" + std::to_string(r);
-  Status status = PlanFeatures(spec, r, dir, &round, request.mutable_features());
-  if (status.ok()) status = MakeDirs(dir);
-  if (status.ok() && round.class_labels_path().empty()) {
-    // Extracted shards carry their images' class labels when the dataset has them: gather
-    // them so a model-feature round reports label quality (A.8) like round 0 does.
-    auto gathered = GatherShardClassLabels(round.feature_paths(), dir + "/class-labels.npy",
-                                           options_.data_roots);
-    if (!gathered.ok()) {
-      MLCD_LOG(WARNING) << "round " << r << " of job " << snapshot.job().id()
-                        << ": no label quality report: " << gathered.status().ToString();
-    } else if (*gathered) {
-      round.set_class_labels_path(dir + "/class-labels.npy");
-    }
-  }
+  Status status = PlanRound(snapshot, r, request.mutable_features(), &round);
   if (status.ok()) {
-    round.set_centroids_path(dir + "/centroids.npy");
     request.set_k(spec.clustering().k());
     request.set_niter(spec.clustering().niter());
     request.set_seed(spec.clustering().seed() + static_cast<uint64_t>(r));
@@ -306,7 +369,7 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
   const v1::JobSpec& spec = snapshot.job().spec();
   const int r = out->round;
   const v1::RoundStatus& round = snapshot.job().rounds(r);
-  const std::string label_set = "job/" + snapshot.job().id() + "/r" + std::to_string(r);
+  const std::string label_set = RoundLabelSet(snapshot.job().id(), r);
   out->label_set = label_set;
   v1::AssignRequest request;
   for (const auto& p : round.feature_paths()) request.mutable_features()->add_paths(p);
@@ -344,6 +407,69 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
   }
 }
 
+// A label-store client whose calls act for job `job_id`: only the job makes, seals and
+// deletes its sets.
+labelstore::LabelStoreClient JobLabelStore(const std::string& address, const std::string& job_id) {
+  labelstore::LabelStoreClientOptions options;
+  options.acting_for = ActingForJob(job_id);
+  return labelstore::LabelStoreClient(address, options);
+}
+
+void PhaseRunner::RunPreparingSet(const v1::JobRecord& snapshot, PhaseOutcome* out) {
+  const v1::JobSpec& spec = snapshot.job().spec();
+  const int r = out->round;
+  const v1::RoundStatus& round = snapshot.job().rounds(r);
+  out->label_set = RoundLabelSet(snapshot.job().id(), r);
+  out->preparing = true;
+  Publish(*out, "creating " + out->label_set + " for the gang's labels");
+  labelstore::LabelStoreClient client =
+      JobLabelStore(options_.labelstore_address, snapshot.job().id());
+  // A set left by a failed attempt (partial, never sealed) or a crash is deleted first.
+  StatusOr<v1::DeleteLabelSetResponse> deleted = client.Delete(out->label_set, true);
+  if (!deleted.ok()) {
+    out->status = deleted.status().WithContext("deleting the partial " + out->label_set);
+    return;
+  }
+  labelstore::LabelSetSpec set;
+  set.name = out->label_set;
+  set.num_classes = spec.clustering().k();
+  set.labels_per_sample = spec.clustering().l();
+  set.with_scores = true;
+  set.metadata["job"] = snapshot.job().id();
+  set.metadata["round"] = std::to_string(r);
+  set.metadata["centroids"] = round.centroids_path();
+  set.metadata["method"] = SearchMethodName(SearchMethod::kExact);
+  set.metadata["producer"] = "mlcd-worker cluster-gang";
+  StatusOr<v1::LabelSetInfo> created = client.CreateLabelSet(set);
+  if (!created.ok()) out->status = created.status().WithContext("creating " + out->label_set);
+}
+
+void PhaseRunner::RunSealing(const v1::JobRecord& snapshot, PhaseOutcome* out) {
+  const int r = out->round;
+  const v1::RoundStatus& round = snapshot.job().rounds(r);
+  out->label_set = RoundLabelSet(snapshot.job().id(), r);
+  out->assign = round.assign();
+  Publish(*out, "sealing " + out->label_set + " (written by the gang)");
+  labelstore::LabelStoreClient client =
+      JobLabelStore(options_.labelstore_address, snapshot.job().id());
+  // Sealing a sealed set is no error: a coordinator that died after sealing seals again.
+  StatusOr<v1::LabelSetInfo> info = client.Seal(out->label_set);
+  if (!info.ok()) {
+    out->status = info.status().WithContext("sealing " + out->label_set);
+    return;
+  }
+  out->call_started = true;
+  if (info->num_samples() != round.assign().num_samples()) {
+    out->status = Status::DataLoss(
+        "label set " + out->label_set + " holds " + std::to_string(info->num_samples()) +
+        " samples after sealing, but the gang reported " +
+        std::to_string(round.assign().num_samples()) + " rows written");
+    return;
+  }
+  out->assign.set_label_set(out->label_set);
+  out->assign.set_label_set_samples(info->num_samples());
+}
+
 // ---------------------------------------------------------------------------------------
 // Applying outcomes.
 
@@ -351,6 +477,12 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
   const int r = outcome.round;
   const std::string round_text = RoundText(r, job->spec().training().rounds());
   v1::RoundStatus* live = job->job().mutable_rounds(r);
+  if (outcome.clustering && outcome.gang) {
+    *live = outcome.round_record;
+    return {v1::JOB_STATE_UNSPECIFIED,
+            round_text + ": " + std::to_string(live->feature_paths_size()) +
+                " feature shards planned for the clustering gang"};
+  }
   if (outcome.clustering) {
     const v1::ClusterResult& result = outcome.cluster;
     *live = outcome.round_record;
@@ -359,6 +491,11 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
     return {v1::JOB_STATE_ASSIGNING,
             round_text + ": clustered " + std::to_string(result.num_points()) + " points into " +
                 std::to_string(result.k()) + " centres in " + Fixed(result.seconds(), 1) + " s"};
+  }
+  if (outcome.preparing) {
+    live->set_label_set(outcome.label_set);
+    return {v1::JOB_STATE_UNSPECIFIED,
+            round_text + ": " + outcome.label_set + " created (OPEN) for the labelling gang"};
   }
   const v1::AssignResult& result = outcome.assign;
   *live->mutable_assign() = result;

@@ -1,4 +1,6 @@
 // The phases without workers: CLUSTERING (Clusterd.Cluster) and ASSIGNING (Clusterd.Assign),
+// or, with clustering.engine "gang", the coordinator's parts around the workers' CLUSTER and
+// ASSIGN_LABELS gangs (planning the round's features; sealing the label set they wrote),
 // each run on a thread of its own (clusterd calls can take minutes) through clusterd's client
 // library. The coordinator writes no features itself: round-0 pixels / random-projection
 // features are described in the ClusterRequest (FeatureSource.generate) and clusterd writes
@@ -43,6 +45,9 @@ struct PhaseRunnerOptions {
   std::string data_dir;
   // clusterd's Assign writes into its own --labelstore: a request never names one.
   std::string clusterd_address;
+  // clustering.engine "gang": the coordinator seals the round's label set here, acting for
+  // the job, once every rank of the ASSIGN_LABELS gang has written its rows.
+  std::string labelstore_address;
   // The coordinator's data roots (common/data_roots.h): what CLUSTERING lists and reads again
   // (folders of feature shards, their keys, labels beside shards) is confined to them. Null:
   // unconfined. Must outlive the runner.
@@ -54,6 +59,11 @@ struct PhaseOutcome {
   std::string job_id;
   uint64_t generation = 0;
   bool clustering = false;
+  // clustering.engine "gang": CLUSTERING only plans the round (feature paths, class labels,
+  // centroids path) for the CLUSTER gang; ASSIGNING only seals what the gang wrote.
+  bool gang = false;
+  // Gang engine, ASSIGNING: the OPEN label set was (re)created for the gang to write.
+  bool preparing = false;
   int round = 0;
   // Not OK: `what` failed with it.
   Status status;
@@ -90,7 +100,8 @@ class PhaseRunner {
   std::vector<PhaseOutcome> CollectFinished();
   // The job when it is still in the phase `generation` was started for, else null.
   JobEntry* StillCurrent(const std::string& job_id, uint64_t generation);
-  // Stores a successful outcome in the job's round; returns the transition that follows.
+  // Stores a successful outcome in the job's round; returns the transition that follows
+  // (state UNSPECIFIED: none, the job stays in its state: a round planned for the gang).
   PhaseNext Apply(JobEntry* job, const PhaseOutcome& outcome);
   // After a failed phase: clears the running phase; a transient status (clusterd restarting
   // or busy, the call cancelled) schedules a retry with backoff (1, 2, 4 ... 32 s) and
@@ -115,6 +126,15 @@ class PhaseRunner {
                      PhaseOutcome* outcome);
   void RunAssigning(const v1::JobRecord& snapshot, clusterd::CallControl* control,
                     PhaseOutcome* outcome);
+  // The round as CLUSTERING stores it: features planned (PlanFeatures), the folder made, the
+  // class labels of extracted shards gathered, the centroids path chosen.
+  Status PlanRound(const v1::JobRecord& snapshot, int r, v1::FeatureSource* source,
+                   v1::RoundStatus* round) const;
+  // Gang engine, ASSIGNING, before the gang: deletes what an earlier attempt left of the
+  // round's set and creates it OPEN (acting for the job).
+  void RunPreparingSet(const v1::JobRecord& snapshot, PhaseOutcome* outcome);
+  // Gang engine, ASSIGNING: seals the set the gang wrote and checks that it holds every row.
+  void RunSealing(const v1::JobRecord& snapshot, PhaseOutcome* outcome);
   // The feature source of round r's ClusterRequest; fills the round's feature paths, class
   // labels and source description when the round had none.
   Status PlanFeatures(const v1::JobSpec& spec, int r, const std::string& round_dir,

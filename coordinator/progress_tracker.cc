@@ -102,7 +102,10 @@ void ProgressTracker::UpdateProgress(JobEntry* job, const v1::WorkerProgress& pr
                   std::to_string(job->rec.attempt().world_size()) + " workers");
   } else if (progress.steps_per_epoch() > 0) {
     p->set_detail(
-        std::string(kind == v1::ASSIGNMENT_KIND_EXTRACT ? "extracting features" : "evaluating") +
+        std::string(kind == v1::ASSIGNMENT_KIND_EXTRACT   ? "extracting features"
+                    : kind == v1::ASSIGNMENT_KIND_CLUSTER ? "clustering on the gang"
+                    : kind == v1::ASSIGNMENT_KIND_ASSIGN_LABELS ? "assigning labels on the gang"
+                                                                : "evaluating") +
         (progress.activity().empty() ? "" : " (" + progress.activity() + ")") + ": " +
         std::to_string(progress.step()) + "/" + std::to_string(progress.steps_per_epoch()));
   }

@@ -227,6 +227,8 @@ StatusOr<v1::ReportAssignmentResponse> JobManager::ReportAssignment(
   member->set_succeeded(request.succeeded());
   for (const auto& path : request.output_paths()) member->add_output_paths(path);
   if (request.has_evaluation()) *member->mutable_evaluation() = request.evaluation();
+  if (request.has_cluster()) *member->mutable_cluster() = request.cluster();
+  if (request.has_assign()) *member->mutable_assign() = request.assign();
   RecordBadSamples(job, aid, request.progress());
   const int rank = member->rank();
   const std::string worker_id = member->worker_id();

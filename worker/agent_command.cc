@@ -203,6 +203,10 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
     if (has("train")) options->kinds.push_back(v1::ASSIGNMENT_KIND_TRAIN);
     if (has("embed")) options->kinds.push_back(v1::ASSIGNMENT_KIND_EXTRACT);
     if (has("eval")) options->kinds.push_back(v1::ASSIGNMENT_KIND_EVALUATE);
+    if (has("cluster-gang")) {
+      options->kinds.push_back(v1::ASSIGNMENT_KIND_CLUSTER);
+      options->kinds.push_back(v1::ASSIGNMENT_KIND_ASSIGN_LABELS);
+    }
     if (options->kinds.empty()) {
       std::fprintf(
           stderr,

@@ -5,6 +5,12 @@
 //       [--niter N] [--seed S] [--l L] [--max-points-per-centroid M] [--workspace-mb MB]
 //       [--checkpoint FILE] [--checkpoint-every N] [--trace] [--threads T]
 //       [--world-size W] [--timeout SECONDS]
+//   mlcd-worker cluster-gang --assignment FILE [--progress-jsonl FILE] [--data-root DIR ...]
+//       [--device auto|cpu|cuda[:N]] [--threads T]
+//
+// With --assignment (a CLUSTER or ASSIGN_LABELS assignment of clustering.engine "gang", as the
+// worker agent runs it) the rank is one process of the job's gang: worker/cluster/gang_phase.h.
+// Its "finished" event carries the ClusterResult ("cluster") or AssignResult ("assign").
 //
 // Rank r of W reads global rows [n*r/W, n*(r+1)/W) of the shards (in order). --world-size
 // W > 1 forks W local ranks over Gloo on a free loopback port. Outputs: rank 0 writes
@@ -28,7 +34,10 @@
 #include "worker/cluster/gang_assign.h"
 #include "worker/cluster/gang_kmeans.h"
 #include "worker/cluster/gang_layout.h"
+#include "worker/cluster/gang_phase.h"
+#include "worker/agent/assignment_paths.h"
 #include "worker/command.h"
+#include "worker/command_io.h"
 #include "worker/loss/collectives.h"
 #include "worker/loss/local_ranks.h"
 
@@ -47,7 +56,49 @@ struct ClusterGangArgs {
   double timeout_seconds = 120;
   int rank = -1;  // set by the parent for its child ranks only
   std::string rendezvous;
+  // Assignment mode (the worker agent).
+  std::string assignment, progress_jsonl, device = "auto", log_level = "info";
+  std::vector<std::string> data_roots;
+  bool threads_given = false;
 };
+
+nlohmann::json MessageJson(const google::protobuf::Message& message) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &text, options);
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+// One rank of a job's gang, from the agent's assignment file.
+int RunAssignment(const ClusterGangArgs& a) {
+  cli::JsonLines progress;
+  if (!cli::ApplyLogLevelFlag(a.log_level)) return 2;
+  Status st = progress.Open(a.progress_jsonl);
+  if (!st.ok()) return progress.Fail(st);
+  auto assignment = cli::ReadAssignment(a.assignment);
+  if (!assignment.ok()) return progress.Fail(assignment.status().WithContext("--assignment"));
+  st = ConfineAssignmentForChild(*assignment, a.data_roots);
+  if (!st.ok()) return progress.Fail(st);
+  SetLogComponent("cluster-gang r" + std::to_string(assignment->rank()));
+  cluster::GangPhaseOptions o;
+  o.device = a.device;
+  o.threads = a.threads_given ? a.threads : assignment->spec().training().threads_per_worker();
+  o.emit = [&progress](const nlohmann::json& event) { progress.Write(event); };
+  auto result = cluster::RunGangPhase(*assignment, o);
+  if (!result.ok()) return progress.Fail(result.status());
+  nlohmann::json finished = {{"event", "finished"}};
+  if (assignment->kind() == v1::ASSIGNMENT_KIND_CLUSTER) {
+    if (assignment->rank() == 0) {
+      finished["cluster"] = MessageJson(result->cluster);
+      finished["outputs"] = {result->cluster.centroids_path()};
+    }
+  } else {
+    finished["assign"] = MessageJson(result->assign);
+  }
+  progress.Write(finished);
+  return 0;
+}
 
 Status WriteTensor(const std::string& path, const at::Tensor& t) {
   at::Tensor c = t.to(at::kCPU).contiguous();
@@ -159,6 +210,11 @@ std::vector<std::string> ChildArgs(const ClusterGangArgs& a, int rank, const std
 }
 
 int RunClusterGang(const ClusterGangArgs& a) {
+  if (!a.assignment.empty()) return RunAssignment(a);
+  if (a.features.empty() || a.k == 0 || a.out.empty()) {
+    std::cerr << "cluster-gang: --features, --k and --out are required (or --assignment)\n";
+    return 2;
+  }
   const std::string who =
       "cluster-gang" + (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string());
   SetLogComponent(a.rank >= 0 ? "cluster-gang r" + std::to_string(a.rank) : "cluster-gang");
@@ -206,9 +262,8 @@ static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
       "a gang of ranks over c10d. Writes DIR/centroids.npy, DIR/stats.json, "
       "DIR/labels.r<rank>.npy, DIR/sample.r<rank>.npy.");
   cmd->add_option("--features", args->features,
-                  "feature shard (.npy, n x d float32/float16); repeat, in row order")
-      ->required();
-  cmd->add_option("--k", args->k, "number of centroids")->required();
+                  "feature shard (.npy, n x d float32/float16); repeat, in row order");
+  cmd->add_option("--k", args->k, "number of centroids");
   cmd->add_option("--niter", args->niter, "k-means iterations")->capture_default_str();
   cmd->add_option("--seed", args->seed, "seed of the sample and initialisation")
       ->capture_default_str();
@@ -224,7 +279,17 @@ static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--trace", args->trace, "rank 0 writes DIR/trace/iter<i>.npy after every iteration");
   cmd->add_option("--threads", args->threads, "intra-op threads per rank")->capture_default_str();
-  cmd->add_option("--out", args->out, "output directory (created)")->required();
+  cmd->add_option("--out", args->out, "output directory (created)");
+  cmd->add_option("--assignment", args->assignment,
+                  "protobuf JSON of an mlcd.v1.Assignment (CLUSTER or ASSIGN_LABELS): run as one "
+                  "rank of the job's gang; the other flags except --threads are not used");
+  AddWorkerDataRootFlag(*cmd, &args->data_roots,
+                        "none: paths are not confined (the agent passes its own roots)");
+  cmd->add_option("--device", args->device,
+                  "assignment mode: auto (a CUDA device when there is one), cpu, cuda, cuda:N")
+      ->capture_default_str();
+  cli::AddProgressJsonlFlag(cmd, &args->progress_jsonl);
+  cli::AddLogLevelFlag(cmd, &args->log_level);
   cmd->add_option("--world-size", args->world_size, "local ranks (Gloo on loopback)")
       ->capture_default_str();
   cmd->add_option("--timeout", args->timeout_seconds, "collective timeout in seconds")
@@ -232,7 +297,10 @@ static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--rank", args->rank, "internal: rank of a child process")->group("");
   cmd->add_option("--rendezvous", args->rendezvous, "internal: HOST:PORT of rank 0's store")
       ->group("");
-  cmd->callback([args, exit_code] { *exit_code = RunClusterGang(*args); });
+  cmd->callback([args, cmd, exit_code] {
+    args->threads_given = cmd->get_option("--threads")->count() > 0;
+    *exit_code = RunClusterGang(*args);
+  });
 });
 
 }  // namespace

@@ -104,6 +104,11 @@ struct TinyJob {
   // More model fields, YAML flow-map entries appended after the tiny model's own (e.g.
   // "layout: clip, activation: quick_gelu").
   std::string model_fields;
+  // The round-0 feature source (a YAML flow map) and more clustering fields (flow-map
+  // entries, e.g. "engine: gang, seed: 5").
+  std::string features = "{kind: pixels}";
+  std::string clustering_fields;
+  int niter = 4;
   std::string Yaml() const;
   // Optimizer steps of the whole job.
   int64_t TotalSteps() const;

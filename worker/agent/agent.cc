@@ -37,6 +37,9 @@ std::string CommandFor(v1::AssignmentKind kind) {
       return "embed";
     case v1::ASSIGNMENT_KIND_EVALUATE:
       return "eval";
+    case v1::ASSIGNMENT_KIND_CLUSTER:
+    case v1::ASSIGNMENT_KIND_ASSIGN_LABELS:
+      return "cluster-gang";
     default:
       return "";
   }
@@ -641,6 +644,8 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   }
   for (const auto& o : outcome.outputs) report.add_output_paths(o);
   if (outcome.has_evaluation) *report.mutable_evaluation() = outcome.evaluation;
+  if (outcome.has_cluster) *report.mutable_cluster() = outcome.cluster;
+  if (outcome.has_assign) *report.mutable_assign() = outcome.assign;
   *report.mutable_progress() = progress;
   MLCD_LOG(INFO) << "assignment " << assignment.id() << " "
                  << (report.succeeded() ? "succeeded" : "failed") << ": " << report.message();

@@ -95,6 +95,11 @@ Status ConfineAssignmentPaths(const v1::Assignment& a, const DataRoots& roots) {
   c.Check("assignment.centroids_path", a.centroids_path());
   c.Check("assignment.baseline_cache_dir", a.baseline_cache_dir());
   c.Check("assignment.tensorboard_dir", a.tensorboard_dir());
+  for (int i = 0; i < a.feature_paths_size(); ++i)
+    c.Check("assignment.feature_paths[" + std::to_string(i) + "]", a.feature_paths(i));
+  for (int i = 0; i < a.feature_ids_paths_size(); ++i)
+    c.Check("assignment.feature_ids_paths[" + std::to_string(i) + "]", a.feature_ids_paths(i));
+  c.Check("assignment.class_labels_path", a.class_labels_path());
   const v1::JobSpec& spec = a.spec();
   c.Check("spec.training.checkpoint_dir", spec.training().checkpoint_dir());
   c.Dataset("spec.dataset", spec.dataset());

@@ -21,6 +21,14 @@ T Get(const nlohmann::json& j, const char* key, T fallback) {
   }
 }
 
+// The protobuf JSON object `key` of a "finished" event, parsed into `out`.
+bool ParseResult(const nlohmann::json& j, const char* key, google::protobuf::Message* out) {
+  if (!j.contains(key) || !j[key].is_object()) return false;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  return google::protobuf::util::JsonStringToMessage(j[key].dump(), out, options).ok();
+}
+
 }  // namespace
 
 bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOutcome* outcome,
@@ -95,15 +103,9 @@ bool ApplyProgressEvent(const std::string& line, v1::WorkerProgress* p, ChildOut
         if (o.is_string()) outcome->outputs.push_back(o.get<std::string>());
       }
     }
-    if (j.contains("evaluation") && j["evaluation"].is_object()) {
-      google::protobuf::util::JsonParseOptions options;
-      options.ignore_unknown_fields = true;
-      if (google::protobuf::util::JsonStringToMessage(j["evaluation"].dump(), &outcome->evaluation,
-                                                      options)
-              .ok()) {
-        outcome->has_evaluation = true;
-      }
-    }
+    outcome->has_evaluation = ParseResult(j, "evaluation", &outcome->evaluation);
+    outcome->has_cluster = ParseResult(j, "cluster", &outcome->cluster);
+    outcome->has_assign = ParseResult(j, "assign", &outcome->assign);
     *urgent = true;
   } else if (event == "stopped") {
     outcome->stopped = true;

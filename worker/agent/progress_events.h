@@ -19,6 +19,11 @@ struct ChildOutcome {
   std::vector<std::string> outputs;
   bool has_evaluation = false;
   v1::EvaluationResult evaluation;
+  // cluster-gang: the CLUSTER result (rank 0) or the ASSIGN_LABELS statistics.
+  bool has_cluster = false;
+  v1::ClusterResult cluster;
+  bool has_assign = false;
+  v1::AssignResult assign;
   bool finished = false;
   // A "stopped" event: the child stopped early at a checkpoint.
   bool stopped = false;

@@ -1,0 +1,214 @@
+// clustering.engine "gang" end to end on loopback: the real services and two `mlcd-worker
+// agent` slots; CLUSTERING and ASSIGNING run as CLUSTER and ASSIGN_LABELS gangs of
+// `mlcd-worker cluster-gang` children over Gloo, which write the round's label set into the
+// real label store; the coordinator seals it. The labels are compared with one process's
+// run of the same algorithm (`mlcd-worker cluster-gang --world-size 1`), undisturbed and after
+// a rank was SIGKILLed in the middle of k-means.
+#include <dirent.h>
+#include <signal.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <thread>
+
+#include "clients/labelstore_client.h"
+#include "common/file_util.h"
+#include "common/npy.h"
+#include "tests/coordinator/harness.h"
+#include "tests/coordinator/two_worker_fixture.h"
+
+namespace mlcd::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// n x d float32 rows around `centres` random centres (a mixture of Gaussians), seeded.
+void WriteClusteredFeatures(const std::string& path, int64_t n, int64_t d, int centres) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<float> c(static_cast<size_t>(centres * d)), x(static_cast<size_t>(n * d));
+  for (float& v : c) v = g(rng);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = static_cast<int64_t>(rng() % centres);
+    for (int64_t j = 0; j < d; ++j) x[i * d + j] = c[k * d + j] + 0.4f * g(rng);
+  }
+  ASSERT_TRUE(WriteNpy(path, NpyDtype::kFloat32, {n, d}, x.data()).ok());
+}
+
+// The top-l labels of `n` rows as one process computes them: rank 0's labels.r0.npy.
+std::vector<int64_t> OneProcessLabels(const TempDir& dir, const std::string& features, int k,
+                                      int l, int niter, int seed) {
+  const std::string out = dir.Sub("one-process");
+  std::string log;
+  EXPECT_EQ(RunCommand(BinPath("mlcd-worker"),
+                       {"cluster-gang", "--features", features, "--k", std::to_string(k), "--l",
+                        std::to_string(l), "--niter", std::to_string(niter), "--seed",
+                        std::to_string(seed), "--out", out, "--threads", "1"},
+                       &log),
+            0)
+      << log;
+  auto labels = ReadNpyAsInt64(out + "/labels.r0.npy");
+  EXPECT_TRUE(labels.ok()) << labels.status().ToString();
+  return labels.ok() ? *labels : std::vector<int64_t>();
+}
+
+// The rows 0 .. n-1 of a label set, n x l.
+std::vector<int64_t> StoredLabels(const std::string& address, const std::string& set, int64_t n) {
+  labelstore::LabelStoreClient client(address);
+  std::vector<uint64_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<uint64_t>(i);
+  auto batch = client.GetLabels(set, ids);
+  EXPECT_TRUE(batch.ok()) << batch.status().ToString();
+  if (!batch.ok()) return {};
+  EXPECT_TRUE(batch->missing_indices.empty()) << batch->missing_indices.size() << " rows missing";
+  return std::vector<int64_t>(batch->labels.begin(), batch->labels.end());
+}
+
+std::vector<v1::AssignmentKind> GangKinds(const v1::Job& job) {
+  std::vector<v1::AssignmentKind> kinds;
+  for (const auto& h : job.history())
+    if (h.kind() == "gang_started") kinds.push_back(h.assignment_kind());
+  return kinds;
+}
+
+// Process ids of `mlcd-worker cluster-gang` children whose command line mentions `needle`.
+std::vector<pid_t> ClusterGangProcesses(const std::string& needle) {
+  std::vector<pid_t> pids;
+  DIR* d = ::opendir("/proc");
+  if (!d) return pids;
+  while (dirent* e = ::readdir(d)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    auto cmdline = ReadFileToString("/proc/" + std::string(e->d_name) + "/cmdline");
+    if (!cmdline.ok()) continue;
+    std::string text = *cmdline;
+    for (char& c : text) c = c == '\0' ? ' ' : c;
+    if (text.find(needle) != std::string::npos && text.find(" cluster-gang ") != std::string::npos)
+      pids.push_back(pid);
+  }
+  ::closedir(d);
+  return pids;
+}
+
+class GangClusteringTest : public TwoWorkerClusterTest {};
+
+// Round 0 on .npy features, round 1 on the model's own extracted features, both clustered and
+// labelled by the workers; round 0's labels equal one process's.
+TEST_F(GangClusteringTest, JobOnTheGangEngineSucceedsOverBothRounds) {
+  const std::string features = dir_.Sub("features.npy");
+  WriteClusteredFeatures(features, 384, 16, 12);
+  TinyJob spec;
+  spec.rounds = 2;
+  spec.features = "{kind: npy, paths: [" + features + "]}";
+  spec.clustering_fields = "engine: gang, seed: 5";
+  auto submitted = cluster_->Submit(spec.Yaml(), "gang-e2e");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto job = cluster_->WaitForJob(
+      submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(300));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  job = cluster_->Get(submitted->id(), true);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
+  EXPECT_EQ(job->restarts(), 0);
+  EXPECT_EQ(GangKinds(*job),
+            (std::vector<v1::AssignmentKind>{
+                v1::ASSIGNMENT_KIND_CLUSTER, v1::ASSIGNMENT_KIND_ASSIGN_LABELS,
+                v1::ASSIGNMENT_KIND_TRAIN, v1::ASSIGNMENT_KIND_EXTRACT, v1::ASSIGNMENT_KIND_CLUSTER,
+                v1::ASSIGNMENT_KIND_ASSIGN_LABELS, v1::ASSIGNMENT_KIND_TRAIN}));
+  for (const auto& h : job->history()) {
+    if (h.kind() == "gang_started") {
+      EXPECT_EQ(h.world_size(), 2) << h.message();
+    }
+  }
+  ASSERT_EQ(job->rounds_size(), 2);
+  for (int r = 0; r < 2; ++r) {
+    const v1::RoundStatus& round = job->rounds(r);
+    EXPECT_TRUE(round.clustered() && round.labels_written() && round.assigned() && round.trained());
+    EXPECT_EQ(round.label_set(), "job/" + job->id() + "/r" + std::to_string(r));
+    EXPECT_EQ(round.cluster().k(), spec.k);
+    EXPECT_EQ(round.cluster().num_points(), static_cast<uint64_t>(spec.limit));
+    EXPECT_EQ(round.assign().num_samples(), static_cast<uint64_t>(spec.limit));
+    EXPECT_EQ(round.assign().label_set_samples(), static_cast<uint64_t>(spec.limit));
+    // The top-1 sizes were reduced over both ranks.
+    EXPECT_NEAR(round.assign().sizes().mean() * spec.k, spec.limit, 1e-6);
+    auto centroids = ReadNpy(round.centroids_path());
+    ASSERT_TRUE(centroids.ok()) << centroids.status().ToString();
+    EXPECT_EQ(centroids->header.shape[0], spec.k);
+  }
+  EXPECT_EQ(job->rounds(0).cluster().d(), 16);
+  EXPECT_EQ(job->rounds(1).cluster().d(), 32);  // the model's embeddings
+  // Round 1's A.8 quality, reduced over the ranks: the extracted shards carry the classes.
+  ASSERT_TRUE(job->rounds(1).assign().has_quality());
+  EXPECT_EQ(job->rounds(1).assign().quality().num_classes(), 10u);
+  EXPECT_GE(job->rounds(1).assign().quality().topl_recall(),
+            job->rounds(1).assign().quality().top1_recall());
+  EXPECT_GT(job->rounds(1).assign().quality().top1_recall(), 0.1);
+
+  const std::vector<int64_t> stored =
+      StoredLabels(cluster_->labelstore_address(), job->rounds(0).label_set(), spec.limit);
+  const std::vector<int64_t> expected = OneProcessLabels(dir_, features, spec.k, spec.l, spec.niter, 5);
+  ASSERT_EQ(stored.size(), static_cast<size_t>(spec.limit * spec.l));
+  EXPECT_EQ(stored, expected) << "the 2-rank gang's labels differ from one process's";
+}
+
+// A rank SIGKILLed after the first centroid checkpoint: the gang is formed again, resumes
+// k-means from the checkpoint, and the job's labels are those of an undisturbed run.
+TEST_F(GangClusteringTest, RankKilledMidKMeansResumesFromTheCheckpoint) {
+  const std::string features = dir_.Sub("features.npy");
+  const int64_t n = 40000;
+  WriteClusteredFeatures(features, n, 128, 500);
+  TinyJob spec;
+  spec.limit = static_cast<int>(n);
+  spec.k = 384;
+  spec.niter = 60;
+  spec.epochs = 1;
+  spec.max_steps_per_epoch = 1;
+  spec.features = "{kind: npy, paths: [" + features + "]}";
+  spec.clustering_fields = "engine: gang, seed: 3";
+  auto submitted = cluster_->Submit(spec.Yaml(), "gang-kill");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  const std::string checkpoint =
+      cluster_->coordinator_data_dir() + "/jobs/" + submitted->id() + "/r0/centroids.npy.ckpt";
+  const auto deadline = std::chrono::steady_clock::now() + seconds(120);
+  while (!PathExists(checkpoint) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(PathExists(checkpoint)) << "no centroid checkpoint appeared";
+  const std::vector<pid_t> victims = ClusterGangProcesses(cluster_->WorkerDataDir(1));
+  ASSERT_EQ(victims.size(), 1u);
+  ASSERT_EQ(::kill(victims[0], SIGKILL), 0);
+
+  auto job = cluster_->WaitForJob(
+      submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(300));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  job = cluster_->Get(submitted->id(), true);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
+  EXPECT_EQ(job->restarts(), 1);
+  const std::vector<v1::AssignmentKind> kinds = GangKinds(*job);
+  ASSERT_GE(kinds.size(), 3u);
+  EXPECT_EQ(kinds[0], v1::ASSIGNMENT_KIND_CLUSTER);
+  EXPECT_EQ(kinds[1], v1::ASSIGNMENT_KIND_CLUSTER);
+  // The second CLUSTER gang's k-means went on after the checkpoint's iterations.
+  int first_resumed_iteration = 0;
+  for (int w = 0; w < 2; ++w) {
+    for (const auto& [assignment, events] : ProgressEvents(cluster_->WorkerDataDir(w))) {
+      if (assignment.find("-a2-") == std::string::npos) continue;
+      for (const auto& e : events) {
+        if (e.value("phase", "") != "k-means") continue;
+        const int it = e.value("rows_done", 0);
+        if (first_resumed_iteration == 0 || it < first_resumed_iteration) first_resumed_iteration = it;
+      }
+    }
+  }
+  EXPECT_GT(first_resumed_iteration, 5) << "the retried gang started k-means from scratch";
+  const std::vector<int64_t> stored =
+      StoredLabels(cluster_->labelstore_address(), job->rounds(0).label_set(), n);
+  const std::vector<int64_t> expected = OneProcessLabels(dir_, features, spec.k, spec.l, spec.niter, 3);
+  ASSERT_EQ(stored.size(), static_cast<size_t>(n * spec.l));
+  EXPECT_EQ(stored, expected) << "labels after the retried gang differ from an undisturbed run";
+}
+
+}  // namespace
+}  // namespace mlcd::testing
