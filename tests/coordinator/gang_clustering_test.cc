@@ -210,5 +210,50 @@ TEST_F(GangClusteringTest, RankKilledMidKMeansResumesFromTheCheckpoint) {
   EXPECT_EQ(stored, expected) << "labels after the retried gang differ from an undisturbed run";
 }
 
+// What the gang cannot run is refused with the numbers: at submit (round-0 features the gang
+// does not read, an approximate search), and before the gang starts (feature files of
+// different dimensions, k above the rows).
+TEST_F(GangClusteringTest, RefusalsNameTheNumbers) {
+  TinyJob spec;
+  spec.clustering_fields = "engine: gang";
+  auto pixels = cluster_->Submit(spec.Yaml());
+  ASSERT_FALSE(pixels.ok());
+  EXPECT_EQ(pixels.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(pixels.status().message().find("spec.clustering.engine: 'gang' clusters feature shards"),
+            std::string::npos)
+      << pixels.status().ToString();
+
+  const std::string a = dir_.Sub("a.npy"), b = dir_.Sub("b.npy"), small = dir_.Sub("small.npy");
+  WriteClusteredFeatures(a, 200, 16, 4);
+  WriteClusteredFeatures(b, 184, 8, 4);
+  WriteClusteredFeatures(small, 100, 16, 4);
+  spec.features = "{kind: npy, paths: [" + a + "]}";
+  spec.clustering_fields = "engine: gang, search: hnsw";
+  auto hnsw = cluster_->Submit(spec.Yaml());
+  ASSERT_FALSE(hnsw.ok());
+  EXPECT_NE(hnsw.status().message().find("engine 'gang' searches exactly"), std::string::npos)
+      << hnsw.status().ToString();
+
+  spec.clustering_fields = "engine: gang";
+  spec.features = "{kind: npy, paths: [" + a + ", " + b + "]}";
+  auto mixed = cluster_->Submit(spec.Yaml(), "gang-mixed-d");
+  ASSERT_TRUE(mixed.ok()) << mixed.status().ToString();
+  spec.features = "{kind: npy, paths: [" + small + "]}";
+  spec.k = 120;
+  auto few = cluster_->Submit(spec.Yaml(), "gang-few-rows");
+  ASSERT_TRUE(few.ok()) << few.status().ToString();
+  for (const auto& [id, expected] :
+       std::vector<std::pair<std::string, std::string>>{
+           {mixed->id(), "feature dimensions differ: " + a + " has d = 16, " + b + " has d = 8"},
+           {few->id(), "clustering.k = 120 > the 100 feature rows"}}) {
+    auto job = cluster_->WaitForJob(
+        id, [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(60));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+    EXPECT_NE(job->message().find(expected), std::string::npos) << job->message();
+    EXPECT_EQ(job->attempts(), 0) << "a gang started for a round that cannot be clustered";
+  }
+}
+
 }  // namespace
 }  // namespace mlcd::testing
