@@ -103,7 +103,8 @@ std::string RoundLabelSet(const std::string& job_id, int r);
 // The kind of gang the job's state needs (NONE for states without workers).
 v1::AssignmentKind KindFor(const JobEntry& job);
 // The spec's clustering.engine is "gang": CLUSTERING and ASSIGNING run on the job's workers
-// (CLUSTER and ASSIGN_LABELS gangs) between a planning and a sealing phase thread.
+// (CLUSTER and ASSIGN_LABELS gangs), between the coordinator's phase threads that plan the
+// round, create the OPEN label set and seal it (phase_runner.h).
 bool GangClusters(const v1::JobSpec& spec);
 
 }  // namespace mlcd::coordinator

@@ -4,7 +4,7 @@
 //   mlcd-worker cluster-gang --features A.npy --features B.npy --k K --out DIR
 //       [--niter N] [--seed S] [--l L] [--max-points-per-centroid M] [--workspace-mb MB]
 //       [--checkpoint FILE] [--checkpoint-every N] [--trace] [--threads T]
-//       [--world-size W] [--timeout SECONDS]
+//       [--world-size W] [--timeout SECONDS] [--device auto|cpu|cuda[:N]] [--bf16]
 //   mlcd-worker cluster-gang --assignment FILE [--progress-jsonl FILE] [--data-root DIR ...]
 //       [--device auto|cpu|cuda[:N]] [--threads T]
 //
@@ -40,6 +40,7 @@
 #include "worker/command_io.h"
 #include "worker/loss/collectives.h"
 #include "worker/loss/local_ranks.h"
+#include "worker/train/train_step.h"
 
 namespace mlcd::worker {
 namespace {
@@ -60,6 +61,7 @@ struct ClusterGangArgs {
   std::string assignment, progress_jsonl, device = "auto", log_level = "info";
   std::vector<std::string> data_roots;
   bool threads_given = false;
+  bool bf16 = false;
 };
 
 nlohmann::json MessageJson(const google::protobuf::Message& message) {
@@ -134,7 +136,8 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
                         ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "cluster-gang"));
   const int64_t b = cluster::EvenSplitBegin(features.rows(), world, rank);
   const int64_t e = cluster::EvenSplitBegin(features.rows(), world, rank + 1);
-  at::Tensor rows = features.Read(b, e, at::kCPU);
+  MLCD_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(a.device, rank));
+  at::Tensor rows = features.Read(b, e, device);
 
   cluster::GangKMeansParams p;
   p.k = a.k;
@@ -142,6 +145,7 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   p.seed = a.seed;
   p.max_points_per_centroid = a.max_points_per_centroid;
   p.search.workspace_bytes = a.workspace_mb << 20;
+  p.search.bf16 = a.bf16;
   p.checkpoint_path = a.checkpoint;
   p.checkpoint_every = a.checkpoint_every;
   cluster::GangKMeansCallbacks cb;
@@ -161,7 +165,7 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   cluster::GangAssignParams ap;
   ap.l = a.l;
   ap.search = p.search;
-  at::Tensor labels = at::empty({e - b, a.l}, at::kInt);
+  at::Tensor labels = at::empty({e - b, a.l}, at::kInt);  // on the host: the sink's copies
   MLCD_ASSIGN_OR_RETURN(
       cluster::GangAssignStats as,
       cluster::AssignGangTopL(rows, b, km.centroids, ap, *comm,
@@ -179,8 +183,9 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   MLCD_RETURN_IF_ERROR(
       WriteFileAtomically(a.out + "/stats.json", StatsJson(km, world, features.d(), a.k)));
   std::printf("{\"rows\": %lld, \"k\": %d, \"iterations\": %zu, \"resumed_after\": %d, "
-              "\"empty_top1_clusters\": %lld}\n",
+              "\"assign_seconds\": %.4f, \"empty_top1_clusters\": %lld}\n",
               static_cast<long long>(as.rows), a.k, km.iterations.size(), km.resumed_after,
+              as.seconds,
               static_cast<long long>(
                   std::count(as.top1_sizes.begin(), as.top1_sizes.end(), int64_t{0})));
   std::fflush(stdout);
@@ -201,6 +206,8 @@ std::vector<std::string> ChildArgs(const ClusterGangArgs& a, int rank, const std
   if (!a.checkpoint.empty()) add("--checkpoint", a.checkpoint);
   if (a.trace) v.push_back("--trace");
   add("--threads", std::to_string(a.threads));
+  add("--device", a.device);
+  if (a.bf16) v.push_back("--bf16");
   add("--out", a.out);
   add("--world-size", std::to_string(a.world_size));
   add("--timeout", std::to_string(a.timeout_seconds));
@@ -286,8 +293,9 @@ static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
   AddWorkerDataRootFlag(*cmd, &args->data_roots,
                         "none: paths are not confined (the agent passes its own roots)");
   cmd->add_option("--device", args->device,
-                  "assignment mode: auto (a CUDA device when there is one), cpu, cuda, cuda:N")
+                  "auto (a CUDA device when there is one), cpu, cuda, cuda:N")
       ->capture_default_str();
+  cmd->add_flag("--bf16", args->bf16, "bfloat16 search GEMMs (CUDA only)");
   cli::AddProgressJsonlFlag(cmd, &args->progress_jsonl);
   cli::AddLogLevelFlag(cmd, &args->log_level);
   cmd->add_option("--world-size", args->world_size, "local ranks (Gloo on loopback)")

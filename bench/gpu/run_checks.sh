@@ -29,3 +29,5 @@ for r in 0 1; do
 done
 wait
 tail -n 40 "$out/nccl_rank0.log" "$out/nccl_rank1.log"
+echo "== gang clustering on the GPU (issue 28)"
+timeout 420 python3 bench/gpu/cluster_gang_gpu.py --worker "$bin/mlcd-worker" --out "$out" 2>&1 | tail -60

@@ -238,6 +238,27 @@ TEST(JobSpecYaml, NpyFeaturesNeedPathsAndOthersRejectThem) {
                          "spec.clustering.features.paths: only read when features.kind is 'npy'"));
 }
 
+TEST(JobSpecYaml, ClusteringEngineDefaultsToClusterdAndIsChecked) {
+  auto plain = LoadJobSpecYaml("apiVersion: mlcd/v1\nkind: TrainingJob\nspec: {}\n");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->spec.clustering().engine(), "clusterd");
+  auto unknown = LoadJobSpecYaml(
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering: {engine: faiss}\n");
+  EXPECT_TRUE(HasProblem(unknown.status(), "spec.clustering.engine")) << unknown.status().message();
+  EXPECT_NE(unknown.status().message().find("clusterd"), std::string::npos);
+  auto gang = LoadJobSpecYaml(
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering:\n"
+      "    {engine: gang, features: {kind: npy, paths: [a.npy]}}\n");
+  EXPECT_TRUE(gang.ok()) << gang.status().message();
+  auto generated = LoadJobSpecYaml(
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  clustering:\n"
+      "    {engine: gang, features: {kind: random-projection}, search: ivf}\n");
+  EXPECT_TRUE(HasProblem(generated.status(), "spec.clustering.engine: 'gang' clusters feature"))
+      << generated.status().message();
+  EXPECT_TRUE(HasProblem(generated.status(), "spec.clustering.search: 'ivf' is an approximate"))
+      << generated.status().message();
+}
+
 TEST(JobSpecYaml, YamlRoundTrip) {
   auto job = LoadJobSpecYaml(kMinimal);
   ASSERT_TRUE(job.ok());

@@ -209,7 +209,18 @@ TEST_F(LabelOwnershipTest, AJobsSetsAreChangedOnlyForThatJob) {
   ExpectRefused(Write("", set, ActingForJob("j2")), set, "job:j1", "job:j2");
   EXPECT_EQ(Describe(set).num_samples(), 1u);
 
+  // The job's gang members (clustering.engine gang) write its rows by their own worker role,
+  // but neither make, seal nor delete a job's set, nor write a user's.
+  EXPECT_TRUE(Write(t_.worker_token, set).ok());
+  EXPECT_EQ(Seal(t_.worker_token, set).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Delete(t_.worker_token, set).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Create(t_.worker_token, "job/j3/r0").error_code(), StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(Create(t_.submitter_token, "alice/own").ok());
+  ExpectRefused(Write(t_.worker_token, "alice/own"), "alice/own", "token:alice", "worker-a");
+
   EXPECT_TRUE(Seal("", set, job).ok());
+  // A sealed set takes no more rows, from anyone.
+  EXPECT_FALSE(Write(t_.worker_token, set).ok());
   // An admin may clean it up.
   EXPECT_TRUE(Delete(t_.admin_token, set).ok());
 }
