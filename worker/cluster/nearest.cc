@@ -1,6 +1,7 @@
 #include "worker/cluster/nearest.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 
@@ -12,7 +13,34 @@ at::Tensor Scores(const at::Tensor& chunk, const at::Tensor& centroids_t, bool b
   return at::mm(chunk.to(at::kBFloat16), centroids_t).to(at::kFloat);
 }
 
+// Rows per chunk on the rows' device: the workspace's, and on the CPU no more than a cache-sized
+// score block (nearest.h, kCpuScoreBlockBytes).
+int64_t StepRows(const SearchOptions& options, const at::Tensor& rows, int64_t k) {
+  const int64_t step = ChunkRows(options.workspace_bytes, k);
+  return rows.is_cuda() ? step : std::min(step, ChunkRows(kCpuScoreBlockBytes, k));
+}
+
 }  // namespace
+
+std::tuple<at::Tensor, at::Tensor> RowMax(const at::Tensor& scores) {
+  if (scores.is_cuda()) return at::max(scores, 1);
+  at::Tensor s = scores.contiguous();
+  at::Tensor best = at::amax(s, 1);
+  at::Tensor index = at::empty({s.size(0)}, s.options().dtype(at::kLong));
+  const int64_t k = s.size(1);
+  const float* sp = s.data_ptr<float>();
+  const float* bp = best.data_ptr<float>();
+  int64_t* ip = index.data_ptr<int64_t>();
+  at::parallel_for(0, s.size(0), 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = sp + r * k;
+      int64_t j = 0;
+      while (j < k && row[j] != bp[r]) ++j;
+      ip[r] = j < k ? j : 0;
+    }
+  });
+  return {best, index};
+}
 
 int64_t ChunkRows(int64_t workspace_bytes, int64_t k) {
   return std::max<int64_t>(1, workspace_bytes / (std::max<int64_t>(k, 1) * 4));
@@ -31,13 +59,13 @@ Status ValidateSearchOptions(const SearchOptions& options, const at::Tensor& row
 double AccumulateNearest(const at::Tensor& rows, const at::Tensor& centroids,
                          const SearchOptions& options, at::Tensor& sums, at::Tensor& counts) {
   const int64_t n = rows.size(0), k = centroids.size(0);
-  const int64_t step = ChunkRows(options.workspace_bytes, k);
+  const int64_t step = StepRows(options, rows, k);
   at::Tensor centroids_t =
       options.bf16 ? centroids.to(at::kBFloat16).t() : centroids.t();
   at::Tensor objective = at::zeros({}, rows.options().dtype(at::kDouble));
   for (int64_t b = 0; b < n; b += step) {
     at::Tensor chunk = rows.narrow(0, b, std::min(step, n - b));
-    auto [best, index] = at::max(Scores(chunk, centroids_t, options.bf16), 1);
+    auto [best, index] = RowMax(Scores(chunk, centroids_t, options.bf16));
     objective += best.sum(at::kDouble);
     sums.index_add_(0, index, chunk.to(sums.scalar_type()));
     counts.index_add_(0, index, at::ones({chunk.size(0)}, counts.options()));
@@ -49,7 +77,7 @@ Status SearchTopL(const at::Tensor& rows, const at::Tensor& centroids, int l,
                   const SearchOptions& options,
                   const std::function<Status(int64_t, const at::Tensor&, const at::Tensor&)>& sink) {
   const int64_t n = rows.size(0), k = centroids.size(0);
-  const int64_t step = ChunkRows(options.workspace_bytes, k);
+  const int64_t step = StepRows(options, rows, k);
   at::Tensor centroids_t =
       options.bf16 ? centroids.to(at::kBFloat16).t() : centroids.t();
   for (int64_t b = 0; b < n; b += step) {
