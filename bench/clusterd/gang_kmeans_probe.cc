@@ -7,8 +7,9 @@
 //       machine's sgemm ceiling for that shape (median seconds per GEMM, GFLOP/s).
 //   gang_kmeans_probe nearest-splits --rows R --d D --k K --threads T [--seconds S]
 //       The steps of one chunk of the engine's k-means search, timed one by one (the GEMM,
-//       the row max, the objective, the float64 sums and the counts), to see where an
-//       iteration's time goes beyond the GEMM.
+//       the row max, the objective, the float64 sums and the counts; and ATen's at::max, which
+//       the row max replaced on the CPU), to see where an iteration's time goes beyond the
+//       GEMM.
 //   gang_kmeans_probe faiss-kmeans --features F.npy --k K --niter N --threads T
 //       [--max-points-per-centroid M] [--seed S]
 //       clusterd's FAISS k-means (clusterd/kmeans.h) on the same rows, sample and k as
@@ -62,13 +63,13 @@ double TimeMedian(double budget, const std::function<void()>& fn) {
   return Median(t);
 }
 
-// The chunk rows the engine's search uses for k centroids (worker/cluster/nearest.h), unless
-// --rows says otherwise.
+// The chunk rows the engine's search uses on the CPU for k centroids
+// (worker/cluster/nearest.h), unless --rows says otherwise.
 int64_t ChunkRowsOf(const ShapeArgs& a) {
+  namespace cluster = mlcd::worker::cluster;
   if (a.rows > 0) return a.rows;
-  const int64_t workspace =
-      a.workspace_mb > 0 ? a.workspace_mb << 20 : mlcd::worker::cluster::kDefaultWorkspaceBytes;
-  return mlcd::worker::cluster::ChunkRows(workspace, a.k);
+  const int64_t workspace = a.workspace_mb > 0 ? a.workspace_mb << 20 : cluster::kDefaultWorkspaceBytes;
+  return cluster::ChunkRows(std::min(workspace, cluster::kCpuScoreBlockBytes), a.k);
 }
 
 void SetThreads(int threads) {
@@ -109,16 +110,16 @@ int RunNearestSplits(ShapeArgs a) {
     steps[name] = TimeMedian(a.seconds / 6, fn);
   };
   step("mm", [&] { scores = at::mm(chunk, centroids_t); });
-  step("max", [&] { std::tie(best, index) = at::max(scores, 1); });
-  step("argmax", [&] { index = at::argmax(scores, 1); });
-  step("amax", [&] { best = at::amax(scores, 1); });
+  step("row_max", [&] { std::tie(best, index) = mlcd::worker::cluster::RowMax(scores); });
+  step("aten_max", [&] { (void)at::max(scores, 1); });
   step("objective", [&] { (void)best.sum(at::kDouble); });
   step("rows_to_double", [&] { (void)chunk.to(at::kDouble); });
   at::Tensor chunk_d = chunk.to(at::kDouble);
   step("sums_index_add", [&] { sums.index_add_(0, index, chunk_d); });
   step("counts_index_add", [&] { counts.index_add_(0, index, at::ones({a.rows}, counts.options())); });
   double total = 0;
-  for (const auto& [name, v] : steps.items()) total += v.get<double>();
+  for (const auto& [name, v] : steps.items())
+    if (name != "aten_max") total += v.get<double>();  // not one of the engine's steps
   nlohmann::json j = {{"rows", a.rows}, {"d", a.d}, {"k", a.k}, {"threads", a.threads},
                       {"seconds", steps}, {"seconds_total", total}};
   std::printf("%s\n", j.dump().c_str());
