@@ -105,13 +105,16 @@ def main():
     ap.add_argument("--workspace-mb", type=int, default=0,
                     help="the engine's --workspace-mb (default: the engine's own default)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds (medians)")
-    ap.add_argument("--sgemm-seconds", type=float, default=3.0, help="per sgemm measurement")
+    ap.add_argument("--sgemm-seconds", type=float, default=None,
+                    help="per sgemm measurement (default 3, 1 with --small)")
     ap.add_argument("--tmp", default=tempfile.gettempdir(), help="where the features go")
     ap.add_argument("--out", default=os.path.join(root, "bench", "results",
                                                   "gang_kmeans_cpu.json"))
     args = ap.parse_args()
     if args.small:
         args.rows, args.k = 200_000, 1024
+    if args.sgemm_seconds is None:
+        args.sgemm_seconds = 1.0 if args.small else 3.0
     if args.repeats < 1:
         sys.exit("error: --repeats must be >= 1")
     bindir = os.path.join(args.build_dir, "bin")
@@ -213,6 +216,7 @@ def summarise(args, rounds):
                    "max_points_per_centroid": args.max_points_per_centroid,
                    "train_rows": train_rows, "repeats": args.repeats, "small": args.small,
                    "workspace_mb": args.workspace_mb or None,
+                   "sgemm_seconds": args.sgemm_seconds,
                    "sgemm_shape": [shape["rows"], shape["d"], shape["k"]],
                    "blas": "system OpenBLAS (libblas.so.3, openblas-pthread) via at::mm"},
         "sgemm_gflops_1t": s1, "sgemm_gflops_2t": s2, "sgemm_ceiling_ratio": s2 / s1,
