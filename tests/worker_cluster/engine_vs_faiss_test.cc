@@ -126,10 +126,10 @@ TEST(GangEngineVsFaiss, SampleOfExactlyKRowsIsCopied) {
 
 TEST(NearestSearch, EqualScoresGoToTheFirstCentroidAsInFaissAcrossCpuBlocks) {
   // Coordinates are multiples of 1/4 in [-1, 1], so every inner product is exact in float32
-  // and equal scores are frequent. 40000 rows x 64 centroids is 10 MiB of scores: more than
+  // and equal scores are frequent. 40000 rows x 100 centroids is 15 MiB of scores: more than
   // one CPU score block (kCpuScoreBlockBytes) under the default workspace. Expected by hand:
   // each row goes to the first centroid of largest inner product (FAISS's top-1 rule).
-  const int64_t n = 40000, k = 64, d = 4;
+  const int64_t n = 40000, k = 100, d = 4;  // k: a whole scan block of RowMax and a tail
   ASSERT_GT(n * k * 4, kCpuScoreBlockBytes);
   at::manual_seed(3);
   at::Tensor rows = at::randint(-4, 5, {n, d}).to(at::kFloat) / 4;

@@ -20,6 +20,22 @@ int64_t StepRows(const SearchOptions& options, const at::Tensor& rows, int64_t k
   return rows.is_cuda() ? step : std::min(step, ChunkRows(kCpuScoreBlockBytes, k));
 }
 
+// First j with row[j] == value, or 0 when there is none (value NaN). Whole blocks of
+// kScanBlock are tested with a branch-free OR (vectorised), then the block that holds the value
+// is scanned: a plain early-exit scan ran at ~2.5 cycles a column, as long as the GEMM's
+// writes at d = 128.
+constexpr int64_t kScanBlock = 64;
+int64_t FirstEqual(const float* row, int64_t k, float value) {
+  int64_t j = 0;
+  for (; j + kScanBlock <= k; j += kScanBlock) {
+    int hit = 0;
+    for (int64_t t = 0; t < kScanBlock; ++t) hit |= row[j + t] == value;
+    if (hit) break;
+  }
+  while (j < k && row[j] != value) ++j;
+  return j < k ? j : 0;
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> RowMax(const at::Tensor& scores) {
@@ -32,12 +48,7 @@ std::tuple<at::Tensor, at::Tensor> RowMax(const at::Tensor& scores) {
   const float* bp = best.data_ptr<float>();
   int64_t* ip = index.data_ptr<int64_t>();
   at::parallel_for(0, s.size(0), 64, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* row = sp + r * k;
-      int64_t j = 0;
-      while (j < k && row[j] != bp[r]) ++j;
-      ip[r] = j < k ? j : 0;
-    }
+    for (int64_t r = begin; r < end; ++r) ip[r] = FirstEqual(sp + r * k, k, bp[r]);
   });
   return {best, index};
 }
