@@ -33,6 +33,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -127,6 +128,8 @@ def main():
         env.pop(var, None)
     run = Runner(env)
     machine = cpu_summary()
+    # SIGTERM unwinds like Ctrl-C: subprocess.run kills the running child, the folder goes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = tempfile.mkdtemp(prefix="mlcd-gang-kmeans-bench-", dir=args.tmp)
     try:
         result = measure(args, bindir, work, run)
