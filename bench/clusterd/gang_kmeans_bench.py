@@ -24,8 +24,8 @@ Prints the figures and writes JSON (default bench/results/gang_kmeans_cpu.json).
 
   bench/clusterd/gang_kmeans_bench.py [--small] [--repeats 3] [--build-dir build]
 
-Default size 2M x 128 -> k = 4096, 4 iterations (a few minutes on 2 cores); --small is
-200k x 128 -> 1024 (under a minute).
+Default size 2M x 128 -> k = 4096, 4 iterations (about 12 minutes on 2 cores); --small is
+200k x 128 -> 1024, 3 iterations (under a minute).
 """
 import argparse
 import json
@@ -101,21 +101,23 @@ def main():
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--centres", type=int, default=0,
                     help="mixture components (default 2 * k)")
-    ap.add_argument("--niter", type=int, default=4)
+    ap.add_argument("--niter", type=int, default=None, help="default 4, 3 with --small")
     ap.add_argument("--max-points-per-centroid", type=int, default=256)
     ap.add_argument("--workspace-mb", type=int, default=0,
                     help="the engine's --workspace-mb (default: the engine's own default)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds (medians)")
     ap.add_argument("--sgemm-seconds", type=float, default=None,
-                    help="per sgemm measurement (default 3, 1 with --small)")
+                    help="per sgemm measurement (default 3, 0.5 with --small)")
     ap.add_argument("--tmp", default=tempfile.gettempdir(), help="where the features go")
     ap.add_argument("--out", default=os.path.join(root, "bench", "results",
                                                   "gang_kmeans_cpu.json"))
     args = ap.parse_args()
     if args.small:
         args.rows, args.k = 200_000, 1024
+    if args.niter is None:
+        args.niter = 3 if args.small else 4
     if args.sgemm_seconds is None:
-        args.sgemm_seconds = 1.0 if args.small else 3.0
+        args.sgemm_seconds = 0.5 if args.small else 3.0
     if args.repeats < 1:
         sys.exit("error: --repeats must be >= 1")
     bindir = os.path.join(args.build_dir, "bin")
