@@ -24,7 +24,7 @@ Prints the figures and writes JSON (default bench/results/gang_kmeans_cpu.json).
 
   bench/clusterd/gang_kmeans_bench.py [--small] [--repeats 3] [--build-dir build]
 
-Default size 2M x 128 -> k = 4096, 4 iterations (about 12 minutes on 2 cores); --small is
+Default size 2M x 128 -> k = 4096, 4 iterations (12-14 minutes on 2 cores); --small is
 200k x 128 -> 1024, 3 iterations (under a minute).
 """
 import argparse
