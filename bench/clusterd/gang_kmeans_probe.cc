@@ -16,7 +16,8 @@
 //       `mlcd-worker cluster-gang`: seconds at the end of every iteration.
 //
 // Like the services, the probe picks OPENBLAS_CORETYPE at start-up (common/blas_env.h) so
-// every configuration runs the same BLAS kernels.
+// every configuration runs the same BLAS kernels, and keeps freed memory for reuse
+// (common/malloc_env.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -31,6 +32,7 @@
 
 #include "clusterd/kmeans.h"
 #include "common/blas_env.h"
+#include "common/malloc_env.h"
 #include "worker/cluster/nearest.h"
 
 namespace {
@@ -173,6 +175,7 @@ void AddShapeOptions(CLI::App* app, ShapeArgs* a) {
 
 int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
+  mlcd::KeepFreedMemoryForReuse();  // as mlcd-worker and mlcd-clusterd (common/malloc_env.h)
   CLI::App app{"probes of the gang k-means CPU benchmark", "gang_kmeans_probe"};
   app.require_subcommand(1);
   ShapeArgs sgemm, splits;
