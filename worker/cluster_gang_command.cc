@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/blas_env.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/npy.h"
@@ -132,6 +133,7 @@ std::string StatsJson(const cluster::GangKMeansResult& km, int world, int64_t d,
 Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, int rank,
                int world) {
   at::set_num_threads(a.threads);
+  SetBlasThreads(a.threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
   MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm,
                         ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "cluster-gang"));
   const int64_t b = cluster::EvenSplitBegin(features.rows(), world, rank);

@@ -16,6 +16,7 @@
 #include "worker/cluster/feature_rows.h"
 #include "worker/cluster/gang_assign.h"
 #include "worker/cluster/gang_kmeans.h"
+#include "worker/cluster/nearest.h"
 
 namespace mlcd::worker::cluster {
 namespace {
@@ -121,6 +122,54 @@ TEST(GangEngineVsFaiss, EveryRowTrainsAndEmptyClustersSplit) {
 
 TEST(GangEngineVsFaiss, SampleOfExactlyKRowsIsCopied) {
   CompareWithFaiss({300, 8, 4, 300, 5, 256, 2});
+}
+
+TEST(NearestSearch, EqualScoresGoToTheFirstCentroidAsInFaissAcrossCpuBlocks) {
+  // Coordinates are multiples of 1/4 in [-1, 1], so every inner product is exact in float32
+  // and equal scores are frequent. 40000 rows x 100 centroids is 15 MiB of scores: more than
+  // one CPU score block (kCpuScoreBlockBytes) under the default workspace. Expected by hand:
+  // each row goes to the first centroid of largest inner product (FAISS's top-1 rule).
+  const int64_t n = 40000, k = 100, d = 4;  // k: a whole scan block of RowMax and a tail
+  ASSERT_GT(n * k * 4, kCpuScoreBlockBytes);
+  at::manual_seed(3);
+  at::Tensor rows = at::randint(-4, 5, {n, d}).to(at::kFloat) / 4;
+  at::Tensor centroids = at::randint(-4, 5, {k, d}).to(at::kFloat) / 4;
+  at::Tensor sums = at::zeros({k, d}, at::kDouble);
+  at::Tensor counts = at::zeros({k}, at::kDouble);
+  const double objective = AccumulateNearest(rows, centroids, SearchOptions{}, sums, counts);
+
+  std::vector<double> want_sums(k * d, 0.0), want_counts(k, 0.0);
+  double want_objective = 0;
+  auto r_acc = rows.accessor<float, 2>();
+  auto c_acc = centroids.accessor<float, 2>();
+  int64_t ties = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t best = 0;
+    double best_ip = -1e30;
+    int equal = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      double ip = 0;
+      for (int64_t t = 0; t < d; ++t) ip += double{r_acc[i][t]} * c_acc[j][t];
+      if (ip > best_ip) {
+        best_ip = ip;
+        best = j;
+        equal = 1;
+      } else if (ip == best_ip) {
+        ++equal;
+      }
+    }
+    ties += equal > 1;
+    want_objective += best_ip;
+    want_counts[best] += 1;
+    for (int64_t t = 0; t < d; ++t) want_sums[best * d + t] += r_acc[i][t];
+  }
+  ASSERT_GT(ties, n / 10) << "the case should be full of equal scores";
+  EXPECT_EQ(objective, want_objective);
+  for (int64_t j = 0; j < k; ++j) {
+    ASSERT_EQ(counts[j].item<double>(), want_counts[j]) << "centroid " << j;
+    for (int64_t t = 0; t < d; ++t)
+      ASSERT_EQ(sums[j][t].item<double>(), want_sums[j * d + t]) << "centroid " << j;
+  }
 }
 
 }  // namespace
