@@ -56,19 +56,17 @@ Status PlanGangFeatures(int k, const DataRoots* roots, v1::RoundStatus* round) {
   int64_t rows = 0, d = -1;
   std::string first;
   round->clear_feature_paths();
-  for (const NpyShardRows& shard : shards) {
-    MLCD_ASSIGN_OR_RETURN(MappedNpy map, MappedNpy::Open(shard.path, roots));
-    MLCD_RETURN_IF_ERROR(map.Expect2d({NpyDtype::kFloat32, NpyDtype::kFloat16}));
+  for (const NpyShardRows& shard : shards) {  // each opened and checked 2-d float by the listing
     if (d < 0) {
-      d = map.cols();
+      d = shard.cols;
       first = shard.path;
-    } else if (map.cols() != d) {
+    } else if (shard.cols != d) {
       return Status::InvalidArgument(
           "feature dimensions differ: " + first + " has d = " + std::to_string(d) + ", " +
-          shard.path + " has d = " + std::to_string(map.cols()) +
+          shard.path + " has d = " + std::to_string(shard.cols) +
           "; every feature file of a round must have the same dimension");
     }
-    rows += map.rows();
+    rows += shard.rows;
     round->add_feature_paths(shard.path);
   }
   if (k > rows) {

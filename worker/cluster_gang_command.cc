@@ -65,14 +65,6 @@ struct ClusterGangArgs {
   bool bf16 = false;
 };
 
-nlohmann::json MessageJson(const google::protobuf::Message& message) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &text, options);
-  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-}
-
 // One rank of a job's gang, from the agent's assignment file.
 int RunAssignment(const ClusterGangArgs& a) {
   cli::JsonLines progress;
@@ -93,11 +85,11 @@ int RunAssignment(const ClusterGangArgs& a) {
   nlohmann::json finished = {{"event", "finished"}};
   if (assignment->kind() == v1::ASSIGNMENT_KIND_CLUSTER) {
     if (assignment->rank() == 0) {
-      finished["cluster"] = MessageJson(result->cluster);
+      finished["cluster"] = cli::MessageToJsonObject(result->cluster);
       finished["outputs"] = {result->cluster.centroids_path()};
     }
   } else {
-    finished["assign"] = MessageJson(result->assign);
+    finished["assign"] = cli::MessageToJsonObject(result->assign);
   }
   progress.Write(finished);
   return 0;

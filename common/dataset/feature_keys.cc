@@ -55,7 +55,7 @@ StatusOr<std::vector<NpyShardRows>> ListNpyShardRows(const std::vector<std::stri
   for (const auto& f : files) {
     MLCD_ASSIGN_OR_RETURN(MappedNpy npy, MappedNpy::Open(f, roots));
     MLCD_RETURN_IF_ERROR(npy.Expect2d({NpyDtype::kFloat16, NpyDtype::kFloat32}));
-    out.push_back({f, npy.rows()});
+    out.push_back({f, npy.rows(), npy.cols()});
   }
   if (out.empty()) return Status::InvalidArgument("no .npy feature shards in the given paths");
   return out;

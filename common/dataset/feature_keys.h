@@ -22,6 +22,7 @@ namespace mlcd {
 struct NpyShardRows {
   std::string path;
   int64_t rows = 0;
+  int64_t cols = 0;  // the feature dimension d
 };
 // With `roots`, a symbolic link in a listed directory must resolve under them
 // (PERMISSION_DENIED otherwise; common/data_roots.h), and every shard is opened confined to

@@ -92,7 +92,16 @@ std::vector<pid_t> ClusterGangProcesses(const std::string& needle) {
   return pids;
 }
 
-class GangClusteringTest : public TwoWorkerClusterTest {};
+class GangClusteringTest : public TwoWorkerClusterTest {
+ protected:
+  // The job once it ended, with its history.
+  StatusOr<v1::Job> Ended(const std::string& id, seconds timeout) {
+    auto job = cluster_->WaitForJob(
+        id, [](const v1::Job& j) { return IsTerminal(j.state()); }, timeout);
+    if (!job.ok()) return job.status();
+    return cluster_->Get(id, true);
+  }
+};
 
 // Round 0 on .npy features, round 1 on the model's own extracted features, both clustered and
 // labelled by the workers; round 0's labels equal one process's.
@@ -105,11 +114,8 @@ TEST_F(GangClusteringTest, JobOnTheGangEngineSucceedsOverBothRounds) {
   spec.clustering_fields = "engine: gang, seed: 5";
   auto submitted = cluster_->Submit(spec.Yaml(), "gang-e2e");
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
-  auto job = cluster_->WaitForJob(
-      submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(300));
+  auto job = Ended(submitted->id(), seconds(300));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
-  job = cluster_->Get(submitted->id(), true);
-  ASSERT_TRUE(job.ok());
   ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
   EXPECT_EQ(job->restarts(), 0);
   EXPECT_EQ(GangKinds(*job),
@@ -179,11 +185,8 @@ TEST_F(GangClusteringTest, RankKilledMidKMeansResumesFromTheCheckpoint) {
   ASSERT_EQ(victims.size(), 1u);
   ASSERT_EQ(::kill(victims[0], SIGKILL), 0);
 
-  auto job = cluster_->WaitForJob(
-      submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(300));
+  auto job = Ended(submitted->id(), seconds(300));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
-  job = cluster_->Get(submitted->id(), true);
-  ASSERT_TRUE(job.ok());
   ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
   EXPECT_EQ(job->restarts(), 1);
   const std::vector<v1::AssignmentKind> kinds = GangKinds(*job);
@@ -246,8 +249,7 @@ TEST_F(GangClusteringTest, RefusalsNameTheNumbers) {
        std::vector<std::pair<std::string, std::string>>{
            {mixed->id(), "feature dimensions differ: " + a + " has d = 16, " + b + " has d = 8"},
            {few->id(), "clustering.k = 120 > the 100 feature rows"}}) {
-    auto job = cluster_->WaitForJob(
-        id, [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(60));
+    auto job = Ended(id, seconds(60));
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
     EXPECT_NE(job->message().find(expected), std::string::npos) << job->message();

@@ -88,12 +88,8 @@ StatusOr<RankContext> Prepare(const v1::Assignment& a, const GangPhaseOptions& o
   if (paths.empty())
     return Status::InvalidArgument("the assignment names no feature shards (feature_paths)");
   const auto t0 = Clock::now();
+  // k against the rows: the coordinator's plan step (and ValidateGangKMeansParams).
   MLCD_ASSIGN_OR_RETURN(c.features, FeatureRows::Open(paths));
-  if (cl.k() > c.features.rows()) {
-    return Status::InvalidArgument("clustering.k = " + std::to_string(cl.k()) + " > the " +
-                                   std::to_string(c.features.rows()) +
-                                   " feature rows; k-means needs at least k rows");
-  }
   MLCD_ASSIGN_OR_RETURN(c.device, ResolveDevice(o.device, a.rank()));
   c.search.bf16 = c.device.is_cuda() && a.spec().training().precision() ==
                                             PrecisionName(Precision::kBf16);
@@ -226,7 +222,6 @@ StatusOr<GangPhaseResult> RunAssignLabels(RankContext& c, const GangPhaseOptions
   ap.l = l;
   ap.search = c.search;
   auto last = Clock::now();
-  double search_seconds = 0;
   MLCD_ASSIGN_OR_RETURN(
       GangAssignStats stats,
       AssignGangTopL(c.rows, c.begin, cents, ap, *c.comm,
@@ -248,7 +243,6 @@ StatusOr<GangPhaseResult> RunAssignLabels(RankContext& c, const GangPhaseOptions
                        }
                        return Status::Ok();
                      }));
-  search_seconds = stats.seconds;
   MLCD_RETURN_IF_ERROR(writer->Finish().status().WithContext("writing " + a.label_set()));
   GangPhaseResult out;
   v1::AssignResult& r = out.assign;
@@ -259,7 +253,7 @@ StatusOr<GangPhaseResult> RunAssignLabels(RankContext& c, const GangPhaseOptions
   r.set_approx_recall(1);
   r.set_method(v1::SEARCH_METHOD_EXACT);
   *r.mutable_sizes() = SummarizeSizes(stats.top1_sizes);
-  r.set_search_seconds(search_seconds);
+  r.set_search_seconds(stats.seconds);
   // Every rank's quality numbers come from the same reduced tables.
   int64_t local_has = classes.empty() ? 0 : 1;
   at::Tensor has = at::full({1}, local_has, at::kLong);
