@@ -36,6 +36,7 @@
 #include "worker/cluster/gang_kmeans.h"
 #include "worker/cluster/gang_layout.h"
 #include "worker/cluster/gang_phase.h"
+#include "worker/cluster/rank_memory.h"
 #include "worker/agent/assignment_paths.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
@@ -131,6 +132,15 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   const int64_t b = cluster::EvenSplitBegin(features.rows(), world, rank);
   const int64_t e = cluster::EvenSplitBegin(features.rows(), world, rank + 1);
   MLCD_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(a.device, rank));
+  cluster::RankMemoryPlan plan;
+  plan.total_rows = features.rows();
+  plan.world = world;
+  plan.d = features.d();
+  plan.k = a.k;
+  plan.max_points_per_centroid = a.max_points_per_centroid;
+  plan.search.workspace_bytes = a.workspace_mb << 20;
+  plan.search.bf16 = a.bf16;
+  MLCD_RETURN_IF_ERROR(cluster::CheckRankMemory(plan, device));
   at::Tensor rows = features.Read(b, e, device);
 
   cluster::GangKMeansParams p;
@@ -138,8 +148,7 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   p.niter = a.niter;
   p.seed = a.seed;
   p.max_points_per_centroid = a.max_points_per_centroid;
-  p.search.workspace_bytes = a.workspace_mb << 20;
-  p.search.bf16 = a.bf16;
+  p.search = plan.search;
   p.checkpoint_path = a.checkpoint;
   p.checkpoint_every = a.checkpoint_every;
   cluster::GangKMeansCallbacks cb;

@@ -1,7 +1,8 @@
 // FAISS's rules as the gang engine replays them: the initial rows equal the head of
 // faiss::rand_perm, empty clusters are split as FAISS's split_clusters does (worked by hand on
 // a small case), the centroid checkpoint round-trips and refuses another run's file, and the
-// feature reader refuses files of differing dimensions.
+// feature reader refuses files of differing dimensions; a rank's memory estimate, worked by
+// hand, and the refusal it gives.
 #include <ATen/ATen.h>
 #include <faiss/utils/random.h>
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include "worker/cluster/centroid_checkpoint.h"
 #include "worker/cluster/feature_rows.h"
 #include "worker/cluster/init_rule.h"
+#include "worker/cluster/rank_memory.h"
 #include "worker/cluster/split_rule.h"
 
 namespace mlcd::worker::cluster {
@@ -130,6 +132,69 @@ TEST(FeatureRows, RefusesDifferingDimensionsAndReadsAcrossShards) {
   at::Tensor want = at::tensor(std::vector<float>{9, 10, 11, 12, -1, -2, -3, -4}).view({2, 4});
   want = want / want.norm(2, {1}, true);
   EXPECT_TRUE(at::allclose(rows, want, 1e-6, 1e-7));
+}
+
+TEST(SplitRule, ChainedSplitsEqualOneRowAtATime) {
+  // Splits applied in order where a source is split twice and a cluster made by one split is
+  // the source of a later one: the host-gathered application equals the rows updated one split
+  // at a time with tensor ops, bit for bit.
+  const std::vector<ClusterSplit> splits = {{0, 5}, {2, 5}, {3, 0}, {6, 3}};
+  at::Tensor means = at::randn({8, 7}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor expect = means.clone();
+  const float up = 1 + 1 / 1024.f, down = 1 - 1 / 1024.f;
+  at::Tensor grow = at::tensor(std::vector<float>{up, down, up, down, up, down, up});
+  at::Tensor shrink = at::tensor(std::vector<float>{down, up, down, up, down, up, down});
+  for (const ClusterSplit& s : splits) {
+    expect[s.empty].copy_(expect[s.source] * grow);
+    expect[s.source].mul_(shrink);
+  }
+  ApplySplits(splits, means);
+  EXPECT_TRUE(means.equal(expect));
+}
+
+TEST(RankMemory, EstimateWorkedByHand) {
+  RankMemoryPlan p;
+  p.total_rows = 1000;
+  p.world = 3;
+  p.d = 16;
+  p.k = 10;
+  p.max_points_per_centroid = 40;  // sample 400 < 1000 rows: each rank copies its share
+  p.search.workspace_bytes = 400;  // 10 rows of 10 scores x 4 bytes
+  const RankMemoryNeed cpu = EstimateRankMemory(p, at::Device(at::kCPU));
+  EXPECT_EQ(cpu.rows, 334 * 16 * 4);
+  EXPECT_EQ(cpu.sample, 134 * 16 * 4);
+  EXPECT_EQ(cpu.centroids, 2 * 10 * 16 * 4 + (160 + 10 + 1) * 8);
+  EXPECT_EQ(cpu.chunk, 400 + 10 * 16 * 8);  // the scores and the chunk widened to float64
+  p.search.bf16 = true;
+  const RankMemoryNeed gpu = EstimateRankMemory(p, at::Device(at::kCUDA, 0));
+  EXPECT_EQ(gpu.centroids, 2 * 10 * 16 * 4 + (160 + 10 + 1) * 4 + 10 * 16 * 2);
+  EXPECT_EQ(gpu.chunk, 400 + 10 * 16 * 2);  // the scores and the chunk's bf16 rows
+  p.max_points_per_centroid = 100;  // the sample is every row: no copy
+  EXPECT_EQ(EstimateRankMemory(p, at::Device(at::kCPU)).sample, 0);
+}
+
+TEST(RankMemory, RefusalNamesTheBytesAndTheWorldSizeThatFits) {
+  RankMemoryPlan p;
+  p.total_rows = 1 << 20;
+  p.world = 2;
+  p.d = 256;
+  p.k = 1000;
+  p.max_points_per_centroid = 2000;  // the sample is every row
+  p.search.workspace_bytes = 4 << 20;
+  const RankMemoryNeed need = EstimateRankMemory(p, at::Device(at::kCPU));
+  ASSERT_EQ(need.rows, int64_t{512} << 20);
+  EXPECT_TRUE(CheckNeedFits(p, need, need.Total(), "this host").ok());
+  EXPECT_TRUE(CheckNeedFits(p, need, -1, "this host").ok());  // unknown: let it pass
+  // 300 MiB free beside the fixed part: 1 GiB of rows needs 4 ranks.
+  const int64_t fixed = need.centroids + need.chunk;
+  Status s = CheckNeedFits(p, need, fixed + (300 << 20), "this host");
+  ASSERT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("for each of 2 ranks (rows 512.0 MiB = 524288 x d 256"),
+            std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("a world size of 4 would fit"), std::string::npos) << s.message();
+  s = CheckNeedFits(p, need, fixed / 2, "cuda:0");
+  EXPECT_NE(s.message().find("cuda:0 has"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no world size fits"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -5,13 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 
 #include "clients/labelstore_client.h"
 #include "common/blas_env.h"
 #include "common/enums.h"
 #include "common/file_util.h"
-#include "common/format.h"
 #include "common/log.h"
 #include "common/npy.h"
 #include "worker/cluster/feature_rows.h"
@@ -19,6 +17,7 @@
 #include "worker/cluster/gang_kmeans.h"
 #include "worker/cluster/gang_layout.h"
 #include "worker/cluster/gang_quality.h"
+#include "worker/cluster/rank_memory.h"
 #include "worker/loss/collectives.h"
 #include "worker/train/train_step.h"
 
@@ -29,44 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The host's MemAvailable in bytes, or -1 when /proc/meminfo cannot be read.
-int64_t HostBytesAvailable() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return -1;
-}
-
-// One rank's memory on its device for `rows` of dimension d against k centroids: the rows, at
-// most as many sample rows, the centroids, the accumulator and one search chunk.
-Status CheckRankMemory(int64_t total_rows, int world, int64_t d, int64_t k,
-                       const SearchOptions& search, const at::Device& device) {
-  if (!device.is_cpu()) return Status::Ok();  // a CUDA allocation failure names its bytes
-  const int64_t available = HostBytesAvailable();
-  if (available < 0) return Status::Ok();
-  const int64_t per_rank_rows = (total_rows + world - 1) / world;
-  const int64_t row_bytes = 2 * per_rank_rows * d * 4;  // the rows and the sample's copy
-  const int64_t fixed = k * d * 4 + k * (d + 1) * 8 + search.workspace_bytes;
-  if (row_bytes + fixed <= available) return Status::Ok();
-  std::string fit = "no world size fits: the centroids and workspace alone need " +
-                    FormatBytes(fixed);
-  if (fixed < available) {
-    const int64_t per_world = (2 * total_rows * d * 4 + (available - fixed) - 1) / (available - fixed);
-    fit = "a world size of " + std::to_string(per_world) + " would fit";
-  }
-  return Status::ResourceExhausted(
-      "the gang's clustering needs " + FormatBytes(row_bytes + fixed) + " on each of " +
-      std::to_string(world) + " ranks (" + std::to_string(per_rank_rows) + " rows x d " +
-      std::to_string(d) + ", twice; k " + std::to_string(k) + " centroids and accumulators; " +
-      FormatBytes(search.workspace_bytes) + " search workspace) but this host has " +
-      FormatBytes(available) + " available; " + fit +
-      " (training.world_size), or lower clustering.k");
 }
 
 struct RankContext {
@@ -94,8 +55,14 @@ StatusOr<RankContext> Prepare(const v1::Assignment& a, const GangPhaseOptions& o
   c.search.bf16 = c.device.is_cuda() && a.spec().training().precision() ==
                                             PrecisionName(Precision::kBf16);
   const int world = std::max(1, a.world_size());
-  MLCD_RETURN_IF_ERROR(
-      CheckRankMemory(c.features.rows(), world, c.features.d(), cl.k(), c.search, c.device));
+  RankMemoryPlan plan;
+  plan.total_rows = c.features.rows();
+  plan.world = world;
+  plan.d = c.features.d();
+  plan.k = cl.k();
+  plan.max_points_per_centroid = cl.max_points_per_centroid();
+  plan.search = c.search;
+  MLCD_RETURN_IF_ERROR(CheckRankMemory(plan, c.device));
   CollectivesOptions co;
   co.rank = a.rank();
   co.world_size = world;

@@ -8,9 +8,14 @@
 namespace mlcd::worker::cluster {
 namespace {
 
+// The chunk's scores: float32, or with bf16 the GEMM's bfloat16 output as it is. The row
+// maximum and the top-l are taken on the bfloat16 block and only their values widened (exact
+// and order-preserving, so the picks are those of the widened block): widening the whole
+// block first tripled the memory traffic of a k-means iteration on an H200
+// (bench/RESULTS.md, "Gang k-means on the GPU").
 at::Tensor Scores(const at::Tensor& chunk, const at::Tensor& centroids_t, bool bf16) {
   if (!bf16) return at::mm(chunk, centroids_t);
-  return at::mm(chunk.to(at::kBFloat16), centroids_t).to(at::kFloat);
+  return at::mm(chunk.to(at::kBFloat16), centroids_t);
 }
 
 // Rows per chunk on the rows' device: the workspace's, and on the CPU no more than a cache-sized
@@ -77,7 +82,7 @@ double AccumulateNearest(const at::Tensor& rows, const at::Tensor& centroids,
   for (int64_t b = 0; b < n; b += step) {
     at::Tensor chunk = rows.narrow(0, b, std::min(step, n - b));
     auto [best, index] = RowMax(Scores(chunk, centroids_t, options.bf16));
-    objective += best.sum(at::kDouble);
+    objective += best.sum(at::kDouble);  // bf16 values widen exactly
     sums.index_add_(0, index, chunk.to(sums.scalar_type()));
     counts.index_add_(0, index, at::ones({chunk.size(0)}, counts.options()));
   }
@@ -95,7 +100,7 @@ Status SearchTopL(const at::Tensor& rows, const at::Tensor& centroids, int l,
     at::Tensor chunk = rows.narrow(0, b, std::min(step, n - b));
     auto [scores, labels] = at::topk(Scores(chunk, centroids_t, options.bf16), l, 1,
                                      /*largest=*/true, /*sorted=*/true);
-    MLCD_RETURN_IF_ERROR(sink(b, scores, labels));
+    MLCD_RETURN_IF_ERROR(sink(b, scores.to(at::kFloat), labels));
   }
   return Status::Ok();
 }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Issue 28's GPU checks alone, on a GPU machine with the torch wheel the pip flavour was built
+# against: the gang k-means and top-8 assignment bench (bench/gpu/cluster_gang_gpu.py) and the
+# gang's CUDA memory refusal. Binaries and libraries from bench/gpu/pack.sh in $1; results in $2.
+#   bench/gpu/run_cluster_checks.sh .devbin "$OUT" [--assign-rows N]
+set -uo pipefail
+bin=${1:-.devbin}
+out=${2:-/tmp/gpu-out}
+shift 2 || true
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$(bench/gpu/unpack.sh "$bin")
+export PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c 'import torch; print("torch", torch.__version__)'
+  lscpu | grep -E "Model name|^CPU\(s\)"; } | tee "$out/gpu.txt"
+if [ -x bench/gpu/cluster_memory_check.sh ]; then
+  echo "== gang memory refusal on CUDA"
+  timeout 120 bench/gpu/cluster_memory_check.sh "$bin" 2>&1 | tee "$out/cluster_memory_check.txt"
+fi
+echo "== gang clustering on the GPU (issue 28)"
+timeout 480 python3 bench/gpu/cluster_gang_gpu.py --worker "$bin/mlcd-worker" --out "$out" "$@" 2>&1 | tail -80
