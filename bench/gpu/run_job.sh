@@ -9,6 +9,8 @@
 #
 #   bench/gpu/run_job.sh BIN OUT           # vit-b16 at 224, bf16, batch 256, K = 10 000
 #   MLCD_GPU_JOB_SMOKE=1 bench/gpu/run_job.sh build/bin /tmp/job-out   # CPU, tiny shapes
+#   MLCD_GPU_JOB_ENGINE=gang   clustering on the worker gang (NCCL on the GPU), not clusterd
+#   MLCD_GPU_JOB_PRECISION=bf16   overrides the flavour's precision (the smoke's is fp32)
 #
 # BIN holds mlcdctl, mlcd-coordinator, mlcd-labelstore, mlcd-clusterd, mlcd-worker (the
 # pip flavour's, with CUDA) and worker_step_bench (bench/gpu/pack.sh); the machine needs
@@ -44,6 +46,9 @@ else
   bench_args=(--preset vit-b16 --device cuda)
 fi
 
+engine=${MLCD_GPU_JOB_ENGINE:-clusterd}
+precision=${MLCD_GPU_JOB_PRECISION:-$precision}
+
 stamp "making $((classes * (train_per + test_per))) JPEGs of ${width}x$height"
 "$py" "$src/bench/gpu/make_jpegs.py" --out "$work/data" --classes "$classes" \
   --train-per-class "$train_per" --test-per-class "$test_per" --width "$width" --height "$height" \
@@ -71,6 +76,7 @@ spec:
     index: $work/data/train.idx
     loader_threads: $loaders
   clustering:
+    engine: $engine
     features: {kind: model}
     k: $k
     l: 8
