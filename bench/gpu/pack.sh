@@ -9,6 +9,7 @@
 # A binary missing from the pip-flavour build that needs no torch (the services, mlcdctl) is
 # taken from the Debian build (MLCD_PACK_FALLBACK, default build): it is the same code.
 set -euo pipefail
+shopt -s nullglob  # a pack with no worker_* test binaries
 build=${1:-build-torch2}
 out=${2:-.devbin}
 fallback=${MLCD_PACK_FALLBACK:-build}
