@@ -127,8 +127,6 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
                int world) {
   at::set_num_threads(a.threads);
   SetBlasThreads(a.threads);  // OpenBLAS keeps its own pool (common/blas_env.h)
-  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm,
-                        ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "cluster-gang"));
   const int64_t b = cluster::EvenSplitBegin(features.rows(), world, rank);
   const int64_t e = cluster::EvenSplitBegin(features.rows(), world, rank + 1);
   MLCD_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(a.device, rank));
@@ -141,6 +139,11 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   plan.search.workspace_bytes = a.workspace_mb << 20;
   plan.search.bf16 = a.bf16;
   MLCD_RETURN_IF_ERROR(cluster::CheckRankMemory(plan, device));
+  // Gloo cannot move CUDA tensors: ranks on CUDA devices (cuda:rank with --device auto) meet
+  // over NCCL.
+  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm,
+                        ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds,
+                                         "cluster-gang", device.is_cuda()));
   at::Tensor rows = features.Read(b, e, device);
 
   cluster::GangKMeansParams p;

@@ -64,7 +64,8 @@ int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn&
 StatusOr<std::unique_ptr<Collectives>> ConnectLocalRank(int rank, int world_size,
                                                         const std::string& rendezvous,
                                                         double timeout_seconds,
-                                                        const std::string& store_prefix) {
+                                                        const std::string& store_prefix,
+                                                        bool cuda) {
   if (world_size == 1) return Collectives::Local();
   CollectivesOptions co;
   co.rank = rank;
@@ -72,6 +73,7 @@ StatusOr<std::unique_ptr<Collectives>> ConnectLocalRank(int rank, int world_size
   co.rendezvous = rendezvous;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
   co.store_prefix = store_prefix;
+  co.cuda = cuda;
   return Collectives::Create(co);
 }
 

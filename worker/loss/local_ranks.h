@@ -20,10 +20,12 @@ using ChildArgsFn = std::function<std::vector<std::string>(int rank, const std::
 int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn& child_args);
 
 // The process group of one such rank: Collectives::Local() for world size 1, else a group at
-// `rendezvous` under `store_prefix` with every collective bounded by `timeout_seconds`.
+// `rendezvous` under `store_prefix` with every collective bounded by `timeout_seconds`: NCCL
+// when the ranks' tensors are on CUDA devices (`cuda`; one device per rank), Gloo otherwise.
 StatusOr<std::unique_ptr<Collectives>> ConnectLocalRank(int rank, int world_size,
                                                         const std::string& rendezvous,
                                                         double timeout_seconds,
-                                                        const std::string& store_prefix);
+                                                        const std::string& store_prefix,
+                                                        bool cuda = false);
 
 }  // namespace mlcd::worker
