@@ -13,8 +13,8 @@
 // Its "finished" event carries the ClusterResult ("cluster") or AssignResult ("assign").
 //
 // Rank r of W reads global rows [n*r/W, n*(r+1)/W) of the shards (in order). --world-size
-// W > 1 forks W local ranks over Gloo on a free loopback port. Outputs: rank 0 writes
-// DIR/centroids.npy (k x d float32) and DIR/stats.json (per-iteration objective, imbalance,
+// W > 1 forks W local ranks on a free loopback port, over Gloo (NCCL on CUDA devices, one
+// per rank). Outputs: rank 0 writes DIR/centroids.npy (k x d float32) and DIR/stats.json (per-iteration objective, imbalance,
 // splits); every rank writes DIR/labels.r<rank>.npy (its rows x l int32, best first) and
 // DIR/sample.r<rank>.npy (the global ids of its training-sample rows, int64); with --trace
 // rank 0 also writes DIR/trace/iter<i>.npy, the centroids after iteration i.
@@ -304,7 +304,7 @@ static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
   cmd->add_flag("--bf16", args->bf16, "bfloat16 search GEMMs (CUDA only)");
   cli::AddProgressJsonlFlag(cmd, &args->progress_jsonl);
   cli::AddLogLevelFlag(cmd, &args->log_level);
-  cmd->add_option("--world-size", args->world_size, "local ranks (Gloo on loopback)")
+  cmd->add_option("--world-size", args->world_size, "local ranks (Gloo on loopback; NCCL on CUDA devices)")
       ->capture_default_str();
   cmd->add_option("--timeout", args->timeout_seconds, "collective timeout in seconds")
       ->capture_default_str();
