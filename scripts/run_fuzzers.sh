@@ -21,7 +21,7 @@ build=build-fuzz
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DMLCD_FUZZ=ON -DMLCD_BUILD_TESTS=OFF -DMLCD_BUILD_BENCH=OFF >/dev/null
+    -DMLCD_FUZZ=ON -DMLCD_BUILD_TESTS=OFF -DMLCD_BUILD_BENCH=OFF -DMLCD_WERROR=ON >/dev/null
 fi
 cmake --build "$build" -j2 --target $(printf 'fuzz_%s ' "${targets[@]}")
 results_file=${MLCD_FUZZ_RESULTS:-bench/results/fuzz-latest.json}

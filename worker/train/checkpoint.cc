@@ -111,7 +111,9 @@ Status CopyByName(const std::string& dir, const std::string& file,
     std::memcpy(dest(e), data + it->second.offset, static_cast<size_t>(e.numel) * sizeof(float));
   }
   if (saved.size() != mine.size()) {
-    for (const auto& [name, entry] : saved) {
+    for (const auto& saved_entry : saved) {
+      // Not a structured binding: clang before 16 cannot capture one in a lambda.
+      const std::string& name = saved_entry.first;
       bool found = std::any_of(mine.begin(), mine.end(),
                                [&](const ParamEntry& e) { return e.name == name; });
       if (!found) {
