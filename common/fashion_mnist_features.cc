@@ -12,6 +12,21 @@ constexpr uint64_t kProjectionStream = 0x70726f6a65637421ULL;  // "project!"
 
 }  // namespace
 
+StatusOr<FashionMnistFeatureSpec> FashionMnistSpecOf(const v1::GeneratedFeatures& generated) {
+  if (!generated.dataset_format().empty() && generated.dataset_format() != "fashion-mnist")
+    return Status::InvalidArgument("generated features of dataset format '" +
+                                   generated.dataset_format() +
+                                   "': only fashion-mnist round-0 features are made");
+  FashionMnistFeatureSpec spec;
+  spec.kind = generated.kind();
+  if (!generated.split().empty()) spec.split = generated.split();
+  spec.limit = static_cast<int64_t>(generated.limit());
+  if (generated.dim() != 0) spec.dim = generated.dim();
+  spec.seed = generated.seed();
+  if (!generated.dataset_path().empty()) spec.dataset_dir = generated.dataset_path();
+  return spec;
+}
+
 Status CheckFashionMnistFeatureSpec(const FashionMnistFeatureSpec& spec) {
   if (spec.kind != "pixels" && spec.kind != "random-projection")
     return Status::InvalidArgument("unknown Fashion-MNIST feature kind '" + spec.kind +

@@ -22,6 +22,7 @@
 
 #include "common/idx.h"
 #include "common/status.h"
+#include "mlcd/v1/clusterd.pb.h"
 
 namespace mlcd {
 
@@ -42,6 +43,12 @@ struct FashionMnistFeatureSpec {
   // Where the IDX files are.
   std::string dataset_dir = kFashionMnistDir;
 };
+
+// The spec of a request's or assignment's GeneratedFeatures (clusterd.proto), its defaults
+// applied: dim 0 = 128, split "" = train, dataset_path "" = the packaged Fashion-MNIST.
+// INVALID_ARGUMENT for a dataset_format other than fashion-mnist (or empty). Paths are taken
+// as they are (the caller resolves or confines them).
+StatusOr<FashionMnistFeatureSpec> FashionMnistSpecOf(const v1::GeneratedFeatures& generated);
 
 // INVALID_ARGUMENT naming the field when the kind, split, limit or dim is not allowed.
 Status CheckFashionMnistFeatureSpec(const FashionMnistFeatureSpec& spec);

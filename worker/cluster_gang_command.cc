@@ -131,7 +131,7 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   const int64_t b = cluster::EvenSplitBegin(features.rows(), world, rank);
   const int64_t e = cluster::EvenSplitBegin(features.rows(), world, rank + 1);
   MLCD_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(a.device, rank));
-  at::Tensor rows = features.Read(b, e, device);
+  MLCD_ASSIGN_OR_RETURN(at::Tensor rows, features.Read(b, e, device));
 
   cluster::GangKMeansParams p;
   p.k = a.k;
