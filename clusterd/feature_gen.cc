@@ -11,19 +11,13 @@
 namespace mlcd::clusterd {
 namespace {
 
-// Rows draw from mlcd::SplitMix (common/random.h), a counter-based generator: the stream of
-// row i depends only on (seed, i), so files come out the same whatever the thread count or
-// chunking.
+// Mixture rows draw from mlcd::SplitMix (common/random.h), a counter-based generator: the
+// stream of row i depends only on (seed, i), so files come out the same whatever the thread
+// count or chunking.
+constexpr uint64_t kCentresStream = 0x63656e7472657321ULL;  // "centres!"
 
-// The seed of the stream of `b` within the stream family `a`.
-uint64_t Mix(uint64_t a, uint64_t b) {
-  SplitMix m(a * 0x9e3779b97f4a7c15ULL + b);
-  m.Next();
-  return m.Next();
-}
-
-constexpr uint64_t kCentresStream = 0x63656e7472657321ULL;     // "centres!"
-constexpr uint64_t kProjectionStream = 0x70726f6a65637421ULL;  // "project!"
+// Fashion-MNIST rows are computed in blocks of this many images, in parallel.
+constexpr int64_t kFashionMnistBlock = 256;
 
 Status WriteMatrix(const std::string& path, NpyDtype dtype, int64_t rows, int d,
                    const std::vector<float>& data) {
@@ -51,52 +45,32 @@ Status MakeParentDirs(const std::string& path) {
 StatusOr<FeatureFileInfo> WriteFashionMnistFeatures(const FashionMnistFeatureOptions& options) {
   if (options.features_out.empty())
     return Status::InvalidArgument("features_out (the output .npy path) is required");
-  if (options.kind != "pixels" && options.kind != "random-projection")
-    return Status::InvalidArgument("unknown Fashion-MNIST feature kind '" + options.kind +
-                                   "'; use pixels or random-projection");
-  if (options.split != "train" && options.split != "test")
-    return Status::InvalidArgument("unknown split '" + options.split + "'; use train or test");
-  if (options.limit < 0) return Status::InvalidArgument("limit must be >= 0 (0 = all images)");
-  if (options.kind == "random-projection" && (options.dim < 1 || options.dim > 65536))
-    return Status::InvalidArgument("random-projection dim must be in [1, 65536], got " +
-                                   std::to_string(options.dim));
+  FashionMnistFeatureSpec spec;
+  spec.kind = options.kind;
+  spec.split = options.split;
+  spec.limit = options.limit;
+  spec.dim = options.dim;
+  spec.seed = options.seed;
+  spec.dataset_dir = options.dataset_dir;
+  MLCD_RETURN_IF_ERROR(CheckFashionMnistFeatureSpec(spec));
   MLCD_RETURN_IF_ERROR(CheckDtype(options.dtype));
 
   std::string images_path, labels_path;
-  MLCD_RETURN_IF_ERROR(
-      FindMnistSplit(options.dataset_dir, options.split, &images_path, &labels_path));
+  MLCD_RETURN_IF_ERROR(FindMnistSplit(spec.dataset_dir, spec.split, &images_path, &labels_path));
   MLCD_ASSIGN_OR_RETURN(IdxImages images, ReadIdxImages(images_path, options.limit));
   const int64_t n = images.count;
-  const int in_dim = images.rows * images.cols;
   if (n == 0) return Status::InvalidArgument(images_path + ": holds no images");
+  MLCD_ASSIGN_OR_RETURN(FashionMnistFeatureMap map,
+                        FashionMnistFeatureMap::Create(spec, images.rows * images.cols));
 
   FeatureFileInfo info;
   info.rows = n;
-  std::vector<float> features;
-  if (options.kind == "pixels") {
-    info.d = in_dim;
-    features.resize(static_cast<size_t>(n) * in_dim);
-    for (size_t i = 0; i < features.size(); ++i) features[i] = images.pixels[i] * (1.0f / 255.0f);
-  } else {
-    const int dim = options.dim;
-    info.d = dim;
-    // Projection matrix, in_dim x dim, entries N(0, 1/dim).
-    std::vector<float> proj(static_cast<size_t>(in_dim) * dim);
-    SplitMix rng(Mix(options.seed, kProjectionStream));
-    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-    for (auto& v : proj) v = static_cast<float>(rng.Gaussian() * scale);
-    features.assign(static_cast<size_t>(n) * dim, 0.0f);
+  info.d = map.d();
+  std::vector<float> features(static_cast<size_t>(n) * info.d);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* px = images.pixels.data() + i * in_dim;
-      float* out = features.data() + i * dim;
-      for (int j = 0; j < in_dim; ++j) {
-        if (px[j] == 0) continue;
-        float v = px[j] * (1.0f / 255.0f);
-        const float* r = proj.data() + static_cast<size_t>(j) * dim;
-        for (int c = 0; c < dim; ++c) out[c] += v * r[c];
-      }
-    }
+  for (int64_t b = 0; b < n; b += kFashionMnistBlock) {
+    map.Compute(images.pixels.data() + b * map.pixels_per_image(),
+                std::min(kFashionMnistBlock, n - b), features.data() + b * info.d);
   }
   MLCD_RETURN_IF_ERROR(MakeParentDirs(options.features_out));
   MLCD_RETURN_IF_ERROR(WriteMatrix(options.features_out, options.dtype, n, info.d, features));
@@ -120,7 +94,7 @@ void SyntheticMixtureCentres(const SyntheticMixtureOptions& options, std::vector
   const int d = options.dim;
   centres->assign(static_cast<size_t>(options.num_centres) * d, 0.0f);
   for (int c = 0; c < options.num_centres; ++c) {
-    SplitMix rng(Mix(Mix(options.seed, kCentresStream), static_cast<uint64_t>(c)));
+    SplitMix rng(StreamSeed(StreamSeed(options.seed, kCentresStream), static_cast<uint64_t>(c)));
     double s = 0;
     std::vector<double> v(d);
     for (int j = 0; j < d; ++j) {
@@ -141,7 +115,7 @@ void SyntheticMixtureRows(const SyntheticMixtureOptions& options, int64_t begin,
   const double noise = options.noise / std::sqrt(static_cast<double>(d));
 #pragma omp parallel for schedule(static) if (end - begin >= 4096)
   for (int64_t i = begin; i < end; ++i) {
-    SplitMix rng(Mix(options.seed, static_cast<uint64_t>(i)));
+    SplitMix rng(StreamSeed(options.seed, static_cast<uint64_t>(i)));
     int64_t c = static_cast<int64_t>(rng.Next() % static_cast<uint64_t>(options.num_centres));
     float* out = rows + (i - begin) * d;
     const float* centre = centres.data() + c * d;

@@ -18,12 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "common/fashion_mnist_features.h"
 #include "common/idx.h"
 #include "common/npy.h"
 #include "common/status.h"
 
 namespace mlcd::clusterd {
 
+// The rows are those of common/fashion_mnist_features.h (the clustering gang computes the same
+// values for its own row ranges).
 struct FashionMnistFeatureOptions {
   // "pixels": the 784 pixel values scaled to [0, 1] (row-major 28 x 28).
   // "random-projection": those 784 values times a fixed Gaussian matrix (784 x dim, entries

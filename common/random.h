@@ -74,4 +74,13 @@ class SplitMix {
   bool has_spare_ = false;
 };
 
+// The seed of stream `member` of the stream family `family` (e.g. a seed and one of its named
+// draws): the second draw of SplitMix(family * gamma + member), so neighbouring members and
+// families give unrelated streams.
+inline uint64_t StreamSeed(uint64_t family, uint64_t member) {
+  SplitMix m(family * 0x9E3779B97F4A7C15ull + member);
+  m.Next();
+  return m.Next();
+}
+
 }  // namespace mlcd

@@ -231,12 +231,7 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
   c.OneOf("search", cl.search(), SearchMethodNames());
   c.OneOf("engine", cl.engine(), ClusteringEngineNames());
   if (cl.engine() == ClusteringEngineName(ClusteringEngine::kGang)) {
-    // The gang reads shards of rows; clusterd alone makes round-0 features from a dataset.
-    if (f.kind() == "pixels" || f.kind() == "random-projection") {
-      c.Add("engine", "'gang' clusters feature shards (features.kind 'npy' or 'model'), not '" +
-                          f.kind() + "' features, which mlcd-clusterd makes; use engine "
-                          "'clusterd' or features of kind 'npy'");
-    }
+    // Every feature kind is the gang's: it reads shards of rows or computes round-0 features.
     if (cl.search() != SearchMethodName(SearchMethod::kExact)) {
       c.Add("search", "'" + cl.search() + "' is an approximate search of mlcd-clusterd; engine "
                       "'gang' searches exactly (GEMM + top-l on every rank): use search 'exact' "

@@ -146,6 +146,7 @@ v1::Assignment GangScheduler::NewAssignment(const JobEntry& job, const v1::GangA
     for (const auto& p : round.feature_paths()) a.add_feature_paths(p);
     for (const auto& p : round.feature_ids_paths()) a.add_feature_ids_paths(p);
     a.set_class_labels_path(round.class_labels_path());
+    if (round.has_generated_features()) *a.mutable_generated_features() = round.generated_features();
   }
   if (attempt.kind() == v1::ASSIGNMENT_KIND_ASSIGN_LABELS)
     a.set_label_set(RoundLabelSet(job.job().id(), attempt.round()));

@@ -8,6 +8,7 @@
 #include "common/acting_for.h"
 #include "common/dataset/feature_keys.h"
 #include "common/enums.h"
+#include "common/fashion_mnist_features.h"
 #include "common/file_util.h"
 #include "common/format.h"
 #include "common/log.h"
@@ -47,10 +48,36 @@ StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<s
 // cannot run anywhere is refused before its workers load anything.
 constexpr int64_t kMaxGangCentroidBytes = int64_t{16} << 30;
 
+// At least k rows for k-means and centroids that fit a gang rank: INVALID_ARGUMENT /
+// RESOURCE_EXHAUSTED naming the numbers. `of` names the rows' source.
+Status CheckGangFit(int k, int64_t rows, int64_t d, const std::string& of) {
+  if (k > rows) {
+    return Status::InvalidArgument("clustering.k = " + std::to_string(k) + " > the " +
+                                   std::to_string(rows) + " feature rows of " + of +
+                                   "; k-means needs at least k rows: lower k");
+  }
+  if (static_cast<double>(k) * d * 4 > static_cast<double>(kMaxGangCentroidBytes)) {
+    return Status::ResourceExhausted(
+        "k = " + std::to_string(k) + " centroids of d = " + std::to_string(d) + " take " +
+        FormatBytes(static_cast<uint64_t>(k) * d * 4) + " in float32 on every rank of the gang, "
+        "above its limit of " + FormatBytes(kMaxGangCentroidBytes) +
+        "; lower k, or use engine clusterd (docs/scale.md)");
+  }
+  return Status::Ok();
+}
+
 // clustering.engine "gang": the round's feature paths as the gang's files (directories
-// listed), every one a 2-d float32/float16 .npy of the same dimension, with at least k rows
-// in all and centroids that fit. INVALID_ARGUMENT / RESOURCE_EXHAUSTED naming the numbers.
+// listed), every one a 2-d float32/float16 .npy of the same dimension, or the round-0
+// features the gang computes (their dataset's row count and dimension); at least k rows in all
+// and centroids that fit (CheckGangFit).
 Status PlanGangFeatures(int k, const DataRoots* roots, v1::RoundStatus* round) {
+  if (round->has_generated_features()) {
+    const v1::GeneratedFeatures& g = round->generated_features();
+    MLCD_ASSIGN_OR_RETURN(FashionMnistFeatureSpec spec, FashionMnistSpecOf(g));
+    MLCD_ASSIGN_OR_RETURN(FashionMnistShape shape, ReadFashionMnistShape(spec));
+    return CheckGangFit(k, shape.rows, shape.d, "the " + g.kind() + " features of " +
+                                                    shape.images_path);
+  }
   std::vector<std::string> paths(round->feature_paths().begin(), round->feature_paths().end());
   MLCD_ASSIGN_OR_RETURN(std::vector<NpyShardRows> shards, ListNpyShardRows(paths, roots));
   int64_t rows = 0, d = -1;
@@ -69,20 +96,18 @@ Status PlanGangFeatures(int k, const DataRoots* roots, v1::RoundStatus* round) {
     rows += shard.rows;
     round->add_feature_paths(shard.path);
   }
-  if (k > rows) {
-    return Status::InvalidArgument("clustering.k = " + std::to_string(k) + " > the " +
-                                   std::to_string(rows) + " feature rows of " +
-                                   std::to_string(shards.size()) +
-                                   " shards; k-means needs at least k rows: lower k");
-  }
-  if (static_cast<double>(k) * d * 4 > static_cast<double>(kMaxGangCentroidBytes)) {
-    return Status::ResourceExhausted(
-        "k = " + std::to_string(k) + " centroids of d = " + std::to_string(d) + " take " +
-        FormatBytes(static_cast<uint64_t>(k) * d * 4) + " in float32 on every rank of the gang, "
-        "above its limit of " + FormatBytes(kMaxGangCentroidBytes) +
-        "; lower k, or use engine clusterd (docs/scale.md)");
-  }
-  return Status::Ok();
+  return CheckGangFit(k, rows, d, std::to_string(shards.size()) + " shards");
+}
+
+// Round-0 features of the job's dataset (no output paths).
+void DescribeGeneratedFeatures(const v1::JobSpec& spec, v1::GeneratedFeatures* generate) {
+  const auto& features = spec.clustering().features();
+  generate->set_kind(features.kind());
+  generate->set_dataset_format(spec.dataset().format());
+  generate->set_dataset_path(spec.dataset().path());
+  generate->set_limit(spec.dataset().limit());
+  generate->set_dim(features.dim());
+  generate->set_seed(features.seed());
 }
 
 // Codes after which a clusterd call is retried (the service is restarting or overloaded).
@@ -267,6 +292,12 @@ Status PhaseRunner::PlanFeatures(const v1::JobSpec& spec, int r, const std::stri
   }
   if (features.kind() != "pixels" && features.kind() != "random-projection")
     return Status::Internal("round " + std::to_string(r) + " has no features to cluster");
+  if (GangClusters(spec)) {
+    // The gang's ranks compute them, each its own rows: nothing is written.
+    DescribeGeneratedFeatures(spec, round->mutable_generated_features());
+    round->set_feature_source(features.kind() + " (computed by the clustering gang)");
+    return Status::Ok();
+  }
   // Round-0 features of the dataset, written by clusterd into a cache shared by jobs.
   char name[160];
   std::snprintf(name, sizeof(name), "%s-%s-d%d-s%llu-n%llu-%016llx",
@@ -277,12 +308,7 @@ Status PhaseRunner::PlanFeatures(const v1::JobSpec& spec, int r, const std::stri
                 static_cast<unsigned long long>(Fnv1a(spec.dataset().path())));
   const std::string dir = options_.data_dir + "/features/" + name;
   v1::GeneratedFeatures* generate = source->mutable_generate();
-  generate->set_kind(features.kind());
-  generate->set_dataset_format(spec.dataset().format());
-  generate->set_dataset_path(spec.dataset().path());
-  generate->set_limit(spec.dataset().limit());
-  generate->set_dim(features.dim());
-  generate->set_seed(features.seed());
+  DescribeGeneratedFeatures(spec, generate);
   generate->set_features_out(dir + "/features.npy");
   generate->set_labels_out(dir + "/classes.labels.npy");
   round->add_feature_paths(generate->features_out());
@@ -477,9 +503,11 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
   v1::RoundStatus* live = job->job().mutable_rounds(r);
   if (outcome.clustering && outcome.gang) {
     *live = outcome.round_record;
-    return {v1::JOB_STATE_UNSPECIFIED,
-            round_text + ": " + std::to_string(live->feature_paths_size()) +
-                " feature shards planned for the clustering gang"};
+    const std::string what =
+        live->has_generated_features()
+            ? live->generated_features().kind() + " features (each rank computes its rows)"
+            : std::to_string(live->feature_paths_size()) + " feature shards";
+    return {v1::JOB_STATE_UNSPECIFIED, round_text + ": " + what + " planned for the clustering gang"};
   }
   if (outcome.clustering) {
     const v1::ClusterResult& result = outcome.cluster;

@@ -18,6 +18,7 @@
 #include "common/npy.h"
 #include "tests/coordinator/harness.h"
 #include "tests/coordinator/two_worker_fixture.h"
+#include "tests/testing/http.h"
 
 namespace mlcd::testing {
 namespace {
@@ -35,6 +36,22 @@ void WriteClusteredFeatures(const std::string& path, int64_t n, int64_t d, int c
     for (int64_t j = 0; j < d; ++j) x[i * d + j] = c[k * d + j] + 0.4f * g(rng);
   }
   ASSERT_TRUE(WriteNpy(path, NpyDtype::kFloat32, {n, d}, x.data()).ok());
+}
+
+// An MNIST-style train split of `n` 28 x 28 images (uncompressed IDX files) in `dir`.
+void WriteIdxSplit(const std::string& dir, uint32_t n) {
+  auto be = [](uint32_t v) {
+    return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                       static_cast<char>(v >> 8), static_cast<char>(v)};
+  };
+  std::string pixels(static_cast<size_t>(n) * 28 * 28, '\0'), labels(n, '\0');
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<char>(i * 7 % 251);
+  for (uint32_t i = 0; i < n; ++i) labels[i] = static_cast<char>(i % 10);
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/train-images-idx3-ubyte",
+                                  be(0x803) + be(n) + be(28) + be(28) + pixels)
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/train-labels-idx1-ubyte", be(0x801) + be(n) + labels).ok());
 }
 
 // The top-l labels of `n` rows as one process computes them: rank 0's labels.r0.npy.
@@ -64,6 +81,32 @@ std::vector<int64_t> StoredLabels(const std::string& address, const std::string&
   if (!batch.ok()) return {};
   EXPECT_TRUE(batch->missing_indices.empty()) << batch->missing_indices.size() << " rows missing";
   return std::vector<int64_t>(batch->labels.begin(), batch->labels.end());
+}
+
+// The entries of a folder (0 when it is missing).
+int DirEntries(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return 0;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) n += std::string(e->d_name) != "." && std::string(e->d_name) != "..";
+  ::closedir(d);
+  return n;
+}
+
+// The sum of a Prometheus series' samples in a service's /metrics (HOST:PORT), or -1 when
+// the scrape fails or names no such series.
+double MetricSum(const std::string& metrics_address, const std::string& name) {
+  const int port = std::atoi(metrics_address.substr(metrics_address.rfind(':') + 1).c_str());
+  const std::string text = HttpGet(port, "/metrics");
+  double sum = -1;
+  size_t at = 0;
+  while ((at = text.find("\n" + name, at)) != std::string::npos) {
+    at += 1 + name.size();
+    if (text[at] != ' ' && text[at] != '{') continue;
+    const size_t space = text.find(' ', text[at] == '{' ? text.find('}', at) : at);
+    sum = std::max(sum, 0.0) + std::atof(text.c_str() + space + 1);
+  }
+  return sum;
 }
 
 std::vector<v1::AssignmentKind> GangKinds(const v1::Job& job) {
@@ -159,6 +202,53 @@ TEST_F(GangClusteringTest, JobOnTheGangEngineSucceedsOverBothRounds) {
   EXPECT_EQ(stored, expected) << "the 2-rank gang's labels differ from one process's";
 }
 
+// Round-0 features of the dataset (random-projection) computed by the gang's ranks, each its
+// own rows: clusterd is never asked (no feature cache, no rows read), and the labels equal one
+// process's run on the file clusterd itself writes for the same features: the rows are the same.
+TEST_F(GangClusteringTest, GeneratedRoundZeroFeaturesAreTheGangsOwn) {
+  TinyJob spec;
+  spec.epochs = 1;
+  spec.max_steps_per_epoch = 1;
+  spec.features = "{kind: random-projection, dim: 24, seed: 4}";
+  spec.clustering_fields = "engine: gang, seed: 5";
+  auto submitted = cluster_->Submit(spec.Yaml(), "gang-generated");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto job = Ended(submitted->id(), seconds(120));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message();
+  EXPECT_EQ(GangKinds(*job),
+            (std::vector<v1::AssignmentKind>{v1::ASSIGNMENT_KIND_CLUSTER,
+                                             v1::ASSIGNMENT_KIND_ASSIGN_LABELS,
+                                             v1::ASSIGNMENT_KIND_TRAIN}));
+  const v1::RoundStatus& round = job->rounds(0);
+  EXPECT_EQ(round.feature_paths_size(), 0);
+  EXPECT_EQ(round.generated_features().kind(), "random-projection");
+  EXPECT_EQ(round.cluster().d(), 24);
+  EXPECT_EQ(round.cluster().num_points(), static_cast<uint64_t>(spec.limit));
+  EXPECT_EQ(round.assign().label_set_samples(), static_cast<uint64_t>(spec.limit));
+  // The A.8 quality from the dataset's labels, reduced over both ranks.
+  ASSERT_TRUE(round.assign().has_quality());
+  EXPECT_EQ(round.assign().quality().num_classes(), 10u);
+  EXPECT_EQ(DirEntries(cluster_->coordinator_data_dir() + "/features"), 0)
+      << "clusterd wrote round-0 features into its cache";
+  EXPECT_EQ(MetricSum(cluster_->clusterd_metrics(), "mlcd_clusterd_rows_read_total"), 0)
+      << "clusterd read feature rows";
+
+  const std::string file = dir_.Sub("clusterd-features.npy");
+  std::string log;
+  ASSERT_EQ(RunCommand(BinPath("mlcd-clusterd"),
+                       {"features", "--kind", "random-projection", "--split", "train", "--limit",
+                        std::to_string(spec.limit), "--dim", "24", "--seed", "4", "--out", file},
+                       &log),
+            0)
+      << log;
+  const std::vector<int64_t> stored =
+      StoredLabels(cluster_->labelstore_address(), round.label_set(), spec.limit);
+  ASSERT_EQ(stored.size(), static_cast<size_t>(spec.limit * spec.l));
+  EXPECT_EQ(stored, OneProcessLabels(dir_, file, spec.k, spec.l, spec.niter, 5))
+      << "the gang's labels differ from one process's on clusterd's feature file";
+}
+
 // A rank SIGKILLed after the first centroid checkpoint: the gang is formed again, resumes
 // k-means from the checkpoint, and the job's labels are those of an undisturbed run.
 TEST_F(GangClusteringTest, RankKilledMidKMeansResumesFromTheCheckpoint) {
@@ -213,19 +303,11 @@ TEST_F(GangClusteringTest, RankKilledMidKMeansResumesFromTheCheckpoint) {
   EXPECT_EQ(stored, expected) << "labels after the retried gang differ from an undisturbed run";
 }
 
-// What the gang cannot run is refused with the numbers: at submit (round-0 features the gang
-// does not read, an approximate search), and before the gang starts (feature files of
-// different dimensions, k above the rows).
+// What the gang cannot run is refused with the numbers: at submit (an approximate search), and
+// before the gang starts (feature files of different dimensions, k above the rows of the
+// files or of the dataset's generated features).
 TEST_F(GangClusteringTest, RefusalsNameTheNumbers) {
   TinyJob spec;
-  spec.clustering_fields = "engine: gang";
-  auto pixels = cluster_->Submit(spec.Yaml());
-  ASSERT_FALSE(pixels.ok());
-  EXPECT_EQ(pixels.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(pixels.status().message().find("spec.clustering.engine: 'gang' clusters feature shards"),
-            std::string::npos)
-      << pixels.status().ToString();
-
   const std::string a = dir_.Sub("a.npy"), b = dir_.Sub("b.npy"), small = dir_.Sub("small.npy");
   WriteClusteredFeatures(a, 200, 16, 4);
   WriteClusteredFeatures(b, 184, 8, 4);
@@ -245,10 +327,20 @@ TEST_F(GangClusteringTest, RefusalsNameTheNumbers) {
   spec.k = 120;
   auto few = cluster_->Submit(spec.Yaml(), "gang-few-rows");
   ASSERT_TRUE(few.ok()) << few.status().ToString();
+  // Generated features: the rows of the dataset's split bound k, not the spec's limit alone.
+  const std::string data = dir_.Sub("mnist-100");
+  WriteIdxSplit(data, 100);
+  spec.features = "{kind: pixels}";
+  std::string yaml = spec.Yaml();
+  yaml.replace(yaml.find("dataset: {"), 10, "dataset: {path: '" + data + "', ");
+  auto generated = cluster_->Submit(yaml, "gang-generated-few-rows");
+  ASSERT_TRUE(generated.ok()) << generated.status().ToString();
   for (const auto& [id, expected] :
        std::vector<std::pair<std::string, std::string>>{
            {mixed->id(), "feature dimensions differ: " + a + " has d = 16, " + b + " has d = 8"},
-           {few->id(), "clustering.k = 120 > the 100 feature rows"}}) {
+           {few->id(), "clustering.k = 120 > the 100 feature rows"},
+           {generated->id(), "clustering.k = 120 > the 100 feature rows of the pixels features of " +
+                                 data + "/train-images-idx3-ubyte"}}) {
     auto job = Ended(id, seconds(60));
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);

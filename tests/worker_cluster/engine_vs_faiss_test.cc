@@ -52,7 +52,7 @@ void CompareWithFaiss(const Case& c) {
 
   auto features = FeatureRows::Open(paths);
   ASSERT_TRUE(features.ok()) << features.status().ToString();
-  at::Tensor rows = features->Read(0, features->rows(), at::kCPU);
+  at::Tensor rows = *features->Read(0, features->rows(), at::kCPU);
   GangKMeansParams gp;
   gp.k = c.k;
   gp.niter = c.niter;

@@ -128,7 +128,7 @@ TEST(FeatureRows, RefusesDifferingDimensionsAndReadsAcrossShards) {
   auto good = FeatureRows::Open({dir.Sub("a.npy"), dir.Sub("b.npy")});
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   EXPECT_EQ(good->rows(), 5);
-  at::Tensor rows = good->Read(2, 4, at::kCPU);  // last row of a, first of b
+  at::Tensor rows = *good->Read(2, 4, at::kCPU);  // last row of a, first of b
   at::Tensor want = at::tensor(std::vector<float>{9, 10, 11, 12, -1, -2, -3, -4}).view({2, 4});
   want = want / want.norm(2, {1}, true);
   EXPECT_TRUE(at::allclose(rows, want, 1e-6, 1e-7));

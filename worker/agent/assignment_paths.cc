@@ -100,6 +100,7 @@ Status ConfineAssignmentPaths(const v1::Assignment& a, const DataRoots& roots) {
   for (int i = 0; i < a.feature_ids_paths_size(); ++i)
     c.Check("assignment.feature_ids_paths[" + std::to_string(i) + "]", a.feature_ids_paths(i));
   c.Check("assignment.class_labels_path", a.class_labels_path());
+  c.Check("assignment.generated_features.dataset_path", a.generated_features().dataset_path());
   const v1::JobSpec& spec = a.spec();
   c.Check("spec.training.checkpoint_dir", spec.training().checkpoint_dir());
   c.Dataset("spec.dataset", spec.dataset());

@@ -46,11 +46,14 @@ StatusOr<RankContext> Prepare(const v1::Assignment& a, const GangPhaseOptions& o
   c.a = &a;
   const v1::ClusteringSpec& cl = a.spec().clustering();
   std::vector<std::string> paths(a.feature_paths().begin(), a.feature_paths().end());
-  if (paths.empty())
-    return Status::InvalidArgument("the assignment names no feature shards (feature_paths)");
+  if (paths.empty() && !a.has_generated_features())
+    return Status::InvalidArgument(
+        "the assignment names no feature shards (feature_paths) nor generated_features");
   const auto t0 = Clock::now();
   // k against the rows: the coordinator's plan step (and ValidateGangKMeansParams).
-  MLCD_ASSIGN_OR_RETURN(c.features, FeatureRows::Open(paths));
+  MLCD_ASSIGN_OR_RETURN(c.features, a.has_generated_features()
+                                        ? FeatureRows::OpenGenerated(a.generated_features())
+                                        : FeatureRows::Open(paths));
   MLCD_ASSIGN_OR_RETURN(c.device, ResolveDevice(o.device, a.rank()));
   c.search.bf16 = c.device.is_cuda() && a.spec().training().precision() ==
                                             PrecisionName(Precision::kBf16);
@@ -73,7 +76,7 @@ StatusOr<RankContext> Prepare(const v1::Assignment& a, const GangPhaseOptions& o
   MLCD_ASSIGN_OR_RETURN(c.comm, Collectives::Create(co));
   c.begin = EvenSplitBegin(c.features.rows(), world, a.rank());
   c.end = EvenSplitBegin(c.features.rows(), world, a.rank() + 1);
-  c.rows = c.features.Read(c.begin, c.end, c.device);
+  MLCD_ASSIGN_OR_RETURN(c.rows, c.features.Read(c.begin, c.end, c.device));
   c.read_seconds = Since(t0);
   return c;
 }
@@ -146,8 +149,10 @@ StatusOr<std::vector<uint64_t>> SampleIds(const RankContext& c) {
   return ids;
 }
 
-// This rank's true classes, or empty when the assignment names none.
+// This rank's true classes (generated features: the dataset's labels), or empty when the
+// assignment names none.
 StatusOr<std::vector<int64_t>> RankClasses(const RankContext& c) {
+  if (c.a->has_generated_features()) return c.features.Classes(c.begin, c.end);
   if (c.a->class_labels_path().empty()) return std::vector<int64_t>();
   MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> all, ReadNpyAsInt64(c.a->class_labels_path()));
   if (static_cast<int64_t>(all.size()) != c.features.rows()) {
