@@ -213,6 +213,54 @@ TEST_F(GangClusteringTest, RankKilledMidKMeansResumesFromTheCheckpoint) {
   EXPECT_EQ(stored, expected) << "labels after the retried gang differ from an undisturbed run";
 }
 
+// A job cancelled during ASSIGNING, once the coordinator created the round's OPEN set for the
+// labelling gang: the partial set is deleted, never left in the label store.
+TEST_F(GangClusteringTest, CancelDuringAssigningDeletesThePartialLabelSet) {
+  const std::string features = dir_.Sub("features.npy");
+  const int64_t n = 20000;
+  WriteClusteredFeatures(features, n, 32, 64);
+  TinyJob spec;
+  spec.limit = static_cast<int>(n);
+  spec.k = 64;
+  spec.features = "{kind: npy, paths: [" + features + "]}";
+  spec.clustering_fields = "engine: gang";
+  auto submitted = cluster_->Submit(spec.Yaml(), "gang-cancel");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto assigning = cluster_->WaitForJob(
+      submitted->id(),
+      [](const v1::Job& j) {
+        return IsTerminal(j.state()) || j.state() == v1::JOB_STATE_TRAINING ||
+               (j.state() == v1::JOB_STATE_ASSIGNING && j.rounds_size() == 1 &&
+                !j.rounds(0).label_set().empty());
+      },
+      seconds(120));
+  ASSERT_TRUE(assigning.ok()) << assigning.status().ToString();
+  ASSERT_EQ(assigning->state(), v1::JOB_STATE_ASSIGNING) << assigning->message();
+  const std::string set = "job/" + submitted->id() + "/r0";
+  ASSERT_EQ(assigning->rounds(0).label_set(), set);
+  labelstore::LabelStoreClient store(cluster_->labelstore_address());
+  ASSERT_TRUE(store.Describe(set).ok()) << "the OPEN set for the gang was not created";
+
+  ASSERT_TRUE(cluster_->Cancel(submitted->id()).ok());
+  auto job = Ended(submitted->id(), seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_CANCELLED) << job->message();
+  EXPECT_FALSE(job->rounds(0).assigned());
+  // The deletion runs on a phase thread of its own, after the cancel returned.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+  StatusOr<v1::LabelSetInfo> info = store.Describe(set);
+  while (info.ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    info = store.Describe(set);
+  }
+  EXPECT_EQ(info.status().code(), StatusCode::kNotFound)
+      << "the cancelled job's partial set " << set << " is still in the label store: "
+      << (info.ok() ? info->DebugString() : info.status().ToString());
+  auto listed = store.List("job/" + submitted->id() + "/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed->empty()) << listed->size() << " sets of the cancelled job remain";
+}
+
 // What the gang cannot run is refused with the numbers: at submit (round-0 features the gang
 // does not read, an approximate search), and before the gang starts (feature files of
 // different dimensions, k above the rows).
