@@ -10,6 +10,7 @@
 #include "common/enums.h"
 #include "common/file_util.h"
 #include "common/format.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/npy.h"
 #include "coordinator/dataset_checks.h"
@@ -42,10 +43,6 @@ StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<s
       WriteNpy(out, NpyDtype::kInt64, {static_cast<int64_t>(all.size())}, all.data()));
   return true;
 }
-
-// Centroids a gang rank holds in float32: at most 16 GiB (1M x 4096), so that a job that
-// cannot run anywhere is refused before its workers load anything.
-constexpr int64_t kMaxGangCentroidBytes = int64_t{16} << 30;
 
 // clustering.engine "gang": the round's feature paths as the gang's files (directories
 // listed), every one a 2-d float32/float16 .npy of the same dimension, with at least k rows
