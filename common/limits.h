@@ -17,6 +17,10 @@ constexpr int32_t kMaxClusters = int32_t{1} << 22;
 constexpr int32_t kMaxKMeansIterations = 1000;
 // clustering.max_points_per_centroid.
 constexpr int32_t kMaxPointsPerCentroid = 1 << 16;
+// clustering.engine gang: the k x d float32 centroids every rank of the gang holds (with their
+// accumulators): at most 16 GiB (1M x 4096), so that a round that cannot run on any worker
+// fails at its plan step, naming the numbers, before the workers load anything.
+constexpr int64_t kMaxGangCentroidBytes = int64_t{16} << 30;
 // clustering.features.dim: random-projection output dimension (the 784 x dim matrix and the
 // n x dim features are made by clusterd; 65536 would be ~15.7 GB for Fashion-MNIST).
 constexpr int32_t kMaxProjectionDim = 4096;

@@ -346,35 +346,41 @@ StatusOr<NpyArray> ReadNpy(const std::string& path, const DataRoots* roots) {
   return array;
 }
 
-StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path, std::vector<int64_t>* shape,
-                                              const DataRoots* roots) {
-  MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path, roots));
+StatusOr<std::vector<int64_t>> ReadNpyRangeAsInt64(const MappedNpy& m, int64_t begin,
+                                                   int64_t end) {
+  const std::string& path = m.path();
   if (m.header().shape.size() > 2)
     return Status::InvalidArgument(path + ": expected a 1-d or 2-d array");
-  size_t n = static_cast<size_t>(m.header().num_elements());
+  const int64_t total = m.header().num_elements();
+  if (begin < 0 || end < begin || end > total) {
+    return Status::InvalidArgument(path + ": elements [" + std::to_string(begin) + ", " +
+                                   std::to_string(end) + ") asked of an array of " +
+                                   std::to_string(total));
+  }
+  const size_t n = static_cast<size_t>(end - begin), b = static_cast<size_t>(begin);
   std::vector<int64_t> out;
   MLCD_RETURN_IF_ERROR(Allocate(&out, n, path));
   switch (m.dtype()) {
     case NpyDtype::kInt8:
-      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<int8_t>()[i];
+      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<int8_t>()[b + i];
       break;
     case NpyDtype::kUint8:
-      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint8_t>()[i];
+      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint8_t>()[b + i];
       break;
     case NpyDtype::kInt32:
-      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<int32_t>()[i];
+      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<int32_t>()[b + i];
       break;
     case NpyDtype::kUint32:
-      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint32_t>()[i];
+      for (size_t i = 0; i < n; ++i) out[i] = m.data_as<uint32_t>()[b + i];
       break;
     case NpyDtype::kInt64:
-      if (n > 0) std::memcpy(out.data(), m.data(), n * 8);  // (0, d): no data pointer
+      if (n > 0) std::memcpy(out.data(), m.data_as<int64_t>() + b, n * 8);  // (0, d): no data
       break;
     case NpyDtype::kUint64:
       for (size_t i = 0; i < n; ++i) {
-        uint64_t v = m.data_as<uint64_t>()[i];
+        uint64_t v = m.data_as<uint64_t>()[b + i];
         if (v > static_cast<uint64_t>(INT64_MAX))
-          return Status::InvalidArgument(path + ": value at index " + std::to_string(i) +
+          return Status::InvalidArgument(path + ": value at index " + std::to_string(b + i) +
                                          " exceeds int64");
         out[i] = static_cast<int64_t>(v);
       }
@@ -383,6 +389,14 @@ StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path, std::vect
       return Status::InvalidArgument(path + ": dtype " + std::string(NpyDtypeName(m.dtype())) +
                                      " is not an integer type");
   }
+  return out;
+}
+
+StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path, std::vector<int64_t>* shape,
+                                              const DataRoots* roots) {
+  MLCD_ASSIGN_OR_RETURN(MappedNpy m, MappedNpy::Open(path, roots));
+  MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> out,
+                        ReadNpyRangeAsInt64(m, 0, m.header().num_elements()));
   if (shape) *shape = m.header().shape;
   return out;
 }

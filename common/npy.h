@@ -122,6 +122,11 @@ StatusOr<NpyArray> ReadNpy(const std::string& path, const DataRoots* roots = nul
 StatusOr<std::vector<int64_t>> ReadNpyAsInt64(const std::string& path,
                                               std::vector<int64_t>* shape = nullptr,
                                               const DataRoots* roots = nullptr);
+// Elements [begin, end) (C order) of a 1-d or 2-d integer array as int64, touching only their
+// pages of the map: a gang rank's slice of a sample-id or class file, never the whole file.
+// INVALID_ARGUMENT for a range outside [0, num_elements()] or a non-integer dtype.
+StatusOr<std::vector<int64_t>> ReadNpyRangeAsInt64(const MappedNpy& npy, int64_t begin,
+                                                   int64_t end);
 // Reads a float16/32/64 array as float32.
 StatusOr<std::vector<float>> ReadNpyAsFloat32(const std::string& path,
                                               std::vector<int64_t>* shape = nullptr,

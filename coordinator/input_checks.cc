@@ -169,10 +169,15 @@ Status CheckWorkerSupport(const v1::JobSpec& spec, const WorkerRegistry& workers
                                "use features kind pixels, random-projection or npy"));
   }
   if (GangClusters(spec)) {
-    MLCD_RETURN_IF_ERROR(
-        check(v1::ASSIGNMENT_KIND_CLUSTER, "spec.clustering.engine: gang",
-              "set engine: clusterd or start workers whose mlcd-worker has the cluster-gang "
-              "command"));
+    // Both gangs of a round run on the job's workers: a worker that advertises only one of
+    // the kinds (another mlcd-worker build) cannot finish the round.
+    for (const v1::AssignmentKind kind :
+         {v1::ASSIGNMENT_KIND_CLUSTER, v1::ASSIGNMENT_KIND_ASSIGN_LABELS}) {
+      MLCD_RETURN_IF_ERROR(
+          check(kind, "spec.clustering.engine: gang",
+                "set engine: clusterd or start workers whose mlcd-worker has the cluster-gang "
+                "command"));
+    }
   }
   if (spec.evaluation().enabled()) {
     MLCD_RETURN_IF_ERROR(

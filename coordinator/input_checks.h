@@ -49,7 +49,9 @@ StatusOr<ListJobsQuery> ParseListJobs(const v1::ListJobsRequest& request);
 std::vector<SpecProblem> InputProblems(const v1::JobSpec& spec);
 
 // FAILED_PRECONDITION when workers are registered and none of them can run a phase the spec
-// needs (extract for rounds > 1 or model features, evaluate when evaluation is enabled).
+// needs (extract for rounds > 1 or model features, cluster and assign labels for
+// clustering.engine gang, evaluate when evaluation is enabled). With no worker registered
+// the job is accepted and waits for workers.
 Status CheckWorkerSupport(const v1::JobSpec& spec, const WorkerRegistry& workers,
                           Clock::time_point now);
 

@@ -71,6 +71,11 @@ void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string
 
   before.push_back(jobs_.NewHistory(job, "state", message));
   jobs_.Persist(job, std::move(before));
+  // A job that ends during the gang's ASSIGNING leaves the round's set partial: never sealed.
+  if (old == v1::JOB_STATE_ASSIGNING && IsTerminal(state) && state != v1::JOB_STATE_SUCCEEDED &&
+      GangClusters(job->spec()))
+    phases_.DeletePartialSet(job->job().id(),
+                             RoundLabelSet(job->job().id(), job->job().rounds_size() - 1));
   MLCD_LOG(INFO) << "job " << job->job().id() << ": " << old_name << " -> " << StateName(state)
                  << (message.empty() ? "" : ": " + message);
   UpdateGauges();

@@ -11,6 +11,7 @@
 #include "common/fashion_mnist_features.h"
 #include "common/file_util.h"
 #include "common/format.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/npy.h"
 #include "coordinator/dataset_checks.h"
@@ -43,10 +44,6 @@ StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<s
       WriteNpy(out, NpyDtype::kInt64, {static_cast<int64_t>(all.size())}, all.data()));
   return true;
 }
-
-// Centroids a gang rank holds in float32: at most 16 GiB (1M x 4096), so that a job that
-// cannot run anywhere is refused before its workers load anything.
-constexpr int64_t kMaxGangCentroidBytes = int64_t{16} << 30;
 
 // At least k rows for k-means and centroids that fit a gang rank: INVALID_ARGUMENT /
 // RESOURCE_EXHAUSTED naming the numbers. `of` names the rows' source.
@@ -141,6 +138,14 @@ clusterd::ClusterdClientOptions ForJob(const std::string& job_id) {
   return options;
 }
 
+// A label-store client whose calls act for job `job_id`: only the job makes, seals and
+// deletes its sets.
+labelstore::LabelStoreClient JobLabelStore(const std::string& address, const std::string& job_id) {
+  labelstore::LabelStoreClientOptions options;
+  options.acting_for = ActingForJob(job_id);
+  return labelstore::LabelStoreClient(address, options);
+}
+
 }  // namespace
 
 struct PhaseRunner::Slot {
@@ -165,27 +170,32 @@ void PhaseRunner::Launch(JobEntry* job) {
   const std::string round_text = RoundText(outcome.round, job->spec().training().rounds());
   outcome.what =
       outcome.clustering ? "clustering " + round_text : "assigning labels of " + round_text;
-  v1::JobRecord snapshot = job->rec;
   auto control = job->control;
+  StartThread(slot, [this, snapshot = job->rec, control](PhaseOutcome* out) {
+    if (out->clustering && out->gang) {
+      out->round_record = snapshot.job().rounds(out->round);
+      v1::FeatureSource unused;
+      out->status = PlanRound(snapshot, out->round, &unused, &out->round_record);
+    } else if (out->clustering) {
+      RunClustering(snapshot, control.get(), out);
+    } else if (out->gang && snapshot.job().rounds(out->round).label_set().empty()) {
+      RunPreparingSet(snapshot, out);
+    } else if (out->gang) {
+      RunSealing(snapshot, out);
+    } else {
+      RunAssigning(snapshot, control.get(), out);
+    }
+  });
+}
+
+void PhaseRunner::StartThread(std::shared_ptr<Slot> slot,
+                              std::function<void(PhaseOutcome*)> body) {
   PhaseThread t;
   t.slot = slot;
-  t.thread = std::thread([this, slot, snapshot = std::move(snapshot), control]() {
+  t.thread = std::thread([this, slot, body = std::move(body)]() {
     // Nothing a phase meets may take the coordinator down: an exception fails the phase.
     try {
-      PhaseOutcome* out = &slot->outcome;
-      if (out->clustering && out->gang) {
-        out->round_record = snapshot.job().rounds(out->round);
-        v1::FeatureSource unused;
-        out->status = PlanRound(snapshot, out->round, &unused, &out->round_record);
-      } else if (out->clustering) {
-        RunClustering(snapshot, control.get(), out);
-      } else if (out->gang && snapshot.job().rounds(out->round).label_set().empty()) {
-        RunPreparingSet(snapshot, out);
-      } else if (out->gang) {
-        RunSealing(snapshot, out);
-      } else {
-        RunAssigning(snapshot, control.get(), out);
-      }
+      body(&slot->outcome);
     } catch (const std::exception& e) {
       slot->outcome.status = Status::Internal(std::string("unexpected error: ") + e.what());
     } catch (...) {
@@ -200,6 +210,48 @@ void PhaseRunner::Launch(JobEntry* job) {
   threads_.push_back(std::move(t));
 }
 
+void PhaseRunner::DeletePartialSet(const std::string& job_id, const std::string& label_set) {
+  if (stopping_) return;
+  pending_deletions_.push_back({job_id, label_set});
+  LaunchDeletions();
+}
+
+bool PhaseRunner::Running(const std::string& job_id) const {
+  for (const PhaseThread& t : threads_) {
+    // outcome.job_id is set before the thread starts and never changed by it.
+    if (!t.slot->done && t.slot->outcome.job_id == job_id) return true;
+  }
+  return false;
+}
+
+void PhaseRunner::LaunchDeletions() {
+  for (auto it = pending_deletions_.begin(); it != pending_deletions_.end();) {
+    if (stopping_ || Running(it->job_id)) {
+      ++it;
+      continue;
+    }
+    auto slot = std::make_shared<Slot>();
+    slot->outcome.job_id = it->job_id;  // generation 0 and a job that ended: never applied
+    slot->outcome.label_set = it->label_set;
+    slot->outcome.what = "deleting the partial label set " + it->label_set;
+    StartThread(slot, [this](PhaseOutcome* out) {
+      labelstore::LabelStoreClient client = JobLabelStore(options_.labelstore_address, out->job_id);
+      StatusOr<v1::DeleteLabelSetResponse> deleted = client.Delete(out->label_set, true);
+      if (deleted.ok()) {
+        MLCD_LOG(INFO) << "job " << out->job_id << " ended during ASSIGNING: deleted its partial "
+                       << "label set " << out->label_set;
+      } else {
+        out->status = deleted.status();
+        MLCD_LOG(WARNING) << "job " << out->job_id << " ended during ASSIGNING, but its partial "
+                          << "label set " << out->label_set << " could not be deleted: "
+                          << deleted.status().ToString() << "; delete it with `mlcdctl labels "
+                          << "delete " << out->label_set << "` as an admin";
+      }
+    });
+    it = pending_deletions_.erase(it);
+  }
+}
+
 std::vector<PhaseOutcome> PhaseRunner::CollectFinished() {
   std::vector<PhaseOutcome> outcomes;
   for (auto it = threads_.begin(); it != threads_.end();) {
@@ -211,6 +263,7 @@ std::vector<PhaseOutcome> PhaseRunner::CollectFinished() {
       ++it;
     }
   }
+  LaunchDeletions();
   return outcomes;
 }
 
@@ -429,14 +482,6 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
   } else {
     out->status = result.status();
   }
-}
-
-// A label-store client whose calls act for job `job_id`: only the job makes, seals and
-// deletes its sets.
-labelstore::LabelStoreClient JobLabelStore(const std::string& address, const std::string& job_id) {
-  labelstore::LabelStoreClientOptions options;
-  options.acting_for = ActingForJob(job_id);
-  return labelstore::LabelStoreClient(address, options);
 }
 
 void PhaseRunner::RunPreparingSet(const v1::JobRecord& snapshot, PhaseOutcome* out) {

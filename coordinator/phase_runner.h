@@ -16,12 +16,13 @@
 //
 // Locking: the runner uses the JobManager's mutex (passed in) and has none of its own. Every
 // method except JoinAll() runs with that mutex held; JoinAll() must be called without it.
-// Phase threads take it to publish details and to hand in their outcome; the thread list and
-// `stopping_` are guarded by it.
+// Phase threads take it to publish details and to hand in their outcome; the thread list, the
+// pending deletions and `stopping_` are guarded by it.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -96,8 +97,16 @@ class PhaseRunner {
   // counted and persisted the attempt (JobRecord.phase_attempts) before. A phase thread
   // never lets an exception out: it becomes the outcome's INTERNAL status.
   void Launch(JobEntry* job);
-  // Joins the threads that ended and returns their outcomes.
+  // Joins the threads that ended and returns their outcomes; starts the deletions
+  // (DeletePartialSet) whose job has no phase thread running any more.
   std::vector<PhaseOutcome> CollectFinished();
+  // Gang engine: `label_set`, the round's set of a job that ended FAILED or CANCELLED during
+  // ASSIGNING, is partial (or OPEN and empty) and is never sealed: it is deleted, acting for
+  // the job, on a thread of its own once no phase thread of that job runs any more (a
+  // preparing thread could create it again after the deletion; a sealing one could seal it).
+  // The job's end does not wait for it; a failure is logged with the set's name. Not
+  // persisted: a coordinator that stops first leaves the set (delete it with mlcdctl).
+  void DeletePartialSet(const std::string& job_id, const std::string& label_set);
   // The job when it is still in the phase `generation` was started for, else null.
   JobEntry* StillCurrent(const std::string& job_id, uint64_t generation);
   // Stores a successful outcome in the job's round; returns the transition that follows
@@ -122,6 +131,13 @@ class PhaseRunner {
     std::shared_ptr<Slot> slot;
   };
 
+  // Runs `body` on a new thread that fills the slot's outcome (an exception becomes its
+  // INTERNAL status) and marks the slot done.
+  void StartThread(std::shared_ptr<Slot> slot, std::function<void(PhaseOutcome*)> body);
+  // A phase or deletion thread of the job has not ended yet.
+  bool Running(const std::string& job_id) const;
+  // Starts the pending deletions whose job has no thread running.
+  void LaunchDeletions();
   void RunClustering(const v1::JobRecord& snapshot, clusterd::CallControl* control,
                      PhaseOutcome* outcome);
   void RunAssigning(const v1::JobRecord& snapshot, clusterd::CallControl* control,
@@ -148,6 +164,11 @@ class PhaseRunner {
   std::condition_variable* tick_;
   bool stopping_ = false;
   std::vector<PhaseThread> threads_;
+  struct PendingDeletion {
+    std::string job_id;
+    std::string label_set;
+  };
+  std::vector<PendingDeletion> pending_deletions_;
 };
 
 }  // namespace mlcd::coordinator

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "common/file_util.h"
@@ -57,6 +58,78 @@ TEST(Npy, ScalarAndIntReads) {
   auto i = ReadNpyAsInt64(dir.Sub("ids.npy"));
   ASSERT_TRUE(i.ok());
   EXPECT_EQ((*i)[2], int64_t{1} << 40);
+}
+
+// A gang rank reads only its range of a sample-id or class file: for every split of the
+// elements over 1..5 ranks and every integer dtype, the ranks' range reads are the slices of
+// the whole read, in order; a range outside the array and a float array are refused.
+TEST(Npy, RangeReadsEqualTheSlicesOfTheWhole) {
+  testing::TempDir dir;
+  std::vector<int64_t> values(23 * 2);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>(i * 37 % 101);
+  std::vector<int8_t> i8(values.begin(), values.end());
+  std::vector<int32_t> i32(values.begin(), values.end());
+  std::vector<uint64_t> u64(values.begin(), values.end());
+  struct File {
+    std::string name;
+    NpyDtype dtype;
+    std::vector<int64_t> shape;
+    const void* data;
+  };
+  for (const File& f : {File{"i8.npy", NpyDtype::kInt8, {46}, i8.data()},
+                        File{"i32.npy", NpyDtype::kInt32, {23, 2}, i32.data()},
+                        File{"i64.npy", NpyDtype::kInt64, {46}, values.data()},
+                        File{"u64.npy", NpyDtype::kUint64, {46}, u64.data()}}) {
+    ASSERT_TRUE(WriteNpy(dir.Sub(f.name), f.dtype, f.shape, f.data).ok());
+    auto whole = ReadNpyAsInt64(dir.Sub(f.name));
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    ASSERT_EQ(*whole, values) << f.name;
+    auto map = MappedNpy::Open(dir.Sub(f.name));
+    ASSERT_TRUE(map.ok()) << map.status().ToString();
+    const int64_t n = static_cast<int64_t>(values.size());
+    for (int64_t world = 1; world <= 5; ++world) {
+      std::vector<int64_t> joined;
+      for (int64_t rank = 0; rank < world; ++rank) {
+        const int64_t b = n * rank / world, e = n * (rank + 1) / world;
+        auto part = ReadNpyRangeAsInt64(*map, b, e);
+        ASSERT_TRUE(part.ok()) << part.status().ToString();
+        EXPECT_EQ(*part, std::vector<int64_t>(whole->begin() + b, whole->begin() + e))
+            << f.name << " rank " << rank << " of " << world;
+        joined.insert(joined.end(), part->begin(), part->end());
+      }
+      EXPECT_EQ(joined, *whole) << f.name << " over " << world << " ranks";
+    }
+    for (const auto& [b, e] : std::vector<std::pair<int64_t, int64_t>>{{-1, 3}, {5, 4}, {0, 47}}) {
+      auto bad = ReadNpyRangeAsInt64(*map, b, e);
+      EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << b << ", " << e;
+      EXPECT_NE(bad.status().message().find("asked of an array of 46"), std::string::npos)
+          << bad.status().ToString();
+    }
+  }
+  float x[2] = {1, 2};
+  ASSERT_TRUE(WriteNpy(dir.Sub("f.npy"), NpyDtype::kFloat32, {2}, x).ok());
+  auto floats = MappedNpy::Open(dir.Sub("f.npy"));
+  ASSERT_TRUE(floats.ok());
+  EXPECT_EQ(ReadNpyRangeAsInt64(*floats, 0, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The last rows of a 16 GiB id file (a sparse file: a header and a hole) are read without the
+// rest: nothing else is touched, so this takes no time and no memory.
+TEST(Npy, RangeReadOfAHugeSparseFileTouchesOnlyTheRange) {
+  testing::TempDir dir;
+  const int64_t n = int64_t{1} << 31;
+  const std::string header = EncodeNpyHeader(NpyDtype::kInt64, {n});
+  const std::string path = dir.Sub("ids.npy");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << header;
+  }
+  std::filesystem::resize_file(path, header.size() + static_cast<size_t>(n) * 8);
+  auto map = MappedNpy::Open(path);
+  ASSERT_TRUE(map.ok()) << map.status().ToString();
+  auto tail = ReadNpyRangeAsInt64(*map, n - 5, n);
+  ASSERT_TRUE(tail.ok()) << tail.status().ToString();
+  EXPECT_EQ(*tail, std::vector<int64_t>(5, 0));
 }
 
 TEST(Npy, RejectsBadFilesWithTheirName) {

@@ -5,11 +5,17 @@
 // run of the same algorithm (`mlcd-worker cluster-gang --world-size 1`), undisturbed and after
 // a rank was SIGKILLed in the middle of k-means.
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -52,6 +58,54 @@ void WriteIdxSplit(const std::string& dir, uint32_t n) {
                                   be(0x803) + be(n) + be(28) + be(28) + pixels)
                   .ok());
   ASSERT_TRUE(WriteFileAtomically(dir + "/train-labels-idx1-ubyte", be(0x801) + be(n) + labels).ok());
+}
+
+// A float32 `rows` x d .npy whose data is one hole: the header, then the file extended with
+// ftruncate, so it takes no disk and reads as zeros.
+void WriteSparseFeatures(const std::string& path, int64_t rows, int64_t d) {
+  const std::string header = EncodeNpyHeader(NpyDtype::kFloat32, {rows, d});
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::write(fd, header.data(), header.size()), static_cast<ssize_t>(header.size()));
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(header.size() + rows * d * 4)), 0);
+  ::close(fd);
+}
+
+// The host's MemAvailable in bytes (/proc/meminfo).
+int64_t HostBytesAvailable() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kb = 0;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return -1;
+}
+
+// Bytes of `path` in the page cache (mincore over a map of the whole file, 1 GiB at a time).
+int64_t CachedBytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return -1;
+  struct stat st {};
+  ::fstat(fd, &st);
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  int64_t cached = 0;
+  const int64_t window = int64_t{1} << 30;
+  std::vector<unsigned char> resident(static_cast<size_t>(window / page));
+  for (int64_t off = 0; off < st.st_size; off += window) {
+    const size_t len = static_cast<size_t>(std::min<int64_t>(window, st.st_size - off));
+    void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, off);
+    if (map == MAP_FAILED) {
+      cached = -1;
+      break;
+    }
+    if (::mincore(map, len, resident.data()) == 0) {
+      for (size_t i = 0; i < (len + page - 1) / page; ++i) cached += (resident[i] & 1) * page;
+    }
+    ::munmap(map, len);
+  }
+  ::close(fd);
+  return cached;
 }
 
 // The top-l labels of `n` rows as one process computes them: rank 0's labels.r0.npy.
@@ -301,6 +355,88 @@ TEST_F(GangClusteringTest, RankKilledMidKMeansResumesFromTheCheckpoint) {
   const std::vector<int64_t> expected = OneProcessLabels(dir_, features, spec.k, spec.l, spec.niter, 3);
   ASSERT_EQ(stored.size(), static_cast<size_t>(n * spec.l));
   EXPECT_EQ(stored, expected) << "labels after the retried gang differ from an undisturbed run";
+}
+
+// A job cancelled during ASSIGNING, once the coordinator created the round's OPEN set for the
+// labelling gang: the partial set is deleted, never left in the label store.
+TEST_F(GangClusteringTest, CancelDuringAssigningDeletesThePartialLabelSet) {
+  const std::string features = dir_.Sub("features.npy");
+  const int64_t n = 20000;
+  WriteClusteredFeatures(features, n, 32, 64);
+  TinyJob spec;
+  spec.limit = static_cast<int>(n);
+  spec.k = 64;
+  spec.features = "{kind: npy, paths: [" + features + "]}";
+  spec.clustering_fields = "engine: gang";
+  auto submitted = cluster_->Submit(spec.Yaml(), "gang-cancel");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto assigning = cluster_->WaitForJob(
+      submitted->id(),
+      [](const v1::Job& j) {
+        return IsTerminal(j.state()) || j.state() == v1::JOB_STATE_TRAINING ||
+               (j.state() == v1::JOB_STATE_ASSIGNING && j.rounds_size() == 1 &&
+                !j.rounds(0).label_set().empty());
+      },
+      seconds(120));
+  ASSERT_TRUE(assigning.ok()) << assigning.status().ToString();
+  ASSERT_EQ(assigning->state(), v1::JOB_STATE_ASSIGNING) << assigning->message();
+  const std::string set = "job/" + submitted->id() + "/r0";
+  ASSERT_EQ(assigning->rounds(0).label_set(), set);
+  labelstore::LabelStoreClient store(cluster_->labelstore_address());
+  ASSERT_TRUE(store.Describe(set).ok()) << "the OPEN set for the gang was not created";
+
+  ASSERT_TRUE(cluster_->Cancel(submitted->id()).ok());
+  auto job = Ended(submitted->id(), seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_CANCELLED) << job->message();
+  EXPECT_FALSE(job->rounds(0).assigned());
+  // The deletion runs on a phase thread of its own, after the cancel returned.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+  StatusOr<v1::LabelSetInfo> info = store.Describe(set);
+  while (info.ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    info = store.Describe(set);
+  }
+  EXPECT_EQ(info.status().code(), StatusCode::kNotFound)
+      << "the cancelled job's partial set " << set << " is still in the label store: "
+      << (info.ok() ? info->DebugString() : info.status().ToString());
+  auto listed = store.List("job/" + submitted->id() + "/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed->empty()) << listed->size() << " sets of the cancelled job remain";
+}
+
+// Features twice the host's available memory (a sparse file: no disk, no memory): each rank
+// refuses before it loads anything, naming the bytes and the world size that would fit, and
+// the job FAILS without the file being read.
+TEST_F(GangClusteringTest, FeaturesAboveTheHostsMemoryAreRefusedUnread) {
+  const int64_t available = HostBytesAvailable();
+  ASSERT_GT(available, 0) << "no MemAvailable in /proc/meminfo";
+  const int64_t d = 64, rows = 2 * available / (d * 4) + 1;
+  const std::string features = dir_.Sub("huge.npy");
+  WriteSparseFeatures(features, rows, d);
+  TinyJob spec;
+  spec.k = 8;
+  spec.max_restarts = 0;
+  spec.features = "{kind: npy, paths: [" + features + "]}";
+  spec.clustering_fields = "engine: gang";
+  const auto start = std::chrono::steady_clock::now();
+  auto submitted = cluster_->Submit(spec.Yaml(), "gang-huge");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto job = Ended(submitted->id(), seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED) << job->message();
+  for (const std::string& expected :
+       {std::string("RESOURCE_EXHAUSTED"), std::string("the gang's clustering needs "),
+        std::to_string((rows + 1) / 2) + " x d 64 float32", std::string("free; a world size of "),
+        std::string("(training.world_size), or lower clustering.k")}) {
+    EXPECT_NE(job->message().find(expected), std::string::npos)
+        << "'" << expected << "' not in: " << job->message();
+  }
+  EXPECT_EQ(GangKinds(*job), std::vector<v1::AssignmentKind>{v1::ASSIGNMENT_KIND_CLUSTER});
+  EXPECT_LT(took, 30) << "the refusal took " << took << " s";
+  const int64_t cached = CachedBytes(features);
+  EXPECT_LT(cached, int64_t{64} << 20) << cached << " bytes of the features were read";
 }
 
 // What the gang cannot run is refused with the numbers: at submit (an approximate search), and

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/npy.h"
 #include "tests/coordinator/protocol_fixture.h"
 
 namespace mlcd::testing {
@@ -225,6 +226,62 @@ TEST_F(CoordinatorProtocolTest, MalformedSpecsAndRequestsAreRejectedWithFieldPat
   grpc::ClientContext lc;
   ASSERT_TRUE(cluster_->stub()->ListJobs(&lc, v1::ListJobsRequest(), &jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 0);
+}
+
+// clustering.engine gang runs a round's CLUSTER and ASSIGN_LABELS gangs on the job's workers: a
+// submission is refused while workers are registered and none can run one of the two kinds
+// (the message names the kind and the fixes); with no worker registered it is accepted (the
+// job waits for workers, as for every other kind).
+TEST_F(CoordinatorProtocolTest, GangEngineIsRefusedWithoutWorkersThatRunBothGangKinds) {
+  const std::string features = dir_.Sub("features.npy");
+  std::vector<float> rows(384 * 16, 0.5f);
+  ASSERT_TRUE(WriteNpy(features, NpyDtype::kFloat32, {384, 16}, rows.data()).ok());
+  TinyJob spec;
+  spec.features = "{kind: npy, paths: [" + features + "]}";
+  spec.clustering_fields = "engine: gang";
+  auto dry_run = [&]() {
+    v1::SubmitJobRequest request;
+    request.set_spec_yaml(spec.Yaml());
+    request.set_dry_run(true);
+    grpc::ClientContext context;
+    v1::Job job;
+    return FromGrpcStatus(cluster_->stub()->SubmitJob(&context, request, &job));
+  };
+  EXPECT_TRUE(dry_run().ok()) << "no worker registered: the job waits for workers";
+
+  ProtocolWorker trainer(cluster_.get(), "train-only");
+  ASSERT_TRUE(trainer.Register().ok());
+  ProtocolWorker half(cluster_.get(), "cluster-only",
+                      {v1::ASSIGNMENT_KIND_TRAIN, v1::ASSIGNMENT_KIND_CLUSTER});
+  struct Step {
+    ProtocolWorker* registers;  // null: none more
+    std::string kind;           // the kind named in the refusal
+  };
+  for (const Step& step : {Step{nullptr, "cluster (mlcd-worker cluster-gang)"},
+                           Step{&half, "assign labels (mlcd-worker cluster-gang)"}}) {
+    if (step.registers) {
+      ASSERT_TRUE(step.registers->Register().ok());
+    }
+    auto submitted = cluster_->Submit(spec.Yaml());
+    ASSERT_FALSE(submitted.ok()) << "accepted without workers that can " << step.kind;
+    EXPECT_EQ(submitted.status().code(), StatusCode::kFailedPrecondition);
+    for (const std::string& expected :
+         {"spec.clustering.engine: gang needs workers that can " + step.kind,
+          std::string("set engine: clusterd or start workers whose mlcd-worker has the "
+                      "cluster-gang command")}) {
+      EXPECT_NE(submitted.status().message().find(expected), std::string::npos)
+          << "'" << expected << "' not in: " << submitted.status().message();
+    }
+  }
+  ProtocolWorker full(cluster_.get(), "gang-worker",
+                      {v1::ASSIGNMENT_KIND_TRAIN, v1::ASSIGNMENT_KIND_CLUSTER,
+                       v1::ASSIGNMENT_KIND_ASSIGN_LABELS});
+  ASSERT_TRUE(full.Register().ok());
+  EXPECT_TRUE(dry_run().ok()) << "a worker runs both gang kinds now";
+  grpc::ClientContext context;
+  v1::ListJobsResponse jobs;
+  ASSERT_TRUE(cluster_->stub()->ListJobs(&context, v1::ListJobsRequest(), &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0) << "a refused submission created a job";
 }
 
 }  // namespace

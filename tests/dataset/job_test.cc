@@ -1,7 +1,8 @@
 // Whole jobs on a WebDataset copy of Fashion-MNIST (and vit-b32 at 224 RGB on an image folder)
 // through real services (mlcd-labelstore,
 // mlcd-clusterd, mlcd-coordinator, two `mlcd-worker agent` slots): shards indexed by the
-// coordinator, CLIP-style npy features in reversed row order aligned by a keys file, bad
+// coordinator, CLIP-style npy features in reversed row order aligned by a keys file (clustered
+// by clusterd and by the gang engine), bad
 // images skipped and counted to SUCCEEDED, and too many bad images failing the job with
 // their keys.
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "clients/labelstore_client.h"
 #include "common/dataset/dataset_index.h"
 #include "common/file_util.h"
 #include "common/npy.h"
@@ -146,6 +148,49 @@ TEST_F(DatasetJobTest, TooManyBadImagesFailTheJobNamingThem) {
   EXPECT_EQ(done->state(), v1::JOB_STATE_FAILED);
   EXPECT_NE(done->message().find("too many bad images"), std::string::npos) << done->message();
   EXPECT_NE(done->message().find("zzbad-"), std::string::npos) << done->message();
+}
+
+// The gang engine on the same key-aligned features: each rank reads its range of the sample-id
+// file the coordinator wrote from the keys, so the label set's row of sample s holds the labels
+// one process gives feature row kSamples - 1 - s (the rows are in reversed sample order).
+TEST_F(DatasetJobTest, KeyAlignedFeaturesOnTheGangEngineLabelTheSamplesTheKeysName) {
+  std::string yaml = Yaml("wds-gang", 0.1, /*prebuilt=*/true);
+  const std::string plain = "k: 8, l: 2, niter: 4}";
+  ASSERT_NE(yaml.find(plain), std::string::npos);
+  yaml.replace(yaml.find(plain), plain.size(), "k: 8, l: 2, niter: 4, engine: gang, seed: 5}");
+  auto job = cluster_->Submit(yaml);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = cluster_->WaitForJob(
+      job->id(), [](const v1::Job& j) { return testing::IsTerminal(j.state()); }, seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message();
+  ASSERT_EQ(done->rounds(0).feature_ids_paths_size(), 1);
+  ASSERT_EQ(done->rounds(0).assign().num_samples(), static_cast<uint64_t>(kSamples));
+
+  std::string log;
+  ASSERT_EQ(testing::RunCommand(testing::BinPath("mlcd-worker"),
+                                {"cluster-gang", "--features", dir_.Sub("emb.npy"), "--k", "8",
+                                 "--l", "2", "--niter", "4", "--seed", "5", "--out",
+                                 dir_.Sub("one-process"), "--threads", "1"},
+                                &log),
+            0)
+      << log;
+  auto by_row = ReadNpyAsInt64(dir_.Sub("one-process/labels.r0.npy"));
+  ASSERT_TRUE(by_row.ok()) << by_row.status().ToString();
+  ASSERT_EQ(by_row->size(), static_cast<size_t>(kSamples * 2));
+  labelstore::LabelStoreClient store(cluster_->labelstore_address());
+  std::vector<uint64_t> ids(kSamples);
+  for (int s = 0; s < kSamples; ++s) ids[s] = static_cast<uint64_t>(s);
+  auto stored = store.GetLabels(done->rounds(0).label_set(), ids);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_TRUE(stored->missing_indices.empty()) << stored->missing_indices.size() << " missing";
+  for (int s = 0; s < kSamples; ++s) {
+    const int r = kSamples - 1 - s;
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(stored->labels[s * 2 + j], (*by_row)[r * 2 + j])
+          << "sample " << s << " (feature row " << r << "), label " << j;
+    }
+  }
 }
 
 // The paper's 224-pixel presets really run: vit-b32 (88 M parameters, 7x7 patches of 32 px)
