@@ -21,6 +21,7 @@
 
 #include "clients/labelstore_client.h"
 #include "common/file_util.h"
+#include "common/host_memory.h"
 #include "common/npy.h"
 #include "tests/coordinator/harness.h"
 #include "tests/coordinator/two_worker_fixture.h"
@@ -69,17 +70,6 @@ void WriteSparseFeatures(const std::string& path, int64_t rows, int64_t d) {
   ASSERT_EQ(::write(fd, header.data(), header.size()), static_cast<ssize_t>(header.size()));
   ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(header.size() + rows * d * 4)), 0);
   ::close(fd);
-}
-
-// The host's MemAvailable in bytes (/proc/meminfo).
-int64_t HostBytesAvailable() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kb = 0;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return -1;
 }
 
 // Bytes of `path` in the page cache (mincore over a map of the whole file, 1 GiB at a time).
@@ -410,7 +400,7 @@ TEST_F(GangClusteringTest, CancelDuringAssigningDeletesThePartialLabelSet) {
 // the job FAILS without the file being read.
 TEST_F(GangClusteringTest, FeaturesAboveTheHostsMemoryAreRefusedUnread) {
   const int64_t available = HostBytesAvailable();
-  ASSERT_GT(available, 0) << "no MemAvailable in /proc/meminfo";
+  ASSERT_GT(available, 0) << "no MemAvailable in /proc/meminfo";  // nor a cgroup limit
   const int64_t d = 64, rows = 2 * available / (d * 4) + 1;
   const std::string features = dir_.Sub("huge.npy");
   WriteSparseFeatures(features, rows, d);

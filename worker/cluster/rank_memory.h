@@ -44,10 +44,10 @@ struct RankMemoryNeed {
 // The need on `device` ("cpu" or a CUDA device) for `plan`.
 RankMemoryNeed EstimateRankMemory(const RankMemoryPlan& plan, const at::Device& device);
 
-// Bytes free for this process: on the host, /proc/meminfo's MemAvailable, lowered to what the
-// process's cgroup (v2) limit leaves when there is one (in a container MemAvailable is the
-// node's); on a CUDA device, cudaMemGetInfo's free bytes (-1 in a build without CUDA). -1
-// when it cannot be read, which the check takes as "unknown" and lets pass.
+// Bytes free for this process: on the host, HostBytesAvailable() (common/host_memory.h:
+// MemAvailable, lowered to what a cgroup v2 limit leaves); on a CUDA device, cudaMemGetInfo's
+// free bytes (-1 in a build without CUDA). -1 when it cannot be read, which the check takes
+// as "unknown" and lets pass.
 int64_t FreeBytes(const at::Device& device);
 
 // RESOURCE_EXHAUSTED when `need` is above `free_bytes` on `where` ("this host", "cuda:0"),
