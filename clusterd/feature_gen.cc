@@ -45,13 +45,7 @@ Status MakeParentDirs(const std::string& path) {
 StatusOr<FeatureFileInfo> WriteFashionMnistFeatures(const FashionMnistFeatureOptions& options) {
   if (options.features_out.empty())
     return Status::InvalidArgument("features_out (the output .npy path) is required");
-  FashionMnistFeatureSpec spec;
-  spec.kind = options.kind;
-  spec.split = options.split;
-  spec.limit = options.limit;
-  spec.dim = options.dim;
-  spec.seed = options.seed;
-  spec.dataset_dir = options.dataset_dir;
+  const FashionMnistFeatureSpec& spec = options;
   MLCD_RETURN_IF_ERROR(CheckFashionMnistFeatureSpec(spec));
   MLCD_RETURN_IF_ERROR(CheckDtype(options.dtype));
 

@@ -27,23 +27,10 @@ namespace mlcd::clusterd {
 
 // The rows are those of common/fashion_mnist_features.h (the clustering gang computes the same
 // values for its own row ranges).
-struct FashionMnistFeatureOptions {
-  // "pixels": the 784 pixel values scaled to [0, 1] (row-major 28 x 28).
-  // "random-projection": those 784 values times a fixed Gaussian matrix (784 x dim, entries
-  // N(0, 1/dim), drawn from `seed`), i.e. a Johnson-Lindenstrauss projection to `dim`.
-  std::string kind = "pixels";
-  // "train" (60000 images) or "test" (10000).
-  std::string split = "train";
-  // Keep only the first `limit` images (0 = all). Sample ids are then 0..limit-1.
-  int64_t limit = 0;
-  // Output dimension of "random-projection" (ignored for "pixels").
-  int dim = 128;
-  // Seed of the projection matrix.
-  uint64_t seed = 0;
+struct FashionMnistFeatureOptions : FashionMnistFeatureSpec {
+  // What to make (kind, split, limit, dim, seed, dataset_dir): FashionMnistFeatureSpec.
   // float32 or float16.
   NpyDtype dtype = NpyDtype::kFloat32;
-  // Where the IDX files are.
-  std::string dataset_dir = kFashionMnistDir;
   // Output .npy (n x d), written atomically. Required.
   std::string features_out;
   // Optional output .npy of the class labels (int64, n), for label-quality reports only:
