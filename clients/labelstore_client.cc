@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "clients/write_capability.h"
 #include "common/grpc_server.h"
 #include "common/security.h"
 
@@ -19,6 +20,8 @@ LabelWriter::LabelWriter(v1::LabelStore::Stub* stub, std::string name, std::stri
     context_->set_deadline(DeadlineIn(options.stream_timeout));
   context_->set_wait_for_ready(options.wait_for_ready);
   AttachActingFor(options.acting_for, context_.get());
+  if (!options.write_capability.empty())
+    context_->AddMetadata(kWriteCapabilityHeader, options.write_capability);
   stream_ = stub->WriteLabels(context_.get(), &response_);
 }
 
@@ -170,6 +173,17 @@ StatusOr<v1::WriteLabelsResponse> LabelStoreClient::WriteLabels(
   Status status = writer->WriteRows(ids, n, labels_per_sample, labels, scores, rows_per_message);
   if (!status.ok()) return status;
   return writer->Finish();
+}
+
+StatusOr<WriteDelegation> LabelStoreClient::DelegateWrites(const std::string& name) const {
+  v1::DelegateWritesRequest request;
+  request.set_name(name);
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::DelegateWritesResponse response;
+  grpc::Status status = stub_->DelegateWrites(&context, request, &response);
+  if (!status.ok()) return FromRpc(status, "DelegateWrites");
+  return WriteDelegation{response.name(), response.incarnation(), response.delegation_key()};
 }
 
 StatusOr<v1::LabelSetInfo> LabelStoreClient::Seal(const std::string& name,

@@ -51,6 +51,18 @@ struct LabelStoreClientOptions {
   // Every call acts for this identity (common/acting_for.h): a service writing a user's or a
   // job's label set (honoured only from a service). Empty = the caller acts as itself.
   ActingFor acting_for;
+  // WriteLabels streams carry this write capability (clients/write_capability.h; a gang
+  // rank's Assignment.label_write_capability): the store then lets the stream write the set
+  // the capability was issued for, and nothing else. Empty = write by the caller's identity.
+  std::string write_capability;
+};
+
+// An OPEN set's delegation (LabelStore.DelegateWrites): what its owner mints write
+// capabilities with (MintWriteCapability).
+struct WriteDelegation {
+  std::string name;
+  uint64_t incarnation = 0;
+  std::string key;
 };
 
 // What CreateLabelSet needs (fields as in v1::CreateLabelSetRequest).
@@ -134,6 +146,10 @@ class LabelStoreClient {
                                                 const int32_t* labels,
                                                 const float* scores = nullptr,
                                                 size_t rows_per_message = 0) const;
+
+  // The delegation key of the OPEN set `name`, for its owner (or whom a service acts for).
+  // PERMISSION_DENIED for a caller who may not write it, FAILED_PRECONDITION once sealed.
+  StatusOr<WriteDelegation> DelegateWrites(const std::string& name) const;
 
   // Makes the set immutable. Idempotent unless require_open (then FAILED_PRECONDITION when
   // already sealed).

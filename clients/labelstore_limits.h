@@ -32,6 +32,13 @@ constexpr size_t kMaxValuesPerMessage = size_t{1} << 24;
 constexpr size_t kMaxMetadataEntries = 64;
 constexpr size_t kMaxMetadataKeyBytes = 256;
 constexpr size_t kMaxMetadataValueBytes = 4096;
+// Write capabilities (clients/write_capability.h): the holder's description, and how long a
+// capability the coordinator mints for a labelling gang's rank stays valid. The store checks
+// it when a WriteLabels stream opens (its first message), so it needs to cover the time from
+// the gang's start to a rank's first written rows, not the whole phase; a later gang of the
+// round gets new ones.
+constexpr size_t kMaxCapabilityHolderLength = 200;
+constexpr int64_t kLabelWriteCapabilitySeconds = 6 * 3600;
 
 // Largest number of rows one message may carry for a set with `labels_per_sample` labels.
 size_t MaxRowsPerMessage(int32_t labels_per_sample);

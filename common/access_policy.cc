@@ -18,7 +18,7 @@ constexpr uint32_t kServices = R(Role::kService) | R(Role::kAdmin);
 // another submitter's job is refused by the coordinator (it records who submitted); changing
 // another's label set by the label store (it records owners, labelstore/ownership.h);
 // everything else is decided here.
-constexpr std::array<MethodAccess, 23> kTable = {{
+constexpr std::array<MethodAccess, 24> kTable = {{
     // Coordinator: the user API.
     {"/mlcd.v1.Coordinator/SubmitJob", kSubmitters, true},
     {"/mlcd.v1.Coordinator/GetJob", kViewers, true},
@@ -36,8 +36,11 @@ constexpr std::array<MethodAccess, 23> kTable = {{
     {"/mlcd.v1.Coordinator/DeregisterWorker", kWorkers, false},
     // Label store.
     {"/mlcd.v1.LabelStore/CreateLabelSet", kSubmitters | kServices, false},
-    // Workers: the gang engine's ranks write a job's round (labelstore/ownership.h).
+    // Workers reach it to write a job's round with the write capability of their assignment
+    // (the capability, not the role, grants the write: labelstore/ownership.h).
     {"/mlcd.v1.LabelStore/WriteLabels", kSubmitters | kWorkers, false},
+    // An OPEN set's owner delegates writes (labelstore/write_grants.h).
+    {"/mlcd.v1.LabelStore/DelegateWrites", kSubmitters | kServices, false},
     {"/mlcd.v1.LabelStore/SealLabelSet", kSubmitters | kServices, false},
     {"/mlcd.v1.LabelStore/ListLabelSets", kViewers | kWorkers, false},
     {"/mlcd.v1.LabelStore/DescribeLabelSet", kViewers | kWorkers, false},

@@ -57,14 +57,15 @@ Status WriteAllAndSync(int fd, const std::vector<ConstBuffer>& parts, const std:
   return Status::Ok();
 }
 
-Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts) {
+Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts,
+                           unsigned mode) {
   // A process-wide counter, not a thread_local generator: static TLS comes out of every
   // thread's stack (civetweb's 100 KiB /metrics threads overflowed with a 2.5 KB one, before
   // issue 30 replaced them; other libraries' small-stack threads remain).
   static std::atomic<uint64_t> counter{std::random_device{}()};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
                     std::to_string(counter.fetch_add(1) % 1000000);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return ErrnoStatus("create", tmp, errno);
   Status written = WriteAllAndSync(fd, parts, tmp);
   if (!written.ok()) {
@@ -81,8 +82,8 @@ Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffe
   return SyncDir(DirName(path));
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  return WriteFileAtomically(path, {{contents.data(), contents.size()}});
+Status WriteFileAtomically(const std::string& path, const std::string& contents, unsigned mode) {
+  return WriteFileAtomically(path, {{contents.data(), contents.size()}}, mode);
 }
 
 StatusOr<std::string> ReadFileToString(const std::string& path) {

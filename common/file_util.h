@@ -17,9 +17,12 @@ struct ConstBuffer {
 };
 
 // Writes the concatenation of `parts` to `path` so that readers see either the old file or
-// the complete new one, never a partial file, even across a crash.
-Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts);
-Status WriteFileAtomically(const std::string& path, const std::string& contents);
+// the complete new one, never a partial file, even across a crash. The file gets `mode`
+// (less the umask): 0600 for one that holds a secret.
+Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts,
+                           unsigned mode = 0644);
+Status WriteFileAtomically(const std::string& path, const std::string& contents,
+                           unsigned mode = 0644);
 
 // Writes the concatenation of `parts` to the open `fd` (retrying short writes and EINTR), then
 // fsyncs it. `path` names the file in errors.

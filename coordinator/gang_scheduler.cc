@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "clients/labelstore_limits.h"
+#include "clients/write_capability.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -146,11 +148,30 @@ v1::Assignment GangScheduler::NewAssignment(const JobEntry& job, const v1::GangA
     for (const auto& p : round.feature_paths()) a.add_feature_paths(p);
     for (const auto& p : round.feature_ids_paths()) a.add_feature_ids_paths(p);
     a.set_class_labels_path(round.class_labels_path());
-    if (round.has_generated_features()) *a.mutable_generated_features() = round.generated_features();
+    if (round.has_generated_features())
+      *a.mutable_generated_features() = round.generated_features();
   }
-  if (attempt.kind() == v1::ASSIGNMENT_KIND_ASSIGN_LABELS)
+  if (attempt.kind() == v1::ASSIGNMENT_KIND_ASSIGN_LABELS) {
     a.set_label_set(RoundLabelSet(job.job().id(), attempt.round()));
+    a.set_label_write_capability(LabelWriteCapability(job, a));
+  }
   return a;
+}
+
+std::string GangScheduler::LabelWriteCapability(const JobEntry& job, const v1::Assignment& a) {
+  // KindFor starts no labelling gang without the delegation of this very set.
+  if (!job.label_writes || job.label_writes->label_set != a.label_set()) return "";
+  const std::string holder = "job:" + a.job_id() + "/r" + std::to_string(a.round()) +
+                             "/assign_labels/rank" + std::to_string(a.rank());
+  StatusOr<std::string> capability = labelstore::MintWriteCapability(
+      job.label_writes->key, a.label_set(), job.label_writes->incarnation,
+      NowUnixMs() / 1000 + labelstore::kLabelWriteCapabilitySeconds, holder);
+  if (!capability.ok()) {
+    MLCD_LOG(ERROR) << "job " << a.job_id() << ": no write capability for " << holder << ": "
+                    << capability.status().ToString();
+    return "";
+  }
+  return *capability;
 }
 
 void GangScheduler::Start(JobEntry* job, v1::AssignmentKind kind,

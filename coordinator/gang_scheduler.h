@@ -82,6 +82,9 @@ class GangScheduler {
                              const std::vector<WorkerEntry*>& workers);
   v1::Assignment NewAssignment(const JobEntry& job, const v1::GangAttempt& attempt,
                                const v1::GangMember& member) const;
+  // ASSIGN_LABELS: rank a.rank()'s capability to write a.label_set(), minted from the job's
+  // delegation and bound to the job, round, phase and rank ("" without a delegation).
+  static std::string LabelWriteCapability(const JobEntry& job, const v1::Assignment& a);
   int WantedGangSize(JobEntry* job, int available, Clock::time_point now);
 
   GangSchedulerOptions options_;

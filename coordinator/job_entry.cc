@@ -81,9 +81,12 @@ v1::AssignmentKind KindFor(const JobEntry& job) {
                  : v1::ASSIGNMENT_KIND_NONE;
     case v1::JOB_STATE_ASSIGNING:
       // After the gang wrote the labels, the coordinator seals the set (a phase thread).
-      // The coordinator creates the set before it (a phase thread, which sets label_set).
+      // The coordinator creates the set before it (a phase thread, which sets label_set and
+      // gets its write delegation).
+      // The gang starts once the coordinator holds the set's write delegation.
       return GangClusters(job.spec()) && round && !round->label_set().empty() &&
-                     !round->labels_written()
+                     !round->labels_written() && job.label_writes &&
+                     job.label_writes->label_set == round->label_set()
                  ? v1::ASSIGNMENT_KIND_ASSIGN_LABELS
                  : v1::ASSIGNMENT_KIND_NONE;
     case v1::JOB_STATE_TRAINING:

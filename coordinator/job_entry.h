@@ -45,9 +45,21 @@ struct WorkerEntry {
   }
 };
 
+// The right to write a round's OPEN label set that the label store delegated to the job
+// (LabelStore.DelegateWrites): the coordinator mints each labelling rank's write capability
+// from it (clients/write_capability.h). A secret, so it is kept in memory only: after a
+// restart the coordinator makes the set again, and asks again, before the gang starts.
+struct LabelWriteDelegation {
+  std::string label_set;
+  uint64_t incarnation = 0;
+  std::string key;
+};
+
 struct JobEntry {
   // What is persisted (store.h): the public job, its gang attempt and bookkeeping.
   v1::JobRecord rec;
+  // Gang engine, ASSIGNING: the delegation of the round's set (none = not asked yet).
+  std::optional<LabelWriteDelegation> label_writes;
   // Bumped on every visible change (WatchJob).
   uint64_t version = 1;
   // Bumped on every transition: results of phase threads started before it are dropped.

@@ -56,9 +56,10 @@ Status CheckGangFit(int k, int64_t rows, int64_t d, const std::string& of) {
   if (static_cast<double>(k) * d * 4 > static_cast<double>(kMaxGangCentroidBytes)) {
     return Status::ResourceExhausted(
         "k = " + std::to_string(k) + " centroids of d = " + std::to_string(d) + " take " +
-        FormatBytes(static_cast<uint64_t>(k) * d * 4) + " in float32 on every rank of the gang, "
-        "above its limit of " + FormatBytes(kMaxGangCentroidBytes) +
-        "; lower k, or use engine clusterd (docs/scale.md)");
+        FormatBytes(static_cast<uint64_t>(k) * d * 4) +
+        " in float32 on every rank of the gang, "
+        "above its limit of " +
+        FormatBytes(kMaxGangCentroidBytes) + "; lower k, or use engine clusterd (docs/scale.md)");
   }
   return Status::Ok();
 }
@@ -72,8 +73,8 @@ Status PlanGangFeatures(int k, const DataRoots* roots, v1::RoundStatus* round) {
     const v1::GeneratedFeatures& g = round->generated_features();
     MLCD_ASSIGN_OR_RETURN(FashionMnistFeatureSpec spec, FashionMnistSpecOf(g));
     MLCD_ASSIGN_OR_RETURN(FashionMnistShape shape, ReadFashionMnistShape(spec));
-    return CheckGangFit(k, shape.rows, shape.d, "the " + g.kind() + " features of " +
-                                                    shape.images_path);
+    return CheckGangFit(k, shape.rows, shape.d,
+                        "the " + g.kind() + " features of " + shape.images_path);
   }
   std::vector<std::string> paths(round->feature_paths().begin(), round->feature_paths().end());
   MLCD_ASSIGN_OR_RETURN(std::vector<NpyShardRows> shards, ListNpyShardRows(paths, roots));
@@ -171,14 +172,21 @@ void PhaseRunner::Launch(JobEntry* job) {
   outcome.what =
       outcome.clustering ? "clustering " + round_text : "assigning labels of " + round_text;
   auto control = job->control;
-  StartThread(slot, [this, snapshot = job->rec, control](PhaseOutcome* out) {
+  // The labelling gang needs the set's write delegation, which a restarted coordinator no
+  // longer holds: the set is then made again (a partial one is deleted first anyway).
+  const v1::RoundStatus* round = job->round();
+  const bool prepare_set = outcome.gang && !outcome.clustering && round &&
+                           !round->labels_written() &&
+                           (round->label_set().empty() || !job->label_writes ||
+                            job->label_writes->label_set != round->label_set());
+  StartThread(slot, [this, snapshot = job->rec, control, prepare_set](PhaseOutcome* out) {
     if (out->clustering && out->gang) {
       out->round_record = snapshot.job().rounds(out->round);
       v1::FeatureSource unused;
       out->status = PlanRound(snapshot, out->round, &unused, &out->round_record);
     } else if (out->clustering) {
       RunClustering(snapshot, control.get(), out);
-    } else if (out->gang && snapshot.job().rounds(out->round).label_set().empty()) {
+    } else if (prepare_set) {
       RunPreparingSet(snapshot, out);
     } else if (out->gang) {
       RunSealing(snapshot, out);
@@ -188,8 +196,7 @@ void PhaseRunner::Launch(JobEntry* job) {
   });
 }
 
-void PhaseRunner::StartThread(std::shared_ptr<Slot> slot,
-                              std::function<void(PhaseOutcome*)> body) {
+void PhaseRunner::StartThread(std::shared_ptr<Slot> slot, std::function<void(PhaseOutcome*)> body) {
   PhaseThread t;
   t.slot = slot;
   t.thread = std::thread([this, slot, body = std::move(body)]() {
@@ -243,8 +250,9 @@ void PhaseRunner::LaunchDeletions() {
       } else {
         out->status = deleted.status();
         MLCD_LOG(WARNING) << "job " << out->job_id << " ended during ASSIGNING, but its partial "
-                          << "label set " << out->label_set << " could not be deleted: "
-                          << deleted.status().ToString() << "; delete it with `mlcdctl labels "
+                          << "label set " << out->label_set
+                          << " could not be deleted: " << deleted.status().ToString()
+                          << "; delete it with `mlcdctl labels "
                           << "delete " << out->label_set << "` as an admin";
       }
     });
@@ -510,7 +518,18 @@ void PhaseRunner::RunPreparingSet(const v1::JobRecord& snapshot, PhaseOutcome* o
   set.metadata["method"] = SearchMethodName(SearchMethod::kExact);
   set.metadata["producer"] = "mlcd-worker cluster-gang";
   StatusOr<v1::LabelSetInfo> created = client.CreateLabelSet(set);
-  if (!created.ok()) out->status = created.status().WithContext("creating " + out->label_set);
+  if (!created.ok()) {
+    out->status = created.status().WithContext("creating " + out->label_set);
+    return;
+  }
+  // The ranks write by capabilities the coordinator mints from this delegation, never by
+  // their own identities.
+  StatusOr<labelstore::WriteDelegation> delegation = client.DelegateWrites(out->label_set);
+  if (!delegation.ok()) {
+    out->status = delegation.status().WithContext("delegating writes of " + out->label_set);
+    return;
+  }
+  out->label_writes = {delegation->name, delegation->incarnation, delegation->key};
 }
 
 void PhaseRunner::RunSealing(const v1::JobRecord& snapshot, PhaseOutcome* out) {
@@ -529,10 +548,10 @@ void PhaseRunner::RunSealing(const v1::JobRecord& snapshot, PhaseOutcome* out) {
   }
   out->call_started = true;
   if (info->num_samples() != round.assign().num_samples()) {
-    out->status = Status::DataLoss(
-        "label set " + out->label_set + " holds " + std::to_string(info->num_samples()) +
-        " samples after sealing, but the gang reported " +
-        std::to_string(round.assign().num_samples()) + " rows written");
+    out->status = Status::DataLoss("label set " + out->label_set + " holds " +
+                                   std::to_string(info->num_samples()) +
+                                   " samples after sealing, but the gang reported " +
+                                   std::to_string(round.assign().num_samples()) + " rows written");
     return;
   }
   out->assign.set_label_set(out->label_set);
@@ -552,7 +571,8 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
         live->has_generated_features()
             ? live->generated_features().kind() + " features (each rank computes its rows)"
             : std::to_string(live->feature_paths_size()) + " feature shards";
-    return {v1::JOB_STATE_UNSPECIFIED, round_text + ": " + what + " planned for the clustering gang"};
+    return {v1::JOB_STATE_UNSPECIFIED,
+            round_text + ": " + what + " planned for the clustering gang"};
   }
   if (outcome.clustering) {
     const v1::ClusterResult& result = outcome.cluster;
@@ -565,6 +585,7 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
   }
   if (outcome.preparing) {
     live->set_label_set(outcome.label_set);
+    job->label_writes = outcome.label_writes;
     return {v1::JOB_STATE_UNSPECIFIED,
             round_text + ": " + outcome.label_set + " created (OPEN) for the labelling gang"};
   }

@@ -63,8 +63,10 @@ struct PhaseOutcome {
   // clustering.engine "gang": CLUSTERING only plans the round (feature paths, class labels,
   // centroids path) for the CLUSTER gang; ASSIGNING only seals what the gang wrote.
   bool gang = false;
-  // Gang engine, ASSIGNING: the OPEN label set was (re)created for the gang to write.
+  // Gang engine, ASSIGNING: the OPEN label set was (re)created for the gang to write, and
+  // its writes delegated to the job (`label_writes`).
   bool preparing = false;
+  LabelWriteDelegation label_writes;
   int round = 0;
   // Not OK: `what` failed with it.
   Status status;

@@ -55,18 +55,15 @@ Status CheckCreate(const std::string& name, const Principal& actor) {
 Status CheckChange(const std::string& name, const std::string& owner, const Principal& actor,
                    SetChange change) {
   if (!actor.checked || (!owner.empty() && actor.identity == owner)) return Status::Ok();
-  // A job's gang members (worker agents' children) write the rows of its round's OPEN set
-  // (clustering.engine gang); creating, sealing and deleting stay the job's.
-  const bool gang_member = actor.role == Role::kWorker || actor.role == Role::kService;
-  if (change == SetChange::kWrite && IsJobSet(name) && gang_member) return Status::Ok();
   const bool admin = actor.role == Role::kAdmin;
   if (admin && (change == SetChange::kDelete || !IsJobSet(name))) return Status::Ok();
   const std::string owned_by = owner.empty()
                                    ? "has no recorded owner (made before owners were kept)"
                                    : "is owned by '" + owner + "'";
   const std::string rule = IsJobSet(name)
-                               ? "only its job's own phases and gang members write a "
-                                 "job's label sets; an admin may delete it"
+                               ? "only its job's own phases write a job's label sets (its "
+                                 "gang's ranks with the write capability of their "
+                                 "assignment); an admin may delete it"
                                : "only its owner or an admin may write, seal, replace or "
                                  "delete a label set; write a set of your own instead";
   return Status(StatusCode::kPermissionDenied, "label set '" + name + "' " + owned_by + "; " +

@@ -7,8 +7,9 @@
 //   create       a name under "job/<id>" only when acting for job:<id> (the coordinator's
 //                phases, through clusterd); any other name by anyone allowed to create
 //   write, seal  the owner, or an admin -- except a job's sets, which only the job writes
-//                and seals; a worker or service identity may also write (not seal) a job's
-//                set: the job's gang members write its rows (clustering.engine gang)
+//                and seals. Anyone else writes only with a write capability the owner
+//                issued for the set (labelstore/write_grants.h): that is how a job's gang
+//                ranks write its rows (clustering.engine gang); no role grants it
 //   delete       the owner or an admin (so replace, which deletes first, is the same)
 // A set created before owners were recorded (owner "") is changed by admins only. When the
 // service checks no callers (no tokens file), nothing is refused.

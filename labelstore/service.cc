@@ -1,5 +1,6 @@
 #include "labelstore/service.h"
 
+#include "clients/write_capability.h"
 #include "common/acting_for.h"
 #include "common/security.h"
 #include "labelstore/ownership.h"
@@ -8,6 +9,7 @@ namespace mlcd::labelstore {
 
 LabelStoreService::LabelStoreService(LabelStorage* storage, prometheus::Registry& registry)
     : storage_(storage),
+      grants_(storage->capability_secret()),
       rpc_metrics_(registry, "labelstore"),
       ids_read_(prometheus::BuildCounter()
                     .Name("mlcd_labelstore_ids_read_total")
@@ -56,9 +58,18 @@ namespace {
 // The storage's ChangeCheck for `actor` making `change` to set `name`.
 LabelStorage::ChangeCheck MayChange(const std::string& name, const Principal& actor,
                                     SetChange change) {
-  return [&name, &actor, change](const std::string& owner) {
+  return [&name, &actor, change](const std::string& owner, uint64_t) {
     return CheckChange(name, owner, actor, change);
   };
+}
+
+// The write capability a call carries (kWriteCapabilityHeader), or null.
+const std::string* PresentedCapability(const grpc::ServerContext& context, std::string* storage) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kWriteCapabilityHeader);
+  if (it == metadata.end()) return nullptr;
+  storage->assign(it->second.data(), it->second.size());
+  return storage;
 }
 
 }  // namespace
@@ -89,6 +100,8 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
   MLCD_AUTHORIZE("WriteLabels");
   MLCD_ACTING_PRINCIPAL(actor);
   RpcTimer timer(&rpc_metrics_, "WriteLabels");
+  std::string capability_text;
+  const std::string* capability = PresentedCapability(*context, &capability_text);
   v1::WriteLabelsRequest message;
   std::string name;
   uint64_t messages = 0, rows = 0, num_samples = 0;
@@ -109,9 +122,17 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
                                   "' but the stream writes '" + name + "'; use one stream per set");
       break;
     }
-    // The owner is checked on the first message; later ones are bound to that set_id.
-    auto result = storage_->Write(
-        name, message, set_id, set_id == 0 ? MayChange(name, actor, SetChange::kWrite) : nullptr);
+    // The right to write is checked on the first message; later ones are bound to that
+    // set_id. A capability, when the call carries one, is the only right it writes by.
+    LabelStorage::ChangeCheck check;
+    if (set_id == 0 && capability) {
+      check = [&](const std::string&, uint64_t incarnation) {
+        return grants_.Check(*capability, name, incarnation);
+      };
+    } else if (set_id == 0) {
+      check = MayChange(name, actor, SetChange::kWrite);
+    }
+    auto result = storage_->Write(name, message, set_id, check);
     if (!result.ok()) {
       status = result.status().WithContext(
           where + (messages > 0 ? " (earlier messages are committed)" : ""));
@@ -144,6 +165,22 @@ grpc::Status LabelStoreService::WriteLabels(grpc::ServerContext* context,
     response->set_num_samples(num_samples);
   }
   return ToGrpcStatus(timer.Done(status));
+}
+
+grpc::Status LabelStoreService::DelegateWrites(grpc::ServerContext* context,
+                                               const v1::DelegateWritesRequest* request,
+                                               v1::DelegateWritesResponse* response) {
+  MLCD_AUTHORIZE("DelegateWrites");
+  MLCD_ACTING_PRINCIPAL(actor);
+  RpcTimer timer(&rpc_metrics_, "DelegateWrites");
+  StatusOr<uint64_t> incarnation = storage_->OpenIncarnation(
+      request->name(), MayChange(request->name(), actor, SetChange::kWrite));
+  if (incarnation.ok()) {
+    response->set_name(request->name());
+    response->set_incarnation(*incarnation);
+    response->set_delegation_key(grants_.DelegationKey(request->name(), *incarnation));
+  }
+  return ToGrpcStatus(timer.Done(incarnation.status()));
 }
 
 grpc::Status LabelStoreService::SealLabelSet(grpc::ServerContext* context,

@@ -11,6 +11,7 @@
 
 #include "common/metrics.h"
 #include "labelstore/storage.h"
+#include "labelstore/write_grants.h"
 #include "mlcd/v1/labelstore.grpc.pb.h"
 
 namespace mlcd::labelstore {
@@ -36,6 +37,11 @@ class LabelStoreService final
   grpc::Status WriteLabels(grpc::ServerContext* context,
                            grpc::ServerReader<v1::WriteLabelsRequest>* reader,
                            v1::WriteLabelsResponse* response) override;
+  // The delegation key of an OPEN set, for whoever may write it by ownership
+  // (labelstore/write_grants.h).
+  grpc::Status DelegateWrites(grpc::ServerContext* context,
+                              const v1::DelegateWritesRequest* request,
+                              v1::DelegateWritesResponse* response) override;
   grpc::Status SealLabelSet(grpc::ServerContext* context, const v1::SealLabelSetRequest* request,
                             v1::LabelSetInfo* response) override;
   grpc::Status ListLabelSets(grpc::ServerContext* context, const v1::ListLabelSetsRequest* request,
@@ -54,6 +60,7 @@ class LabelStoreService final
   void UpdateSetGauge();
 
   LabelStorage* storage_;
+  const WriteGrants grants_;
   RpcMetrics rpc_metrics_;
   prometheus::Counter& ids_read_;
   prometheus::Counter& ids_missing_;

@@ -1,5 +1,6 @@
 #include "labelstore/storage.h"
 
+#include <openssl/rand.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
@@ -20,8 +21,8 @@
 #include "labelstore/block_format.h"
 #include "labelstore/block_locks.h"
 #include "labelstore/block_write.h"
-#include "labelstore/rocks_status.h"
 #include "labelstore/read_batch.h"
+#include "labelstore/rocks_status.h"
 
 namespace mlcd::labelstore {
 namespace {
@@ -29,10 +30,11 @@ namespace {
 constexpr char kSetsFamily[] = "sets";
 constexpr char kBlocksFamily[] = "blocks";
 constexpr char kNextSetIdKey[] = "next_set_id";
+constexpr char kCapabilitySecretKey[] = "write_capability_secret";
+constexpr size_t kCapabilitySecretBytes = 32;
 
 static_assert((size_t{1} << kIndexBits) > kMaxIdsPerRead,
               "request index must fit the packed sort key");
-
 
 }  // namespace
 
@@ -75,6 +77,7 @@ StatusOr<std::unique_ptr<LabelStorage>> LabelStorage::Open(const LabelStorageOpt
       std::make_unique<StorageHealth>(options.env ? options.env.get() : rocksdb::Env::Default(),
                                       options.data_dir, options.min_free_bytes);
   MLCD_RETURN_IF_ERROR(storage->LoadSets());
+  MLCD_RETURN_IF_ERROR(storage->LoadCapabilitySecret());
   storage->bg_thread_ = std::thread([s = storage.get()] { s->BackgroundLoop(); });
   return storage;
 }
@@ -176,6 +179,29 @@ Status LabelStorage::LoadSets() {
   if (!it->status().ok()) return FromRocks(it->status(), "reading label set records");
   MLCD_LOG(INFO) << "label store opened in " << options_.data_dir << " with " << sets_.size()
                  << " label sets";
+  return Status::Ok();
+}
+
+Status LabelStorage::LoadCapabilitySecret() {
+  std::string secret;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), default_cf_, kCapabilitySecretKey, &secret);
+  if (s.ok()) {
+    if (secret.size() != kCapabilitySecretBytes)
+      return Status::DataLoss("the write-capability secret in " + options_.data_dir +
+                              " is malformed");
+    capability_secret_ = std::move(secret);
+    return Status::Ok();
+  }
+  if (!s.IsNotFound()) return FromRocks(s, "reading the write-capability secret");
+  secret.resize(kCapabilitySecretBytes);
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(secret.data()),
+                 static_cast<int>(secret.size())) != 1)
+    return Status::Internal("RAND_bytes failed making the write-capability secret");
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  MLCD_RETURN_IF_ERROR(Checked(FromRocks(db_->Put(sync, default_cf_, kCapabilitySecretKey, secret),
+                                         "storing the write-capability secret")));
+  capability_secret_ = std::move(secret);
   return Status::Ok();
 }
 
@@ -296,7 +322,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
 Status LabelStorage::CheckWritable(const SetState& set, uint64_t set_id,
                                    const ChangeCheck& may_change) const {
   if (set.deleted) return set_id != 0 ? StaleStream(set.name, false) : NotFound(set.name);
-  if (may_change) MLCD_RETURN_IF_ERROR(may_change(set.owner));
+  if (may_change) MLCD_RETURN_IF_ERROR(may_change(set.owner, set.set_id));
   if (set.sealed) {
     return Status::FailedPrecondition("label set '" + set.name +
                                       "' is sealed and immutable; write to a new set instead");
@@ -371,7 +397,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Seal(const std::string& name, bool requ
   if (!set) return NotFound(name);
   std::lock_guard<std::mutex> write_lock(set->write_mu);
   if (set->deleted) return NotFound(name);
-  if (may_change) MLCD_RETURN_IF_ERROR(may_change(set->owner));
+  if (may_change) MLCD_RETURN_IF_ERROR(may_change(set->owner, set->set_id));
   if (set->sealed) {
     if (require_open) {
       return Status::FailedPrecondition("label set '" + name + "' is already sealed");
@@ -400,6 +426,15 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Describe(const std::string& name) const
   auto set = Find(name);
   if (!set) return NotFound(name);
   return InfoWithSize(*set);
+}
+
+StatusOr<uint64_t> LabelStorage::OpenIncarnation(const std::string& name,
+                                                 const ChangeCheck& may_change) const {
+  auto set = Find(name);
+  if (!set) return NotFound(name);
+  std::lock_guard<std::mutex> write_lock(set->write_mu);
+  MLCD_RETURN_IF_ERROR(CheckWritable(*set, 0, may_change));
+  return set->set_id;
 }
 
 StatusOr<v1::ListLabelSetsResponse> LabelStorage::List(
@@ -451,7 +486,7 @@ StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& nam
       if (allow_missing) return response;
       return NotFound(name);
     }
-    if (may_change) MLCD_RETURN_IF_ERROR(may_change(set->owner));
+    if (may_change) MLCD_RETURN_IF_ERROR(may_change(set->owner, set->set_id));
     auto [begin, end] = SetKeyRange(set->set_id);
     rocksdb::WriteBatch batch;
     batch.DeleteRange(blocks_cf_, begin, end);

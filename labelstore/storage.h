@@ -6,8 +6,11 @@
 //                            of B consecutive sample ids [b*B, (b+1)*B): a presence bitmap,
 //                            per-word rank counts, then the present rows packed (l int32
 //                            labels each, then l float scores each when the set has scores)
-//   column family "default": "next_set_id" -> be64 counter (set ids are never reused)
-//                            and "health_probe" (written when writes are resumed after a failure)
+//   column family "default": "next_set_id" -> be64 counter (set ids are never reused),
+//                            "health_probe" (written when writes are resumed after a failure)
+//                            and "write_capability_secret" (32 random bytes made at the first
+//                            open: the key write capabilities derive from, labelstore/
+//                            write_grants.h)
 // B is a power of two fixed per set at creation (about 128 KiB of row data per block).
 //
 // Reads look up the unique blocks of a batch with one RocksDB MultiGet (values pinned in the
@@ -95,10 +98,12 @@ class LabelStorage {
   LabelStorage(const LabelStorage&) = delete;
   LabelStorage& operator=(const LabelStorage&) = delete;
 
-  // Called with a set's owner (LabelSetInfo.owner) under the set's write lock before a change;
-  // its error is returned unchanged and nothing is changed (labelstore/ownership.h). Null =
-  // no check (in-process callers, tests).
-  using ChangeCheck = std::function<Status(const std::string& owner)>;
+  // Called with a set's owner (LabelSetInfo.owner) and incarnation (its set id: never reused,
+  // so a set deleted and made again under the same name is another incarnation) under the
+  // set's write lock before a change; its error is returned unchanged and nothing is changed
+  // (labelstore/ownership.h, labelstore/write_grants.h). Null = no check (in-process
+  // callers, tests).
+  using ChangeCheck = std::function<Status(const std::string& owner, uint64_t incarnation)>;
 
   // ALREADY_EXISTS for a name in use; INVALID_ARGUMENT for a bad name or shape. `owner` is
   // recorded with the set (LabelSetInfo.owner).
@@ -124,6 +129,11 @@ class LabelStorage {
   StatusOr<v1::LabelSetInfo> Seal(const std::string& name, bool require_open,
                                   const ChangeCheck& may_change = nullptr);
   StatusOr<v1::LabelSetInfo> Describe(const std::string& name) const;
+  // The incarnation of the OPEN set `name`, once `may_change` allows a write to it.
+  // NOT_FOUND / `may_change`'s error / FAILED_PRECONDITION (sealed).
+  StatusOr<uint64_t> OpenIncarnation(const std::string& name, const ChangeCheck& may_change) const;
+  // The database's secret for write capabilities (made at its first open, never changed).
+  const std::string& capability_secret() const { return capability_secret_; }
   // INVALID_ARGUMENT for page_size outside [0, 1000] (0 = 100).
   StatusOr<v1::ListLabelSetsResponse> List(const v1::ListLabelSetsRequest& request) const;
   StatusOr<v1::DeleteLabelSetResponse> Delete(const std::string& name, bool allow_missing,
@@ -154,6 +164,8 @@ class LabelStorage {
   explicit LabelStorage(const LabelStorageOptions& options);
   Status OpenDb();
   Status LoadSets();
+  // Reads the capability secret, or makes and stores it when the database has none.
+  Status LoadCapabilitySecret();
   std::shared_ptr<SetState> Find(const std::string& name) const;
   Status NotFound(const std::string& name) const;
   // A stream's set was deleted (and `recreated` under its name) since its first message.
@@ -183,6 +195,7 @@ class LabelStorage {
   uint64_t next_set_id_ GUARDED_BY(sets_mu_) = 1;
 
   std::unique_ptr<StorageHealth> health_;  // set once the database is open
+  std::string capability_secret_;          // set once the database is open
 
   Mutex bg_mu_;
   std::condition_variable bg_cv_;

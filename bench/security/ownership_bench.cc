@@ -1,5 +1,6 @@
-// What label-set ownership checks cost (issue 30, finding 3; docs/security.md, "Label-set
-// ownership") on WriteLabels and GetLabels at batch 1024, same build, same run.
+// What label-set ownership checks and write capabilities cost (docs/security.md, "Label-set
+// ownership", "Write capabilities") on WriteLabels and GetLabels at batch 1024, same build,
+// same run.
 //
 // One LabelStorage (real RocksDB, in a temporary folder) holds three sets of --ids rows,
 // l = 8: "written" (owner token:alice) takes the timed writes; "read_owned" (owner
@@ -12,6 +13,10 @@
 //                     owner: the path every accepted write takes) + SyncWal, as WriteLabels
 //   write, unchecked  the same Write with the check skipped (may_change = null, what the
 //                     storage does when no check is given), same set, same message shapes
+//   write, capability the same Write checked as a gang rank's is: its write capability
+//                     (clients/write_capability.h) verified by the store's WriteGrants
+//                     (labelstore/write_grants.h: the delegation key derived, the MAC
+//                     recomputed), paired with the unchecked arm in its own phase
 //   read, owned / unowned  GetLabels of the same 1024 ids from the two read sets
 // The write arms differ only in the check: the storage runs it on a stream's first message
 // (set_id 0), and every timed call is one, so this is the most the check can cost a stream.
@@ -43,9 +48,12 @@
 #include <utility>
 #include <vector>
 
+#include "clients/write_capability.h"
+#include "common/clock.h"
 #include "common/security.h"
 #include "labelstore/ownership.h"
 #include "labelstore/storage.h"
+#include "labelstore/write_grants.h"
 #include "tests/testing/process.h"
 
 namespace mlcd {
@@ -59,11 +67,16 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// How a timed write is checked.
+enum class Check { kNone, kOwner, kCapability };
+
 struct Bench {
   labelstore::LabelStorage* storage;
   std::vector<uint64_t> pool;
   size_t batch;
   Principal alice;
+  const labelstore::WriteGrants* grants = nullptr;
+  std::string capability;  // minted for "written"
   size_t offset = 0;
   std::mt19937 rng{3};
 
@@ -76,20 +89,38 @@ struct Bench {
 
   // The storage's ChangeCheck for alice writing `name`, as the service builds it.
   labelstore::LabelStorage::ChangeCheck MayWrite(const std::string& name) const {
-    return [&name, this](const std::string& owner) {
+    return [&name, this](const std::string& owner, uint64_t) {
       return labelstore::CheckChange(name, owner, alice, labelstore::SetChange::kWrite);
     };
   }
 
+  // The storage's ChangeCheck for a call carrying `capability`, as the service builds it.
+  labelstore::LabelStorage::ChangeCheck CapabilityCheck(const std::string& name) const {
+    return [&name, this](const std::string&, uint64_t incarnation) {
+      return grants->Check(capability, name, incarnation);
+    };
+  }
+
+  labelstore::LabelStorage::ChangeCheck For(Check check, const std::string& name) const {
+    switch (check) {
+      case Check::kOwner:
+        return MayWrite(name);
+      case Check::kCapability:
+        return CapabilityCheck(name);
+      case Check::kNone:
+        break;
+    }
+    return labelstore::LabelStorage::ChangeCheck();
+  }
+
   // One WriteLabels-like call: a 1024-row message, checked or not, then the WAL sync.
-  Status Write(bool checked, const std::string& name = "written") {
+  Status Write(Check how, const std::string& name = "written") {
     v1::WriteLabelsRequest message;
     const uint64_t* ids = NextIds();
     message.mutable_sample_ids()->Add(ids, ids + batch);
     message.mutable_labels()->Resize(static_cast<int>(batch * kL), 0);
     for (auto& l : *message.mutable_labels()) l = static_cast<int32_t>(rng() % 100000);
-    const labelstore::LabelStorage::ChangeCheck check =
-        checked ? MayWrite(name) : labelstore::LabelStorage::ChangeCheck();
+    const labelstore::LabelStorage::ChangeCheck check = For(how, name);
     MLCD_RETURN_IF_ERROR(storage->Write(name, message, 0, check).status());
     return storage->SyncWal();
   }
@@ -122,8 +153,8 @@ double Seconds(const std::function<Status()>& op) {
 }
 
 // Pairs of calls of `a` and `b` for `seconds`, the order alternating.
-void TimePairs(double seconds, const std::function<Status()>& a,
-               const std::function<Status()>& b, Pairs* out) {
+void TimePairs(double seconds, const std::function<Status()>& a, const std::function<Status()>& b,
+               Pairs* out) {
   const size_t from = out->a.size();
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
   for (size_t i = 0; Clock::now() < end; ++i) {
@@ -139,16 +170,16 @@ void TimePairs(double seconds, const std::function<Status()>& a,
 }
 
 // Seconds per check: the ChangeCheck built and called, as one checked write does.
-double CheckSeconds(const Bench& b, int64_t calls) {
+double CheckSeconds(const Bench& b, Check how, int64_t calls, uint64_t incarnation) {
   const std::string name = "written", owner = "token:alice";
   int64_t refused = 0;
   const auto start = Clock::now();
   for (int64_t i = 0; i < calls; ++i) {
-    const labelstore::LabelStorage::ChangeCheck check = b.MayWrite(name);
-    refused += !check(owner).ok();
+    const labelstore::LabelStorage::ChangeCheck check = b.For(how, name);
+    refused += !check(owner, incarnation).ok();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (refused != 0) std::exit(1);  // alice owns it: never refused
+  if (refused != 0) std::exit(1);  // alice owns it, the capability is its own: never refused
   return seconds / static_cast<double>(std::max<int64_t>(1, calls));
 }
 
@@ -167,7 +198,7 @@ Status Fill(Bench* b, uint64_t ids) {
     const size_t offset = b->offset;
     for (const char* name : {"written", "read_owned", "read_unowned"}) {
       b->offset = offset;  // the same ids, in the same order, in each set
-      MLCD_RETURN_IF_ERROR(b->Write(false, name));
+      MLCD_RETURN_IF_ERROR(b->Write(Check::kNone, name));
     }
   }
   b->offset = 0;
@@ -191,26 +222,36 @@ void Print(const char* what, const Pairs& p) {
 
 // Both comparisons, a write phase and a read phase per round; a pair's two calls take the
 // same ids (the second rewinds the cursor to the first's).
-void Measure(Bench* b, double seconds, int rounds, Pairs* writes, Pairs* reads) {
+void Measure(Bench* b, double seconds, int rounds, Pairs* writes, Pairs* capability_writes,
+             Pairs* reads) {
   size_t pair_offset = 0;
   bool first = true;
   auto same_ids = [&] {
-    if (first) pair_offset = b->offset;
-    else b->offset = pair_offset;
+    if (first)
+      pair_offset = b->offset;
+    else
+      b->offset = pair_offset;
     first = !first;
   };
   v1::GetLabelsResponse response;
-  const std::function<Status()> checked = [&] { return same_ids(), b->Write(true); };
-  const std::function<Status()> unchecked = [&] { return same_ids(), b->Write(false); };
-  const std::function<Status()> owned = [&] { return same_ids(), b->Read("read_owned", &response); };
+  const std::function<Status()> checked = [&] { return same_ids(), b->Write(Check::kOwner); };
+  const std::function<Status()> unchecked = [&] { return same_ids(), b->Write(Check::kNone); };
+  const std::function<Status()> capability = [&] {
+    return same_ids(), b->Write(Check::kCapability);
+  };
+  const std::function<Status()> owned = [&] {
+    return same_ids(), b->Read("read_owned", &response);
+  };
   const std::function<Status()> unowned = [&] {
     return same_ids(), b->Read("read_unowned", &response);
   };
   Pairs warm;
   TimePairs(0.5, checked, unchecked, &warm);
+  TimePairs(0.5, capability, unchecked, &warm);
   TimePairs(0.5, owned, unowned, &warm);
   for (int r = 0; r < rounds; ++r) {
     TimePairs(seconds, checked, unchecked, writes);
+    TimePairs(seconds, capability, unchecked, capability_writes);
     TimePairs(seconds, owned, unowned, reads);
   }
 }
@@ -243,7 +284,7 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", storage.status().ToString().c_str());
     return 1;
   }
-  Bench b{storage->get(), std::vector<uint64_t>(ids), batch, {}};
+  Bench b{storage->get(), std::vector<uint64_t>(ids), batch, {}, nullptr, ""};
   b.alice.identity = "token:alice";
   b.alice.role = Role::kSubmitter;
   b.alice.checked = true;
@@ -253,16 +294,34 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 1;
   }
-  Pairs writes, reads;
-  Measure(&b, seconds, rounds, &writes, &reads);
-  const double check = CheckSeconds(b, check_calls);
+  const labelstore::WriteGrants grants((*storage)->capability_secret());
+  StatusOr<uint64_t> incarnation = (*storage)->OpenIncarnation("written", nullptr);
+  StatusOr<std::string> capability =
+      incarnation.ok() ? labelstore::MintWriteCapability(
+                             grants.DelegationKey("written", *incarnation), "written", *incarnation,
+                             NowUnixMs() / 1000 + 3600, "bench/rank0")
+                       : StatusOr<std::string>(incarnation.status());
+  if (!capability.ok()) {
+    std::fprintf(stderr, "error: %s\n", capability.status().ToString().c_str());
+    return 1;
+  }
+  b.grants = &grants;
+  b.capability = *capability;
+  Pairs writes, capability_writes, reads;
+  Measure(&b, seconds, rounds, &writes, &capability_writes, &reads);
+  const double check = CheckSeconds(b, Check::kOwner, check_calls, *incarnation);
+  const double capability_check =
+      CheckSeconds(b, Check::kCapability, check_calls / 10, *incarnation);
   const double write_seconds = Median(writes.b);
   std::printf("%-12s %18s %20s %10s %7s   %s\n", "batch 1024", "checked/owned us",
               "unchecked/unowned us", "overhead", "pairs", "per round");
   Print("WriteLabels", writes);
+  Print("capability", capability_writes);
   Print("GetLabels", reads);
-  std::printf("the check alone: %.1f ns = %.5f%% of a write (reads have none)\n", check * 1e9,
-              check / write_seconds * 100);
+  std::printf("the ownership check alone: %.1f ns = %.5f%% of a write (reads have none)\n",
+              check * 1e9, check / write_seconds * 100);
+  std::printf("the capability check alone: %.1f ns = %.5f%% of a write\n", capability_check * 1e9,
+              capability_check / write_seconds * 100);
   std::printf("(times: medians per call; overhead: median over pairs of A / B - 1)\n");
   nlohmann::json j{
       {"what", "label-set ownership checks, storage level, same build and run, paired calls"},
@@ -273,11 +332,15 @@ int Run(int argc, char** argv) {
       {"rounds", rounds},
       {"overhead", "median over pairs (one call of each arm, back to back) of A / B - 1"},
       {"write_labels", Figures(writes, "checked", "unchecked")},
+      {"write_labels_capability", Figures(capability_writes, "capability", "unchecked")},
+      {"capability_check_alone_seconds", capability_check},
+      {"capability_check_alone_fraction_of_write", capability_check / write_seconds},
       {"get_labels", Figures(reads, "owned_set", "unowned_set")},
       {"check_alone_seconds", check},
       {"check_alone_fraction_of_write", check / write_seconds},
-      {"get_labels_note", "reads carry no ownership check: the two sets, written and "
-                          "compacted alike, differ only in their recorded owner"}};
+      {"get_labels_note",
+       "reads carry no ownership check: the two sets, written and "
+       "compacted alike, differ only in their recorded owner"}};
   if (!out.empty()) std::ofstream(out) << j.dump(2) << "\n";
   return 0;
 }

@@ -73,6 +73,12 @@ Status TestCluster::StartLabelstore() {
   return WaitForServing(labelstore_address_, std::chrono::seconds(30));
 }
 
+Status TestCluster::RestartLabelstore() {
+  labelstore_.Signal(SIGKILL);
+  labelstore_.Wait(std::chrono::seconds(10));
+  return StartLabelstore();
+}
+
 Status TestCluster::StartClusterd() {
   MLCD_RETURN_IF_ERROR(
       clusterd_.Start(BinPath("mlcd-clusterd"),

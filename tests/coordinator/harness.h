@@ -25,6 +25,8 @@ class TestCluster {
 
   // Services. The coordinator keeps its address and data dir across restarts.
   Status StartLabelstore();
+  // SIGKILL, reap and start again on the same address and data dir.
+  Status RestartLabelstore();
   Status StartClusterd();
   Status StartCoordinator(const std::vector<std::string>& extra_flags = {});
   Status StartServices() {

@@ -5,7 +5,9 @@
 // only a service acting for that job changes.
 #include <gtest/gtest.h>
 
+#include "clients/write_capability.h"
 #include "common/acting_for.h"
+#include "common/clock.h"
 #include "common/grpc_server.h"
 #include "common/npy.h"
 #include "common/security.h"
@@ -51,18 +53,49 @@ class LabelOwnershipTest : public ::testing::Test {
     return store_->CreateLabelSet(CallContext(token, acting).get(), request, &info);
   }
 
+  // One row (sample 7 -> `label`), as `token`, with `capability` in the call's metadata
+  // when given.
   grpc::Status Write(const std::string& token, const std::string& name,
-                     const ActingFor& acting = {}) {
+                     const ActingFor& acting = {}, const std::string& capability = "",
+                     int32_t label = 1) {
     auto ctx = CallContext(token, acting);
+    if (!capability.empty()) ctx->AddMetadata(labelstore::kWriteCapabilityHeader, capability);
     v1::WriteLabelsResponse response;
     auto stream = store_->WriteLabels(ctx.get(), &response);
     v1::WriteLabelsRequest message;
     message.set_name(name);
     message.add_sample_ids(7);
-    message.add_labels(1);
+    message.add_labels(label);
     stream->Write(message);
     stream->WritesDone();
     return stream->Finish();
+  }
+
+  grpc::Status Delegate(const std::string& token, const std::string& name,
+                        v1::DelegateWritesResponse* response, const ActingFor& acting = {}) {
+    v1::DelegateWritesRequest request;
+    request.set_name(name);
+    return store_->DelegateWrites(CallContext(token, acting).get(), request, response);
+  }
+
+  // A capability for `holder` minted from `delegation`, expiring `seconds` from now.
+  static std::string Capability(const v1::DelegateWritesResponse& delegation,
+                                const std::string& holder, int64_t seconds = 600) {
+    StatusOr<std::string> cap = labelstore::MintWriteCapability(
+        delegation.delegation_key(), delegation.name(), delegation.incarnation(),
+        NowUnixMs() / 1000 + seconds, holder);
+    EXPECT_TRUE(cap.ok()) << cap.status().ToString();
+    return cap.ok() ? *cap : "";
+  }
+
+  int32_t LabelOfSeven(const std::string& name) {
+    v1::GetLabelsRequest read;
+    read.set_name(name);
+    read.add_sample_ids(7);
+    v1::GetLabelsResponse labels;
+    grpc::Status st = store_->GetLabels(CallContext(t_.viewer_token).get(), read, &labels);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return labels.labels_size() > 0 ? labels.labels(0) : -2;
   }
 
   grpc::Status Seal(const std::string& token, const std::string& name,
@@ -209,9 +242,9 @@ TEST_F(LabelOwnershipTest, AJobsSetsAreChangedOnlyForThatJob) {
   ExpectRefused(Write("", set, ActingForJob("j2")), set, "job:j1", "job:j2");
   EXPECT_EQ(Describe(set).num_samples(), 1u);
 
-  // The job's gang members (clustering.engine gang) write its rows by their own worker role,
-  // but neither make, seal nor delete a job's set, nor write a user's.
-  EXPECT_TRUE(Write(t_.worker_token, set).ok());
+  // A worker identity by itself neither writes, makes, seals nor deletes a job's set, nor
+  // writes a user's (a gang's ranks write with capabilities: the test below).
+  ExpectRefused(Write(t_.worker_token, set), set, "job:j1", "worker-a");
   EXPECT_EQ(Seal(t_.worker_token, set).error_code(), StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(Delete(t_.worker_token, set).error_code(), StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(Create(t_.worker_token, "job/j3/r0").error_code(), StatusCode::PERMISSION_DENIED);
@@ -220,9 +253,87 @@ TEST_F(LabelOwnershipTest, AJobsSetsAreChangedOnlyForThatJob) {
 
   EXPECT_TRUE(Seal("", set, job).ok());
   // A sealed set takes no more rows, from anyone.
-  EXPECT_FALSE(Write(t_.worker_token, set).ok());
+  EXPECT_FALSE(Write("", set, job).ok());
   // An admin may clean it up.
   EXPECT_TRUE(Delete(t_.admin_token, set).ok());
+}
+
+TEST_F(LabelOwnershipTest, AJobsRowsAreWrittenOnlyWithTheCapabilityItsOwnerIssued) {
+  const std::string set = "job/j1/r0", other = "job/j2/r0";
+  const ActingFor job = ActingForJob("j1");
+  ASSERT_TRUE(Create("", set, job).ok());
+  ASSERT_TRUE(Create("", other, ActingForJob("j2")).ok());
+
+  // A stray worker token (it never registered a worker, let alone joined the job's gang)
+  // waits for the OPEN set and writes its rows: refused, as is a service that is not the job.
+  ExpectRefused(Write(t_.worker_token, set, {}, "", 3), set, "job:j1", "worker-a");
+  ExpectRefused(Write(t_.worker2_token, set, {}, "", 3), set, "job:j1", "worker-b");
+  EXPECT_EQ(Write("", set).error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Describe(set).num_samples(), 0u);
+
+  // Only whoever may write the set by ownership gets its delegation: the job (through a
+  // service acting for it). Not a worker, a submitter, an admin of another's set, nor another
+  // job.
+  v1::DelegateWritesResponse delegation, refused;
+  EXPECT_EQ(Delegate(t_.worker_token, set, &refused).error_code(), StatusCode::PERMISSION_DENIED);
+  ExpectRefused(Delegate(t_.submitter_token, set, &refused), set, "job:j1", "token:alice");
+  EXPECT_EQ(Delegate("", set, &refused, ActingForJob("j2")).error_code(),
+            StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Delegate(t_.viewer_token, set, &refused).error_code(), StatusCode::PERMISSION_DENIED);
+  grpc::Status delegated = Delegate("", set, &delegation, job);
+  ASSERT_TRUE(delegated.ok()) << delegated.error_message();
+  EXPECT_EQ(delegation.name(), set);
+  EXPECT_EQ(delegation.delegation_key().size(), 32u);
+
+  // The rank's capability writes the set, whatever the identity that carries it.
+  const std::string rank1 = Capability(delegation, "job:j1/r0/assign_labels/rank1");
+  grpc::Status written = Write(t_.worker_token, set, {}, rank1, 2);
+  ASSERT_TRUE(written.ok()) << written.error_message();
+  EXPECT_EQ(LabelOfSeven(set), 2);
+
+  // It writes nothing else: not another job's set, not a user's.
+  grpc::Status elsewhere = Write(t_.worker_token, other, {}, rank1, 3);
+  EXPECT_EQ(elsewhere.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(elsewhere.error_message().find(other), std::string::npos) << elsewhere.error_message();
+  ASSERT_TRUE(Create(t_.submitter_token, "alice/own").ok());
+  EXPECT_EQ(Write(t_.worker_token, "alice/own", {}, rank1, 3).error_code(),
+            StatusCode::PERMISSION_DENIED);
+
+  // A forged, altered or expired capability grants nothing, and neither does the holder text.
+  std::string altered = rank1;
+  altered[altered.size() - 1] = altered.back() == 'a' ? 'b' : 'a';
+  EXPECT_EQ(Write(t_.worker_token, set, {}, altered, 3).error_code(),
+            StatusCode::PERMISSION_DENIED);
+  grpc::Status expired =
+      Write(t_.worker_token, set, {}, Capability(delegation, "job:j1/r0/late", -10), 3);
+  EXPECT_EQ(expired.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(expired.error_message().find("expired"), std::string::npos) << expired.error_message();
+  EXPECT_EQ(Write(t_.worker_token, set, {}, "mlcdcap1|1|9999999999|job:j1|x", 3).error_code(),
+            StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(LabelOfSeven(set), 2);
+
+  // The capability still verifies after the label store restarts (its secret is stored).
+  ASSERT_TRUE(cluster_.RestartLabelstore().ok()) << cluster_.Logs();
+  // (fresh channels reconnect on their own: the stub is reused)
+  written = Write(t_.worker_token, set, {}, rank1, 1);
+  EXPECT_TRUE(written.ok()) << written.error_message();
+
+  // The set made again under the same name is a new incarnation: the old capability is dead.
+  ASSERT_TRUE(Delete(t_.admin_token, set).ok());
+  ASSERT_TRUE(Create("", set, job).ok());
+  grpc::Status stale = Write(t_.worker_token, set, {}, rank1, 3);
+  EXPECT_EQ(stale.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(stale.error_message().find("earlier"), std::string::npos) << stale.error_message();
+
+  // Once sealed, no capability writes and none is delegated.
+  ASSERT_TRUE(Delegate("", set, &delegation, job).ok());
+  const std::string fresh = Capability(delegation, "job:j1/r0/assign_labels/rank0");
+  ASSERT_TRUE(Write(t_.worker_token, set, {}, fresh, 1).ok());
+  ASSERT_TRUE(Seal("", set, job).ok());
+  EXPECT_EQ(Write(t_.worker_token, set, {}, fresh, 3).error_code(),
+            StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Delegate("", set, &refused, job).error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(LabelOfSeven(set), 1);
 }
 
 }  // namespace

@@ -407,7 +407,8 @@ Status Agent::StartAssignment(const v1::Assignment& assignment, const Assignment
   options.add_whitespace = true;
   auto js = google::protobuf::util::MessageToJsonString(assignment, &json, options);
   if (!js.ok()) return Status::Internal("assignment to JSON: " + js.ToString());
-  MLCD_RETURN_IF_ERROR(WriteFileAtomically(files.json, json));
+  // 0600: an ASSIGN_LABELS assignment carries its label-write capability.
+  MLCD_RETURN_IF_ERROR(WriteFileAtomically(files.json, json, 0600));
   // A fresh progress file (the id is unique per gang attempt; this only matters on reuse).
   MLCD_RETURN_IF_ERROR(WriteFileAtomically(files.progress, ""));
   std::vector<std::string> argv = {options_.worker_binary, command,

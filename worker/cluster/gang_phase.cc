@@ -55,8 +55,8 @@ StatusOr<RankContext> Prepare(const v1::Assignment& a, const GangPhaseOptions& o
                                         ? FeatureRows::OpenGenerated(a.generated_features())
                                         : FeatureRows::Open(paths));
   MLCD_ASSIGN_OR_RETURN(c.device, ResolveDevice(o.device, a.rank()));
-  c.search.bf16 = c.device.is_cuda() && a.spec().training().precision() ==
-                                            PrecisionName(Precision::kBf16);
+  c.search.bf16 =
+      c.device.is_cuda() && a.spec().training().precision() == PrecisionName(Precision::kBf16);
   const int world = std::max(1, a.world_size());
   RankMemoryPlan plan;
   plan.total_rows = c.features.rows();
@@ -70,7 +70,8 @@ StatusOr<RankContext> Prepare(const v1::Assignment& a, const GangPhaseOptions& o
   co.rank = a.rank();
   co.world_size = world;
   co.rendezvous = a.rendezvous_address();
-  co.timeout = std::chrono::seconds(std::max(120, a.spec().training().collective_timeout_seconds()));
+  co.timeout =
+      std::chrono::seconds(std::max(120, a.spec().training().collective_timeout_seconds()));
   co.cuda = c.device.is_cuda();
   co.store_prefix = "mlcd-cluster";
   MLCD_ASSIGN_OR_RETURN(c.comm, Collectives::Create(co));
@@ -98,8 +99,11 @@ StatusOr<GangPhaseResult> RunCluster(RankContext& c, const GangPhaseOptions& o) 
   GangKMeansCallbacks cb;
   cb.on_iteration = [&](const GangKMeansIterationStats& s, const at::Tensor&) {
     if (o.emit)
-      o.emit({{"event", "progress"}, {"phase", "k-means"}, {"round", a.round()},
-              {"rows_done", s.iteration + 1}, {"rows_total", p.niter},
+      o.emit({{"event", "progress"},
+              {"phase", "k-means"},
+              {"round", a.round()},
+              {"rows_done", s.iteration + 1},
+              {"rows_total", p.niter},
               {"objective", s.objective}});
   };
   const auto t0 = Clock::now();
@@ -147,9 +151,8 @@ StatusOr<std::vector<uint64_t>> SampleIds(const RankContext& c) {
     at += n;
   }
   if (at != c.features.rows()) {
-    return Status::InvalidArgument("the sample-id files hold " + std::to_string(at) +
-                                   " ids for " + std::to_string(c.features.rows()) +
-                                   " feature rows");
+    return Status::InvalidArgument("the sample-id files hold " + std::to_string(at) + " ids for " +
+                                   std::to_string(c.features.rows()) + " feature rows");
   }
   return ids;
 }
@@ -180,18 +183,20 @@ StatusOr<GangPhaseResult> RunAssignLabels(RankContext& c, const GangPhaseOptions
     return Status::InvalidArgument(a.centroids_path() + " is not float32 k x d = " +
                                    std::to_string(cl.k()) + " x " + std::to_string(c.features.d()));
   }
-  at::Tensor cents = at::from_blob(centroids.mutable_data_as<float>(), {cl.k(), c.features.d()},
-                                   at::kFloat)
-                         .to(c.device, /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor cents =
+      at::from_blob(centroids.mutable_data_as<float>(), {cl.k(), c.features.d()}, at::kFloat)
+          .to(c.device, /*non_blocking=*/false, /*copy=*/true);
   MLCD_ASSIGN_OR_RETURN(std::vector<uint64_t> ids, SampleIds(c));
   MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> classes, RankClasses(c));
   const int l = cl.l();
   std::vector<int32_t> kept;  // rows x l, for the quality report
   if (!classes.empty()) kept.resize(ids.size() * static_cast<size_t>(l));
 
-  // Writes need no acting-for: a gang member's role (worker, or service) may write a job's
-  // OPEN set (labelstore/ownership.h); the coordinator created it and seals it.
+  // The rank writes by the capability of its assignment, bound to this set, job, round and
+  // rank (clients/write_capability.h); its own identity grants no write to a job's set. The
+  // coordinator created the set and seals it.
   labelstore::LabelStoreClientOptions lo;
+  lo.write_capability = a.label_write_capability();
   lo.timeout = std::chrono::seconds(std::max(30, a.spec().training().collective_timeout_seconds()));
   labelstore::LabelStoreClient client(a.labelstore_address(), lo);
   const auto t0 = Clock::now();
@@ -209,12 +214,12 @@ StatusOr<GangPhaseResult> RunAssignLabels(RankContext& c, const GangPhaseOptions
                        if (!kept.empty())
                          std::copy(batch.labels.begin(), batch.labels.end(),
                                    kept.begin() + off * l);
-                       MLCD_RETURN_IF_ERROR(writer->WriteRows(ids.data() + off, n, l,
-                                                              batch.labels.data(),
-                                                              batch.scores.data()));
+                       MLCD_RETURN_IF_ERROR(writer->WriteRows(
+                           ids.data() + off, n, l, batch.labels.data(), batch.scores.data()));
                        if (o.emit && Clock::now() - last >= std::chrono::seconds(1)) {
                          last = Clock::now();
-                         o.emit({{"event", "progress"}, {"phase", "top-l labels"},
+                         o.emit({{"event", "progress"},
+                                 {"phase", "top-l labels"},
                                  {"round", a.round()},
                                  {"rows_done", static_cast<int64_t>(off + n)},
                                  {"rows_total", c.end - c.begin}});
@@ -265,8 +270,10 @@ StatusOr<GangPhaseResult> RunGangPhase(const v1::Assignment& assignment,
   }
   MLCD_ASSIGN_OR_RETURN(RankContext c, Prepare(assignment, options));
   if (options.emit)
-    options.emit({{"event", "started"}, {"rank", assignment.rank()},
-                  {"world_size", assignment.world_size()}, {"rows_total", c.end - c.begin}});
+    options.emit({{"event", "started"},
+                  {"rank", assignment.rank()},
+                  {"world_size", assignment.world_size()},
+                  {"rows_total", c.end - c.begin}});
   if (assignment.kind() == v1::ASSIGNMENT_KIND_CLUSTER) return RunCluster(c, options);
   return RunAssignLabels(c, options);
 }
