@@ -203,6 +203,65 @@ TEST(TrainStepTest, Fp32StepIsTheHandWrittenSequence) {
   EXPECT_GE(r->timings.total, r->timings.backbone_forward + r->timings.backbone_backward);
 }
 
+// Every parameter, optimizer moment and step count of the rank, copied.
+std::vector<torch::Tensor> Snapshot(const Rig& r) {
+  const PartialFcShardState fc = r.fc->ExportState();
+  return {r.flat->values().clone(),
+          r.optimizer->exp_avg().clone(),
+          r.optimizer->exp_avg_sq().clone(),
+          fc.weight.clone(),
+          fc.exp_avg.clone(),
+          fc.exp_avg_sq.clone(),
+          fc.row_steps.clone(),
+          torch::tensor({r.optimizer->step_count(), r.fc->step()})};
+}
+
+void ExpectUnchanged(const std::vector<torch::Tensor>& before, const Rig& r) {
+  const std::vector<torch::Tensor> after = Snapshot(r);
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i)
+    EXPECT_TRUE(torch::equal(before[i], after[i])) << "state tensor " << i << " changed";
+}
+
+// A non-finite backbone gradient with a finite loss (one parameter's gradient made NaN by a
+// hook in the real backward) is refused before either optimizer applies anything: every
+// parameter, moment and step count stays as it was, and no gradient is left pending.
+TEST(TrainStepTest, NonFiniteGradientLeavesEveryParameterAndMomentUnchanged) {
+  Rig a(31);
+  TrainStep step(a.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
+  torch::Tensor x = Images(6), y = Labels(6);
+  ASSERT_TRUE(step.Run(x, y, 1e-3, 2e-3).ok());  // moments and row steps are non-zero now
+  const std::vector<torch::Tensor> before = Snapshot(a);
+  torch::Tensor victim = a.model->parameters().front();
+  victim.register_hook([](torch::Tensor g) { return g * std::nan(""); });
+  auto r = step.Run(x, y, 1e-3, 2e-3);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("non-finite"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("loss"), std::string::npos) << r.status().message();
+  ExpectUnchanged(before, a);
+  EXPECT_FALSE(a.fc->has_pending_gradient());
+}
+
+// A learning rate that is not finite and >= 0 is refused before the step runs.
+TEST(TrainStepTest, BadLearningRatesChangeNothing) {
+  Rig a(41);
+  TrainStep step(a.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
+  torch::Tensor x = Images(6), y = Labels(6);
+  ASSERT_TRUE(step.Run(x, y, 1e-3, 2e-3).ok());
+  const std::vector<torch::Tensor> before = Snapshot(a);
+  for (const auto& [lr, centre_lr] : std::vector<std::pair<double, double>>{
+           {1e-3, -1.0}, {1e-3, std::nan("")}, {-1.0, 1e-3}, {INFINITY, 1e-3}}) {
+    auto r = step.Run(x, y, lr, centre_lr);
+    ASSERT_FALSE(r.ok()) << lr << " " << centre_lr;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("learning rate"), std::string::npos)
+        << r.status().message();
+    ExpectUnchanged(before, a);
+    EXPECT_FALSE(a.fc->has_pending_gradient());
+  }
+}
+
 // bf16: the backbone's matmuls run in bfloat16 under autocast; everything the step keeps
 // (parameters, gradients, optimizer moments, class centres, the layer's inputs and outputs)
 // is float32, and the result is close to, but not the same as, the fp32 step.

@@ -53,18 +53,45 @@ BackboneAdamW::BackboneAdamW(FlatParameters* params, BackboneAdamWOptions option
   exp_avg_sq_ = torch::zeros_like(params_->values());
 }
 
-BackboneStepStats BackboneAdamW::Step(double lr, double grad_scale) {
+BackboneStepStats BackboneAdamW::Measure(double grad_scale) const {
   torch::NoGradGuard no_grad;
   BackboneStepStats stats;
-  torch::Tensor& grads = params_->grads();
-  const bool cpu = grads.device().is_cpu();
-  const double sum_sq = cpu ? kernels::SumOfSquares(grads.data_ptr<float>(), grads.numel())
+  const torch::Tensor& grads = params_->grads();
+  const double sum_sq = grads.device().is_cpu()
+                            ? kernels::SumOfSquares(grads.data_ptr<float>(), grads.numel())
                             : grads.pow(2).sum().to(torch::kDouble).item<double>();
   stats.grad_norm = std::sqrt(sum_sq) * grad_scale;
   if (options_.grad_clip_norm > 0) {
     const double coef = options_.grad_clip_norm / (stats.grad_norm + 1e-6);
     if (coef < 1) stats.clip_coef = coef;
   }
+  return stats;
+}
+
+BackboneStepStats BackboneAdamW::Step(double lr, double grad_scale) {
+  const BackboneStepStats stats = Measure(grad_scale);
+  Apply(lr, grad_scale, stats);
+  return stats;
+}
+
+StatusOr<BackboneStepStats> BackboneAdamW::CheckedStep(double lr, double grad_scale) {
+  if (!(lr >= 0.0) || !std::isfinite(lr))
+    return Status::InvalidArgument("backbone learning rate " + std::to_string(lr) +
+                                   " must be finite and >= 0");
+  const BackboneStepStats stats = Measure(grad_scale);
+  if (!std::isfinite(stats.grad_norm)) {
+    return Status::InvalidArgument("the backbone gradient is non-finite (global norm " +
+                                   std::to_string(stats.grad_norm) +
+                                   "); nothing was updated: lower optimizer.lr or loss.scale");
+  }
+  Apply(lr, grad_scale, stats);
+  return stats;
+}
+
+void BackboneAdamW::Apply(double lr, double grad_scale, const BackboneStepStats& stats) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor& grads = params_->grads();
+  const bool cpu = grads.device().is_cpu();
   ++step_;
   for (int g = 0; g < params_->num_groups(); ++g) {
     const int64_t begin = params_->group_begin(g), end = params_->group_end(g);
@@ -97,7 +124,6 @@ BackboneStepStats BackboneAdamW::Step(double lr, double grad_scale) {
       p.addcdiv_(m, denom, -lr / bc1);
     }
   }
-  return stats;
 }
 
 Status BackboneAdamW::LoadState(int64_t step, const torch::Tensor& exp_avg,

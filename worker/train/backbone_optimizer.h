@@ -69,6 +69,10 @@ class BackboneAdamW {
 
   // One update with learning rate `lr`; the gradient used is grads() * grad_scale, clipped.
   BackboneStepStats Step(double lr, double grad_scale = 1.0);
+  // The same, unless the gradient's global norm is not finite (or `lr` is not finite and
+  // >= 0): then INVALID_ARGUMENT naming the norm, and no parameter, moment or step count
+  // changed.
+  StatusOr<BackboneStepStats> CheckedStep(double lr, double grad_scale = 1.0);
 
   int64_t step_count() const { return step_; }
   torch::Tensor& exp_avg() { return exp_avg_; }
@@ -77,6 +81,11 @@ class BackboneAdamW {
   Status LoadState(int64_t step, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq);
 
  private:
+  // The global norm of grads() * grad_scale and the clip factor; nothing changes.
+  BackboneStepStats Measure(double grad_scale) const;
+  // Applies the update with the stats Measure gave.
+  void Apply(double lr, double grad_scale, const BackboneStepStats& stats);
+
   FlatParameters* params_;
   BackboneAdamWOptions options_;
   torch::Tensor exp_avg_, exp_avg_sq_;

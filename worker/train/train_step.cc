@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "worker/torch_compat.h"
 
@@ -74,6 +75,12 @@ torch::Tensor TrainStep::Embed(const torch::Tensor& images) {
 
 StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torch::Tensor& labels,
                                          double lr, double centre_lr) {
+  // Both learning rates are checked before anything runs, so a bad one changes nothing.
+  if (!(lr >= 0.0) || !std::isfinite(lr) || !(centre_lr >= 0.0) || !std::isfinite(centre_lr)) {
+    return Status::InvalidArgument("learning rates must be finite and >= 0 (backbone " +
+                                   std::to_string(lr) + ", class centres " +
+                                   std::to_string(centre_lr) + ")");
+  }
   TrainStepResult r;
   TrainStepTimings& t = r.timings;
   const auto t0 = Clock::now();
@@ -99,7 +106,15 @@ StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torc
   }
   Sync(device_);
   const auto t5 = Clock::now();
-  r.backbone = parts_.optimizer->Step(lr, 1.0);
+  // The gradient's norm is checked before either optimizer applies anything: a non-finite
+  // one (the same on every rank after the all-reduce) leaves every parameter and moment as
+  // it was.
+  StatusOr<BackboneStepStats> backbone = parts_.optimizer->CheckedStep(lr, 1.0);
+  if (!backbone.ok()) {
+    parts_.partial_fc->DiscardGradient();
+    return backbone.status().WithContext("loss " + std::to_string(fc->loss));
+  }
+  r.backbone = *backbone;
   Sync(device_);
   const auto t6 = Clock::now();
   Status centres = parts_.partial_fc->OptimizerStep(centre_lr);

@@ -80,7 +80,9 @@ class TrainStep {
   // One step: images float32 [B_local, C, S, S] on the host (pinned when it came from
   // PinnedCopy, then the copy overlaps), labels int32/int64 [B_local, l] on the host.
   // Errors of the classification layer and the collectives are returned (every rank gets the
-  // same for bad input); then no parameter changed.
+  // same for bad input), as are a learning rate that is not finite and >= 0 and a non-finite
+  // backbone gradient (INVALID_ARGUMENT); then no parameter, optimizer moment or step count
+  // changed.
   StatusOr<TrainStepResult> Run(const torch::Tensor& images, const torch::Tensor& labels, double lr,
                                 double centre_lr);
 

@@ -472,11 +472,6 @@ Status Trainer::Impl::Run() {
     report.timings.data_wait = data_wait;
     report.samples_per_second = schedule.global_batch_size / std::max(1e-9, report.timings.step);
     if (metrics) metrics->RecordStep(report);
-    if (!std::isfinite(bstats.grad_norm)) {
-      return Status::InvalidArgument(
-          "the backbone gradient became non-finite at global step " + std::to_string(global_step) +
-          " (loss " + std::to_string(fc->loss) + "); lower optimizer.lr or loss.scale");
-    }
 
     if (summary.steps_run == 0) summary.first_loss = fc->loss;
     summary.last_loss = fc->loss;
