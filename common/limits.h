@@ -70,6 +70,10 @@ constexpr int kMaxSpecListLength = 100000;
 // A job spec as YAML text (SubmitJob, dry run or not).
 constexpr size_t kMaxSpecYamlBytes = size_t{1} << 20;
 
+// A checkpoint root's owner marker (common/checkpoint_owner.h): the most bytes read of it (a
+// job id, at most 60 characters of its name, a dash and its sequence number, and a newline).
+constexpr size_t kMaxCheckpointOwnerBytes = 256;
+
 // IDX files (common/idx.h): the most bytes read (and decompressed), the largest image side.
 constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 32;
 constexpr uint32_t kMaxIdxImageSide = 4096;
