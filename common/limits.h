@@ -91,6 +91,9 @@ constexpr size_t kMaxHostLength = 255;
 // How long a dead worker's name stays bound to the identity that registered it
 // (--worker-name-lease-seconds): others may register the name only after it.
 constexpr int kDefaultWorkerNameLeaseSeconds = 600;
+// The most "checkpoint_refused" history entries of one job while the coordinator runs (a rank 0
+// naming a new path outside the job's checkpoint root at every heartbeat).
+constexpr int kMaxCheckpointRefusalsRecorded = 16;
 // The coordinator's space reserve on the file system of its --data-dir (--min-free-mb): it
 // does not start with less free, and refuses new jobs and worker registrations below it.
 constexpr uint64_t kCoordinatorMinFreeBytes = uint64_t{64} << 20;
