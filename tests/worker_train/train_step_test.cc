@@ -398,7 +398,9 @@ TEST(CheckpointHardeningTest, ARootClaimedByAnotherJobIsNeitherWrittenNorPruned)
   };
   auto first = write("alpha-1", 0);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_EQ(*ReadFileToString(root.path() + "/OWNER"), "alpha-1\n");
+  auto owner = ReadFileToString(root.path() + "/OWNER");
+  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+  EXPECT_EQ(*owner, "alpha-1\n");
   const std::string latest = *ReadFileToString(root.path() + "/LATEST");
   const std::string weights = *ReadFileToString(*first + "/backbone.weights.npy");
 
@@ -416,7 +418,7 @@ TEST(CheckpointHardeningTest, ARootClaimedByAnotherJobIsNeitherWrittenNorPruned)
     EXPECT_EQ(*ReadFileToString(*first + "/backbone.weights.npy"), weights);
     EXPECT_FALSE(PathExists(root.path() + "/.tmp-ckpt-r0-e" + std::to_string(epoch) + "-s1"));
   }
-  EXPECT_EQ(*ReadFileToString(root.path() + "/OWNER"), "alpha-1\n");
+  EXPECT_EQ(*ReadFileToString(root.path() + "/OWNER"), *owner);
 
   // The owner goes on writing (and pruning) as before.
   auto next = write("alpha-1", 1);
