@@ -1,40 +1,12 @@
 #include "clusterd/output_area.h"
 
-#include <cstdio>
 #include <utility>
 
 #include "common/data_roots.h"
 #include "common/file_util.h"
+#include "common/output_area_names.h"
 
 namespace mlcd::clusterd {
-namespace {
-
-// A file strictly inside `dir` (the area itself is no output path).
-bool Inside(const std::string& path, const std::string& dir) {
-  return path != dir && PathIsUnder(path, dir);
-}
-
-bool SafeChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == '@' || c == '-';
-}
-
-}  // namespace
-
-std::string EscapePathSegment(const std::string& name) {
-  const bool dots_only = name.find_first_not_of('.') == std::string::npos;
-  std::string out;
-  for (char c : name) {
-    if (SafeChar(c) && !(dots_only && c == '.')) {
-      out += c;
-    } else {
-      char hex[4];
-      std::snprintf(hex, sizeof(hex), "%%%02X", static_cast<unsigned char>(c));
-      out += hex;
-    }
-  }
-  return out.empty() ? "%" : out;
-}
 
 StatusOr<OutputAreas> OutputAreas::Make(const std::string& root) {
   OutputAreas areas;
@@ -56,22 +28,16 @@ StatusOr<std::vector<std::string>> OutputAreas::MakeAreaFolders() const {
 }
 
 std::string OutputAreas::AreaOf(const ActingFor& acting) const {
-  const std::string& id = acting.identity;
-  const size_t colon = id.find(':');
-  const std::string kind = colon == std::string::npos ? "" : id.substr(0, colon);
-  const std::string name = colon == std::string::npos ? id : id.substr(colon + 1);
-  if (kind + ":" == kJobIdentityPrefix) return root_ + "/jobs/" + EscapePathSegment(name);
-  if (id.empty()) return root_ + "/users/anonymous";
-  return root_ + "/users/" + EscapePathSegment(kind) + "/" + EscapePathSegment(name);
+  return OutputAreaOf(root_, acting.identity);
 }
 
 Status OutputAreas::CheckWrite(const std::string& resolved, const std::string& field,
                                const ActingFor& acting) const {
   if (!enabled()) return Status::Ok();
   const std::string area = AreaOf(acting);
-  if (Inside(resolved, area)) return Status::Ok();
+  if (InsideArea(resolved, area)) return Status::Ok();
   const bool job = acting.identity.rfind(kJobIdentityPrefix, 0) == 0;
-  if (job && Inside(resolved, root_ + "/features")) return Status::Ok();
+  if (job && InsideArea(resolved, root_ + "/features")) return Status::Ok();
   return Status(StatusCode::kPermissionDenied,
                 field + ": '" + resolved + "' is not in the output area of '" +
                     (acting.identity.empty() ? "anonymous" : acting.identity) +

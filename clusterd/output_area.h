@@ -1,7 +1,8 @@
 // Where mlcd-clusterd writes what a caller names (issue 30, finding 4; docs/security.md,
 // "Outputs"): with `--output-root DIR`, reads and writes are separate. The data roots are
 // read (features, centroids, class labels); every output a request names (centroids_out,
-// features.generate.features_out / labels_out) must lie in the caller's own area of DIR:
+// features.generate.features_out / labels_out) must lie in the caller's own area of DIR
+// (common/output_area_names.h names them; the coordinator checks checkpoint_dir by the same):
 //   DIR/users/<kind>/<name>/   a caller acting as "<kind>:<name>" (token:alice ->
 //                              users/token/alice), escaped so that every identity has its own
 //                              folder and no name can climb out of it
@@ -34,7 +35,7 @@ class OutputAreas {
   bool enabled() const { return !root_.empty(); }
   const std::string& root() const { return root_; }
 
-  // The folder `acting` writes under (absolute).
+  // The folder `acting` writes under (absolute; OutputAreaOf of the root).
   std::string AreaOf(const ActingFor& acting) const;
   // DIR/jobs, DIR/features and DIR/users, made when missing (empty when off): clusterd adds
   // them to its read roots.
@@ -55,10 +56,5 @@ class OutputAreas {
 // one lies outside it. OK for a source that writes nothing.
 Status CheckFeatureOutputs(const v1::FeatureSource& source, const PathResolver& resolve,
                            const OutputAreas& areas, const ActingFor& acting);
-
-// "alice" stays "alice"; any byte outside [A-Za-z0-9._@-] becomes %XX, and a name of dots
-// only ("." or "..") has every dot escaped, so the result is one safe path segment and
-// different names never share one.
-std::string EscapePathSegment(const std::string& name);
 
 }  // namespace mlcd::clusterd

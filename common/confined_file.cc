@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -129,32 +130,77 @@ std::string ConfinedDir::PinnedPath(const std::string& name) const {
   return name.empty() ? dir : dir + "/" + name;
 }
 
-Status ConfinedDir::WriteFileAtomically(const std::string& name,
-                                        const std::vector<ConstBuffer>& parts) const {
+Status ConfinedDir::WriteTemporary(const std::string& name, const std::vector<ConstBuffer>& parts,
+                                   std::string* tmp) const {
   if (!OneComponent(name)) return Status::InvalidArgument("'" + name + "' is not a file name");
   // A process-wide counter, not a thread_local generator: static TLS is taken from every
   // thread's stack, and small-stack threads (civetweb's /metrics workers, before issue 30)
   // overflowed with it.
   static std::atomic<uint64_t> counter{std::random_device{}()};
-  std::string tmp;
   UniqueFd fd;
   for (int attempt = 0; attempt < 16 && !fd.valid(); ++attempt) {
-    tmp = name + ".tmp." + std::to_string(::getpid()) + "." +
-          std::to_string(counter.fetch_add(1) % 1000000);
-    fd = UniqueFd(::openat(fd_.get(), tmp.c_str(),
+    *tmp = name + ".tmp." + std::to_string(::getpid()) + "." +
+           std::to_string(counter.fetch_add(1) % 1000000);
+    fd = UniqueFd(::openat(fd_.get(), tmp->c_str(),
                            O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!fd.valid() && errno != EEXIST) break;
   }
-  if (!fd.valid()) return ErrnoStatus("create", Join(tmp), errno);
-  Status written = WriteAllAndSync(fd.get(), parts, Join(tmp));
-  fd = UniqueFd();
-  if (written.ok() && ::renameat(fd_.get(), tmp.c_str(), fd_.get(), name.c_str()) != 0)
-    written = ErrnoStatus("rename into place", Join(name), errno);
-  if (!written.ok()) {
+  if (!fd.valid()) return ErrnoStatus("create", Join(*tmp), errno);
+  Status written = WriteAllAndSync(fd.get(), parts, Join(*tmp));
+  if (!written.ok()) ::unlinkat(fd_.get(), tmp->c_str(), 0);
+  return written;
+}
+
+Status ConfinedDir::WriteFileAtomically(const std::string& name,
+                                        const std::vector<ConstBuffer>& parts) const {
+  std::string tmp;
+  MLCD_RETURN_IF_ERROR(WriteTemporary(name, parts, &tmp));
+  if (::renameat(fd_.get(), tmp.c_str(), fd_.get(), name.c_str()) != 0) {
+    Status failed = ErrnoStatus("rename into place", Join(name), errno);
     ::unlinkat(fd_.get(), tmp.c_str(), 0);
-    return written;
+    return failed;
   }
   return Sync();
+}
+
+Status ConfinedDir::CreateFileExclusively(const std::string& name,
+                                          const std::string& contents) const {
+  std::string tmp;
+  MLCD_RETURN_IF_ERROR(WriteTemporary(name, {{contents.data(), contents.size()}}, &tmp));
+  const int linked = ::linkat(fd_.get(), tmp.c_str(), fd_.get(), name.c_str(), 0);
+  const int err = errno;
+  ::unlinkat(fd_.get(), tmp.c_str(), 0);
+  if (linked != 0) {
+    if (err == EEXIST) return Status::AlreadyExists(Join(name) + " exists");
+    return ErrnoStatus("link into place", Join(name), err);
+  }
+  return Sync();
+}
+
+StatusOr<std::string> ConfinedDir::ReadFilePrefix(const std::string& name, size_t max_bytes,
+                                                  bool* truncated) const {
+  if (!OneComponent(name)) return Status::InvalidArgument("'" + name + "' is not a file name");
+  UniqueFd fd(
+      ::openat(fd_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ELOOP) return Status::FailedPrecondition(Join(name) + ": is a symbolic link");
+    return ErrnoStatus("open", Join(name), errno);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat", Join(name), errno);
+  if (!S_ISREG(st.st_mode)) return Status::FailedPrecondition(Join(name) + ": not a regular file");
+  std::string out(max_bytes + 1, '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd.get(), out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read", Join(name), errno);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (truncated) *truncated = got > max_bytes;
+  out.resize(std::min(got, max_bytes));
+  return out;
 }
 
 Status ConfinedDir::WriteFileAtomically(const std::string& name,

@@ -97,6 +97,16 @@ class ConfinedDir {
   // it over `name` and fsyncs the directory. `name` is one component (no '/').
   Status WriteFileAtomically(const std::string& name, const std::vector<ConstBuffer>& parts) const;
   Status WriteFileAtomically(const std::string& name, const std::string& contents) const;
+  // Creates `name` holding `contents` only when no `name` exists: a temporary file is written
+  // and fsynced, then linkat(2)ed to `name`, which fails when it exists. So of two callers
+  // racing for one name exactly one wins, and nobody ever sees the file partly written.
+  // ALREADY_EXISTS when `name` exists (whatever it is: file, link, directory).
+  Status CreateFileExclusively(const std::string& name, const std::string& contents) const;
+  // The first `max_bytes` bytes of the regular file `name` (opened with O_NOFOLLOW and
+  // non-blocking: a link or a FIFO there is FAILED_PRECONDITION, never followed or waited on);
+  // `*truncated` (when given) tells whether more was there. NOT_FOUND when missing.
+  StatusOr<std::string> ReadFilePrefix(const std::string& name, size_t max_bytes,
+                                       bool* truncated = nullptr) const;
   // The sub-directory `name` (one component), created when missing and `create`; never
   // follows a link there.
   StatusOr<ConfinedDir> SubDir(const std::string& name, bool create) const;
@@ -106,6 +116,10 @@ class ConfinedDir {
   Status Sync() const;
 
  private:
+  // A new temporary file beside `name` holding `parts`, fsynced; its name in `*tmp`.
+  Status WriteTemporary(const std::string& name, const std::vector<ConstBuffer>& parts,
+                        std::string* tmp) const;
+
   UniqueFd fd_;
   std::string path_;
 };

@@ -70,6 +70,10 @@ constexpr int kMaxSpecListLength = 100000;
 // A job spec as YAML text (SubmitJob, dry run or not).
 constexpr size_t kMaxSpecYamlBytes = size_t{1} << 20;
 
+// A checkpoint root's owner marker (common/checkpoint_owner.h): the most bytes read of it (a
+// job id, at most 60 characters of its name, a dash and its sequence number, and a newline).
+constexpr size_t kMaxCheckpointOwnerBytes = 256;
+
 // IDX files (common/idx.h): the most bytes read (and decompressed), the largest image side.
 constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 32;
 constexpr uint32_t kMaxIdxImageSide = 4096;
@@ -87,6 +91,9 @@ constexpr size_t kMaxHostLength = 255;
 // How long a dead worker's name stays bound to the identity that registered it
 // (--worker-name-lease-seconds): others may register the name only after it.
 constexpr int kDefaultWorkerNameLeaseSeconds = 600;
+// The most "checkpoint_refused" history entries of one job while the coordinator runs (a rank 0
+// naming a new path outside the job's checkpoint root at every heartbeat).
+constexpr int kMaxCheckpointRefusalsRecorded = 16;
 // The coordinator's space reserve on the file system of its --data-dir (--min-free-mb): it
 // does not start with less free, and refuses new jobs and worker registrations below it.
 constexpr uint64_t kCoordinatorMinFreeBytes = uint64_t{64} << 20;

@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "coordinator/checkpoint_dirs.h"
 
 namespace mlcd::coordinator {
 
@@ -115,9 +116,7 @@ v1::Assignment GangScheduler::NewAssignment(const JobEntry& job, const v1::GangA
                                             const v1::GangMember& member) const {
   const auto& spec = job.spec();
   const v1::RoundStatus& round = job.job().rounds(attempt.round());
-  const std::string checkpoint_dir = spec.training().checkpoint_dir().empty()
-                                         ? JobDir(options_.data_dir, job.job().id()) + "/ckpt"
-                                         : spec.training().checkpoint_dir();
+  const std::string checkpoint_dir = JobCheckpointDir(options_.data_dir, job.job().id(), spec);
   v1::Assignment a;
   a.set_id(member.assignment_id());
   a.set_kind(attempt.kind());

@@ -78,6 +78,10 @@ struct JobEntry {
   int64_t rate_step = -1;
   double steps_per_second = 0;
   Clock::time_point state_entered;
+  // The last checkpoint path rank 0 reported outside the job's checkpoint root, and how many
+  // such paths the job's history records (progress_tracker.h).
+  std::string refused_checkpoint;
+  int checkpoint_refusals = 0;
 
   v1::Job& job() { return *rec.mutable_job(); }
   const v1::Job& job() const { return rec.job(); }

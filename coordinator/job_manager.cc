@@ -11,6 +11,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "coordinator/caller_checks.h"
+#include "coordinator/checkpoint_dirs.h"
 #include "coordinator/input_checks.h"
 #include "coordinator/tensorboard_log.h"
 
@@ -213,6 +214,9 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
                                         const std::string& caller) {
   MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed,
                         ParseSubmission(request, options_.data_dir, &data_roots_));
+  // Read outside the mutex; decided below, where the job table is known.
+  MLCD_ASSIGN_OR_RETURN(const std::string checkpoint_owner,
+                        CheckpointDirOwner(parsed.spec, caller, options_.data_dir, data_roots_));
 
   MutexLock lock(&mu_);
   if (shutting_down_) return Status::Unavailable("the coordinator is shutting down; retry");
@@ -243,8 +247,11 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
       return existing.status();
     }
   }
-  if (existing_job.empty())
+  if (existing_job.empty()) {
+    MLCD_RETURN_IF_ERROR(
+        CheckCheckpointDirUnshared(parsed.spec, checkpoint_owner, options_.data_dir, jobs_));
     MLCD_RETURN_IF_ERROR(CheckWorkerSupport(parsed.spec, workers_, Clock::now()));
+  }
   // New work is refused below the disk's reserve (the jobs already running write into it).
   if (!request.dry_run()) MLCD_RETURN_IF_ERROR(store_->CheckSpace("submitting a job"));
 

@@ -4,7 +4,9 @@
 
 #include "common/clock.h"
 #include "common/format.h"
+#include "common/limits.h"
 #include "common/log.h"
+#include "coordinator/checkpoint_dirs.h"
 
 namespace mlcd::coordinator {
 namespace {
@@ -115,6 +117,11 @@ void ProgressTracker::UpdateProgress(JobEntry* job, const v1::WorkerProgress& pr
 void ProgressTracker::MaybeCommitCheckpoint(JobEntry* job, const v1::WorkerProgress& progress) {
   if (!job->rec.has_attempt() || job->rec.attempt().kind() != v1::ASSIGNMENT_KIND_TRAIN) return;
   if (progress.checkpoint().empty()) return;
+  const std::string dir = JobCheckpointDir(data_dir_, job->job().id(), job->spec());
+  if (!CheckpointLiesIn(progress.checkpoint(), dir)) {
+    RefuseCheckpoint(job, progress.checkpoint(), dir);
+    return;
+  }
   const auto& attempt = job->rec.attempt();
   const int r = progress.checkpoint_round();
   if (r != attempt.round() || r >= job->job().rounds_size()) return;
@@ -172,6 +179,25 @@ void ProgressTracker::MaybeCommitCheckpoint(JobEntry* job, const v1::WorkerProgr
   }
   jobs_->Persist(job, std::move(history));
   jobs_->Touch(job);
+}
+
+void ProgressTracker::RefuseCheckpoint(JobEntry* job, const std::string& reported,
+                                       const std::string& dir) {
+  if (reported == job->refused_checkpoint) return;  // every heartbeat repeats it
+  job->refused_checkpoint = reported;
+  const std::string shown = reported.size() > kMaxPathLength
+                                ? reported.substr(0, kMaxPathLength) + "... (" +
+                                      std::to_string(reported.size()) + " bytes)"
+                                : reported;
+  const std::string message =
+      "rank 0 of gang " + job->rec.attempt().id() + " reported checkpoint '" + shown +
+      "', which is not inside the job's checkpoint folder " + dir + "/; not committed";
+  MLCD_LOG(WARNING) << "job " << job->job().id() << ": " << message;
+  if (job->checkpoint_refusals >= kMaxCheckpointRefusalsRecorded) return;
+  ++job->checkpoint_refusals;
+  auto entry = jobs_->NewHistory(job, "checkpoint_refused", message);
+  entry.set_round(job->rec.attempt().round());
+  jobs_->Persist(job, {entry});
 }
 
 }  // namespace mlcd::coordinator

@@ -77,9 +77,11 @@ TEST_F(CoordinatorHardeningTest, SpecPathsOutsideTheDataRootsAreRefusedAlike) {
   EXPECT_NE(dataset.status().message().find("spec.dataset.path: '/etc' is not under a data root"),
             std::string::npos)
       << dataset.status().message();
-  // Inside the roots (the harness's dir and /usr/share/datasets) the same spec is fine.
+  // Inside the roots (the harness's dir and /usr/share/datasets) the same spec is fine, with the
+  // checkpoints in the submitter's (this test's admin token's) output area.
   auto ok = DryRun(Head("ok") + "  dataset: {limit: 500}\n  clustering: {k: 8, l: 2}\n" +
-                   "  training: {checkpoint_dir: '" + dir_.Sub("ckpt") + "'}\n");
+                   "  training: {checkpoint_dir: '" + cluster_->coordinator_data_dir() +
+                   "/users/token/admin/ckpt'}\n");
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();
 }
 

@@ -280,6 +280,7 @@ std::string TinyJob::Yaml() const {
   y += "    max_restarts: " + std::to_string(max_restarts) + "\n";
   y += "    checkpoint_every_steps: " + std::to_string(checkpoint_every_steps) + "\n";
   y += "    seed: 7\n";
+  if (!checkpoint_dir.empty()) y += "    checkpoint_dir: '" + checkpoint_dir + "'\n";
   if (time_budget_minutes > 0)
     y += "    time_budget_minutes: " + std::to_string(time_budget_minutes) + "\n";
   y += std::string("  evaluation: {enabled: ") + (evaluation ? "true" : "false") +

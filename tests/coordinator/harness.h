@@ -96,6 +96,8 @@ struct TinyJob {
   int collective_timeout = 10;
   int max_restarts = 3;
   int checkpoint_every_steps = 0;
+  // training.checkpoint_dir ("" = the job's own folder).
+  std::string checkpoint_dir;
   // training.time_budget_minutes (0 = none; then `epochs` only caps the round).
   double time_budget_minutes = 0;
   bool evaluation = false;

@@ -100,9 +100,16 @@ class ProtocolWorker {
   std::vector<v1::AssignmentKind> kinds_;
 };
 
-// Progress of rank 0 with the checkpoint written at the end of `epoch` (0-based).
+// The checkpoint assignment `a`'s gang writes at the end of `epoch`: inside the checkpoint
+// root the assignment names (the coordinator commits no other).
+inline std::string CheckpointOf(const v1::Assignment& a, int epoch) {
+  return a.checkpoint_dir() + "/" + a.attempt_id() + "-e" + std::to_string(epoch);
+}
+
+// Progress of rank 0 of assignment `a` with the checkpoint written at the end of `epoch`
+// (0-based).
 inline v1::WorkerProgress EpochEnd(int round, int epoch, int64_t steps_per_epoch,
-                                   const std::string& attempt) {
+                                   const v1::Assignment& a) {
   v1::WorkerProgress p;
   p.set_round(round);
   p.set_epoch(epoch);
@@ -113,7 +120,7 @@ inline v1::WorkerProgress EpochEnd(int round, int epoch, int64_t steps_per_epoch
   p.set_loss(3.5 - epoch);
   p.set_samples_per_second(100);
   p.set_events(10 * (epoch + 1));
-  p.set_checkpoint("/ckpt/" + attempt + "/e" + std::to_string(epoch));
+  p.set_checkpoint(CheckpointOf(a, epoch));
   p.set_checkpoint_round(round);
   p.set_checkpoint_epoch(epoch);
   p.set_checkpoint_step(steps_per_epoch);

@@ -66,17 +66,17 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
 
   // Rank 0 commits epoch 0; the answer to that very heartbeat names the commit (the agent
   // keeps it for its child's pruning), and so does rank 1's next one.
-  auto hb = rank0.Heartbeat(a0.id(), EpochEnd(0, 0, 3, a0.attempt_id()));
+  auto hb = rank0.Heartbeat(a0.id(), EpochEnd(0, 0, 3, a0));
   ASSERT_TRUE(hb.ok());
   EXPECT_EQ(hb->action(), v1::WORKER_ACTION_CONTINUE);
-  EXPECT_EQ(hb->committed_checkpoint(), "/ckpt/" + a0.attempt_id() + "/e0");
+  EXPECT_EQ(hb->committed_checkpoint(), CheckpointOf(a0, 0));
   auto hb1 = rank1.Heartbeat(a1.id(), Running(3));
   ASSERT_TRUE(hb1.ok());
-  EXPECT_EQ(hb1->committed_checkpoint(), "/ckpt/" + a0.attempt_id() + "/e0");
+  EXPECT_EQ(hb1->committed_checkpoint(), CheckpointOf(a0, 0));
   auto committed = cluster_->WaitForJob(
       job.id(), [](const v1::Job& j) { return j.rounds(0).epochs_committed() == 1; }, seconds(5));
   ASSERT_TRUE(committed.ok()) << committed.status().ToString();
-  EXPECT_EQ(committed->checkpoint(), "/ckpt/" + a0.attempt_id() + "/e0");
+  EXPECT_EQ(committed->checkpoint(), CheckpointOf(a0, 0));
   EXPECT_EQ(committed->progress().total_steps(), 3);
 
   // Rank 1 goes silent: after heartbeat_timeout_seconds the gang is aborted and rank 0 is
@@ -121,7 +121,7 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   EXPECT_EQ(b.rank(), 0);
   EXPECT_EQ(b.first_epoch(), 1);
   EXPECT_EQ(b.end_epoch(), 2);
-  EXPECT_EQ(b.resume_checkpoint(), "/ckpt/" + a0.attempt_id() + "/e0");
+  EXPECT_EQ(b.resume_checkpoint(), CheckpointOf(a0, 0));
   EXPECT_EQ(b.start_global_step(), 3);
   EXPECT_NE(b.attempt_id(), a0.attempt_id());
   EXPECT_NE(b.rendezvous_address(), first_rendezvous);
@@ -134,11 +134,11 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   // The new gang's first heartbeat names the commit it resumed from.
   auto resumed = rank0.Heartbeat(b.id(), Running(4));
   ASSERT_TRUE(resumed.ok());
-  EXPECT_EQ(resumed->committed_checkpoint(), "/ckpt/" + a0.attempt_id() + "/e0");
+  EXPECT_EQ(resumed->committed_checkpoint(), CheckpointOf(a0, 0));
 
   // Epoch 1 ends; the gang reports; the job succeeds with every epoch committed once.
-  ASSERT_TRUE(rank0.Heartbeat(b.id(), EpochEnd(0, 1, 3, b.attempt_id())).ok());
-  ASSERT_TRUE(rank0.Report(b.id(), true, EpochEnd(0, 1, 3, b.attempt_id())).ok());
+  ASSERT_TRUE(rank0.Heartbeat(b.id(), EpochEnd(0, 1, 3, b)).ok());
+  ASSERT_TRUE(rank0.Report(b.id(), true, EpochEnd(0, 1, 3, b)).ok());
   auto done = cluster_->WaitForState(job.id(), v1::JOB_STATE_SUCCEEDED, seconds(10));
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message();
@@ -175,7 +175,7 @@ TEST_F(CoordinatorProtocolTest, GangSurvivesCoordinatorKill9AndReattaches) {
   ProtocolWorker& rank1 = a0->rank() == 0 ? w1 : w0;
   const v1::Assignment& r0 = a0->rank() == 0 ? *a0 : *a1;
   const v1::Assignment& r1 = a0->rank() == 0 ? *a1 : *a0;
-  ASSERT_TRUE(rank0.Heartbeat(r0.id(), EpochEnd(0, 0, 3, r0.attempt_id())).ok());
+  ASSERT_TRUE(rank0.Heartbeat(r0.id(), EpochEnd(0, 0, 3, r0)).ok());
   ASSERT_TRUE(cluster_
                   ->WaitForJob(
                       job.id(),
@@ -204,7 +204,7 @@ TEST_F(CoordinatorProtocolTest, GangSurvivesCoordinatorKill9AndReattaches) {
   EXPECT_EQ(CountHistory(*recovered, "recovered"), 1);
 
   ASSERT_TRUE(rank1.Report(r1.id(), true, Running(6)).ok());
-  ASSERT_TRUE(rank0.Report(r0.id(), true, EpochEnd(0, 1, 3, r0.attempt_id())).ok());
+  ASSERT_TRUE(rank0.Report(r0.id(), true, EpochEnd(0, 1, 3, r0)).ok());
   auto done = cluster_->WaitForState(job.id(), v1::JOB_STATE_SUCCEEDED, seconds(10));
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message();
@@ -228,7 +228,7 @@ TEST_F(CoordinatorProtocolTest, GangLostAcrossCoordinatorRestartRestartsFromChec
   ASSERT_TRUE(a0.ok() && a1.ok());
   ProtocolWorker& rank0 = a0->rank() == 0 ? w0 : w1;
   const v1::Assignment r0 = a0->rank() == 0 ? *a0 : *a1;
-  ASSERT_TRUE(rank0.Heartbeat(r0.id(), EpochEnd(0, 0, 3, r0.attempt_id())).ok());
+  ASSERT_TRUE(rank0.Heartbeat(r0.id(), EpochEnd(0, 0, 3, r0)).ok());
   ASSERT_TRUE(cluster_
                   ->WaitForJob(
                       job.id(),
@@ -247,7 +247,7 @@ TEST_F(CoordinatorProtocolTest, GangLostAcrossCoordinatorRestartRestartsFromChec
   ASSERT_TRUE(b0.ok() && b1.ok()) << cluster_->Logs();
   EXPECT_EQ(b0->world_size(), 2);
   EXPECT_EQ(b0->first_epoch(), 1);
-  EXPECT_EQ(b0->resume_checkpoint(), "/ckpt/" + r0.attempt_id() + "/e0");
+  EXPECT_EQ(b0->resume_checkpoint(), CheckpointOf(r0, 0));
   auto j = cluster_->Get(job.id(), true);
   ASSERT_TRUE(j.ok());
   EXPECT_EQ(j->restarts(), 1);
@@ -265,8 +265,8 @@ TEST_F(CoordinatorProtocolTest, AnEpochEndCheckpointCommitsTheEpochsItCompletes)
   auto a = w0.PollUntilAssigned(seconds(10));
   ASSERT_TRUE(a.ok());
   // Both epochs ended between two heartbeats: only the last checkpoint is reported.
-  ASSERT_TRUE(w0.Heartbeat(a->id(), EpochEnd(0, 1, 3, a->attempt_id())).ok());
-  ASSERT_TRUE(w0.Report(a->id(), true, EpochEnd(0, 1, 3, a->attempt_id())).ok());
+  ASSERT_TRUE(w0.Heartbeat(a->id(), EpochEnd(0, 1, 3, *a)).ok());
+  ASSERT_TRUE(w0.Report(a->id(), true, EpochEnd(0, 1, 3, *a)).ok());
   auto done = cluster_->WaitForState(job.id(), v1::JOB_STATE_SUCCEEDED, seconds(10));
   ASSERT_TRUE(done.ok());
   EXPECT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message();

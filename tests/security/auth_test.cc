@@ -31,10 +31,7 @@ class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(cluster_.StartServices().ok()) << cluster_.Logs();
-    // A channel without this process's token interceptor: each call brings its own.
-    grpc::ChannelArguments args;
-    bare_ = v1::Coordinator::NewStub(
-        grpc::CreateCustomChannel(cluster_.coordinator_address(), ChannelCredentials(), args));
+    bare_ = v1::Coordinator::NewStub(TokenlessChannel(cluster_.coordinator_address()));
   }
 
   StatusOr<v1::Job> SubmitAs(const std::string& token, const std::string& yaml,

@@ -97,4 +97,9 @@ std::unique_ptr<grpc::ClientContext> CallContext(const std::string& token, const
   return context;
 }
 
+std::shared_ptr<grpc::Channel> TokenlessChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  return grpc::CreateCustomChannel(address, ChannelCredentials(), args);
+}
+
 }  // namespace mlcd::testing

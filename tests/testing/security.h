@@ -52,4 +52,8 @@ std::unique_ptr<grpc::ClientContext> CallContext(
     const std::string& token, const ActingFor& acting = {},
     std::chrono::seconds timeout = std::chrono::seconds(30));
 
+// A channel to `address` with this process's TLS but without its token interceptor: each call
+// brings its own token (CallContext).
+std::shared_ptr<grpc::Channel> TokenlessChannel(const std::string& address);
+
 }  // namespace mlcd::testing

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/enums.h"
@@ -435,6 +436,53 @@ TEST(CheckpointHardeningTest, PruningKeepsTheCommittedCheckpointAndNewerOnes) {
   EXPECT_EQ(names(), (std::vector<std::string>{"ckpt-r0-e4-s1", "ckpt-r0-e5-s1", "ckpt-r0-e6-s1",
                                                "ckpt-r0-e7-s1"}));
   EXPECT_FALSE(IsDirectory(e0));
+}
+
+// Before: a job whose checkpoint_dir named another job's root replaced that job's committed
+// checkpoint, and its pruning deleted the other job's checkpoints and rewrote LATEST. Now the
+// first job to write claims the root (OWNER names it); a second job, or a run by hand, fails
+// with FAILED_PRECONDITION naming the owner before it writes or prunes anything there.
+TEST(CheckpointHardeningTest, ARootClaimedByAnotherJobIsNeitherWrittenNorPruned) {
+  ::mlcd::testing::TempDir root;
+  v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  Rig rig(9);
+  auto write = [&](const std::string& job, int epoch) {
+    CheckpointState state = rig.State(spec, epoch + 1);
+    state.meta.epoch = epoch;
+    state.job_id = job;
+    CheckpointRetention retention;
+    retention.keep_last = 1;
+    return WriteCheckpoint(root.path(), state, rig.comm.get(), retention);
+  };
+  auto first = write("alpha-1", 0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto owner = ReadFileToString(root.path() + "/OWNER");
+  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+  EXPECT_EQ(*owner, "alpha-1\n");
+  const std::string latest = *ReadFileToString(root.path() + "/LATEST");
+  const std::string weights = *ReadFileToString(*first + "/backbone.weights.npy");
+
+  // Another job at a later position (it would prune e0 with keep_last 1) and at the same one
+  // (it would replace e0), and a run by hand: all refused, nothing changed.
+  for (const auto& [job, epoch] :
+       {std::pair<std::string, int>{"beta-2", 3}, {"beta-2", 0}, {"", 5}}) {
+    auto other = write(job, epoch);
+    ASSERT_FALSE(other.ok()) << job;
+    EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition) << other.status().ToString();
+    EXPECT_NE(other.status().message().find("belongs to job alpha-1"), std::string::npos)
+        << other.status().ToString();
+    EXPECT_EQ(ListCheckpoints(root.path()), std::vector<std::string>{*first});
+    EXPECT_EQ(*ReadFileToString(root.path() + "/LATEST"), latest);
+    EXPECT_EQ(*ReadFileToString(*first + "/backbone.weights.npy"), weights);
+    EXPECT_FALSE(PathExists(root.path() + "/.tmp-ckpt-r0-e" + std::to_string(epoch) + "-s1"));
+  }
+  EXPECT_EQ(*ReadFileToString(root.path() + "/OWNER"), *owner);
+
+  // The owner goes on writing (and pruning) as before.
+  auto next = write("alpha-1", 1);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(ListCheckpoints(root.path()), std::vector<std::string>{*next});
 }
 
 // Before: `offset + numel` of a crafted backbone.json overflowed and the copy read far outside

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 
+#include "common/checkpoint_owner.h"
 #include "common/clock.h"
 #include "common/confined_file.h"
 #include "common/file_util.h"
@@ -223,13 +224,15 @@ StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointS
   const bool leader = comm->rank() == 0;
 
   // 1. Rank 0 opens the root once, confined to the data roots (common/confined_file.h): the
-  // temporary directory, the renames, LATEST and pruning all happen inside that descriptor,
-  // so a root swapped for a link afterwards cannot redirect them.
+  // claim, the temporary directory, the renames, LATEST and pruning all happen inside that
+  // descriptor, so a root swapped for a link afterwards cannot redirect them. Nothing is
+  // written or pruned in a root another job claimed.
   Status local;
   ConfinedDir root_dir;
   if (leader) {
     StatusOr<ConfinedDir> opened = OpenConfinedDir(root, "checkpoint_dir", /*create=*/true);
     local = opened.status();
+    if (local.ok()) local = ClaimCheckpointRoot(*opened, state.job_id);
     if (local.ok()) {
       root_dir = std::move(*opened);
       RemoveTree(root_dir.PinnedPath(".tmp-" + name));  // a link there is removed, not followed

@@ -1,6 +1,7 @@
 // Training checkpoints: atomic directories that a gang of any world size can resume from.
 //
 // Layout of a checkpoint root (training.checkpoint_dir, shared by all ranks):
+//   <root>/OWNER                        the job the root belongs to (common/checkpoint_owner.h)
 //   <root>/LATEST                       name of the newest complete checkpoint (atomic write)
 //   <root>/ckpt-r<R>-e<E>-s<S>/         one checkpoint: round R, epoch E, S steps done in E
 //       meta.json                       position, sizes, seed, format (written last)
@@ -14,7 +15,11 @@
 //       class_centres.<b>-<e>.*         PartialFc shards by class range (worker/loss/partial_fc.h)
 //   <root>/.tmp-ckpt-...                a checkpoint being written (never read)
 //
-// Writing is a collective of every rank: rank 0 prepares <root>/.tmp-<name>; all ranks write
+// A root holds one job's checkpoints: rank 0 claims it for the job (OWNER, made once, linked
+// into place) before it writes or prunes anything there, and a root another job claimed fails
+// the write with FAILED_PRECONDITION, nothing in it touched.
+//
+// Writing is a collective of every rank: rank 0 claims the root and prepares <root>/.tmp-<name>; all ranks write
 // their class-centre range into it (each file written atomically: temp, fsync, rename);
 // barrier; rank 0 writes the backbone and meta.json, fsyncs the directory, renames it to
 // <root>/<name>, fsyncs <root> and rewrites LATEST atomically; barrier. A crash at any point
@@ -81,6 +86,9 @@ struct CheckpointState {
   FlatParameters* flat = nullptr;
   BackboneAdamW* optimizer = nullptr;
   PartialFc* partial_fc = nullptr;
+  // The job writing (the owner the root is claimed for); empty = a run by hand, which claims
+  // nothing and may not write into a root a job claimed.
+  std::string job_id;
 };
 
 // Writes a checkpoint under `root` (a collective over `comm`; every rank calls it with the

@@ -315,6 +315,7 @@ StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
   state.flat = flat.get();
   state.optimizer = optimizer.get();
   state.partial_fc = partial_fc.get();
+  state.job_id = options.job_id;
   // Pruning keeps the coordinator's last commit and everything after it (the agent's file names
   // it; until then the checkpoint this run resumed from is the last commit).
   CheckpointRetention retention;

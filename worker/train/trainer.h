@@ -45,7 +45,8 @@ struct TrainerOptions {
   // The round's k-means centroids (.npy, k x d) for training.centre_init (may be empty).
   std::string centroids_path;
   int round = 0;
-  // Job id, used only as the job_id label of the metrics (empty = "standalone").
+  // Job id: the job_id label of the metrics (empty = "standalone") and the owner the checkpoint
+  // root is claimed for (worker/train/checkpoint.h; empty = a run by hand, claiming nothing).
   std::string job_id;
   // Epochs [first_epoch, end_epoch) of the round; end_epoch < 0 = training.epochs_per_round.
   int first_epoch = 0;
