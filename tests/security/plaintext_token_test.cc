@@ -12,6 +12,7 @@
 #include "common/grpc_server.h"
 #include "common/net.h"
 #include "common/security.h"
+#include "mlcd/v1/coordinator.grpc.pb.h"
 #include "mlcd/v1/labelstore.grpc.pb.h"
 #include "tests/testing/process.h"
 #include "tests/testing/security.h"
@@ -40,6 +41,30 @@ grpc::Status ListLabelSets(const std::string& address) {
   context.set_deadline(DeadlineIn(seconds(20)));
   v1::ListLabelSetsResponse response;
   return stub->ListLabelSets(&context, v1::ListLabelSetsRequest(), &response);
+}
+
+// Streams on a refused channel: writes and reads fail at once and Finish is the refusal.
+void ExpectStreamsRefused(const std::string& address) {
+  grpc::ChannelArguments args;
+  auto channel = CreateSecureChannel(address, args);
+  {
+    auto stub = v1::LabelStore::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(seconds(20)));
+    v1::WriteLabelsResponse response;
+    auto writer = stub->WriteLabels(&context, &response);
+    EXPECT_FALSE(writer->Write(v1::WriteLabelsRequest()));
+    writer->WritesDone();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  auto stub = v1::Coordinator::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineIn(seconds(20)));
+  auto reader = stub->WatchJob(&context, v1::WatchJobRequest());
+  v1::JobEvent event;
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_IDLE) << "the refused channel connected";
 }
 
 class PlaintextTokenTest : public ::testing::Test {
@@ -98,6 +123,7 @@ TEST_F(PlaintextTokenTest, TokenToANonLoopbackAddressIsRefusedWithoutConnecting)
     EXPECT_NE(call.error_message().find("in plaintext to 192.0.2.1:7610"), std::string::npos)
         << call.error_message();
     EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5));
+    ExpectStreamsRefused("192.0.2.1:7600");
   }
   // Without a token, or with TLS, nothing is refused.
   ASSERT_TRUE(ConfigureSecurity(SecurityOptions()).ok());
