@@ -56,13 +56,8 @@ TEST(PyClientPlaintextTest, TokenGoesInPlaintextOnlyToLoopbackWithInsecure) {
   env.push_back("MLCD_TOKENS_FILE=" + TestCerts().tokens_file);
   env.push_back("MLCD_TOKEN_FILE=");
   ChildProcess store;
-  ASSERT_TRUE(
-      store
-          .Start(BinPath("mlcd-labelstore"),
-                 {"--listen", address, "--metrics-listen", "", "--data-dir", dir.Sub("labelstore")},
-                 dir.Sub("labelstore.log"), env)
-          .ok());
-  ASSERT_TRUE(WaitForServing(address, seconds(30)).ok()) << store.Log();
+  Status started = StartLabelstore(&store, address, dir, env);
+  ASSERT_TRUE(started.ok()) << started.ToString() << "\n" << store.Log();
 
   env = no_tls;
   for (const std::string& e : std::vector<std::string>{

@@ -72,17 +72,12 @@ class PlaintextTokenTest : public ::testing::Test {
   void TearDown() override { ASSERT_TRUE(ConfigureSecurity(SecurityOptions()).ok()); }
 
   // A label store on loopback in plaintext that checks tokens (TestCerts' tokens file).
-  void StartLabelstore() {
+  void StartPlaintextStore() {
     address_ = "127.0.0.1:" + std::to_string(PickFreePort());
     std::vector<std::string> env = kNoTlsEnv;
     env.push_back("MLCD_TOKENS_FILE=" + TestCerts().tokens_file);
-    ASSERT_TRUE(server_
-                    .Start(BinPath("mlcd-labelstore"),
-                           {"--listen", address_, "--metrics-listen", "", "--data-dir",
-                            dir_.Sub("labelstore")},
-                           dir_.Sub("labelstore.log"), env)
-                    .ok());
-    ASSERT_TRUE(WaitForServing(address_, seconds(30)).ok()) << server_.Log();
+    Status started = StartLabelstore(&server_, address_, dir_, env);
+    ASSERT_TRUE(started.ok()) << started.ToString() << "\n" << server_.Log();
   }
 
   // Runs mlcdctl with `args` in front of `labels list`, no TLS and no opt-in in its
@@ -136,7 +131,7 @@ TEST_F(PlaintextTokenTest, TokenToANonLoopbackAddressIsRefusedWithoutConnecting)
 }
 
 TEST_F(PlaintextTokenTest, TokenToLoopbackInPlaintextNeedsTheOptIn) {
-  StartLabelstore();
+  StartPlaintextStore();
   ASSERT_TRUE(UsePlaintextWithToken(false).ok());
   grpc::Status refused = ListLabelSets(address_);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.error_message();
@@ -153,7 +148,7 @@ TEST_F(PlaintextTokenTest, TokenToLoopbackInPlaintextNeedsTheOptIn) {
 }
 
 TEST_F(PlaintextTokenTest, MlcdctlRefusesATokenInPlaintextUnlessInsecureOnLoopback) {
-  StartLabelstore();
+  StartPlaintextStore();
   const std::string token = "--token-file=" + TestCerts().viewer_token_file;
   std::string out;
   // A token and no --tls-ca: refused before anything is sent, exit 5, saying what to pass.
