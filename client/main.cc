@@ -13,7 +13,9 @@ int main(int argc, char** argv) {
       "Service addresses come from the flags below or the environment (MLCD_COORDINATOR,\n"
       "MLCD_LABELSTORE, MLCD_CLUSTERD); TLS and the bearer token from --tls-ca, --tls-cert,\n"
       "--tls-key, --token-file or MLCD_TLS_CA, MLCD_TLS_CERT, MLCD_TLS_KEY, MLCD_TOKEN_FILE\n"
-      "(docs/security.md; `source <dir>/env` after `mlcdctl local up` sets them all).\n\n"
+      "(docs/security.md; `source <dir>/env` after `mlcdctl local up` sets them all). The token\n"
+      "goes only over TLS: without --tls-ca it is refused (exit 5), except to a loopback address\n"
+      "with --insecure before the command (or MLCD_INSECURE_TOKEN=1).\n\n"
       "Exit codes: 0 ok, 1 failure, 2 bad arguments, 3 not found, 4 already exists,\n"
       "5 failed precondition, 6 service unavailable or timed out, 7 cancelled (e.g. Ctrl-C or\n"
       "SIGTERM while watching a job, which keeps running), 8 refused: UNAUTHENTICATED or\n"
@@ -33,8 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", ctx.timeout_seconds, "deadline in seconds for single requests")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  // TLS (on when --tls-ca / MLCD_TLS_CA is set) and the bearer token (--token-file /
-  // MLCD_TOKEN_FILE), applied before any command runs.
+  // TLS (on when --tls-ca / MLCD_TLS_CA is set), the bearer token (--token-file /
+  // MLCD_TOKEN_FILE) and --insecure (the token in plaintext to loopback), applied before any
+  // command runs.
   mlcd::SecurityOptions security;
   mlcd::AddSecurityFlags(app, &security, /*server=*/false);
   app.parse_complete_callback([&app, &security] {

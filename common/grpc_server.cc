@@ -133,6 +133,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
 
 Status WaitForChannel(const std::shared_ptr<grpc::Channel>& channel, const std::string& what,
                       const std::string& address, std::chrono::milliseconds timeout) {
+  // A channel CreateSecureChannel refused would connect but fail every call: say why now.
+  MLCD_RETURN_IF_ERROR(CheckChannelSecurity(address));
   if (channel->WaitForConnected(DeadlineIn(timeout))) return Status::Ok();
   return Status::Unavailable("cannot reach " + what + " at " + address + " within " +
                              std::to_string(timeout.count()) +

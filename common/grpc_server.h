@@ -83,7 +83,8 @@ class GrpcServerRunner {
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Waits until `channel` is connected; UNAVAILABLE with `what` and `address` in the message
-// when it is not within `timeout`.
+// when it is not within `timeout`; CheckChannelSecurity(address)'s refusal (security.h)
+// without waiting.
 Status WaitForChannel(const std::shared_ptr<grpc::Channel>& channel, const std::string& what,
                       const std::string& address, std::chrono::milliseconds timeout);
 

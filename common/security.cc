@@ -8,6 +8,7 @@
 #include <ctime>
 #include <iostream>
 #include <mutex>
+#include <set>
 
 #include "common/log.h"
 #include "common/net.h"
@@ -23,6 +24,9 @@ struct State {
   std::shared_ptr<TlsConfig> tls;
   std::shared_ptr<const TokenTable> tokens;
   std::string client_token;
+  // Loopback addresses already warned about (insecure_token), so a process that makes many
+  // channels to one address logs it once.
+  std::set<std::string> warned_plaintext_token;
 };
 
 State& GetState() {
@@ -94,6 +98,52 @@ class TokenInterceptor final : public grpc::experimental::Interceptor {
   }
 };
 
+// The interceptor of a channel CheckChannelSecurity refused: it hijacks every call at its
+// first batch, before the channel connects, so neither metadata nor messages are sent; the
+// call's sends and receives fail and its status is the refusal.
+class RefusingInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit RefusingInterceptor(grpc::Status refusal) : refusal_(std::move(refusal)) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    using Hook = grpc::experimental::InterceptionHookPoints;
+    if (hijacked_ && methods->QueryInterceptionHookPoint(Hook::PRE_SEND_MESSAGE))
+      methods->FailHijackedSendMessage();
+    if (methods->QueryInterceptionHookPoint(Hook::PRE_RECV_MESSAGE))
+      methods->FailHijackedRecvMessage();
+    if (methods->QueryInterceptionHookPoint(Hook::PRE_RECV_STATUS))
+      *methods->GetRecvStatus() = refusal_;
+    if (methods->QueryInterceptionHookPoint(Hook::PRE_SEND_INITIAL_METADATA)) {
+      hijacked_ = true;
+      methods->Hijack();
+      return;
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const grpc::Status refusal_;
+  bool hijacked_ = false;
+};
+
+class RefusingInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit RefusingInterceptorFactory(grpc::Status refusal) : refusal_(std::move(refusal)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new RefusingInterceptor(refusal_);
+  }
+
+ private:
+  const grpc::Status refusal_;
+};
+
+// With mu held: whether channels use TLS, i.e. ChannelCredentials() is not plaintext.
+bool ChannelsUseTls(const State& s) {
+  return (s.tls && (s.tls->has_ca() || s.tls->has_identity())) || !s.options.tls.ca.empty();
+}
+
 class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   grpc::experimental::Interceptor* CreateClientInterceptor(
@@ -159,6 +209,7 @@ SecurityOptions SecurityOptionsFromEnv() {
   o.tls.ca = Env("MLCD_TLS_CA");
   o.tokens_file = Env("MLCD_TOKENS_FILE");
   o.token_file = Env("MLCD_TOKEN_FILE");
+  o.insecure_token = Env("MLCD_INSECURE_TOKEN") == "1";
   return o;
 }
 
@@ -177,7 +228,14 @@ void AddSecurityFlags(CLI::App& app, SecurityOptions* options, bool server) {
   app.add_option("--token-file", options->token_file,
                  "file holding the bearer token sent with every call (env MLCD_TOKEN_FILE)")
       ->envname("MLCD_TOKEN_FILE");
-  if (!server) return;
+  options->insecure_token = Env("MLCD_INSECURE_TOKEN") == "1";
+  if (!server) {
+    app.add_flag("--insecure", options->insecure_token,
+                 "without --tls-ca, send the bearer token in plaintext anyway, to a loopback "
+                 "address only (127.0.0.0/8, ::1, localhost): any process on this host that "
+                 "can read loopback traffic can read the token (env MLCD_INSECURE_TOKEN=1)");
+    return;
+  }
   app.add_option("--tokens-file", options->tokens_file,
                  "accepted bearer tokens, lines 'TOKEN ROLE NAME [expires=UNIX_SECONDS]'; "
                  "reloaded on SIGHUP (env MLCD_TOKENS_FILE; docs/security.md)")
@@ -273,7 +331,7 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() {
   std::lock_guard<std::mutex> lock(s.mu);
   EnsureConfigured(s);
   if (s.tls && s.tls->has_ca()) return s.tls->ChannelCredentials();
-  if (!s.options.tls.ca.empty() || (s.tls && s.tls->has_identity())) {
+  if (ChannelsUseTls(s)) {
     // TLS was asked for but cannot be set up: verify against the system roots (fails for
     // the system's own CA) rather than fall back to plaintext.
     return grpc::experimental::TlsCredentials(grpc::experimental::TlsChannelCredentialsOptions());
@@ -281,11 +339,47 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() {
   return grpc::InsecureChannelCredentials();
 }
 
+Status CheckChannelSecurity(const std::string& address) {
+  State& s = GetState();
+  std::lock_guard<std::mutex> lock(s.mu);
+  EnsureConfigured(s);
+  if (s.options.token_file.empty() || ChannelsUseTls(s)) return Status::Ok();
+  std::string host;
+  int port = 0;
+  const bool loopback =
+      SplitHostPort(address, "address", &host, &port).ok() && IsLoopbackHost(host);
+  const std::string refusing =
+      "refusing to send the bearer token (--token-file / MLCD_TOKEN_FILE) in plaintext to " +
+      address + ": give --tls-ca (env MLCD_TLS_CA) to use TLS";
+  if (!loopback) {
+    return Status::FailedPrecondition(
+        refusing +
+        "; a token goes in plaintext only to a loopback address (127.0.0.0/8, ::1, "
+        "localhost) with --insecure (env MLCD_INSECURE_TOKEN=1)");
+  }
+  if (!s.options.insecure_token) {
+    return Status::FailedPrecondition(
+        refusing +
+        ", or, as it is a loopback address, pass --insecure (mlcdctl; env "
+        "MLCD_INSECURE_TOKEN=1 for every process) to send the token in plaintext");
+  }
+  if (s.warned_plaintext_token.insert(address).second) {
+    MLCD_LOG(WARNING) << "--insecure / MLCD_INSECURE_TOKEN: sending the bearer token in "
+                         "plaintext to loopback address "
+                      << address << "; any process that can read this host's loopback "
+                      << "traffic can read it";
+  }
+  return Status::Ok();
+}
+
 std::shared_ptr<grpc::Channel> CreateSecureChannel(const std::string& address,
                                                    const grpc::ChannelArguments& args) {
   auto creds = ChannelCredentials();
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
-  {
+  Status allowed = CheckChannelSecurity(address);
+  if (!allowed.ok()) {
+    factories.push_back(std::make_unique<RefusingInterceptorFactory>(ToGrpcStatus(allowed)));
+  } else {
     State& s = GetState();
     std::lock_guard<std::mutex> lock(s.mu);
     if (!s.options.token_file.empty())

@@ -10,13 +10,18 @@
 //   --tokens-file FILE MLCD_TOKENS_FILE servers: the accepted bearer tokens (callers checked)
 //   --token-file FILE  MLCD_TOKEN_FILE  clients: the token sent as `authorization: Bearer`
 //   --insecure                          servers: allow plaintext on a non-loopback address
+//   --insecure  MLCD_INSECURE_TOKEN=1   clients (mlcdctl's flag; every process reads the
+//                                       variable): the token may go in plaintext to a
+//                                       loopback address
 // SIGHUP (WaitForShutdownSignal, grpc_server.h) calls ReloadSecurity(): certificates, the
 // tokens file and the client token are read again; a file that fails keeps the old one.
 //
 // Servers: GrpcServerRunner takes its credentials from ServerCredentialsFor(); every
 // handler starts with AuthorizeCall(context, "/pkg.Service/Method", &caller). Clients:
 // MakeChannel (grpc_server.h) builds channels with ChannelCredentials() and the token
-// interceptor.
+// interceptor, through CreateSecureChannel(), the one place that applies the client's
+// transport rule (CheckChannelSecurity): a bearer token goes only over TLS, or in plaintext
+// to a loopback address when the process opted in.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -42,6 +47,9 @@ struct SecurityOptions {
   std::string token_file;
   // Server side: plaintext on a non-loopback address is allowed (with a warning).
   bool insecure = false;
+  // Client side: without TLS the bearer token may still go, in plaintext, to a loopback
+  // address (with a warning); never to any other address.
+  bool insecure_token = false;
   // Where the process keeps its state (a service's or agent's --data-dir): the private copy
   // of the TLS material goes to STATE_DIR/tls-private and the TLS files are watched for
   // renewals (tls_config.h). Empty: the material is held in memory and reloaded on SIGHUP only.
@@ -49,11 +57,12 @@ struct SecurityOptions {
 };
 
 // The environment's settings (MLCD_TLS_CERT, MLCD_TLS_KEY, MLCD_TLS_CA, MLCD_TOKENS_FILE,
-// MLCD_TOKEN_FILE).
+// MLCD_TOKEN_FILE; MLCD_INSECURE_TOKEN=1 sets insecure_token, any other value leaves it off).
 SecurityOptions SecurityOptionsFromEnv();
 
 // Adds --tls-cert, --tls-key, --tls-ca and --token-file, plus for a server --tokens-file
-// and --insecure, each with its environment fallback.
+// and --insecure (plaintext serving), for a client --insecure (insecure_token), each with
+// its environment fallback. A server's insecure_token comes from MLCD_INSECURE_TOKEN alone.
 void AddSecurityFlags(CLI::App& app, SecurityOptions* options, bool server);
 
 // Opens and checks every file and makes `options` the process's settings. INVALID_ARGUMENT
@@ -76,7 +85,16 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
 // process's certificate for mTLS) when a CA is configured, plaintext otherwise.
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials();
 
-// A channel to `address` with this process's credentials and token.
+// Whether this process's channels to `address` may carry its bearer token: OK with TLS
+// (ChannelCredentials() is not plaintext), without a token file, or in plaintext to a
+// loopback host (127.0.0.0/8, ::1, localhost) with insecure_token (a warning is logged, once
+// per address). FAILED_PRECONDITION otherwise, saying what to pass: an address that is not
+// host:port counts as not loopback.
+Status CheckChannelSecurity(const std::string& address);
+
+// A channel to `address` with this process's credentials and token. When
+// CheckChannelSecurity(address) refuses, the channel never connects: every call on it ends
+// at once with that FAILED_PRECONDITION status, and nothing is sent.
 std::shared_ptr<grpc::Channel> CreateSecureChannel(const std::string& address,
                                                    const grpc::ChannelArguments& args);
 

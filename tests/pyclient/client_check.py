@@ -206,7 +206,8 @@ def case_bad_spec():
 
 
 def case_viewer():
-    """A viewer token reads but cannot submit or cancel; no token and no TLS are refused."""
+    """A viewer token reads but cannot submit or cancel; no token and no TLS are refused; the
+    token is not sent in plaintext."""
     viewer_file = ENV["MLCD_VIEWER_TOKEN_FILE"]
     deadline = time.monotonic() + 20  # the services reload their tokens file on SIGHUP
     while True:
@@ -230,7 +231,10 @@ def case_viewer():
     with mlcd.Client(token_file=None) as anonymous:
         e = raises(mlcd.UnauthenticatedError, lambda: list(anonymous.list()), "no token")
         check(e.code == grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
-    with mlcd.Client(tls_ca=None, tls_cert=None, tls_key=None, timeout=3) as plaintext:
+    e = raises(mlcd.ConfigError, lambda: mlcd.Client(tls_ca=None, tls_cert=None, tls_key=None),
+               "the token in plaintext without insecure=True")
+    check(e.field_path == "tls_ca" and "insecure=True" in e.message, "tls_ca and insecure=True named")
+    with mlcd.Client(tls_ca=None, tls_cert=None, tls_key=None, token_file=None, timeout=3) as plaintext:
         e = raises(mlcd.UnavailableError, lambda: list(plaintext.list()), "plaintext to a TLS coordinator")
         check(ENV["MLCD_COORDINATOR"] in e.message, "the message names the address")
 

@@ -183,7 +183,8 @@ TEST_F(PyClientTest, Cancel) { RunCase("cancel"); }
 TEST_F(PyClientTest, BadSpecRaisesWithFieldPath) { RunCase("bad_spec"); }
 
 // A viewer token lists and reads but gets PERMISSION_DENIED on submit and cancel; no token
-// is UNAUTHENTICATED; plaintext to the TLS coordinator is UNAVAILABLE naming the address.
+// is UNAUTHENTICATED; the token in plaintext is refused without insecure=True; plaintext to
+// the TLS coordinator is UNAVAILABLE naming the address.
 TEST_F(PyClientTest, ViewerCannotSubmit) { RunCase("viewer"); }
 
 }  // namespace

@@ -370,9 +370,14 @@ TEST_F(AuthTest, MlcdctlSendsItsTokenFileAndExitsEightWhenRefused) {
             2)
       << out;
   EXPECT_NE(out.find("--token-file"), std::string::npos) << out;
-  // Without TLS settings mlcdctl speaks plaintext, which the TLS coordinator does not accept.
+  // Without TLS settings the token is not sent in plaintext (plaintext_token_test.cc);
+  // without one either, mlcdctl speaks plaintext, which the TLS coordinator does not accept.
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "--timeout", "3", "list"}, &out,
                        {"MLCD_TLS_CA=", "MLCD_TLS_CERT=", "MLCD_TLS_KEY="}),
+            5)
+      << out;
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "--timeout", "3", "list"}, &out,
+                       {"MLCD_TLS_CA=", "MLCD_TLS_CERT=", "MLCD_TLS_KEY=", "MLCD_TOKEN_FILE="}),
             6)
       << out;
 }

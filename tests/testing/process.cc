@@ -104,6 +104,15 @@ std::string ChildProcess::Log() const {
   return text.ok() ? *text : std::string("(no log: ") + text.status().ToString() + ")";
 }
 
+Status StartLabelstore(ChildProcess* process, const std::string& address, const TempDir& dir,
+                       const std::vector<std::string>& env) {
+  MLCD_RETURN_IF_ERROR(process->Start(
+      BinPath("mlcd-labelstore"),
+      {"--listen", address, "--metrics-listen", "", "--data-dir", dir.Sub("labelstore")},
+      dir.Sub("labelstore.log"), env));
+  return WaitForServing(address, std::chrono::seconds(30));
+}
+
 Status WaitForServing(const std::string& address, std::chrono::milliseconds timeout,
                       const std::string& service) {
   auto channel = MakeChannel(address);

@@ -64,6 +64,11 @@ class ChildProcess {
 Status WaitForServing(const std::string& address, std::chrono::milliseconds timeout,
                       const std::string& service = "");
 
+// Starts mlcd-labelstore on `address` (no metrics port) with its data in DIR/labelstore and
+// its log in DIR/labelstore.log, `env` added to the environment, and waits until it serves.
+Status StartLabelstore(ChildProcess* process, const std::string& address, const TempDir& dir,
+                       const std::vector<std::string>& env);
+
 // Runs a command to completion, capturing stdout+stderr. Returns the exit code (or -1).
 int RunCommand(const std::string& binary, const std::vector<std::string>& args, std::string* output,
                const std::vector<std::string>& env = {},

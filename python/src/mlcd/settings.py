@@ -13,10 +13,16 @@ tls_key            ``MLCD_TLS_KEY``        its private key (with ``tls_cert``)
 token_file         ``MLCD_TOKEN_FILE``     file holding the bearer token sent with every
                                            call: the token alone, white space around it
                                            ignored, 16 to 256 printable characters
+insecure           ``MLCD_INSECURE_TOKEN`` ``True`` (the variable ``1``): without TLS, send
+                                           the token in plaintext anyway, to a loopback
+                                           address only (mlcdctl ``--insecure``)
 =================  ======================  ===============================================
 
 An empty variable counts as unset. As in mlcdctl, a certificate without a CA still means
-TLS (the servers are then verified against the system's roots), never plaintext.
+TLS (the servers are then verified against the system's roots), never plaintext. A token
+goes only over TLS: without it, making a channel with a token raises :class:`ConfigError`,
+unless ``insecure`` and the address is a loopback host (127.0.0.0/8, ``::1``,
+``localhost``).
 ``mlcdctl local up`` writes all of them to ``<dir>/env``.
 """
 from __future__ import annotations
@@ -63,6 +69,8 @@ class Settings:
     """The bearer token itself."""
     timeout: float = DEFAULT_TIMEOUT_SECONDS
     """Deadline of each unary call, seconds."""
+    insecure: bool = False
+    """Without TLS, send the token in plaintext to a loopback address (never elsewhere)."""
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None, **overrides) -> "Settings":
@@ -73,6 +81,8 @@ class Settings:
         for field, var in _ENV.items():
             if env.get(var):
                 values[field] = env[var]
+        if env.get("MLCD_INSECURE_TOKEN") == "1":
+            values["insecure"] = True
         values.update({k: v for k, v in overrides.items()})
         return cls(**values)
 
@@ -80,6 +90,11 @@ class Settings:
     def tls(self) -> bool:
         """Whether calls use TLS (a CA or a client certificate is set)."""
         return bool(self.tls_ca or self.tls_cert)
+
+    @property
+    def has_token(self) -> bool:
+        """Whether a token is configured (``token`` or ``token_file``), read or not."""
+        return bool(self.token or self.token_file)
 
     def bearer_token(self) -> Optional[str]:
         """The token to send: ``token``, else the one in ``token_file``, else ``None``."""
