@@ -17,6 +17,9 @@ constexpr int32_t kMaxClusters = int32_t{1} << 22;
 constexpr int32_t kMaxKMeansIterations = 1000;
 // clustering.max_points_per_centroid.
 constexpr int32_t kMaxPointsPerCentroid = 1 << 16;
+// clustering.seed: below 2^63, so that round r's seed (seed + r, spec_defaults.h
+// ClusteringRoundSeed) never wraps to 0, which clusterd's Cluster reads as "no seed".
+constexpr uint64_t kMaxClusteringSeed = (uint64_t{1} << 63) - 1;
 // clustering.engine gang: the k x d float32 centroids every rank of the gang holds (with their
 // accumulators): at most 16 GiB (1M x 4096), so that a round that cannot run on any worker
 // fails at its plan step, naming the numbers, before the workers load anything.
