@@ -104,10 +104,12 @@ constexpr int kMaxClusterdRequestBytes = 16 << 20;
 
 // The built-in /metrics HTTP server (common/metrics_http.h): time from accept to the answer
 // sent (a client that sends nothing is closed then), the largest request header, connections
-// open at once (a new one closes the oldest).
+// open at once, and open at once from one source address (the newest beyond that is refused,
+// the open ones served).
 constexpr int kMetricsHttpRequestTimeoutMs = 5000;
 constexpr size_t kMaxMetricsHttpRequestBytes = 8192;
 constexpr size_t kMaxMetricsHttpConnections = 64;
+constexpr size_t kMaxMetricsHttpConnectionsPerSource = 8;
 
 // Error messages sent back to callers: longer ones are cut, saying how much was left out, so
 // they fit gRPC's metadata (8 KiB by default on the receiving side).
