@@ -4,7 +4,7 @@
 //       a state_dict that torchvision.models.VisionTransformer(...) loads with strict=True,
 //       its constructor arguments in vit.json beside it (and printed);
 //   mlcdctl export --checkpoint DIR --format safetensors --out out/model.safetensors
-//       the same tensors as a safetensors file, out/config.json beside it;
+//       the same tensors as a safetensors file, out/model.config.json beside it;
 //   mlcdctl export --checkpoint DIR --format hf-vit --out vit/     (or hf-clip --out tower/)
 //       a directory (config.json + model.safetensors) that transformers' ViTModel
 //       (CLIPVisionModelWithProjection) .from_pretrained loads strictly.
@@ -73,7 +73,7 @@ CommandRegistration reg(65, [](CLI::App& app, Context& ctx) {
       "  --format torchvision   a state_dict .pt that torchvision.models.VisionTransformer(...)\n"
       "                         loads with strict=True; the arguments are printed and written\n"
       "                         to <out>.json\n"
-      "  --format safetensors   the same tensors as .safetensors, config.json beside it\n"
+      "  --format safetensors   the same tensors as .safetensors, <name>.config.json beside it\n"
       "  --format hf-vit        a directory transformers.ViTModel.from_pretrained loads\n"
       "                         strictly; pooler_output is our embedding\n"
       "  --format hf-clip       the same for CLIPVisionModelWithProjection (model.layout clip);\n"

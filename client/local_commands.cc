@@ -223,17 +223,17 @@ Status LocalCluster::Up() {
   }
   // The coordinator's output folders (centroids, checkpoints, features, indexes) and the
   // users' output areas are roots of every service whatever --data-root says. The cluster's
-  // folder itself (databases, TLS material, tokens, logs) is private to clusterd and the
-  // coordinator even where a root holds it (the working directory does, by default): only
-  // those output folders inside it are open (common/data_roots.h, the deepest folder decides).
+  // folder itself (databases, TLS material, tokens, logs) is private to clusterd, the
+  // coordinator and the worker agents even where a root holds it (the working directory does,
+  // by default): only those output folders inside it are open (common/data_roots.h, the
+  // deepest folder decides).
   for (const std::string& out : LocalCoordinatorOutputDirs(opt_.dir)) {
     MLCD_RETURN_IF_ERROR(MakeDirs(out));
     roots.push_back(out);
   }
   std::vector<std::string> root_flags;
   for (const auto& r : roots) root_flags.insert(root_flags.end(), {"--data-root", AbsolutePath(r)});
-  std::vector<std::string> service_root_flags = root_flags;
-  service_root_flags.insert(service_root_flags.end(), {"--private-dir", AbsolutePath(opt_.dir)});
+  root_flags.insert(root_flags.end(), {"--private-dir", AbsolutePath(opt_.dir)});
   procs_.push_back({"labelstore",
                     bin + "/mlcd-labelstore",
                     {"--listen", labelstore_, "--metrics-listen", labelstore_metrics, "--data-dir",
@@ -245,16 +245,14 @@ Status LocalCluster::Up() {
                      opt_.dir + "/clusterd", "--labelstore", labelstore_, "--log-level",
                      opt_.log_level, "--output-root", opt_.dir + "/coordinator"},
                     logs + "clusterd.log"});
-  procs_.back().args.insert(procs_.back().args.end(), service_root_flags.begin(),
-                            service_root_flags.end());
+  procs_.back().args.insert(procs_.back().args.end(), root_flags.begin(), root_flags.end());
   procs_.push_back({"coordinator",
                     bin + "/mlcd-coordinator",
                     {"--listen", coordinator_, "--metrics-listen", coordinator_metrics,
                      "--data-dir", opt_.dir + "/coordinator", "--labelstore", labelstore_,
                      "--clusterd", clusterd_, "--log-level", opt_.log_level},
                     logs + "coordinator.log"});
-  procs_.back().args.insert(procs_.back().args.end(), service_root_flags.begin(),
-                            service_root_flags.end());
+  procs_.back().args.insert(procs_.back().args.end(), root_flags.begin(), root_flags.end());
   for (auto& p : procs_) p.env = security_.ServiceEnv();
   info_ = nlohmann::json::object();
   info_["dir"] = opt_.dir;
@@ -279,7 +277,8 @@ Status LocalCluster::Up() {
          status, "--data-dir", opt_.dir + "/workers/w" + std::to_string(i), "--metrics-listen",
          metrics, "--child-metrics-listen", child_metrics, "--log-level", opt_.log_level},
         logs + name + ".log"};
-    // The same roots as clusterd and the coordinator: the children confine to them.
+    // The same roots and private folder as clusterd and the coordinator: the children
+    // confine to them, so no assignment reaches the cluster's tls/ or db/ either.
     p.args.insert(p.args.end(), root_flags.begin(), root_flags.end());
     p.worker = true;
     p.env = security_.WorkerEnv();

@@ -17,6 +17,9 @@ constexpr int32_t kMaxClusters = int32_t{1} << 22;
 constexpr int32_t kMaxKMeansIterations = 1000;
 // clustering.max_points_per_centroid.
 constexpr int32_t kMaxPointsPerCentroid = 1 << 16;
+// clustering.seed: below 2^63, so that round r's seed (seed + r, spec_defaults.h
+// ClusteringRoundSeed) never wraps to 0, which clusterd's Cluster reads as "no seed".
+constexpr uint64_t kMaxClusteringSeed = (uint64_t{1} << 63) - 1;
 // clustering.engine gang: the k x d float32 centroids every rank of the gang holds (with their
 // accumulators): at most 16 GiB (1M x 4096), so that a round that cannot run on any worker
 // fails at its plan step, naming the numbers, before the workers load anything.
@@ -108,10 +111,12 @@ constexpr int kMaxClusterdRequestBytes = 16 << 20;
 
 // The built-in /metrics HTTP server (common/metrics_http.h): time from accept to the answer
 // sent (a client that sends nothing is closed then), the largest request header, connections
-// open at once (a new one closes the oldest).
+// open at once, and open at once from one source address (the newest beyond that is refused,
+// the open ones served).
 constexpr int kMetricsHttpRequestTimeoutMs = 5000;
 constexpr size_t kMaxMetricsHttpRequestBytes = 8192;
 constexpr size_t kMaxMetricsHttpConnections = 64;
+constexpr size_t kMaxMetricsHttpConnectionsPerSource = 8;
 
 // Error messages sent back to callers: longer ones are cut, saying how much was left out, so
 // they fit gRPC's metadata (8 KiB by default on the receiving side).

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <unordered_map>
 
 #include "common/log.h"
 #include "common/metrics_http_request.h"
@@ -23,11 +24,31 @@ namespace {
 // Written into the wake pipe by the destructor (descriptors are never negative).
 constexpr int kStopWord = -1;
 
+// The address `fd` is connected from: the IP address's bytes for TCP, "" for anything else
+// (a socketpair's end), so that all of those count as one source.
+std::string SourceOf(int fd) {
+  sockaddr_storage peer{};
+  socklen_t len = sizeof(peer);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return "";
+  if (peer.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(peer).sin_addr;
+    return std::string(reinterpret_cast<const char*>(&a), sizeof(a));
+  }
+  if (peer.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+    // An IPv4-mapped address is its IPv4 source.
+    if (IN6_IS_ADDR_V4MAPPED(&a)) return std::string(reinterpret_cast<const char*>(&a) + 12, 4);
+    return std::string(reinterpret_cast<const char*>(&a), sizeof(a));
+  }
+  return "";
+}
+
 }  // namespace
 
 struct PlainMetricsHttpServer::Connection {
   explicit Connection(size_t max_request_bytes) : request(max_request_bytes) {}
   int fd = -1;
+  std::string source;  // SourceOf(fd)
   std::chrono::steady_clock::time_point deadline;
   MetricsRequestParser request;
   std::string out;  // the answer, once the request is complete
@@ -95,8 +116,7 @@ Status PlainMetricsHttpServer::Start(const std::string& address) {
 }
 
 void PlainMetricsHttpServer::Loop() {
-  // Oldest first: deadlines are in accept order, and a new connection over the cap closes
-  // conns.front().
+  // Oldest first: deadlines are in accept order.
   std::vector<std::unique_ptr<Connection>> conns;
   std::vector<pollfd> fds;
   while (!stop_) {
@@ -175,9 +195,33 @@ void PlainMetricsHttpServer::Accept(std::vector<std::unique_ptr<Connection>>* co
 }
 
 void PlainMetricsHttpServer::Add(int fd, std::vector<std::unique_ptr<Connection>>* conns) {
-  if (!conns->empty() && conns->size() >= options_.max_connections) conns->erase(conns->begin());
+  std::string source = SourceOf(fd);
+  std::unordered_map<std::string, size_t> open;
+  for (const auto& c : *conns) ++open[c->source];
+  const size_t mine = open[source];
+  // A source at its cap gets no more: its newest is refused, its open ones served.
+  if (mine >= options_.max_connections_per_source) {
+    ::close(fd);
+    return;
+  }
+  if (conns->size() >= options_.max_connections) {
+    // At the server's cap, the source holding the most connections gives up its oldest when
+    // it holds at least two more than this one (so it still holds no fewer after); else the
+    // newest is refused. A flood thus never pushes out a source that holds fewer.
+    auto heaviest = conns->end();
+    for (auto it = conns->begin(); it != conns->end(); ++it) {
+      if (heaviest == conns->end() || open[(*it)->source] > open[(*heaviest)->source])
+        heaviest = it;
+    }
+    if (heaviest == conns->end() || open[(*heaviest)->source] <= mine + 1) {
+      ::close(fd);
+      return;
+    }
+    conns->erase(heaviest);
+  }
   auto c = std::make_unique<Connection>(options_.max_request_bytes);
   c->fd = fd;
+  c->source = std::move(source);
   c->deadline = std::chrono::steady_clock::now() + options_.request_timeout;
   conns->push_back(std::move(c));
 }

@@ -7,9 +7,12 @@
 // nothing, or trickles its request a byte at a time (slowloris), cannot hold up the scrapes
 // of others (issue 17; this server used to read one connection at a time). Each connection
 // has request_timeout from its accept to send its request, take the answer and close; then
-// it is closed. At most max_connections are open: a new one closes the oldest. What is
-// answered to which request (200, 400, 404, 405, 431) is common/metrics_http_request.h's; one
-// request per connection (Connection: close).
+// it is closed. At most max_connections_per_source are open from one source address: a new
+// one beyond that is refused (closed at once), so the open ones, a scrape among them, are
+// served to their end whatever rate another client connects at. At most max_connections are
+// open in all: beyond that, a new connection takes the place of the oldest of the source
+// holding the most, when that holds at least two more than the newcomer's, else is refused. What is answered to which request (200, 400, 404, 405, 431) is
+// common/metrics_http_request.h's; one request per connection (Connection: close).
 #pragma once
 
 #include <prometheus/collectable.h>
@@ -34,6 +37,9 @@ struct MetricsHttpOptions {
   size_t max_request_bytes = kMaxMetricsHttpRequestBytes;
   // Connections open at once.
   size_t max_connections = kMaxMetricsHttpConnections;
+  // Connections open at once from one source address (IPv4, IPv6; every adopted socket that
+  // is not TCP counts as one source).
+  size_t max_connections_per_source = kMaxMetricsHttpConnectionsPerSource;
 };
 
 class PlainMetricsHttpServer {
@@ -63,7 +69,7 @@ class PlainMetricsHttpServer {
   // Sends queued answer bytes, then half-closes; false on an error.
   bool Send(Connection* c);
   void Accept(std::vector<std::unique_ptr<Connection>>* conns);
-  // Adds connection `fd` (non-blocking), closing the oldest when at the cap.
+  // Adds connection `fd` (non-blocking), or closes it when a cap refuses it (above).
   void Add(int fd, std::vector<std::unique_ptr<Connection>>* conns);
   // Reads the wake pipe: adopted descriptors, or kStopWord. False when told to stop.
   bool TakeAdopted(std::vector<std::unique_ptr<Connection>>* conns);

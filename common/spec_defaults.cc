@@ -97,6 +97,10 @@ const std::vector<std::string>& EvaluationFeatureKinds() {
   return kinds;
 }
 
+uint64_t ClusteringRoundSeed(const v1::ClusteringSpec& clustering, int round) {
+  return clustering.seed() + static_cast<uint64_t>(round);
+}
+
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   auto* data = spec->mutable_dataset();
   if (data->format().empty()) data->set_format("fashion-mnist");
@@ -110,6 +114,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (clustering->l() == 0) clustering->set_l(8);
   if (clustering->niter() == 0) clustering->set_niter(20);
   if (clustering->max_points_per_centroid() == 0) clustering->set_max_points_per_centroid(256);
+  if (clustering->seed() == 0) clustering->set_seed(kDefaultClusteringSeed);
   if (clustering->search().empty()) clustering->set_search(SearchMethodName(SearchMethod::kExact));
   if (clustering->engine().empty())
     clustering->set_engine(ClusteringEngineName(ClusteringEngine::kClusterd));

@@ -43,6 +43,14 @@ const std::vector<std::string>& EvaluationFeatureKinds();
 // patch_size: e.g. 28/7 -> 3 layers, 224/16 -> 4, but 224/14 has none).
 int ConvStemLayers(int image_size, int patch_size);
 
+// clustering.seed when a spec leaves it unset (0): what ApplyJobSpecDefaults() puts there.
+inline constexpr uint64_t kDefaultClusteringSeed = 1234;
+
+// The k-means seed of round `round` of a job whose spec went through ApplyJobSpecDefaults():
+// clustering.seed + round. Both engines take it from here (the coordinator's Cluster request
+// to clusterd, the gang's ranks), so one spec clusters alike on either.
+uint64_t ClusteringRoundSeed(const v1::ClusteringSpec& clustering, int round);
+
 // Fills every zero/unset field with its default, including model fields from the preset
 // (explicit fields win over the preset). Idempotent. Does not validate.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);

@@ -228,6 +228,7 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
   }
   c.InRange("niter", cl.niter(), 1, kMaxKMeansIterations);
   c.InRange("max_points_per_centroid", cl.max_points_per_centroid(), 1, kMaxPointsPerCentroid);
+  c.AtMost("seed", cl.seed(), kMaxClusteringSeed);
   c.OneOf("search", cl.search(), SearchMethodNames());
   c.OneOf("engine", cl.engine(), ClusteringEngineNames());
   if (cl.engine() == ClusteringEngineName(ClusteringEngine::kGang)) {

@@ -1,6 +1,7 @@
 #include "common/tls_config.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -112,6 +114,34 @@ StatusOr<std::string> MakePrivateDir(const std::string& state_dir) {
   return dir;
 }
 
+// Writes `text` to the new file `path`, readable by this user only (0600) from its creation.
+Status WritePrivateFile(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Internal("cannot create " + path + ": " + std::strerror(errno));
+  Status written = WriteAllAndSync(fd, {{text.data(), text.size()}}, path);
+  ::close(fd);
+  return written;
+}
+
+// Removes the generation folders of `private_dir` before `current` once the `current` link
+// has pointed past them for longer than gRPC's watch interval: by then the watcher reads the
+// new files, and a read that resolved the link before the switch has opened its files.
+void RemoveRetiredGenerations(const std::string& private_dir, int current) {
+  struct stat link {};
+  if (::lstat((private_dir + "/current").c_str(), &link) != 0) return;
+  const auto switched = std::chrono::system_clock::time_point(
+      std::chrono::seconds(link.st_mtim.tv_sec) + std::chrono::nanoseconds(link.st_mtim.tv_nsec));
+  if (std::chrono::system_clock::now() - switched <=
+      2 * std::chrono::seconds(kWatchIntervalSeconds))
+    return;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(private_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("gen-", 0) == 0 && std::atoi(name.c_str() + 4) < current)
+      std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+
 // What identifies a version of the configured files: device, inode, size and change times of
 // each (zeros for a missing one), so a replacement by rename or an edit in place both show.
 std::vector<int64_t> FilesSignature(const TlsFiles& files) {
@@ -177,8 +207,13 @@ void TlsConfig::WatchFiles() {
     mu_.AssertHeld();
     return stop_watch_;
   })) {
+    const int generation = generation_;
     lock.Unlock();
     std::vector<int64_t> now = FilesSignature(files_);
+    {
+      std::lock_guard<std::mutex> exit_lock(g_private_dirs_mu);
+      if (!g_exiting) RemoveRetiredGenerations(private_dir_, generation);
+    }
     if (now != seen) {
       seen = std::move(now);
       std::lock_guard<std::mutex> exit_lock(g_private_dirs_mu);
@@ -208,25 +243,26 @@ Status TlsConfig::Install() {
     provider_ = std::make_shared<grpc::experimental::StaticDataCertificateProvider>(pem.ca, pairs);
     return Status::Ok();
   }
-  // A new generation folder, then one rename of the `current` link: the watcher never sees
-  // a key from one generation with a certificate from another.
+  // A new generation folder (0700, its files 0600), then one rename of the `current` link: the
+  // watcher never sees a key from one generation with a certificate from another. The
+  // generations before it are removed by the watch (RemoveRetiredGenerations).
   const std::string gen = "gen-" + std::to_string(++generation_);
   const std::string dir = private_dir_ + "/" + gen;
-  MLCD_RETURN_IF_ERROR(MakeDirs(dir));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (::mkdir(dir.c_str(), 0700) != 0)
+    return Status::Internal("cannot create " + dir + ": " + std::strerror(errno));
   if (!pem.cert.empty()) {
-    MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/cert.pem", pem.cert));
-    MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/key.pem", pem.key));
+    MLCD_RETURN_IF_ERROR(WritePrivateFile(dir + "/cert.pem", pem.cert));
+    MLCD_RETURN_IF_ERROR(WritePrivateFile(dir + "/key.pem", pem.key));
   }
-  if (!pem.ca.empty()) MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/ca.pem", pem.ca));
+  if (!pem.ca.empty()) MLCD_RETURN_IF_ERROR(WritePrivateFile(dir + "/ca.pem", pem.ca));
+  MLCD_RETURN_IF_ERROR(SyncDir(dir));
   const std::string link_tmp = private_dir_ + "/current.tmp";
   ::unlink(link_tmp.c_str());
   if (::symlink(gen.c_str(), link_tmp.c_str()) != 0 ||
       ::rename(link_tmp.c_str(), (private_dir_ + "/current").c_str()) != 0) {
     return Status::Internal("cannot switch the TLS material in " + private_dir_);
-  }
-  if (generation_ > 2) {
-    std::error_code ec;
-    std::filesystem::remove_all(private_dir_ + "/gen-" + std::to_string(generation_ - 2), ec);
   }
   return Status::Ok();
 }

@@ -7,8 +7,8 @@
 // Reload() re-reads and re-checks them; a reload whose files do not check out keeps the old
 // material and says why. Where the material is served from depends on the process:
 //   with a state dir (services and agents: their --data-dir)  from a private copy in
-//       STATE_DIR/tls-private (0700), made afresh at every start (so a killed process leaves
-//       nothing behind it does not replace) and removed at a clean exit. The configured files
+//       STATE_DIR/tls-private (0700, its files 0600, the served generation only), made afresh
+//       at each start (replacing a killed one's), removed at a clean exit. The configured files
 //       are watched (inode, size, mtime, every kCertFilePollSeconds) and reloaded when they
 //       change, as on SIGHUP; gRPC's file watcher (one-second period) hands the new copy to
 //       every listener and channel, so connections made after the reload use the new

@@ -16,6 +16,18 @@ Status CheckCancelAllowed(const v1::Job& job, const std::string& caller, bool an
                                   " may cancel only its own jobs (an admin token cancels any)");
 }
 
+bool HidesRequestId(const v1::Job& job, const std::string& caller, bool any_job) {
+  return !any_job && job.submitted_by() != caller && !job.request_id().empty();
+}
+
+void HideOthersRequestId(const std::string& caller, bool any_job, v1::Job* job) {
+  if (!HidesRequestId(*job, caller, any_job)) return;
+  job->clear_request_id();
+  for (auto& entry : *job->mutable_history()) {
+    if (entry.kind() == "submitted") entry.set_message("submitted");
+  }
+}
+
 Status CheckWorkerCaller(const WorkerEntry& worker, const std::string& caller) {
   if (worker.record.identity() == caller) return Status::Ok();
   return Status::PermissionDenied("worker '" + worker.record.worker_id() + "' is registered by " +

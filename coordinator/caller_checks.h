@@ -15,6 +15,13 @@ namespace mlcd::coordinator {
 // OK when `caller` submitted `job` or `any_job` (admin); PERMISSION_DENIED otherwise.
 Status CheckCancelAllowed(const v1::Job& job, const std::string& caller, bool any_job);
 
+// Request ids belong to the identity that sent them (docs/security.md, "Bindings"): true when
+// `job` has one and `caller` neither submitted the job nor may read any (`any_job`: admin).
+bool HidesRequestId(const v1::Job& job, const std::string& caller, bool any_job);
+// `job` as `caller` may read it: when HidesRequestId, the request id cleared, from
+// Job.request_id and from the "submitted" history entry that names it.
+void HideOthersRequestId(const std::string& caller, bool any_job, v1::Job* job);
+
 // OK when `caller` is the identity that registered `worker`; PERMISSION_DENIED otherwise.
 Status CheckWorkerCaller(const WorkerEntry& worker, const std::string& caller);
 

@@ -234,7 +234,11 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
       JobEntry* job = jobs_.Find(*existing);
       if (!job)
         return Status::Internal("request id '" + request.request_id() + "' maps to a missing job");
-      if (!google::protobuf::util::MessageDifferencer::Equals(job->spec(), parsed.spec) ||
+      // Compared with the defaults applied to the stored spec too, so that a job stored with a
+      // field unset that has a default now (clustering.seed 0) matches its spec sent again.
+      v1::JobSpec stored = job->spec();
+      ApplyJobSpecDefaults(&stored);
+      if (!google::protobuf::util::MessageDifferencer::Equals(stored, parsed.spec) ||
           !google::protobuf::util::MessageDifferencer::Equals(job->job().metadata(),
                                                               parsed.metadata)) {
         return Status::AlreadyExists("request id '" + request.request_id() +

@@ -14,6 +14,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/npy.h"
+#include "common/spec_defaults.h"
 #include "coordinator/dataset_checks.h"
 #include "coordinator/tensorboard_log.h"
 
@@ -410,7 +411,7 @@ void PhaseRunner::RunClustering(const v1::JobRecord& snapshot, clusterd::CallCon
   if (status.ok()) {
     request.set_k(spec.clustering().k());
     request.set_niter(spec.clustering().niter());
-    request.set_seed(spec.clustering().seed() + static_cast<uint64_t>(r));
+    request.set_seed(ClusteringRoundSeed(spec.clustering(), r));
     request.set_max_points_per_centroid(spec.clustering().max_points_per_centroid());
     request.set_centroids_out(round.centroids_path());
     request.set_request_id(snapshot.job().id() + "/r" + std::to_string(r));

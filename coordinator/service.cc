@@ -1,6 +1,7 @@
 #include "coordinator/service.h"
 
 #include "common/security.h"
+#include "coordinator/caller_checks.h"
 
 namespace mlcd::coordinator {
 namespace {
@@ -31,7 +32,9 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
                                         const v1::GetJobRequest* request, v1::Job* response) {
   MLCD_AUTHORIZE("GetJob");
   RpcTimer timer(&metrics_->rpc(), "GetJob");
-  return Reply(timer, manager_->GetJob(*request), response);
+  StatusOr<v1::Job> job = manager_->GetJob(*request);
+  if (job.ok()) HideOthersRequestId(caller.identity, caller.role == Role::kAdmin, &*job);
+  return Reply(timer, std::move(job), response);
 }
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
@@ -39,7 +42,12 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                                           v1::ListJobsResponse* response) {
   MLCD_AUTHORIZE("ListJobs");
   RpcTimer timer(&metrics_->rpc(), "ListJobs");
-  return Reply(timer, manager_->ListJobs(*request), response);
+  StatusOr<v1::ListJobsResponse> list = manager_->ListJobs(*request);
+  if (list.ok()) {
+    for (v1::Job& job : *list->mutable_jobs())
+      HideOthersRequestId(caller.identity, caller.role == Role::kAdmin, &job);
+  }
+  return Reply(timer, std::move(list), response);
 }
 
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
@@ -57,7 +65,13 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
   RpcTimer timer(&metrics_->rpc(), "WatchJob");
   Status s = manager_->WatchJob(
       *request, caller.identity,
-      [writer](const v1::JobEvent& event) { return writer->Write(event); },
+      [writer, &caller](const v1::JobEvent& event) {
+        const bool admin = caller.role == Role::kAdmin;
+        if (!HidesRequestId(event.job(), caller.identity, admin)) return writer->Write(event);
+        v1::JobEvent shown = event;
+        HideOthersRequestId(caller.identity, admin, shown.mutable_job());
+        return writer->Write(shown);
+      },
       [context] { return context->IsCancelled(); });
   return ToGrpcStatus(timer.Done(s));
 }

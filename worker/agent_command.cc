@@ -146,7 +146,7 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
          "--data-dir", options->data_dir,
          "where assignment files go: assignments/<id>/{assignment.json,progress.jsonl,worker.log}")
       ->capture_default_str();
-  auto data_roots = std::make_shared<std::vector<std::string>>();
+  auto data_roots = std::make_shared<WorkerRootFlags>();
   AddWorkerDataRootFlag(*cmd, data_roots.get(),
                         "its --data-dir and " + std::string(kSharedDatasetsDir) +
                             "; the children get the same roots");

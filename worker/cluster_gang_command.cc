@@ -61,7 +61,7 @@ struct ClusterGangArgs {
   std::string rendezvous;
   // Assignment mode (the worker agent).
   std::string assignment, progress_jsonl, device = "auto", log_level = "info";
-  std::vector<std::string> data_roots;
+  WorkerRootFlags data_roots;
   bool threads_given = false;
   bool bf16 = false;
 };

@@ -34,7 +34,7 @@ namespace {
 
 struct EmbedFlags {
   std::string assignment;
-  std::vector<std::string> data_roots;
+  WorkerRootFlags data_roots;
   std::string spec;
   std::string checkpoint;
   std::string split = "train";

@@ -36,7 +36,7 @@ namespace {
 
 struct EvalFlags {
   std::string assignment;
-  std::vector<std::string> data_roots;
+  WorkerRootFlags data_roots;
   std::string spec;
   std::string checkpoint;
   bool random_init = false;

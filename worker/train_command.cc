@@ -35,7 +35,7 @@ constexpr std::chrono::seconds kPeerFailureReportDelay{3};
 struct TrainFlags {
   std::string spec_path;
   std::string assignment_path;
-  std::vector<std::string> data_roots;
+  WorkerRootFlags data_roots;
   int rank = 0;
   int world_size = 1;
   std::string rendezvous;

@@ -1,7 +1,8 @@
 // The built-in /metrics server (common/metrics_http.h) over real loopback TCP. Issue 17: it
 // served one connection at a time, so a client that connected and sent nothing (or sent its
 // request a byte at a time) held up every scrape. Now a silent client does not delay a GET,
-// and is closed at its deadline; an oversized request is answered 431 and closed.
+// and is closed at its deadline; an oversized request is answered 431 and closed; a source
+// at its cap has its newest connection refused, closing no one else's.
 #include "common/metrics_http.h"
 #include "common/metrics_http_request.h"
 #include "tests/testing/http.h"
@@ -76,6 +77,21 @@ class MetricsHttpTest : public ::testing::Test {
     Status s = server_->Start("127.0.0.1:0");
     ASSERT_TRUE(s.ok()) << s.ToString();
     ASSERT_GT(server_->port(), 0);
+  }
+  // Start() with these caps and a 30 s deadline (no connection here times out).
+  void StartWithCaps(size_t max_connections, size_t per_source) {
+    MetricsHttpOptions options;
+    options.max_connections = max_connections;
+    options.max_connections_per_source = per_source;
+    options.request_timeout = std::chrono::seconds(30);
+    Start(options);
+  }
+  // `n` connections from `source` that send nothing, once the server has taken them.
+  std::vector<int> IdleFrom(int n, const std::string& source) {
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i) fds.push_back(ConnectTcp(server_->port(), "127.0.0.1", source));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return fds;
   }
   // A GET /metrics on a new connection; its answer and how long it took.
   std::string Scrape(std::chrono::milliseconds* took) {
@@ -166,25 +182,68 @@ TEST_F(MetricsHttpTest, AnOversizedRequestIsAnswered431AndClosed) {
   }
 }
 
-TEST_F(MetricsHttpTest, ConnectionsOverTheCapCloseTheOldest) {
-  MetricsHttpOptions options;
-  options.max_connections = 4;
-  options.request_timeout = std::chrono::seconds(30);
-  ASSERT_NO_FATAL_FAILURE(Start(options));
-  std::vector<int> idle;
-  for (int i = 0; i < 4; ++i) idle.push_back(ConnectTcp(server_->port()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::chrono::milliseconds took{};
-  std::string answer = Scrape(&took);
-  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK", 0), 0u) << answer;
-  EXPECT_LT(took, std::chrono::milliseconds(500));
-  // The scrape took the oldest idle connection's place: that one is closed, not the others.
+// A GET /metrics from `source` on a new connection: the answer, "" when the server closed it
+// unanswered.
+std::string ScrapeFrom(int port, const std::string& source) {
+  const int fd = ConnectTcp(port, "127.0.0.1", source);
+  EXPECT_GE(fd, 0) << source;
+  SendAll(fd, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
   bool closed = false;
-  ReadUntilClosed(idle[0], std::chrono::seconds(2), &closed);
-  EXPECT_TRUE(closed);
-  ReadUntilClosed(idle[3], std::chrono::milliseconds(200), &closed);
-  EXPECT_FALSE(closed);
+  std::string answer = ReadUntilClosed(fd, std::chrono::seconds(5), &closed);
+  EXPECT_TRUE(closed) << source;
+  ::close(fd);
+  return answer;
+}
+
+// Whether the server closed `fd` within `limit`.
+bool ClosedWithin(int fd, std::chrono::milliseconds limit) {
+  bool closed = false;
+  ReadUntilClosed(fd, limit, &closed);
+  return closed;
+}
+
+// One source at its cap: its newest connection is refused, its open ones stay, and another
+// source is served. Before, every new connection over the cap closed the oldest, so a client
+// connecting fast enough closed every scrape before it was answered.
+TEST_F(MetricsHttpTest, ASourceAtItsCapHasItsNewestRefusedAndNoOneElseClosed) {
+  ASSERT_NO_FATAL_FAILURE(StartWithCaps(6, 3));
+  // A slow scrape from 127.0.0.1: connected, its request not sent yet.
+  const int slow = ConnectTcp(server_->port(), "127.0.0.1", "127.0.0.1");
+  ASSERT_GE(slow, 0);
+  const std::vector<int> flood = IdleFrom(3, "127.0.0.2");
+  // 127.0.0.2 goes on connecting: each new one is closed unanswered, nothing else is.
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(ScrapeFrom(server_->port(), "127.0.0.2"), "") << i;
+  for (int fd : flood) EXPECT_FALSE(ClosedWithin(fd, std::chrono::milliseconds(50)));
+  ASSERT_TRUE(SendAll(slow, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  bool closed = false;
+  const std::string answer = ReadUntilClosed(slow, std::chrono::seconds(5), &closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK", 0), 0u) << answer;
+  EXPECT_NE(answer.find("mlcd_test_scrapes_total 7"), std::string::npos) << answer;
+  ::close(slow);
+  EXPECT_EQ(ScrapeFrom(server_->port(), "127.0.0.3").rfind("HTTP/1.1 200 OK", 0), 0u);
+  for (int fd : flood) ::close(fd);
+}
+
+// At the server's cap a source holding two or more connections than the newcomer's gives up
+// its oldest; between sources holding alike the newest is refused.
+TEST_F(MetricsHttpTest, AtTheServersCapTheHeaviestSourceGivesWay) {
+  ASSERT_NO_FATAL_FAILURE(StartWithCaps(4, 4));
+  const std::vector<int> idle = IdleFrom(4, "127.0.0.2");
+  // 127.0.0.3 holds none, 127.0.0.2 all four: 127.0.0.2's oldest makes room.
+  EXPECT_EQ(ScrapeFrom(server_->port(), "127.0.0.3").rfind("HTTP/1.1 200 OK", 0), 0u);
+  EXPECT_TRUE(ClosedWithin(idle[0], std::chrono::seconds(2)));
+  EXPECT_FALSE(ClosedWithin(idle[3], std::chrono::milliseconds(200)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the scrape's close is seen
+  // 127.0.0.4's second connection, at the cap again, takes 127.0.0.2's oldest (three against
+  // one): then both hold two, and 127.0.0.4's third is refused.
+  const int other1 = ConnectTcp(server_->port(), "127.0.0.1", "127.0.0.4");
+  const int other2 = ConnectTcp(server_->port(), "127.0.0.1", "127.0.0.4");
+  EXPECT_TRUE(ClosedWithin(idle[1], std::chrono::seconds(2)));
+  EXPECT_EQ(ScrapeFrom(server_->port(), "127.0.0.4"), "");
+  for (int fd : {idle[2], idle[3], other1, other2})
+    EXPECT_FALSE(ClosedWithin(fd, std::chrono::milliseconds(50)));
   for (int fd : idle) ::close(fd);
+  for (int fd : {other1, other2}) ::close(fd);
 }
 
 // The verdict of `request` fed at once, and checked to be the same fed a byte at a time.

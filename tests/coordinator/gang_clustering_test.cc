@@ -22,6 +22,7 @@
 #include "common/file_util.h"
 #include "common/host_memory.h"
 #include "common/npy.h"
+#include "common/spec_defaults.h"
 #include "tests/coordinator/harness.h"
 #include "tests/coordinator/two_worker_fixture.h"
 #include "tests/testing/http.h"
@@ -243,6 +244,44 @@ TEST_F(GangClusteringTest, JobOnTheGangEngineSucceedsOverBothRounds) {
   const std::vector<int64_t> expected = OneProcessLabels(dir_, features, spec.k, spec.l, spec.niter, 5);
   ASSERT_EQ(stored.size(), static_cast<size_t>(spec.limit * spec.l));
   EXPECT_EQ(stored, expected) << "the 2-rank gang's labels differ from one process's";
+}
+
+// One spec with clustering.seed unset, run once on each engine: the seed is defaulted at
+// submit and both engines derive the round's seed from it, so clusterd's FAISS and the gang
+// give the same label set.
+TEST_F(GangClusteringTest, OneSpecWithTheSeedUnsetGivesTheSameLabelsOnBothEngines) {
+  const std::string features = dir_.Sub("features.npy");
+  WriteClusteredFeatures(features, 384, 16, 12);
+  std::vector<std::vector<int64_t>> labels;
+  TinyJob spec;
+  spec.features = "{kind: npy, paths: [" + features + "]}";
+  for (const std::string engine : {"clusterd", "gang"}) {
+    spec.clustering_fields = "engine: " + engine;
+    auto submitted = cluster_->Submit(spec.Yaml(), "unset-seed-" + engine);
+    ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+    EXPECT_EQ(submitted->spec().clustering().seed(), kDefaultClusteringSeed) << engine;
+    auto job = Ended(submitted->id(), seconds(300));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << engine << ": " << job->message();
+    const std::vector<v1::AssignmentKind> kinds = GangKinds(*job);
+    ASSERT_FALSE(kinds.empty()) << engine;
+    EXPECT_EQ(kinds.front(),
+              engine == "gang" ? v1::ASSIGNMENT_KIND_CLUSTER : v1::ASSIGNMENT_KIND_TRAIN)
+        << engine;
+    labels.push_back(
+        StoredLabels(cluster_->labelstore_address(), job->rounds(0).label_set(), spec.limit));
+    ASSERT_EQ(labels.back().size(), static_cast<size_t>(spec.limit * spec.l)) << engine;
+  }
+  // Each row's top-1 and its set of l labels (the order of near-equal scores below the first
+  // may differ between FAISS's and the gang's arithmetic).
+  int same_top1 = 0, same_set = 0;
+  for (int i = 0; i < spec.limit; ++i) {
+    const auto a = labels[0].begin() + i * spec.l, b = labels[1].begin() + i * spec.l;
+    same_top1 += *a == *b;
+    same_set += std::is_permutation(a, a + spec.l, b);
+  }
+  EXPECT_EQ(same_top1, spec.limit) << "rows whose top-1 label differs between the engines";
+  EXPECT_EQ(same_set, spec.limit) << "rows whose labels differ between the engines";
 }
 
 // Round-0 features of the dataset (random-projection) computed by the gang's ranks, each its

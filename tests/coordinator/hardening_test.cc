@@ -342,6 +342,30 @@ TEST_F(CoordinatorHardeningTest, ADeadWorkersNameStaysBoundToItsIdentityForTheLe
       << "another identity took the name before its lease ended";
 }
 
+// A one-rank tiny job on worker 0 (started, not yet idle): its training child refuses the
+// job's checkpoint directory before it writes anything, the job fails with that reason, and
+// the agent lives on and takes work again.
+void ExpectTheCheckpointDirRefused(TestCluster& cluster) {
+  ASSERT_TRUE(cluster.WaitForIdleWorkers(1, seconds(30)).ok()) << cluster.Logs();
+  TinyJob spec;
+  spec.world_size = 1;
+  spec.max_restarts = 0;
+  auto submitted = cluster.Submit(spec.Yaml());
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto job = cluster.WaitForState(submitted->id(), v1::JOB_STATE_FAILED, seconds(240));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED) << job->message();
+  const std::string& m = job->message();
+  EXPECT_NE(m.find("PERMISSION_DENIED"), std::string::npos) << m;
+  EXPECT_NE(m.find("assignment.checkpoint_dir"), std::string::npos) << m;
+  EXPECT_NE(m.find("is not under a data root of this service"), std::string::npos) << m;
+  // Nothing was written where the assignment pointed.
+  const std::string ckpt = cluster.coordinator_data_dir() + "/jobs/" + submitted->id() + "/ckpt";
+  EXPECT_FALSE(PathExists(ckpt + "/LATEST")) << ckpt;
+  EXPECT_TRUE(cluster.worker(0).running());
+  EXPECT_TRUE(cluster.WaitForIdleWorkers(1, seconds(30)).ok()) << cluster.Logs();
+}
+
 // Before: the worker agent and its children read and wrote wherever the coordinator's spec
 // and assignment said. Now an agent confines its children to its own --data-root: one
 // narrower than the coordinator's (it does not cover the job's checkpoint directory) makes
@@ -351,25 +375,17 @@ TEST_F(CoordinatorHardeningTest, AWorkerRefusesAssignmentPathsOutsideItsDataRoot
   const std::string worker_root = dir_.Sub("workers");
   ASSERT_TRUE(MakeDirs(worker_root).ok());
   ASSERT_TRUE(cluster_->StartWorker(0, {}, {worker_root, "/usr/share/datasets"}).ok());
-  ASSERT_TRUE(cluster_->WaitForIdleWorkers(1, seconds(30)).ok()) << cluster_->Logs();
-  TinyJob spec;
-  spec.world_size = 1;
-  spec.max_restarts = 0;
-  auto submitted = cluster_->Submit(spec.Yaml());
-  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
-  auto job = cluster_->WaitForState(submitted->id(), v1::JOB_STATE_FAILED, seconds(240));
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED) << job->message();
-  const std::string& m = job->message();
-  EXPECT_NE(m.find("PERMISSION_DENIED"), std::string::npos) << m;
-  EXPECT_NE(m.find("assignment.checkpoint_dir"), std::string::npos) << m;
-  EXPECT_NE(m.find("is not under a data root of this service"), std::string::npos) << m;
-  // Nothing was written where the assignment pointed.
-  const std::string ckpt = cluster_->coordinator_data_dir() + "/jobs/" + submitted->id() + "/ckpt";
-  EXPECT_FALSE(PathExists(ckpt + "/LATEST")) << ckpt;
-  // The agent stayed up and takes work again.
-  EXPECT_TRUE(cluster_->worker(0).running());
-  EXPECT_TRUE(cluster_->WaitForIdleWorkers(1, seconds(30)).ok()) << cluster_->Logs();
+  ExpectTheCheckpointDirRefused(*cluster_);
+}
+
+// Before: the worker agent took no --private-dir, so its children opened whatever lay under a
+// root, the state of the services beside it included (the local cluster's tls/ and db/ are
+// under the working directory, its default root). Now an agent holds its --private-dir
+// folders private and passes them to its children: with the coordinator's folder private,
+// the training child refuses the job's checkpoint directory inside it.
+TEST_F(CoordinatorHardeningTest, AWorkerKeepsItsPrivateFoldersFromAssignments) {
+  ASSERT_TRUE(cluster_->StartWorker(0, {}, {}, {cluster_->coordinator_data_dir()}).ok());
+  ExpectTheCheckpointDirRefused(*cluster_);
 }
 
 }  // namespace

@@ -125,7 +125,8 @@ std::string TestCluster::WorkerDataDir(int i) const {
 }
 
 Status TestCluster::StartWorker(int i, const std::vector<std::string>& env,
-                                const std::vector<std::string>& data_roots) {
+                                const std::vector<std::string>& data_roots,
+                                const std::vector<std::string>& private_dirs) {
   while (static_cast<int>(workers_.size()) <= i)
     workers_.push_back(std::make_unique<ChildProcess>());
   std::vector<std::string> worker_env = WorkerTokenEnv();
@@ -147,6 +148,7 @@ Status TestCluster::StartWorker(int i, const std::vector<std::string>& env,
   const std::vector<std::string> roots =
       data_roots.empty() ? std::vector<std::string>{dir_, "/usr/share/datasets"} : data_roots;
   for (const auto& r : roots) args.insert(args.end(), {"--data-root", r});
+  for (const auto& p : private_dirs) args.insert(args.end(), {"--private-dir", p});
   return workers_[i]->Start(BinPath("mlcd-worker"), args,
                             dir_ + "/logs/w" + std::to_string(i) + ".log", worker_env);
 }

@@ -39,9 +39,11 @@ class TestCluster {
 
   // Worker agents named w<i>, data under <dir>/workers/w<i>; `env` entries ("NAME=value") are
   // added to the environment the agent inherits. `data_roots`: its --data-root flags (empty:
-  // those of the coordinator and clusterd, the test's directory and /usr/share/datasets).
+  // those of the coordinator and clusterd, the test's directory and /usr/share/datasets);
+  // `private_dirs`: its --private-dir flags.
   Status StartWorker(int i, const std::vector<std::string>& env = {},
-                     const std::vector<std::string>& data_roots = {});
+                     const std::vector<std::string>& data_roots = {},
+                     const std::vector<std::string>& private_dirs = {});
   ChildProcess& worker(int i) { return *workers_.at(i); }
   std::string WorkerDataDir(int i) const;
   // Waits until `n` workers are registered and idle.

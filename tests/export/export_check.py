@@ -111,7 +111,7 @@ def main():
     p.add_argument("--embeddings", required=True, help="mlcd-worker embed --images output")
     p.add_argument("--checkpoint-dir", default="")
     p.add_argument("--safetensors", default="")
-    p.add_argument("--st-config", default="", help="config.json beside the .safetensors")
+    p.add_argument("--st-config", default="", help="<name>.config.json beside the .safetensors")
     p.add_argument("--tolerance", type=float, default=1e-4)
     args = p.parse_args()
     torch.set_num_threads(1)

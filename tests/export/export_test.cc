@@ -117,7 +117,7 @@ class ExportTest : public ::testing::Test {
             "safetensors",  "--out", dir_.Sub("st/model.safetensors")};
     args.insert(args.end(), flags.begin(), flags.end());
     ASSERT_EQ(Ctl(args, &out), 0) << out;
-    ASSERT_TRUE(PathExists(dir_.Sub("st/config.json")));
+    ASSERT_TRUE(PathExists(dir_.Sub("st/model.config.json")));
 
     const int s = spec.model().image_size();
     const Status made = spec.model().channels() == 1
@@ -136,7 +136,7 @@ class ExportTest : public ::testing::Test {
                           dir_.Sub("images.npy"), "--embeddings",
                           dir_.Sub("emb/embeddings-00000-of-00001.npy"), "--checkpoint-dir", ckpt,
                           "--safetensors", dir_.Sub("st/model.safetensors"), "--st-config",
-                          dir_.Sub("st/config.json")},
+                          dir_.Sub("st/model.config.json")},
                          &out),
               0)
         << out;
@@ -199,11 +199,38 @@ TEST_F(ExportTest, ModelsTorchvisionCannotExpressAreRefusedNamingTheDifference) 
         << item.key();
   }
   EXPECT_EQ(file->tensors.size(), n);
-  auto config = ReadFileToString(dir_.Sub("st/config.json"));
+  auto config = ReadFileToString(dir_.Sub("st/m.config.json"));
   ASSERT_TRUE(config.ok());
   auto j = nlohmann::json::parse(*config);
   EXPECT_EQ(j["tensor_names"], "mlcd");
   EXPECT_NE(j["torchvision_incompatible"].get<std::string>().find("conv"), std::string::npos);
+}
+
+// Two safetensors exports into one folder: each keeps its own config, named after its file.
+// Before, both wrote the folder's config.json and the second replaced the first's.
+TEST_F(ExportTest, SafetensorsExportsIntoOneFolderEachKeepTheirConfig) {
+  const std::string a = WriteTestCheckpoint(dir_.Sub("ckpt-a"),
+                                            ModelSpec(3, 32, 8, 48, 2, 3, 2.5, 24, "cls", "patch"));
+  const std::string b = WriteTestCheckpoint(dir_.Sub("ckpt-b"),
+                                            ModelSpec(1, 32, 8, 32, 1, 2, 4.0, 16, "mean", "conv"));
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  for (const auto& [ckpt, name] : {std::pair{a, "a"}, std::pair{b, "b"}}) {
+    std::string out;
+    ASSERT_EQ(Ctl({"export", "--checkpoint", ckpt, "--format", "safetensors", "--out",
+                   dir_.Sub("st/" + std::string(name) + ".safetensors")},
+                  &out),
+              0)
+        << out;
+    EXPECT_NE(out.find(dir_.Sub("st/" + std::string(name) + ".config.json")), std::string::npos)
+        << out;
+  }
+  for (const auto& [ckpt, name] : {std::pair{a, "a"}, std::pair{b, "b"}}) {
+    auto config = ReadFileToString(dir_.Sub("st/" + std::string(name) + ".config.json"));
+    ASSERT_TRUE(config.ok()) << name << ": " << config.status().ToString();
+    EXPECT_EQ(nlohmann::json::parse(*config)["source"]["checkpoint"], ckpt) << name;
+  }
+  EXPECT_FALSE(PathExists(dir_.Sub("st/config.json")));
 }
 
 TEST_F(ExportTest, HuggingFaceFormatsRefuseModelsTheirClassCannotExpress) {

@@ -1,7 +1,7 @@
 // Identity and roles on the real coordinator and label store (TLS + tokens on, as the
 // TestCluster harness always runs them): missing, unknown, expired and wrong-role tokens,
-// a submitter cancelling another's job, request ids of two users, and a fake worker trying to
-// take over a live one.
+// a submitter cancelling another's job, request ids of two users (and who reads them), and a
+// fake worker trying to take over a live one.
 #include <gtest/gtest.h>
 
 #include "clients/coordinator_client.h"
@@ -234,6 +234,55 @@ TEST_F(AuthTest, RequestIdsAreEachUsersOwn) {
   EXPECT_NE(admin->id(), bob->id());
   EXPECT_TRUE(CancelAs(t_.admin_token, alice->id()).ok());
   EXPECT_TRUE(CancelAs(t_.admin_token, admin->id()).ok());
+}
+
+// A request id is its sender's also when others read the job: GetJob (with its history),
+// ListJobs and WatchJob show it to the submitter and to admins, to a viewer and to another
+// submitter not at all.
+TEST_F(AuthTest, OthersReadingAJobDoNotSeeItsRequestId) {
+  TinyJob tiny;
+  const std::string id = "alice-private-nightly";
+  auto alice = SubmitAs(t_.submitter_token, tiny.Yaml(), id);
+  ASSERT_TRUE(alice.ok()) << alice.status().ToString();
+  EXPECT_EQ(alice->request_id(), id);
+  // What each way of reading the job shows `token`: the request id, and whether the id
+  // appears anywhere in what came back.
+  auto read = [&](const std::string& token, const std::string& how) {
+    v1::Job job;
+    if (how == "get") {
+      v1::GetJobRequest request;
+      request.set_id(alice->id());
+      request.set_include_history(true);
+      auto ctx = Ctx(token);
+      EXPECT_TRUE(bare_->GetJob(ctx.get(), request, &job).ok());
+    } else if (how == "list") {
+      v1::ListJobsRequest request;
+      v1::ListJobsResponse response;
+      auto ctx = Ctx(token);
+      EXPECT_TRUE(bare_->ListJobs(ctx.get(), request, &response).ok());
+      for (const auto& j : response.jobs())
+        if (j.id() == alice->id()) job = j;
+    } else {
+      v1::WatchJobRequest request;
+      request.set_id(alice->id());
+      auto ctx = Ctx(token);
+      auto reader = bare_->WatchJob(ctx.get(), request);
+      v1::JobEvent event;
+      EXPECT_TRUE(reader->Read(&event));
+      job = event.job();
+      ctx->TryCancel();
+      (void)reader->Finish();
+    }
+    EXPECT_EQ(job.id(), alice->id()) << how;
+    return std::make_pair(job.request_id(), job.DebugString().find(id) != std::string::npos);
+  };
+  for (const std::string how : {"get", "list", "watch"}) {
+    EXPECT_EQ(read(t_.submitter_token, how), std::make_pair(id, true)) << how;
+    EXPECT_EQ(read(t_.admin_token, how), std::make_pair(id, true)) << how;
+    EXPECT_EQ(read(t_.viewer_token, how), std::make_pair(std::string(), false)) << how;
+    EXPECT_EQ(read(t_.submitter2_token, how), std::make_pair(std::string(), false)) << how;
+  }
+  EXPECT_TRUE(CancelAs(t_.submitter_token, alice->id()).ok());
 }
 
 TEST_F(AuthTest, AFakeWorkerCannotTakeOverALiveWorkerOrItsAssignment) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -175,6 +176,16 @@ TEST_F(LocalIdentityTest, ATinyJobRunsWithTheClustersOwnDataRoots) {
   EXPECT_EQ(rc, 0) << job << "\ncoordinator log:\n" << (log.ok() ? *log : std::string());
   EXPECT_NE(job.find("SUCCEEDED"), std::string::npos) << job;
   EXPECT_EQ(job.find("not under a data root"), std::string::npos) << job;
+  // The worker agents (and so their children) hold the cluster's folder private too, as
+  // clusterd and the coordinator do: no assignment reaches its tls/ or db/.
+  for (const std::string worker : {"local-w0", "local-w1"}) {
+    auto agent = ReadFileToString(cluster_ + "/logs/" + worker + ".log");
+    ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+    EXPECT_NE(agent->find("private, never read or written: " +
+                          std::filesystem::canonical(cluster_).string()),
+              std::string::npos)
+        << *agent;
+  }
 }
 
 }  // namespace

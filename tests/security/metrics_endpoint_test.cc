@@ -4,7 +4,9 @@
 //   1. one GET of a path other than /metrics ended clusterd with SIGSEGV (civetweb's 100 KiB
 //      thread stack overflowed beside OpenBLAS's 60 KiB of static TLS while it wrote the 404);
 //   2. civetweb served one connection at a time, so idle or trickling clients (slowloris) made
-//      every scrape time out.
+//      every scrape time out;
+//   3. a new connection over the cap closed the oldest, so a client connecting fast enough
+//      closed slow scrapes before they were answered.
 // Now every process serves /metrics with common/metrics_http.h.
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -13,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,13 +46,15 @@ int PortOf(const std::string& address) {
   return port;
 }
 
-// Sends `request` and reads until the server closes or `limit` passes; *took is the time to
-// the close (or the limit).
-std::string Exchange(int port, const std::string& request, milliseconds limit, milliseconds* took) {
+// Connects, sends `request` `send_after` later and reads until the server closes or `limit`
+// passes from the connect; *took is the time to the close (or the limit).
+std::string Exchange(int port, const std::string& request, milliseconds limit, milliseconds* took,
+                     milliseconds send_after = milliseconds(0)) {
   const auto start = Clock::now();
   std::string out;
   const int fd = ConnectTcp(port);
   if (fd < 0) return "(cannot connect)";
+  std::this_thread::sleep_for(send_after);
   if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) < 0) out = "(send failed)";
   while (Clock::now() - start < limit) {
     pollfd p{fd, POLLIN, 0};
@@ -119,10 +124,10 @@ TEST_F(MetricsEndpointTest, AScrapeAnswersWithinOneSecondBeside200SlowClients) {
   for (const Service& s : services_) {
     const int port = PortOf(s.metrics);
     // Half connect and send nothing; half trickle a header that never ends, one byte per
-    // connection every 100 ms (slowloris).
+    // connection every 100 ms (slowloris). From 25 addresses other than the scrapes', 8 each.
     std::vector<int> fds;
     for (int i = 0; i < kSlowClients; ++i) {
-      const int fd = ConnectTcp(port);
+      const int fd = ConnectTcp(port, "127.0.0.1", "127.0.1." + std::to_string(1 + i % 25));
       ASSERT_GE(fd, 0) << s.name << " refused connection " << i;
       fds.push_back(fd);
     }
@@ -140,6 +145,41 @@ TEST_F(MetricsEndpointTest, AScrapeAnswersWithinOneSecondBeside200SlowClients) {
     stop = true;
     trickler.join();
     for (int fd : fds) ::close(fd);
+  }
+}
+
+// Before: a new connection over the cap closed the oldest, so a client connecting ~200 times a
+// second closed scrapes that took their time to send the request before they were answered.
+// Now its newest connections are refused and the scrapes, from another address, are answered.
+TEST_F(MetricsEndpointTest, SlowScrapesAreAnsweredBesideAClientConnecting200TimesASecond) {
+  for (const Service& s : services_) {
+    const int port = PortOf(s.metrics);
+    std::atomic<bool> stop{false};
+    std::thread flood([&] {
+      std::deque<int> open;
+      while (!stop) {
+        const int fd = ConnectTcp(port, "127.0.0.1", "127.0.0.2");
+        if (fd >= 0) open.push_back(fd);
+        while (open.size() > 400) {
+          ::close(open.front());
+          open.pop_front();
+        }
+        std::this_thread::sleep_for(milliseconds(5));
+      }
+      for (int fd : open) ::close(fd);
+    });
+    std::this_thread::sleep_for(milliseconds(500));
+    for (int scrape = 0; scrape < 3; ++scrape) {
+      // A scrape that takes 1 s to send its request (a slow or busy scraper).
+      milliseconds took{};
+      const std::string answer = Exchange(port, "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n",
+                                          milliseconds(4000), &took, milliseconds(1000));
+      EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u)
+          << s.name << " scrape " << scrape << ": " << answer;
+    }
+    stop = true;
+    flood.join();
+    ExpectUp(s, "after the flood");
   }
 }
 

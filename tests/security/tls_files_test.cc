@@ -1,11 +1,12 @@
 // The TLS material on disk (issue 30, finding 9): a service keeps its private copy of the key
 // under its --data-dir, never in /tmp (the copies there outlived their processes: 37 after a
-// day), removes it at a clean stop and replaces one a killed process left; and it picks up
-// renewed certificate files by itself, without a SIGHUP.
+// day), removes it at a clean stop and replaces one a killed process left, keeps it 0600 and
+// one generation deep; and it picks up renewed certificate files by itself, without a SIGHUP.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -130,6 +131,48 @@ TEST_F(TlsFilesTest, RenewedCertificateFilesAreServedWithoutASighup) {
   EXPECT_EQ(cn, "mlcd-renewed") << server_.Log();
   EXPECT_NE(server_.Log().find("TLS files changed on disk; reloading"), std::string::npos)
       << server_.Log();
+}
+
+// The generation folders of the private copy.
+std::vector<std::string> Generations(const std::string& copy) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(copy, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("gen-", 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Before: the copies were written 0644 (inside the 0700 folder) and the previous generation
+// stayed until the next reload. Now every copy is 0600 from its creation, and once a reload's
+// generation is served the one before it is removed.
+TEST_F(TlsFilesTest, KeyCopiesAreTheUsersAloneAndOnlyTheServedGenerationStays) {
+  const std::string copy = data_ + "/tls-private";
+  ASSERT_TRUE(Start().ok()) << server_.Log();
+  auto modes = [&] {
+    std::vector<std::string> bad;
+    for (const char* name : {"cert.pem", "key.pem", "ca.pem"}) {
+      struct stat st {};
+      const std::string path = copy + "/current/" + name;
+      if (::stat(path.c_str(), &st) != 0 || (st.st_mode & 0777) != 0600)
+        bad.push_back(path + " " + std::to_string(st.st_mode & 0777));
+    }
+    return bad;
+  };
+  EXPECT_TRUE(modes().empty()) << modes()[0];
+  EXPECT_EQ(Generations(copy), std::vector<std::string>{"gen-1"});
+  server_.Signal(SIGHUP);
+  std::vector<std::string> gens;
+  for (int i = 0; i < 100; ++i) {
+    gens = Generations(copy);
+    if (gens == std::vector<std::string>{"gen-2"}) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_EQ(gens, std::vector<std::string>{"gen-2"}) << server_.Log();
+  EXPECT_TRUE(modes().empty()) << modes()[0];
+  EXPECT_EQ(PeerCommonName(), "mlcd-test-service") << server_.Log();
 }
 
 }  // namespace

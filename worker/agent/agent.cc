@@ -433,6 +433,10 @@ Status Agent::StartAssignment(const v1::Assignment& assignment, const Assignment
     argv.push_back("--data-root");
     argv.push_back(root);
   }
+  for (const std::string& dir : options_.data_roots.private_dirs()) {
+    argv.push_back("--private-dir");
+    argv.push_back(dir);
+  }
   return StartChild(argv, files.log, pid);
 }
 

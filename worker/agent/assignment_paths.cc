@@ -53,15 +53,15 @@ class PathChecker {
 
 }  // namespace
 
-void AddWorkerDataRootFlag(CLI::App& cmd, std::vector<std::string>* roots,
-                           const std::string& default_text) {
-  cmd.add_option("--data-root", *roots,
+void AddWorkerDataRootFlag(CLI::App& cmd, WorkerRootFlags* flags, const std::string& default_text) {
+  cmd.add_option("--data-root", flags->roots,
                  "Directory under which every path an assignment names must resolve (after "
                  "symlinks); repeatable. Default: the directories of $" +
                      std::string(kDataRootsEnv) + " (':'-separated), else " + default_text +
                      ". docs/hardening.md")
       ->take_all()
       ->allow_extra_args(false);
+  AddPrivateDirFlag(cmd, &flags->private_dirs);
 }
 
 std::vector<std::string> DataRootsOrEnv(const std::vector<std::string>& given) {
@@ -82,9 +82,10 @@ std::vector<std::string> DataRootsOrEnv(const std::vector<std::string>& given) {
   return out;
 }
 
-StatusOr<DataRoots> AgentDataRoots(const std::vector<std::string>& given,
-                                   const std::string& data_dir) {
-  return DataRoots::FromFlags(DataRootsOrEnv(given), data_dir);
+StatusOr<DataRoots> AgentDataRoots(const WorkerRootFlags& flags, const std::string& data_dir) {
+  std::vector<std::string> private_dirs = flags.private_dirs;
+  for (const std::string& dir : OwnStateDirs(data_dir)) private_dirs.push_back(dir);
+  return DataRoots::FromFlags(DataRootsOrEnv(flags.roots), data_dir, private_dirs);
 }
 
 Status ConfineAssignmentPaths(const v1::Assignment& a, const DataRoots& roots) {
@@ -112,11 +113,10 @@ Status ConfineAssignmentPaths(const v1::Assignment& a, const DataRoots& roots) {
   return c.status();
 }
 
-Status ConfineAssignmentForChild(const v1::Assignment& assignment,
-                                 const std::vector<std::string>& flag_roots) {
-  const std::vector<std::string> given = DataRootsOrEnv(flag_roots);
+Status ConfineAssignmentForChild(const v1::Assignment& assignment, const WorkerRootFlags& flags) {
+  const std::vector<std::string> given = DataRootsOrEnv(flags.roots);
   if (given.empty()) return Status::Ok();
-  MLCD_ASSIGN_OR_RETURN(DataRoots roots, DataRoots::Make(given));
+  MLCD_ASSIGN_OR_RETURN(DataRoots roots, DataRoots::Make(given, flags.private_dirs));
   MLCD_RETURN_IF_ERROR(ConfineAssignmentPaths(assignment, roots));
   // From here on every dataset, index, npy, IDX and checkpoint file the child opens, and every
   // checkpoint and output it writes, is verified where it was opened (a link swapped in after

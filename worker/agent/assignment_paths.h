@@ -2,8 +2,10 @@
 // and the children it runs read and write only under its data roots.
 //
 // The agent takes `--data-root DIR` (repeatable; else MLCD_DATA_ROOTS, ':'-separated; else its
-// --data-dir and /usr/share/datasets when that exists), resolves the roots once and passes
-// them to every child as `--data-root` flags. A child given roots (flags, else
+// --data-dir and /usr/share/datasets when that exists) and `--private-dir DIR` (repeatable:
+// folders no assignment path may name even under a root, such as the state of the services
+// beside it; its own --data-dir/tls-private always is), resolves them once and passes them to
+// every child as `--data-root` and `--private-dir` flags. A child given roots (flags, else
 // MLCD_DATA_ROOTS) checks every path its assignment names before it touches any
 // (ConfineAssignmentPaths): the checkpoint directory and resume checkpoint, the centroids,
 // the output and baseline-cache directories, and the spec's dataset paths and indexes (and
@@ -30,17 +32,23 @@ namespace mlcd::worker {
 // The environment variable read when no --data-root is given (':'-separated directories).
 inline constexpr const char* kDataRootsEnv = "MLCD_DATA_ROOTS";
 
-// Adds `--data-root DIR` (repeatable) to a worker command.
-void AddWorkerDataRootFlag(CLI::App& cmd, std::vector<std::string>* roots,
-                           const std::string& default_text);
+// A worker command's path flags as given: --data-root and --private-dir.
+struct WorkerRootFlags {
+  std::vector<std::string> roots;
+  std::vector<std::string> private_dirs;
+};
+
+// Adds `--data-root DIR` and `--private-dir DIR` (both repeatable) to a worker command.
+void AddWorkerDataRootFlag(CLI::App& cmd, WorkerRootFlags* flags, const std::string& default_text);
 
 // `given` when not empty, else the directories of MLCD_DATA_ROOTS (empty when unset).
 std::vector<std::string> DataRootsOrEnv(const std::vector<std::string>& given);
 
-// The agent's roots: DataRootsOrEnv(given), else DataRoots::FromFlags' default for
-// `data_dir`. INVALID_ARGUMENT naming a root that is not an existing directory.
-StatusOr<DataRoots> AgentDataRoots(const std::vector<std::string>& given,
-                                   const std::string& data_dir);
+// The agent's roots: DataRootsOrEnv(flags.roots), else DataRoots::FromFlags' default for
+// `data_dir`; private: flags.private_dirs and `data_dir`'s own state (OwnStateDirs).
+// INVALID_ARGUMENT naming a root that is not an existing directory or a private folder that
+// cannot be resolved.
+StatusOr<DataRoots> AgentDataRoots(const WorkerRootFlags& flags, const std::string& data_dir);
 
 // Checks every path `assignment` names against `roots` (a relative one is taken from the
 // working directory, as the child would open it): the first outside them is returned as
@@ -49,13 +57,12 @@ StatusOr<DataRoots> AgentDataRoots(const std::vector<std::string>& given,
 // check) and the files they list checked too.
 Status ConfineAssignmentPaths(const v1::Assignment& assignment, const DataRoots& roots);
 
-// For a child command: OK when no roots are given (flags or environment); else the roots
-// made (INVALID_ARGUMENT for a bad one) and ConfineAssignmentPaths, then, when that passed,
-// installed as the process's roots (InstallProcessDataRoots, common/confined_file.h): every
-// file the child then opens for its assignment (datasets, indexes, npy, IDX, checkpoints)
-// and every checkpoint and output it writes is verified where it was opened, so a link
-// swapped in after this check is refused, not followed.
-Status ConfineAssignmentForChild(const v1::Assignment& assignment,
-                                 const std::vector<std::string>& flag_roots);
+// For a child command: OK when no roots are given (flags or environment); else the roots and
+// private folders made (INVALID_ARGUMENT for a bad one) and ConfineAssignmentPaths, then, when
+// that passed, installed as the process's roots (InstallProcessDataRoots,
+// common/confined_file.h): every file the child then opens for its assignment (datasets,
+// indexes, npy, IDX, checkpoints) and every checkpoint and output it writes is verified where
+// it was opened, so a link swapped in after this check is refused, not followed.
+Status ConfineAssignmentForChild(const v1::Assignment& assignment, const WorkerRootFlags& flags);
 
 }  // namespace mlcd::worker

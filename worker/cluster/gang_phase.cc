@@ -12,6 +12,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/npy.h"
+#include "common/spec_defaults.h"
 #include "worker/cluster/feature_rows.h"
 #include "worker/cluster/gang_assign.h"
 #include "worker/cluster/gang_kmeans.h"
@@ -90,7 +91,7 @@ StatusOr<GangPhaseResult> RunCluster(RankContext& c, const GangPhaseOptions& o) 
   GangKMeansParams p;
   p.k = cl.k();
   p.niter = cl.niter();
-  p.seed = cl.seed() + static_cast<uint64_t>(a.round());
+  p.seed = ClusteringRoundSeed(cl, a.round());
   p.max_points_per_centroid = cl.max_points_per_centroid();
   p.search = c.search;
   p.checkpoint_path = a.centroids_path() + ".ckpt";

@@ -257,7 +257,7 @@ std::string ExportConfigPath(ExportFormat format, const std::string& out) {
   if (format == ExportFormat::kTorchvision) return p.replace_extension(".json").string();
   if (format == ExportFormat::kHfVit || format == ExportFormat::kHfClip)
     return (p / "config.json").string();
-  return (p.parent_path() / "config.json").string();
+  return p.replace_extension(".config.json").string();
 }
 
 StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, const ExportSettings& settings,

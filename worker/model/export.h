@@ -7,9 +7,9 @@
 //                 with a zero bias); <out stem>.json beside it holds the constructor arguments
 //                 and the model config (ExportConfig below).
 //   safetensors   <out>.safetensors: the same tensors under the same names, in the
-//                 safetensors format (worker/model/safetensors.h), plus config.json beside
-//                 it. A model torchvision cannot express keeps our own parameter names
-//                 (VisionTransformerImpl::named_parameters()) there; config.json says which
+//                 safetensors format (worker/model/safetensors.h), plus <out stem>.config.json
+//                 beside it. A model torchvision cannot express keeps our own parameter names
+//                 (VisionTransformerImpl::named_parameters()) there; the config says which
 //                 ("tensor_names": "torchvision" | "mlcd").
 //   hf-vit        <out>/ a directory transformers.ViTModel.from_pretrained loads strictly
 //   hf-clip       <out>/ the same for CLIPVisionModelWithProjection (the "clip" layout); both
@@ -121,8 +121,8 @@ nlohmann::json ExportConfig(const VitOptions& options, const ExportSettings& set
 StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, const ExportSettings& settings,
                                    const std::string& out, const nlohmann::json& source);
 
-// Where the config of an export to `out` goes: <out without extension>.json for
-// torchvision, <directory of out>/config.json for safetensors, <out>/config.json for hf-*.
+// Where the config of an export to `out` goes: <out without extension>.json for torchvision,
+// <out without extension>.config.json for safetensors, <out>/config.json for hf-*.
 std::string ExportConfigPath(ExportFormat format, const std::string& out);
 
 }  // namespace mlcd::worker
