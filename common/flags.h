@@ -1,4 +1,4 @@
-// The flags every process shares (ARCHITECTURE.md, "Flags every process shares"), with one
+// The flags every process shares (docs/architecture.md, "Flags every process shares"), with one
 // spelling everywhere:
 //   services: --listen HOST:PORT, --metrics-listen HOST:PORT, --data-dir DIR, --log-level
 //   peers:    --labelstore ADDR, --clusterd ADDR, --coordinator ADDR, each also read from

@@ -1,4 +1,4 @@
-// The coordinator's persistent state: its own RocksDB (ARCHITECTURE.md, "Storage").
+// The coordinator's persistent state: its own RocksDB (docs/architecture.md, "Where state lives").
 //
 // Layout (one column family, keys ordered so each kind is one range):
 //   job/<job id>                    -> v1::JobRecord (the job, its rounds, its running gang)

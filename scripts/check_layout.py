@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the layout rules of the tree (docs/layout in ARCHITECTURE.md's "Layers"):
+"""Checks the layout rules of the tree (docs/architecture.md, "Code layers"):
 
   * no service folder includes another service folder's headers (they talk through clients/
     and proto/); mlcdctl (client/) includes clients/ and common/ only;
