@@ -20,7 +20,7 @@ namespace mlcd::cli {
 namespace {
 
 // Text from the coordinator that users and data chose (job names, messages, paths, worker
-// names), for a terminal: control characters escaped (issue 30). JSON output needs no such
+// names), for a terminal: control characters escaped. JSON output needs no such
 // step: its strings escape them already.
 std::string Shown(const std::string& text) { return EscapeControlChars(text); }
 

@@ -1,4 +1,4 @@
-// Where mlcd-clusterd writes what a caller names (issue 30, finding 4; docs/security.md,
+// Where mlcd-clusterd writes what a caller names (docs/security.md,
 // "Outputs"): with `--output-root DIR`, reads and writes are separate. The data roots are
 // read (features, centroids, class labels); every output a request names (centroids_out,
 // features.generate.features_out / labels_out) must lie in the caller's own area of DIR

@@ -17,7 +17,7 @@ set(MLCD_SANITIZE_TESTS common_test labelstore_storage_test coordinator_state_te
 # leaves them out: gRPC's own synchronisation is invisible to it in Debian's uninstrumented
 # library. clusterd_integration_test is not among them: its metrics scrapes overflowed the fixed
 # 100 KiB thread stack of Debian's civetweb (glibc's printf under ASan's interceptor); since
-# issue 30 no process uses civetweb, but the suite has not been run under ASan since.
+# then no process uses civetweb, but the suite has not been run under ASan since.
 # The tests named in MLCD_TORCH2_TESTS get the label `torch2`: the worker's suites that
 # scripts/run_torch2_tests.sh builds against the torch wheel's libtorch 2.x (CUDA, NCCL) and
 # runs on the CPU.

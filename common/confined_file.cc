@@ -134,8 +134,8 @@ Status ConfinedDir::WriteTemporary(const std::string& name, const std::vector<Co
                                    std::string* tmp) const {
   if (!OneComponent(name)) return Status::InvalidArgument("'" + name + "' is not a file name");
   // A process-wide counter, not a thread_local generator: static TLS is taken from every
-  // thread's stack, and small-stack threads (civetweb's /metrics workers, before issue 30)
-  // overflowed with it.
+  // thread's stack, and a library's small-stack threads (100 KiB stacks have overflowed
+  // with it).
   static std::atomic<uint64_t> counter{std::random_device{}()};
   UniqueFd fd;
   for (int attempt = 0; attempt < 16 && !fd.valid(); ++attempt) {

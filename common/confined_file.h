@@ -1,5 +1,5 @@
 // Opening what a request or spec names without a window between the check and the use
-// (issue 17; docs/hardening.md, "Data roots").
+// (docs/hardening.md, "Data roots").
 //
 // DataRoots::Confine checks where a path resolves at one instant; a directory of that path
 // swapped for a symbolic link afterwards (by someone who can write inside a root) would

@@ -60,8 +60,8 @@ Status WriteAllAndSync(int fd, const std::vector<ConstBuffer>& parts, const std:
 Status WriteFileAtomically(const std::string& path, const std::vector<ConstBuffer>& parts,
                            unsigned mode) {
   // A process-wide counter, not a thread_local generator: static TLS comes out of every
-  // thread's stack (civetweb's 100 KiB /metrics threads overflowed with a 2.5 KB one, before
-  // issue 30 replaced them; other libraries' small-stack threads remain).
+  // thread's stack, and a library's small-stack threads (a 100 KiB stack overflowed with a
+  // 2.5 KB one) may call this.
   static std::atomic<uint64_t> counter{std::random_device{}()};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
                     std::to_string(counter.fetch_add(1) % 1000000);

@@ -24,7 +24,7 @@ enum class LineBreaks {
   kKeep,    // a multi-line message (e.g. a spec's list of problems) printed as it is
 };
 
-// `text` made safe for a terminal or a log line (issue 30: ESC, BEL and backspace in a tar
+// `text` made safe for a terminal or a log line (ESC, BEL and backspace in a tar
 // member's name reached `mlcdctl list` and the logs raw): every control character becomes
 // visible, C0 ones and DEL as "\xNN" ("\n", "\r", "\t" for those three), C1 ones (U+0080 to
 // U+009F, which terminals also obey) as "\u00NN", and bytes that are not UTF-8 as "\xNN".

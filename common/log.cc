@@ -65,7 +65,7 @@ LogMessage::~LogMessage() {
   char when[32];
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
   // One line per message, whatever it quotes: data-derived text (a tar member's name, a job's
-  // message) could hold ESC, BEL or a newline that forges lines (issue 30).
+  // message) could hold ESC, BEL or a newline that forges lines.
   const std::string text = EscapeControlChars(stream_.str());
   std::lock_guard<std::mutex> lock(g_mu);
   std::fprintf(stderr, "%s.%03dZ %c %s] %s\n", when, static_cast<int>(tv.tv_usec / 1000),

@@ -33,7 +33,7 @@ class PlainMetricsHttpServer;
 // request and a connection cap). Every process serves its metrics this way. prometheus-cpp's
 // civetweb exposer is not used: Debian's civetweb runs its threads on a fixed 100 KiB stack,
 // which the process's static TLS shares (OpenBLAS alone takes 60 KiB); clusterd's overflowed
-// on its 404 page (issue 30) and the worker's could not start at all.
+// on its 404 page and the worker's could not start at all.
 class MetricsServer {
  public:
   MetricsServer();

@@ -1,11 +1,11 @@
 // The HTTP server of GET /metrics in every process (coordinator, label store, clusterd, worker
 // agent and train child; common/metrics.h owns it). prometheus-cpp's civetweb server is not
-// used: its fixed 100 KiB thread stacks overflowed in clusterd (issue 30) and could not start
+// used: its fixed 100 KiB thread stacks overflowed in clusterd and could not start
 // at all beside LibTorch.
 //
 // One thread serves every connection with poll(), so a client that connects and sends
 // nothing, or trickles its request a byte at a time (slowloris), cannot hold up the scrapes
-// of others (issue 17; this server used to read one connection at a time). Each connection
+// of others (this server used to read one connection at a time). Each connection
 // has request_timeout from its accept to send its request, take the answer and close; then
 // it is closed. At most max_connections_per_source are open from one source address: a new
 // one beyond that is refused (closed at once), so the open ones, a scrape among them, are

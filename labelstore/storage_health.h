@@ -1,4 +1,4 @@
-// Whether the label store's storage can take writes (issue 17: disk full).
+// Whether the label store's storage can take writes (disk full).
 //
 // Writes are refused (UNAVAILABLE) while the data directory's file system has less than
 // min_free_bytes free, checked through RocksDB's own Env before each write: RocksDB then never

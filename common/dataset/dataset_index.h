@@ -36,7 +36,7 @@ constexpr size_t kMaxSampleKeyLength = 4096;
 // A sample key from data (a tar member's name up to its extension, an image's path under the
 // folder): at most kMaxSampleKeyLength bytes and no control character (common/format.h's
 // HasControlChars): a tab or newline would break the keys files, and ESC, BEL or backspace
-// would reach terminals and logs through the messages that name the key (issue 30).
+// would reach terminals and logs through the messages that name the key.
 // INVALID_ARGUMENT naming `what` (e.g. "shard 'a.tar' member 'x.jpg'", given with control
 // characters already escaped) and how to fix it.
 Status CheckSampleKey(const std::string& key, const std::string& what);

@@ -243,7 +243,7 @@ Status ShardIndexer::OnMember(struct archive* a, struct archive_entry* entry, in
                               const std::string& shard, uint32_t file) {
   const char* raw_name = archive_entry_pathname(entry);
   const std::string name = raw_name ? raw_name : "";
-  // Names come from the data: shown with control characters escaped (issue 30).
+  // Names come from the data: shown with control characters escaped.
   const std::string where =
       "shard '" + EscapeControlChars(shard) + "' member '" + EscapeControlChars(name) + "'";
   std::string key, extension;

@@ -1,4 +1,4 @@
-// Confined opens (common/confined_file.h, issue 17): a path checked under the data roots, then
+// Confined opens (common/confined_file.h): a path checked under the data roots, then
 // a directory of it swapped for a symbolic link to a folder outside them (the check-then-use
 // race, made deterministic here by swapping between the two steps). Reads and writes through
 // the confined primitives must refuse it with the same PERMISSION_DENIED as any path outside
@@ -192,7 +192,7 @@ TEST_F(ConfinedFileTest, WithoutRootsEverythingOpensAsBefore) {
   EXPECT_EQ(MakeConfinedDirs(outside_.Sub("data/f.npy")).code(), StatusCode::kFailedPrecondition);
 }
 
-// Private folders (issue 30, finding 4): the services' own state under a data root is never
+// Private folders: the services' own state under a data root is never
 // read or written for a caller; the deepest folder decides, so a root inside a private folder
 // (local up's output folders inside its state folder) is open again.
 TEST(DataRootsPrivate, TheDeepestFolderDecides) {

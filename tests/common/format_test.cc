@@ -17,7 +17,7 @@ TEST(Format, FixedDigitsAfterThePoint) {
   EXPECT_EQ(Fixed(1e20, 0), "100000000000000000000");
 }
 
-// Issue 30: ESC, BEL and backspace in a tar member's name reached terminals and logs raw.
+// ESC, BEL and backspace in a tar member's name reached terminals and logs raw.
 TEST(Format, ControlCharactersAreShownEscaped) {
   EXPECT_EQ(EscapeControlChars("a\x1b[31mred\x07\b"), "a\\x1b[31mred\\x07\\x08");
   EXPECT_EQ(EscapeControlChars(std::string("nul\0del\x7f", 8)), "nul\\x00del\\x7f");

@@ -1,4 +1,4 @@
-// Inputs crafted to break the readers and the spec validation (issue 17): each test
+// Inputs crafted to break the readers and the spec validation: each test
 // reproduces one finding and asserts the fix.
 #include <grpcpp/support/status.h>
 #include <gtest/gtest.h>
@@ -226,7 +226,7 @@ TEST(HardeningSpec, EverySizeHasAnUpperBoundInTheMessage) {
             std::string::npos);
 }
 
-// Issue 30, finding 6. Before: image_size 4096 with patch_size 1 (16.7M tokens per image)
+// Before: image_size 4096 with patch_size 1 (16.7M tokens per image)
 // passed. Now the sequence length and the activation memory of a worker's batch are bounded,
 // each message naming its numbers.
 TEST(HardeningSpec, SequenceLengthAndActivationMemoryAreBounded) {
@@ -259,7 +259,7 @@ TEST(HardeningSpec, SequenceLengthAndActivationMemoryAreBounded) {
   EXPECT_TRUE(small.ok()) << small.status().ToString();
 }
 
-// Issue 30, finding 5. Before: loader_threads up to 256 each decoded up to 300 MB at once.
+// Before: loader_threads up to 256 each decoded up to 300 MB at once.
 // Now the threads share dataset.decode_memory_mb, which must hold 16 MiB per thread.
 TEST(HardeningSpec, LoaderThreadsAreBoundedByTheDecodeMemoryBudget) {
   auto job = LoadJobSpecYaml(std::string(kSpecHead) +

@@ -1,4 +1,4 @@
-// The built-in /metrics server (common/metrics_http.h) over real loopback TCP. Issue 17: it
+// The built-in /metrics server (common/metrics_http.h) over real loopback TCP. It
 // served one connection at a time, so a client that connected and sent nothing (or sent its
 // request a byte at a time) held up every scrape. Now a silent client does not delay a GET,
 // and is closed at its deadline; an oversized request is answered 431 and closed; a source

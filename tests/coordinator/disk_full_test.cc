@@ -1,4 +1,4 @@
-// Disk full under the coordinator (issue 17), on a RocksDB file layer that plays a full disk
+// Disk full under the coordinator, on a RocksDB file layer that plays a full disk
 // on demand (tests/testing/full_disk_fs.h; the real file system underneath, no mount needed).
 // Before: a state change that could not be written aborted the coordinator (fail-stop, kept),
 // and so did every restart while the disk stayed full. Now a restart exits with an error that

@@ -1,4 +1,4 @@
-// A gang aborted while its agents are alive and registered (issue 17, "a child whose gang was
+// A gang aborted while its agents are alive and registered ("a child whose gang was
 // aborted stops writing"), with every real process on loopback (the services and two
 // `mlcd-worker agent` slots training a tiny ViT over Gloo):
 //   - the job is cancelled mid-epoch: both children are told ABORT;
@@ -199,7 +199,7 @@ std::set<std::string> CommitMarkers(TestCluster& cluster) {
   return out;
 }
 
-// Issue 17: the coordinator tells the agents which checkpoint it committed last
+// The coordinator tells the agents which checkpoint it committed last
 // (HeartbeatResponse.committed_checkpoint), the agents keep it in the assignment's
 // committed_checkpoint file, and the train children (here with --keep-checkpoints 1 through
 // MLCD_KEEP_CHECKPOINTS) never prune it nor a newer one. Before, a child pruned the commit as

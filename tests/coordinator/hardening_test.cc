@@ -1,4 +1,4 @@
-// Findings of issue 17 against the real mlcd-coordinator, mlcd-clusterd and mlcd-labelstore on
+// Hardening checks against the real mlcd-coordinator, mlcd-clusterd and mlcd-labelstore on
 // loopback: spec paths confined to the data roots (no existence oracle), a crafted IDX file
 // that fails its job instead of crashing a daemon, and a phase that died with the coordinator
 // twice failing its job instead of being resumed into the same crash.
@@ -212,7 +212,7 @@ TEST_F(CoordinatorHardeningTest, StreamsRequestsAndStringsAreBounded) {
       << big.status().message();
 }
 
-// Issue 30, findings 5 and 6. Before: image_size 4096 with patch_size 1 (16.7M tokens per
+// Before: image_size 4096 with patch_size 1 (16.7M tokens per
 // image) and 256 loader threads decoding ~300 MB each passed submit. Now the coordinator refuses
 // both, naming the field and the numbers.
 TEST_F(CoordinatorHardeningTest, SequenceActivationsAndDecodeThreadsAreBoundedAtSubmit) {
@@ -245,7 +245,7 @@ TEST_F(CoordinatorHardeningTest, SequenceActivationsAndDecodeThreadsAreBoundedAt
       << threads.status().message();
 }
 
-// Issue 30, finding 9. Before: the WatchJob streams were one pool for every caller, so one
+// Before: the WatchJob streams were one pool for every caller, so one
 // viewer holding them all left no stream for anyone. Now each identity has its own cap under
 // the global one: the viewer at its cap is refused while another identity still watches.
 TEST_F(CoordinatorHardeningTest, WatchStreamsAreLimitedPerIdentityUnderAGlobalCap) {
@@ -295,7 +295,7 @@ TEST_F(CoordinatorHardeningTest, WatchStreamsAreLimitedPerIdentityUnderAGlobalCa
     if (i != 2 && i != 5) (void)streams[i]->Finish();
 }
 
-// Issue 30, finding 9. Before: once a worker was no longer alive, any identity could register
+// Before: once a worker was no longer alive, any identity could register
 // its name and take its place. Now the name stays bound to its identity for a lease after the
 // worker was last heard from: another identity is refused until the lease ends; the same one
 // may come back at any time.

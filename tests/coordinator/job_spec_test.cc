@@ -77,7 +77,7 @@ spec:
 }
 
 // Fashion-MNIST is grey: a 3-channel model used to pass and fail at training until the restart
-// budget was spent (issue 29). Both numbers are named; 1 (or the default) passes.
+// budget was spent. Both numbers are named; 1 (or the default) passes.
 TEST(JobSpecYaml, ModelChannelsMustMatchFashionMnist) {
   auto job = LoadJobSpecYaml(std::string(kMinimal) + "  model: {channels: 3}\n");
   ASSERT_FALSE(job.ok());

@@ -1,4 +1,4 @@
-// TensorBoard event files of a real job (issue 29; docs/metrics.md, "TensorBoard"): a tiny job
+// TensorBoard event files of a real job (docs/metrics.md, "TensorBoard"): a tiny job
 // on the real services and two worker agents, then its folder (Job.tensorboard_dir, also
 // printed by `mlcdctl logs JOB --tensorboard`) read back with our reader
 // (common/event_file.h) and, when MLCD_INTEROP_PYTHON is set (the interop stage,

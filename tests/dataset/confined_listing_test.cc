@@ -1,4 +1,4 @@
-// Listing a confined directory (issue 17): an image folder, a directory of WebDataset shards
+// Listing a confined directory: an image folder, a directory of WebDataset shards
 // or of .npy feature shards may hold a symbolic link that leads outside the data roots. With
 // roots given, each link must resolve under them before anything follows it; a link leading
 // outside and a dangling one are refused with the same PERMISSION_DENIED, which names the

@@ -1,4 +1,4 @@
-// Reads of a confined process after its paths were checked (issue 17): the worker's children
+// Reads of a confined process after its paths were checked: the worker's children
 // and clusterd install their data roots once (InstallProcessDataRoots), and every dataset
 // shard, index file, sample, IDX and .npy they open afterwards is verified where it was
 // opened. Each case checks a path (it passes), swaps a folder of it for a symbolic link to a

@@ -255,7 +255,7 @@ TEST_F(DatasetIndexTest, OnlyWholeImageExtensionsAreImages) {
   EXPECT_EQ(index->skipped, 1u);
 }
 
-// Issue 30: ESC, BEL and backspace in a member's name passed the key check and reached
+// ESC, BEL and backspace in a member's name passed the key check and reached
 // terminals and logs through the messages naming the key. Such a key is refused, the member
 // named with its control characters escaped; the same for a file of an image folder.
 TEST_F(DatasetIndexTest, KeysWithControlCharactersAreRefusedNamedEscaped) {

@@ -1,4 +1,4 @@
-// libFuzzer target: the /metrics HTTP endpoint of every process (issue 30): the request
+// libFuzzer target: the /metrics HTTP endpoint of every process: the request
 // parser (common/metrics_http_request.h) and the real server (common/metrics_http.h) over a
 // socketpair. Input: byte 0 picks the client, byte 1 seeds the chunk sizes, the rest is what
 // the client sends (paths, methods, headers, garbage).

@@ -1,4 +1,4 @@
-// Disk full under the label store (issue 17): RocksDB runs on a file layer that, on demand
+// Disk full under the label store: RocksDB runs on a file layer that, on demand
 // (tests/testing/full_disk_fs.h), reports 1 MiB free and fails every write with "no space" (the
 // real file system underneath), so the test is deterministic and needs no mount. Before: a failed write left
 // the store failing writes until restarted while health said SERVING. Now writes are refused

@@ -482,7 +482,7 @@ TEST_F(ServiceTest, SigtermShutsDownCleanlyAndDataDirIsExclusive) {
   EXPECT_EQ(got->labels, Rows(0, 3, 1, 10));
 }
 
-// Issue 17: a WriteLabels stream that outlives a delete + re-create of its set wrote its later
+// A WriteLabels stream that outlives a delete + re-create of its set wrote its later
 // messages into the new set. Now the stream ends ABORTED and the new set stays untouched.
 TEST_F(ServiceTest, AStreamThatOutlivesADeleteAndRecreateWritesNothingIntoTheNewSet) {
   const int l = 2;

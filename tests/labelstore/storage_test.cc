@@ -253,7 +253,7 @@ TEST_F(StorageTest, EverythingSurvivesReopen) {
             StatusCode::kFailedPrecondition);
 }
 
-// Issue 17: a WriteLabels stream that outlived a delete + re-create of its set wrote into the
+// A WriteLabels stream that outlived a delete + re-create of its set wrote into the
 // new set. A stream is bound to the set id its first message wrote; set ids are never reused
 // (and are in every set record since the first format, so old stores need nothing new).
 TEST_F(StorageTest, AStreamBoundToADeletedSetWritesNothingIntoItsSuccessor) {

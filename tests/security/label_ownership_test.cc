@@ -1,4 +1,4 @@
-// Label-set ownership (docs/security.md, "Label-set ownership"; issue 30, finding 3) on a real
+// Label-set ownership (docs/security.md, "Label-set ownership") on a real
 // label store and clusterd with TLS and tokens on: two submitters (alice, bob), a viewer
 // (carol) and an admin against each other's sets, clusterd's Assign acting for its caller (a
 // submitter can no longer replace another's sealed set through it), and a job's sets, which

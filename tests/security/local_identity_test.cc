@@ -1,4 +1,4 @@
-// The local cluster's identities (issue 30, finding 8): `mlcdctl local up` hands users (its
+// The local cluster's identities: `mlcdctl local up` hands users (its
 // env file) a user certificate without service rights and a submitter token, never the
 // services' certificate; tokens exist for viewer, submitter and admin. Real processes: the
 // cluster is started by mlcdctl, and this test calls its label store with what env exports.
@@ -148,7 +148,7 @@ TEST_F(LocalIdentityTest, EnvGivesUsersAUserCertificateAndRoleTokensNotTheServic
   }
 }
 
-// `mlcdctl local up --data-root X` (issue 30, finding 9). Before: every job failed, because
+// `mlcdctl local up --data-root X`. Before: every job failed, because
 // clusterd wrote each round's centroids to the coordinator's job folder, which lay under none
 // of the roots X named. Now the local cluster makes the coordinator's job folders
 // (<dir>/coordinator/jobs) a root of clusterd, the coordinator and the workers whatever

@@ -1,6 +1,6 @@
 // The /metrics endpoint of the real coordinator, label store and clusterd (TLS and tokens on
 // for their gRPC, as the TestCluster harness runs them; /metrics is plain HTTP, unauthenticated
-// by design). Issue 30:
+// by design). Each case was once a failure:
 //   1. one GET of a path other than /metrics ended clusterd with SIGSEGV (civetweb's 100 KiB
 //      thread stack overflowed beside OpenBLAS's 60 KiB of static TLS while it wrote the 404);
 //   2. civetweb served one connection at a time, so idle or trickling clients (slowloris) made

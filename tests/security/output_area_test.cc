@@ -1,4 +1,4 @@
-// Output areas (docs/hardening.md, "Outputs"; issue 30, finding 4) on a real clusterd with TLS
+// Output areas (docs/hardening.md, "Outputs") on a real clusterd with TLS
 // and tokens, started as tests/coordinator/harness.cc starts it: the data roots hold the
 // whole test folder (the coordinator's database included), and `--output-root` is the
 // coordinator's folder. Before, a submitter's Cluster call wrote centroids_out anywhere under

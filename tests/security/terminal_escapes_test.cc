@@ -1,4 +1,4 @@
-// Terminal escapes from data (issue 30, finding 7): text that users or data chose reaches
+// Terminal escapes from data: text that users or data chose reaches
 // other users' terminals through mlcdctl and the operators' through the services' logs. A
 // job's message holding ESC, BEL and backspace (here from a cancel reason; in the issue from
 // a tar member's name, which the dataset index now refuses) is printed escaped by `mlcdctl

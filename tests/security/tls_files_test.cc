@@ -1,4 +1,4 @@
-// The TLS material on disk (issue 30, finding 9): a service keeps its private copy of the key
+// The TLS material on disk: a service keeps its private copy of the key
 // under its --data-dir, never in /tmp (the copies there outlived their processes: 37 after a
 // day), removes it at a clean stop and replaces one a killed process left, keeps it 0600 and
 // one generation deep; and it picks up renewed certificate files by itself, without a SIGHUP.

@@ -1,4 +1,4 @@
-// A RocksDB file layer that plays a full disk on demand (issue 17: disk full), so tests of the
+// A RocksDB file layer that plays a full disk on demand (disk full), so tests of the
 // label store and the coordinator meet "no space" deterministically without a mount. While
 // `full` is set, appending to / syncing a file (and creating one, unless creates_fail is
 // cleared) fails with IOStatus::NoSpace and GetFreeSpace reports 1 MiB; otherwise every call goes to the real file system underneath.

@@ -1,4 +1,4 @@
-// The decode memory budget (worker/data/decode_budget.h, issue 30 finding 5): reservations
+// The decode memory budget (worker/data/decode_budget.h): reservations
 // wait while others hold the budget, never exceed it together whatever the number of threads,
 // and an image larger than the whole budget is refused before any pixel is decoded. With real
 // images through the real decode pool.

@@ -190,7 +190,7 @@ TEST_F(IndexedDataTest, TooManyBadImagesFailNamingTheFirstKeys) {
   EXPECT_NE(failed.message().find("zzbad-"), std::string::npos);
 }
 
-// Issue 30, finding 5. Before: a ~100 KB PNG of 9990 x 9990 zeros passed the 100-megapixel cap
+// Before: a ~100 KB PNG of 9990 x 9990 zeros passed the 100-megapixel cap
 // and every loader thread could decode one (~100 MB each). Now the worker's loader threads share
 // dataset.decode_memory_mb: an image larger than all of it is a bad sample, counted and
 // replaced like a corrupt one, naming the budget; a budget that holds it decodes it.

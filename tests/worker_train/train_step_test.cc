@@ -385,7 +385,7 @@ TEST(CheckpointHardeningTest, PruningKeepsTheCheckpointResumedFrom) {
   EXPECT_EQ(ListCheckpoints(root.path()).size(), 1u);
 }
 
-// Issue 17: within a round the coordinator commits newer checkpoints than the one the gang
+// Within a round the coordinator commits newer checkpoints than the one the gang
 // resumed from, and the agent names the last in the committed-checkpoint file. With
 // --keep-checkpoints 1 the child used to prune that commit as soon as it wrote a newer
 // checkpoint (an aborted gang's child, still running until its agent's next heartbeat, then

@@ -1,4 +1,4 @@
-// Confined paths on the worker (issue 17; docs/hardening.md, "Data roots"): the worker agent
+// Confined paths on the worker (docs/hardening.md, "Data roots"): the worker agent
 // and the children it runs read and write only under its data roots.
 //
 // The agent takes `--data-root DIR` (repeatable; else MLCD_DATA_ROOTS, ':'-separated; else its

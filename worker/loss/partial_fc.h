@@ -103,8 +103,8 @@ struct PartialFcOptions {
   // OpenMP threads for the layer's own elementwise work in ForwardBackward (the GEMMs use the
   // BLAS library's threads whatever this is; OptimizerStep uses ATen's setting). 1 keeps that
   // work on the calling thread: OpenMP workers that spin after a parallel region then never
-  // compete with OpenBLAS's threads during the GEMMs (233 vs 1247 ms per benchmark step on
-  // the 2-core development machine with the default OMP_WAIT_POLICY; bench/RESULTS.md).
+  // compete with OpenBLAS's threads during the GEMMs (several times slower otherwise with
+  // the default OMP_WAIT_POLICY; the figures are in bench/RESULTS.md).
   // 0 = ATen's intra-op setting.
   int compute_threads = 1;
 };

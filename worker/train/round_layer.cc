@@ -69,8 +69,8 @@ StatusOr<PartialFcOptions> LayerOptionsFromSpec(const v1::JobSpec& spec, int64_t
   popts.beta2 = spec.optimizer().beta2();
   popts.weight_decay = spec.optimizer().weight_decay();
   // On a GPU the host's cores are free for the layer's own elementwise work: all of ATen's
-  // threads (H100 host, vit-b16 batch 64: 33 ms a step vs 108 ms with one thread; bench/RESULTS.md
-  // "GPU step"). On the CPU the default (1) keeps it from competing with BLAS's threads.
+  // threads (faster than one thread on a GPU host; bench/RESULTS.md, "GPU step"). On the
+  // CPU the default (1) keeps it from competing with BLAS's threads.
   if (device.is_cuda()) popts.compute_threads = 0;
   return popts;
 }
