@@ -19,13 +19,10 @@
 #include "clusterd/kmeans.h"
 #include "common/limits.h"
 #include "common/npy.h"
+#include "common/stopwatch.h"
 
 namespace mlcd::clusterd {
 namespace {
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 int DefaultNlist(int k) {
   return std::max(1, std::min(k, static_cast<int>(std::lround(std::sqrt(static_cast<double>(k))))));
@@ -322,7 +319,7 @@ StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<
       }
       return Status::Internal(std::string("FAISS search failed: ") + e.what());
     }
-    search_seconds += Since(ts);
+    search_seconds += SecondsSince(ts);
     for (int64_t i = 0; i < rows; ++i) ++stats.top1_sizes[batch.labels[i * l]];
     shards.DropRows(begin, end);
     if (sink) {
@@ -339,7 +336,7 @@ StatusOr<AssignStats> AssignTopL(const FeatureShards& shards, const std::vector<
          "exactly");
   }
   stats.search_seconds = search_seconds;
-  stats.seconds = Since(t0);
+  stats.seconds = SecondsSince(t0);
   return stats;
 }
 

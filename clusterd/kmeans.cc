@@ -7,15 +7,9 @@
 #include <chrono>
 
 #include "clusterd/compute_env.h"
+#include "common/stopwatch.h"
 
 namespace mlcd::clusterd {
-namespace {
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 Status ValidateKMeansParams(const SphericalKMeansParams& params, int64_t rows) {
   if (params.k < 1)
@@ -81,7 +75,7 @@ StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards,
     }
   }
   result.num_train_points = nx;
-  result.read_seconds = Since(t_read);
+  result.read_seconds = SecondsSince(t_read);
   if (nx < static_cast<int64_t>(params.k) * 39) {
     note("only " + std::to_string(nx) + " training rows for k = " + std::to_string(params.k) +
          " (FAISS suggests at least 39 per centroid); centroids may be noisy");
@@ -119,11 +113,11 @@ StatusOr<KMeansResult> TrainSphericalKMeans(const FeatureShards& shards,
     stats.objective = fs.obj;
     stats.imbalance_factor = fs.imbalance_factor;
     stats.splits = fs.nsplit;
-    stats.seconds = Since(t_train);
+    stats.seconds = SecondsSince(t_train);
     result.iterations.push_back(stats);
     if (callbacks.on_iteration) callbacks.on_iteration(stats);
   }
-  result.train_seconds = Since(t_train);
+  result.train_seconds = SecondsSince(t_train);
   result.centroids = std::move(clustering.centroids);
   // FAISS re-normalises after every update; do it once more so the output contract (unit
   // rows) holds whatever path FAISS took (e.g. the n == k copy).

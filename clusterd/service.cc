@@ -20,13 +20,10 @@
 #include "common/log.h"
 #include "common/npy.h"
 #include "common/security.h"
+#include "common/stopwatch.h"
 
 namespace mlcd::clusterd {
 namespace {
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void FillSizes(const ClusterSizeSummary& s, v1::ClusterSizeSummary* out) {
   out->set_min(static_cast<uint64_t>(s.min));
@@ -400,7 +397,7 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
   note("features: " + shards.Describe() + "; checking values");
   MLCD_RETURN_IF_ERROR(shards.CheckFinite(should_stop));
   MLCD_RETURN_IF_ERROR(ValidateKMeansParams(params, shards.rows()));
-  const double scan_seconds = Since(t0);
+  const double scan_seconds = SecondsSince(t0);
 
   metrics_->target_iterations.Set(params.niter);
   KMeansCallbacks callbacks;
@@ -444,7 +441,7 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
     acb.on_note = note;
     auto t_sizes = std::chrono::steady_clock::now();
     acb.on_progress = [&](int64_t done, int64_t total) {
-      metrics_->assign_rate.Set(done / std::max(1e-9, Since(t_sizes)));
+      metrics_->assign_rate.Set(done / std::max(1e-9, SecondsSince(t_sizes)));
     };
     MLCD_ASSIGN_OR_RETURN(sizes, AssignTopL(shards, km.centroids, params.k, ap, acb, nullptr));
     metrics_->assign_rows.Increment(static_cast<double>(sizes.rows));
@@ -467,7 +464,7 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
   result->set_train_seconds(km.train_seconds);
   result->set_sizes_seconds(sizes.seconds);
   result->set_iterations(static_cast<int32_t>(km.iterations.size()));
-  result->set_seconds(Since(t0));
+  result->set_seconds(SecondsSince(t0));
   MLCD_LOG(INFO) << "Cluster done: " << out_path << " k=" << params.k << " d=" << shards.d()
                  << " in " << Fixed(result->seconds(), 2) << " s"
                  << (request.skip_size_pass()
@@ -494,7 +491,7 @@ std::function<void(int64_t, int64_t)> ClusterdService::AssignProgressReporter(
   return [this, state, emit, t0](int64_t done, int64_t total) {
     metrics_->assign_rows.Increment(static_cast<double>(done - state->rows_counted));
     state->rows_counted = done;
-    double seconds = Since(state->t_pass);
+    double seconds = SecondsSince(state->t_pass);
     metrics_->assign_rate.Set(done / std::max(1e-9, seconds));
     auto now = std::chrono::steady_clock::now();
     if (now - state->last_progress < options_.progress_interval && done < total) return;
@@ -502,7 +499,7 @@ std::function<void(int64_t, int64_t)> ClusterdService::AssignProgressReporter(
     v1::AssignProgress p;
     p.mutable_status()->set_rows_done(static_cast<uint64_t>(done));
     p.mutable_status()->set_rows_total(static_cast<uint64_t>(total));
-    p.mutable_status()->set_seconds(Since(t0));
+    p.mutable_status()->set_seconds(SecondsSince(t0));
     emit(p);
   };
 }
@@ -617,7 +614,7 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
          "%, by top-" + std::to_string(params.l) + " " + Fixed(100 * q.topl_recall, 1) + "%; NMI " +
          Fixed(q.nmi, 4));
   }
-  result->set_seconds(Since(t0));
+  result->set_seconds(SecondsSince(t0));
   MLCD_LOG(INFO) << "Assign done: " << spec.name << " " << shards.rows() << " rows, k=" << k
                  << " l=" << params.l << " in " << Fixed(result->seconds(), 2) << " s (search "
                  << Fixed(stats.search_seconds, 2) << " s, " << written.rows_written()

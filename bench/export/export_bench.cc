@@ -18,6 +18,7 @@
 
 #include "common/file_util.h"
 #include "common/job_spec.h"
+#include "common/stopwatch.h"
 #include "common/subprocess.h"
 #include "worker/loss/collectives.h"
 #include "worker/model/vit.h"
@@ -28,10 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
+using mlcd::SecondsSince;
 
 // A random-init checkpoint of `preset` (3-channel, 224 or the preset's side) under `root`.
 mlcd::StatusOr<std::string> MakeCheckpoint(const std::string& preset, const std::string& root,
@@ -107,7 +105,7 @@ int main(int argc, char** argv) {
       }
       checkpoints[preset] = *ckpt;
       std::cout << preset << ": random-init checkpoint (" << parameters << " parameters) in "
-                << Seconds(start) << " s\n";
+                << SecondsSince(start) << " s\n";
     }
     const std::string target = OutPath(dir + "/out-" + preset, format);
     mlcd::SpawnOptions spawn;
@@ -117,7 +115,7 @@ int main(int argc, char** argv) {
     const auto start = Clock::now();
     auto pid = mlcd::Spawn(spawn);
     const int rc = pid.ok() ? mlcd::WaitForExit(*pid) : -1;
-    const double seconds = Seconds(start);
+    const double seconds = SecondsSince(start);
     r["seconds"] = seconds;
     r["exit_code"] = rc;
     r["bytes_written"] = BytesUnder(format == "torchvision" || format == "safetensors"

@@ -42,17 +42,15 @@
 #include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
+#include "common/stopwatch.h"
 #include "common/subprocess.h"
 #include "labelstore/storage.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using mlcd::SecondsBetween;
 using mlcd::labelstore::LabelStorage;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 void Check(const mlcd::Status& s, const char* what) {
   if (!s.ok()) {
@@ -95,10 +93,10 @@ Measurement Measure(size_t batch, double seconds, const std::vector<uint64_t>& p
     auto t0 = Clock::now();
     call(perm.data() + pos, batch);
     now = Clock::now();
-    latencies.push_back(Seconds(t0, now));
+    latencies.push_back(SecondsBetween(t0, now));
     pos += batch;
   }
-  const double total = Seconds(start, now);
+  const double total = SecondsBetween(start, now);
   m.calls = latencies.size();
   m.cpu_ms_per_call = 1e3 * (ThreadCpuSeconds() - cpu_start) / static_cast<double>(m.calls);
   m.rows_per_second = static_cast<double>(m.calls * batch) / total;
@@ -291,15 +289,15 @@ int main(int argc, char** argv) {
     Check((*storage)->CompactAll(), "compact");
     auto t2 = Clock::now();
     auto block_rows = (*storage)->BlockRows(set_name);
-    result["fill_rows_per_second"] = samples / Seconds(t0, t1);
-    result["seal_compact_seconds"] = Seconds(t1, t2);
+    result["fill_rows_per_second"] = samples / SecondsBetween(t0, t1);
+    result["seal_compact_seconds"] = SecondsBetween(t1, t2);
     result["block_rows"] = *block_rows;
     auto info = (*storage)->Describe(set_name);
     result["size_bytes"] = info->size_bytes();
     std::printf(
         "filled %zu x %d labels in-process: %.0f rows/s; seal+compact %.2f s; %d rows per block; "
         "%.1f MiB on disk\n",
-        samples, l, samples / Seconds(t0, t1), Seconds(t1, t2), *block_rows,
+        samples, l, samples / SecondsBetween(t0, t1), SecondsBetween(t1, t2), *block_rows,
         info->size_bytes() / 1048576.0);
 
     // 2. In-process reads.

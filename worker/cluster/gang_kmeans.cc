@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "common/sample_rows.h"
+#include "common/stopwatch.h"
 #include "worker/cluster/centroid_checkpoint.h"
 #include "worker/cluster/gang_layout.h"
 #include "worker/cluster/init_rule.h"
@@ -15,10 +16,6 @@
 
 namespace mlcd::worker::cluster {
 namespace {
-
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // This rank's share of the training sample and where it sits in the whole sample.
 struct LocalSample {
@@ -185,7 +182,7 @@ StatusOr<GangKMeansResult> TrainGangKMeans(const at::Tensor& rows, int64_t first
       return Status::Cancelled("k-means cancelled after " + std::to_string(it) + " iterations");
     MLCD_ASSIGN_OR_RETURN(GangKMeansIterationStats stats, Iterate(sample, p, comm, centroids));
     stats.iteration = it;
-    stats.seconds = Since(t0);
+    stats.seconds = SecondsSince(t0);
     result.iterations.push_back(stats);
     if (callbacks.on_iteration) callbacks.on_iteration(stats, centroids);
     const bool last = it + 1 == iterations;

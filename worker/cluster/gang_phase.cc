@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/npy.h"
 #include "common/spec_defaults.h"
+#include "common/stopwatch.h"
 #include "worker/cluster/feature_rows.h"
 #include "worker/cluster/gang_assign.h"
 #include "worker/cluster/gang_kmeans.h"
@@ -26,10 +27,6 @@ namespace mlcd::worker::cluster {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 struct RankContext {
   const v1::Assignment* a = nullptr;
@@ -79,7 +76,7 @@ StatusOr<RankContext> Prepare(const v1::Assignment& a, const GangPhaseOptions& o
   c.begin = EvenSplitBegin(c.features.rows(), world, a.rank());
   c.end = EvenSplitBegin(c.features.rows(), world, a.rank() + 1);
   MLCD_ASSIGN_OR_RETURN(c.rows, c.features.Read(c.begin, c.end, c.device));
-  c.read_seconds = Since(t0);
+  c.read_seconds = SecondsSince(t0);
   return c;
 }
 
@@ -118,7 +115,7 @@ StatusOr<GangPhaseResult> RunCluster(RankContext& c, const GangPhaseOptions& o) 
   r.set_num_train_points(static_cast<uint64_t>(km.train_rows));
   if (!km.iterations.empty()) r.set_final_objective(km.iterations.back().objective);
   r.set_read_seconds(c.read_seconds);
-  r.set_train_seconds(Since(t0));
+  r.set_train_seconds(SecondsSince(t0));
   r.set_seconds(c.read_seconds + r.train_seconds());
   r.set_iterations(p.niter);
   if (a.rank() == 0) {
@@ -252,7 +249,7 @@ StatusOr<GangPhaseResult> RunAssignLabels(RankContext& c, const GangPhaseOptions
       return q.status();
     }
   }
-  r.set_seconds(c.read_seconds + Since(t0));
+  r.set_seconds(c.read_seconds + SecondsSince(t0));
   return out;
 }
 

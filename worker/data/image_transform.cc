@@ -6,15 +6,12 @@
 #include <cstring>
 
 #include "common/random.h"
+#include "common/stopwatch.h"
 
 namespace mlcd::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
 
 // The augmentation stream of one sample: SplitMix64 seeded by a hash of (seed, tag, round,
 // epoch, id), so draws never depend on which thread or batch handles the sample.
@@ -362,7 +359,7 @@ StatusOr<TransformTimings> DecodeAndTransform(const uint8_t* data, size_t size,
         reservation, budget->Reserve(DecodedImageBytes(header, decode), DescribeImage(header)));
   }
   MLCD_ASSIGN_OR_RETURN(Image image, DecodeImage(data, size, decode));
-  t.decode_seconds = Seconds(start);
+  t.decode_seconds = SecondsSince(start);
   const auto transform_start = Clock::now();
   const bool scaled = image.decoded_height != header.height || image.decoded_width != header.width;
   if (scaled) t.decode_denominator = JpegScaleDenominator(decode.min_scale);
@@ -370,7 +367,7 @@ StatusOr<TransformTimings> DecodeAndTransform(const uint8_t* data, size_t size,
                                                          image.decoded_height, image.decoded_width)
                                            : region;
   ResampleNormalize(image, IntoWindow(in_decoded, image), params, out);
-  t.transform_seconds = Seconds(transform_start);
+  t.transform_seconds = SecondsSince(transform_start);
   return t;
 }
 

@@ -12,16 +12,13 @@
 #include <numeric>
 #include <random>
 
+#include "common/stopwatch.h"
 #include "worker/eval/kernels.h"
 
 namespace mlcd::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 double Dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;

@@ -19,6 +19,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/npy.h"
+#include "common/stopwatch.h"
 #include "worker/eval/embed.h"
 #include "worker/loss/collectives.h"
 #include "worker/train/checkpoint.h"
@@ -28,10 +29,6 @@ namespace mlcd::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Keeps the first `limit` rows (limit <= 0: all).
 void Truncate(LabelledFeatures* f, int64_t limit) {

@@ -10,6 +10,7 @@
 
 #include "common/blas_env.h"
 #include "common/random.h"
+#include "common/stopwatch.h"
 #include "worker/loss/partial_fc_impl.h"
 #include "worker/loss/partial_fc_state.h"
 
@@ -23,10 +24,6 @@ constexpr double kMaxBoundShift = 340.0;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // ceil(r * n) without the rounding noise of r * n (0.1 * 100000 must be 10000).
 int64_t SampleBudget(double ratio, int64_t n) {
@@ -93,7 +90,7 @@ std::string CheckLocalInput(const at::Tensor& emb_in, const at::Tensor& labels_i
 Status PartialFc::Impl::Timed(const std::function<Status()>& body) {
   auto t0 = Clock::now();
   Status s = body();
-  collective_seconds += Seconds(t0, Clock::now());
+  collective_seconds += SecondsBetween(t0, Clock::now());
   return s;
 }
 
@@ -141,7 +138,7 @@ StatusOr<PartialFcStep> PartialFc::Impl::Step(const at::Tensor& emb_in, const at
   result.loss = stats.loss;
   result.stats = stats;
   result.collective_seconds = collective_seconds;
-  result.compute_seconds = Seconds(t_start, Clock::now()) - collective_seconds;
+  result.compute_seconds = SecondsBetween(t_start, Clock::now()) - collective_seconds;
   return result;
 }
 

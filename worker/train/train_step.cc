@@ -5,16 +5,13 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/stopwatch.h"
 #include "worker/torch_compat.h"
 
 namespace mlcd::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // Waits for the device's queued work, so a part's time is its own.
 void Sync(const torch::Device& device) {
@@ -121,15 +118,15 @@ StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torc
   if (!centres.ok()) return centres;
   const auto t7 = Clock::now();
   r.fc = std::move(*fc);
-  t.host_to_device = Seconds(t0, t1);
-  t.backbone_forward = Seconds(t1, t2);
+  t.host_to_device = SecondsBetween(t0, t1);
+  t.backbone_forward = SecondsBetween(t1, t2);
   t.classification_collectives = r.fc.collective_seconds;
   t.classification_layer = r.fc.compute_seconds;
-  t.backbone_backward = Seconds(t3, t4);
-  t.grad_sync = Seconds(t4, t5);
-  t.backbone_optimizer = Seconds(t5, t6);
-  t.centre_optimizer = Seconds(t6, t7);
-  t.total = Seconds(t0, t7);
+  t.backbone_backward = SecondsBetween(t3, t4);
+  t.grad_sync = SecondsBetween(t4, t5);
+  t.backbone_optimizer = SecondsBetween(t5, t6);
+  t.centre_optimizer = SecondsBetween(t6, t7);
+  t.total = SecondsBetween(t0, t7);
   return r;
 }
 

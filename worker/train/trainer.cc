@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/stopwatch.h"
 #include "worker/train/trainer_impl.h"
 
 namespace mlcd::worker {
@@ -15,10 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 }  // namespace
 
@@ -90,7 +87,7 @@ Status Trainer::Impl::SetUpSchedule() {
 
 Status Trainer::Impl::Init() {
   clock = options.clock;
-  if (!clock) clock = [] { return Seconds(Clock::time_point(), Clock::now()); };
+  if (!clock) clock = [] { return SecondsBetween(Clock::time_point(), Clock::now()); };
   setup_start = clock();
   MLCD_RETURN_IF_ERROR(ResolveSpec());
 
@@ -326,7 +323,7 @@ StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
   if (!path.ok())
     return path.status().WithContext("checkpoint at global step " +
                                      std::to_string(state.meta.global_step));
-  const double seconds = Seconds(start, Clock::now());
+  const double seconds = SecondsBetween(start, Clock::now());
   if (metrics) metrics->RecordCheckpoint(seconds);
   summary.last_checkpoint = *path;
   MLCD_LOG(INFO) << "checkpoint " << *path << " (" << Fixed(seconds, 2) << " s)";
@@ -432,7 +429,7 @@ Status Trainer::Impl::Run() {
     const double label_wait = prefetcher.last_wait_seconds();
     const auto data_start = Clock::now();
     MLCD_ASSIGN_OR_RETURN(LoadedBatch batch, loader.Next());
-    const double data_wait = Seconds(data_start, Clock::now());
+    const double data_wait = SecondsBetween(data_start, Clock::now());
     if (labels.ids != batch.ids) return Status::Internal("label and image batches are out of step");
     ApplyReplacements(batch.replaced, labels.labels_per_sample, &labels.labels);  // bad images
     const StepPosition pos = batch.position;
@@ -464,7 +461,7 @@ Status Trainer::Impl::Run() {
     report.global_batch_size = schedule.global_batch_size;
     report.bad_samples = batch.bad_samples;
     report.bad_so_far = batch.bad_so_far;
-    report.timings.step = Seconds(step_start, step_end);
+    report.timings.step = SecondsBetween(step_start, step_end);
     report.timings.backbone =
         t.host_to_device + t.backbone_forward + t.backbone_backward + t.backbone_optimizer;
     report.timings.classification_layer = t.classification_layer + t.centre_optimizer;
@@ -499,7 +496,7 @@ Status Trainer::Impl::Run() {
   if (checkpoint_root.empty()) MLCD_LOG(WARNING) << "no checkpoint directory: nothing was saved";
   summary.label_wait_seconds = prefetcher.total_wait_seconds();
   summary.data_wait_seconds = loader.wait_seconds();
-  summary.seconds = Seconds(run_start, Clock::now());
+  summary.seconds = SecondsBetween(run_start, Clock::now());
   if (summary.stopped) return Status::Ok();
   MLCD_LOG(INFO) << "finished at global step " << summary.global_step << " after "
                  << summary.steps_run << " steps in " << std::setprecision(4) << summary.seconds
