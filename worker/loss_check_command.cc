@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/even_split.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/npy.h"
@@ -150,8 +151,6 @@ StatusOr<LossCheckInputs> ReadInputs(const LossCheckArgs& a) {
   return in;
 }
 
-int64_t RowBegin(int64_t rows, int world, int rank) { return (rows * rank) / world; }
-
 // One rank's part; rank 0 writes the outputs.
 Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, int world) {
   MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm,
@@ -165,7 +164,7 @@ Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, 
   MLCD_RETURN_IF_ERROR(pfc->ImportState({all}));
 
   const int64_t B = in.E.size(0), D = in.E.size(1), K = in.options.num_classes;
-  const int64_t b0 = RowBegin(B, world, rank), b1 = RowBegin(B, world, rank + 1);
+  const int64_t b0 = EvenSplitBegin(B, world, rank), b1 = EvenSplitBegin(B, world, rank + 1);
   MLCD_ASSIGN_OR_RETURN(PartialFcStep step,
                         pfc->ForwardBackwardWithNegatives(in.E.narrow(0, b0, b1 - b0),
                                                           in.Y.narrow(0, b0, b1 - b0), in.N));
@@ -173,7 +172,7 @@ Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, 
   // Embedding gradients, padded to the largest local batch, gathered in rank order.
   int64_t b_max = 0;
   for (int r = 0; r < world; ++r)
-    b_max = std::max(b_max, RowBegin(B, world, r + 1) - RowBegin(B, world, r));
+    b_max = std::max(b_max, EvenSplitBegin(B, world, r + 1) - EvenSplitBegin(B, world, r));
   at::Tensor mine = at::zeros({b_max, D}, at::kFloat);
   mine.narrow(0, 0, b1 - b0).copy_(step.grad_embeddings);
   at::Tensor gathered;
@@ -192,7 +191,7 @@ Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, 
 
   at::Tensor grad_e = at::empty({B, D}, at::kFloat), grad_w = at::empty({K, D}, at::kFloat);
   for (int r = 0; r < world; ++r) {
-    int64_t rb = RowBegin(B, world, r), rn = RowBegin(B, world, r + 1) - rb;
+    int64_t rb = EvenSplitBegin(B, world, r), rn = EvenSplitBegin(B, world, r + 1) - rb;
     grad_e.narrow(0, rb, rn).copy_(gathered.narrow(0, r * b_max, rn));
     ClassRange cr = ShardClassRange(K, world, r);
     grad_w.narrow(0, cr.begin, cr.size()).copy_(gathered_w.narrow(0, r * n_max, cr.size()));

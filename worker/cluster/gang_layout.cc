@@ -4,8 +4,6 @@
 
 namespace mlcd::worker::cluster {
 
-int64_t EvenSplitBegin(int64_t total, int world, int rank) { return total * rank / world; }
-
 StatusOr<std::vector<int64_t>> GatherCounts(int64_t value, const at::TensorOptions& device,
                                             Collectives& comm) {
   at::Tensor mine = at::full({1}, value, device.dtype(at::kLong));

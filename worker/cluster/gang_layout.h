@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/even_split.h"
 #include "common/status.h"
 #include "worker/loss/collectives.h"
 
@@ -21,9 +22,8 @@ struct GangLayout {
   std::vector<int64_t> rows;       // per rank
 };
 
-// The rows of rank r of `world` when `total` rows are split evenly:
-// [total * r / world, total * (r + 1) / world).
-int64_t EvenSplitBegin(int64_t total, int world, int rank);
+// The rows of rank r of `world` when `total` rows are split evenly (common/even_split.h).
+using ::mlcd::EvenSplitBegin;
 
 // INVALID_ARGUMENT naming the ranks and numbers when the ranks' rows are not contiguous in
 // rank order or their dimensions differ; the collective's error when it fails.

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "common/confined_file.h"
+#include "common/even_split.h"
 #include "common/file_util.h"
 #include "common/npy.h"
 
@@ -42,8 +43,8 @@ void L2NormalizeRows(FeatureMatrix* matrix) {
 }
 
 void ContiguousPart(int64_t total, int rank, int world_size, int64_t* begin, int64_t* end) {
-  *begin = total * rank / world_size;
-  *end = total * (rank + 1) / world_size;
+  *begin = EvenSplitBegin(total, world_size, rank);
+  *end = EvenSplitBegin(total, world_size, rank + 1);
 }
 
 EmbeddingShardFiles EmbeddingShardNames(const std::string& dir, int rank, int world_size) {

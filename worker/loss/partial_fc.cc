@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/even_split.h"
 #include "common/random.h"
 #include "worker/loss/partial_fc_impl.h"
 #include "worker/loss/partial_fc_state.h"
@@ -34,12 +35,8 @@ void FillInitialRow(uint64_t seed, int64_t cls, double std_dev, float* out, int6
 
 ClassRange ShardClassRange(int64_t num_classes, int world_size, int rank) {
   ClassRange r;
-  if (world_size <= 0 || num_classes <= 0) return r;
-  auto bound = [&](int64_t q) {
-    return static_cast<int64_t>((static_cast<__int128>(num_classes) * q) / world_size);
-  };
-  r.begin = bound(rank);
-  r.end = bound(rank + 1);
+  r.begin = EvenSplitBegin(num_classes, world_size, rank);
+  r.end = EvenSplitBegin(num_classes, world_size, rank + 1);
   return r;
 }
 
