@@ -12,31 +12,12 @@
 #include <vector>
 
 #include "common/net.h"
+#include "tests/worker_loss/run_ranks.h"
 
 namespace mlcd::worker {
 namespace {
 
 using std::chrono::milliseconds;
-
-// Runs body(rank, comm) on `world` threads, each with its own group joined over loopback.
-void RunRanks(int world, const std::function<void(int, Collectives&)>& body,
-              milliseconds timeout = milliseconds(20000)) {
-  std::string rendezvous = "127.0.0.1:" + std::to_string(PickFreePort());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      CollectivesOptions opts;
-      opts.rank = r;
-      opts.world_size = world;
-      opts.rendezvous = rendezvous;
-      opts.timeout = timeout;
-      auto comm = Collectives::Create(opts);
-      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
-      body(r, **comm);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 TEST(CollectivesTest, LocalWorldIsANoOp) {
   auto comm = Collectives::Local();

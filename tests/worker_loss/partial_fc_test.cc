@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/net.h"
+#include "tests/worker_loss/run_ranks.h"
 #include "tests/testing/process.h"
 
 namespace mlcd::worker {
@@ -541,24 +542,7 @@ TEST(PartialFcTest, BadInputsAreRejected) {
   EXPECT_EQ(PartialFc::Create(o, comm.get()).status().code(), StatusCode::kInvalidArgument);
 }
 
-// ---- Several ranks: real Gloo groups over loopback, one thread per rank.
-void RunRanks(int world, const std::function<void(int, Collectives&)>& body) {
-  std::string rendezvous = "127.0.0.1:" + std::to_string(PickFreePort());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      CollectivesOptions co;
-      co.rank = r;
-      co.world_size = world;
-      co.rendezvous = rendezvous;
-      co.timeout = std::chrono::seconds(60);
-      auto comm = Collectives::Create(co);
-      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
-      body(r, **comm);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+// ---- Several ranks: real Gloo groups over loopback, one thread per rank (run_ranks.h).
 
 // Global batch of 7 split unevenly; r = 1 samples every class, so any world size computes
 // the same function and the same optimizer updates.
