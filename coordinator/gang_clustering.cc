@@ -1,7 +1,7 @@
 // The coordinator's side of clustering.engine "gang" after a CLUSTER or ASSIGN_LABELS gang
 // ended with every member successful (job_manager.h, FinishClusteringGang).
-#include "common/format.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/phase_runner.h"
 
 namespace mlcd::coordinator {
 namespace {
@@ -31,10 +31,7 @@ void JobManager::FinishClusteringGang(JobEntry* job, const v1::GangAttempt& atte
     *round->mutable_cluster() = result;
     round->set_clustered(true);
     Transition(job, v1::JOB_STATE_ASSIGNING,
-               round_text + ": clustered " + std::to_string(result.num_points()) +
-                   " points into " + std::to_string(result.k()) + " centres in " +
-                   Fixed(result.seconds(), 1) + " s on " + std::to_string(attempt.world_size()) +
-                   " workers");
+               ClusteredMessage(round_text, result, attempt.world_size()));
     return;
   }
   if (!rank0 || !rank0->has_assign()) {

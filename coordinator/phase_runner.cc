@@ -166,35 +166,55 @@ void PhaseRunner::Launch(JobEntry* job) {
   PhaseOutcome& outcome = slot->outcome;
   outcome.job_id = job->job().id();
   outcome.generation = job->phase_generation;
-  outcome.clustering = job->state() == v1::JOB_STATE_CLUSTERING;
-  outcome.gang = GangClusters(job->spec());
+  outcome.kind = KindOfPhase(*job);
   outcome.round = job->job().rounds_size() - 1;
   const std::string round_text = RoundText(outcome.round, job->spec().training().rounds());
-  outcome.what =
-      outcome.clustering ? "clustering " + round_text : "assigning labels of " + round_text;
+  outcome.what = job->state() == v1::JOB_STATE_CLUSTERING ? "clustering " + round_text
+                                                          : "assigning labels of " + round_text;
   auto control = job->control;
+  StartThread(slot, [this, snapshot = job->rec, control](PhaseOutcome* out) {
+    switch (out->kind) {
+      case PhaseKind::kPlanRound: {
+        out->round_record = snapshot.job().rounds(out->round);
+        v1::FeatureSource unused;
+        out->status = PlanRound(snapshot, out->round, &unused, &out->round_record);
+        return;
+      }
+      case PhaseKind::kCluster:
+        return RunClustering(snapshot, control.get(), out);
+      case PhaseKind::kPrepareSet:
+        return RunPreparingSet(snapshot, out);
+      case PhaseKind::kSealSet:
+        return RunSealing(snapshot, out);
+      case PhaseKind::kAssign:
+        return RunAssigning(snapshot, control.get(), out);
+      case PhaseKind::kDeleteSet:
+        break;
+    }
+    out->status = Status::Internal("a delete is not launched as a job's phase");
+  });
+}
+
+PhaseKind PhaseRunner::KindOfPhase(const JobEntry& job) {
+  const bool gang = GangClusters(job.spec());
+  if (job.state() == v1::JOB_STATE_CLUSTERING)
+    return gang ? PhaseKind::kPlanRound : PhaseKind::kCluster;
+  if (!gang) return PhaseKind::kAssign;
   // The labelling gang needs the set's write delegation, which a restarted coordinator no
   // longer holds: the set is then made again (a partial one is deleted first anyway).
-  const v1::RoundStatus* round = job->round();
-  const bool prepare_set = outcome.gang && !outcome.clustering && round &&
-                           !round->labels_written() &&
-                           (round->label_set().empty() || !job->label_writes ||
-                            job->label_writes->label_set != round->label_set());
-  StartThread(slot, [this, snapshot = job->rec, control, prepare_set](PhaseOutcome* out) {
-    if (out->clustering && out->gang) {
-      out->round_record = snapshot.job().rounds(out->round);
-      v1::FeatureSource unused;
-      out->status = PlanRound(snapshot, out->round, &unused, &out->round_record);
-    } else if (out->clustering) {
-      RunClustering(snapshot, control.get(), out);
-    } else if (prepare_set) {
-      RunPreparingSet(snapshot, out);
-    } else if (out->gang) {
-      RunSealing(snapshot, out);
-    } else {
-      RunAssigning(snapshot, control.get(), out);
-    }
-  });
+  const v1::RoundStatus* round = job.round();
+  const bool delegated =
+      job.label_writes && round && job.label_writes->label_set == round->label_set();
+  return round && !round->labels_written() && (round->label_set().empty() || !delegated)
+             ? PhaseKind::kPrepareSet
+             : PhaseKind::kSealSet;
+}
+
+std::string ClusteredMessage(const std::string& round_text, const v1::ClusterResult& result,
+                             int workers) {
+  return round_text + ": clustered " + std::to_string(result.num_points()) + " points into " +
+         std::to_string(result.k()) + " centres in " + Fixed(result.seconds(), 1) + " s" +
+         (workers > 0 ? " on " + std::to_string(workers) + " workers" : "");
 }
 
 void PhaseRunner::StartThread(std::shared_ptr<Slot> slot, std::function<void(PhaseOutcome*)> body) {
@@ -239,6 +259,7 @@ void PhaseRunner::LaunchDeletions() {
       continue;
     }
     auto slot = std::make_shared<Slot>();
+    slot->outcome.kind = PhaseKind::kDeleteSet;
     slot->outcome.job_id = it->job_id;  // generation 0 and a job that ended: never applied
     slot->outcome.label_set = it->label_set;
     slot->outcome.what = "deleting the partial label set " + it->label_set;
@@ -498,7 +519,6 @@ void PhaseRunner::RunPreparingSet(const v1::JobRecord& snapshot, PhaseOutcome* o
   const int r = out->round;
   const v1::RoundStatus& round = snapshot.job().rounds(r);
   out->label_set = RoundLabelSet(snapshot.job().id(), r);
-  out->preparing = true;
   Publish(*out, "creating " + out->label_set + " for the gang's labels");
   labelstore::LabelStoreClient client =
       JobLabelStore(options_.labelstore_address, snapshot.job().id());
@@ -566,7 +586,7 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
   const int r = outcome.round;
   const std::string round_text = RoundText(r, job->spec().training().rounds());
   v1::RoundStatus* live = job->job().mutable_rounds(r);
-  if (outcome.clustering && outcome.gang) {
+  if (outcome.kind == PhaseKind::kPlanRound) {
     *live = outcome.round_record;
     const std::string what =
         live->has_generated_features()
@@ -575,16 +595,14 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
     return {v1::JOB_STATE_UNSPECIFIED,
             round_text + ": " + what + " planned for the clustering gang"};
   }
-  if (outcome.clustering) {
+  if (outcome.kind == PhaseKind::kCluster) {
     const v1::ClusterResult& result = outcome.cluster;
     *live = outcome.round_record;
     *live->mutable_cluster() = result;
     live->set_clustered(true);
-    return {v1::JOB_STATE_ASSIGNING,
-            round_text + ": clustered " + std::to_string(result.num_points()) + " points into " +
-                std::to_string(result.k()) + " centres in " + Fixed(result.seconds(), 1) + " s"};
+    return {v1::JOB_STATE_ASSIGNING, ClusteredMessage(round_text, result)};
   }
-  if (outcome.preparing) {
+  if (outcome.kind == PhaseKind::kPrepareSet) {
     live->set_label_set(outcome.label_set);
     job->label_writes = outcome.label_writes;
     return {v1::JOB_STATE_UNSPECIFIED,

@@ -56,16 +56,22 @@ struct PhaseRunnerOptions {
 };
 
 // How a phase thread ended.
+// What a phase thread does, chosen when it is launched.
+enum class PhaseKind {
+  kCluster,     // clusterd's k-means of the round (CLUSTERING)
+  kAssign,      // clusterd's top-l labels of every sample into the round's set (ASSIGNING)
+  kPlanRound,   // clustering.engine "gang", CLUSTERING: the round's features, class labels and
+                // centroids path, planned for the workers' CLUSTER gang
+  kPrepareSet,  // clustering.engine "gang", ASSIGNING: the round's OPEN set (re)created and
+                // its writes delegated to the job (`label_writes`), for the ASSIGN_LABELS gang
+  kSealSet,     // clustering.engine "gang", ASSIGNING: the set the gang wrote, sealed
+  kDeleteSet,   // a partial set of a job that ended in ASSIGNING, deleted (never applied)
+};
+
 struct PhaseOutcome {
   std::string job_id;
   uint64_t generation = 0;
-  bool clustering = false;
-  // clustering.engine "gang": CLUSTERING only plans the round (feature paths, class labels,
-  // centroids path) for the CLUSTER gang; ASSIGNING only seals what the gang wrote.
-  bool gang = false;
-  // Gang engine, ASSIGNING: the OPEN label set was (re)created for the gang to write, and
-  // its writes delegated to the job (`label_writes`).
-  bool preparing = false;
+  PhaseKind kind = PhaseKind::kCluster;
   LabelWriteDelegation label_writes;
   int round = 0;
   // Not OK: `what` failed with it.
@@ -88,6 +94,11 @@ struct PhaseNext {
   std::string message;
 };
 
+// "round 1/2: clustered N points into k centres in S s[ on W workers]": the history and
+// state message of a finished clustering, by clusterd (workers 0) or by a gang.
+std::string ClusteredMessage(const std::string& round_text, const v1::ClusterResult& result,
+                             int workers = 0);
+
 class PhaseRunner {
  public:
   // `jobs`, `mu` (the JobManager's mutex) and `tick` (notified when a thread ends) outlive
@@ -99,6 +110,8 @@ class PhaseRunner {
   // counted and persisted the attempt (JobRecord.phase_attempts) before. A phase thread
   // never lets an exception out: it becomes the outcome's INTERNAL status.
   void Launch(JobEntry* job);
+  // The phase Launch starts for the job's state (CLUSTERING or ASSIGNING) and engine.
+  static PhaseKind KindOfPhase(const JobEntry& job);
   // Joins the threads that ended and returns their outcomes; starts the deletions
   // (DeletePartialSet) whose job has no phase thread running any more.
   std::vector<PhaseOutcome> CollectFinished();
