@@ -41,10 +41,11 @@ class DecodeMemoryCeilingTest : public ::testing::Test {
                                     "  dataset: {format: image-folder, index: '" +
                                         dir_.Sub("train.idx") + "', loader_threads: 8" + extra +
                                         "}\n"
-                                        "  clustering: {k: 10, l: 2}\n"
+                                        "  clustering: {features: {kind: model}, k: 10, l: 2}\n"
                                         "  model: {width: 32, depth: 1, heads: 2, embed_dim: 24, "
                                         "patch_size: 8, image_size: 32}\n"
-                                        "  training: {batch_size: 16, threads_per_worker: 1}\n")
+                                        "  training: {batch_size: 16, threads_per_worker: 1}\n"
+                                        "  evaluation: {enabled: false}\n")
                     .ok());
     return path;
   }
