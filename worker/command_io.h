@@ -81,10 +81,10 @@ inline void AddLogLevelFlag(CLI::App* cmd, std::string* level) {
   cmd->add_option("--log-level", *level, "debug | info | warning | error")->capture_default_str();
 }
 
-// --max-decode-memory-mb, spelled the same on the agent and its children: the worker's ceiling
-// on dataset.decode_memory_mb (worker/data/decode_budget.h), which no spec raises. `set` gets
-// the value when the flag is given: the agent keeps it to pass on to every child; a child
-// installs it with SetDecodeMemoryCeilingMb.
+// --max-decode-memory-mb (MLCD_MAX_DECODE_MEMORY_MB), spelled the same on the agent and its
+// children: the worker's ceiling on dataset.decode_memory_mb (worker/data/decode_budget.h),
+// which no spec raises. `set` gets the value when the flag is given: the agent keeps it to pass
+// on to every child; a child installs it with SetDecodeMemoryCeilingMb.
 inline void AddMaxDecodeMemoryFlag(CLI::App* cmd, std::function<void(const int&)> set) {
   cmd->add_option_function<int>(
          "--max-decode-memory-mb", std::move(set),
@@ -93,6 +93,7 @@ inline void AddMaxDecodeMemoryFlag(CLI::App* cmd, std::function<void(const int&)
              std::to_string(kDefaultMaxDecodeMemoryMb) + "; also at most 1/" +
              std::to_string(kDecodeMemoryHostShareDivisor) +
              " of the host's available memory); the agent passes it to every child")
+      ->envname("MLCD_MAX_DECODE_MEMORY_MB")
       ->check(CLI::Range(kDecodeMemoryPerLoaderThreadMb, kMaxDecodeMemoryMb));
 }
 
