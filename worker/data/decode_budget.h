@@ -91,7 +91,7 @@ struct DecodeBudgetInputs {
 
 struct DecodeBudgetChoice {
   int64_t mb = 0;  // the budget used (MiB)
-  // How it was chosen, for the log and Describe(): "dataset.decode_memory_mb 1024" or
+  // How it was chosen, for the log and messages: "dataset.decode_memory_mb 1024" or
   // "dataset.decode_memory_mb 4096 lowered to the worker's --max-decode-memory-mb 2048".
   std::string source;
   bool lowered = false;  // below what the spec asked for: the caller logs `source` as a warning
