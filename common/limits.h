@@ -53,6 +53,16 @@ constexpr double kMaxActivationBytes = 512.0 * (uint64_t{1} << 30);
 constexpr int32_t kDefaultDecodeMemoryMb = 1024;
 constexpr int32_t kMaxDecodeMemoryMb = 1 << 20;
 constexpr int32_t kDecodeMemoryPerLoaderThreadMb = 16;
+// dataset.loader_threads' largest (decode threads per worker).
+constexpr int32_t kMaxLoaderThreads = 256;
+// The worker's own bounds on the decode budget, which no spec raises (worker/data/
+// decode_budget.h): --max-decode-memory-mb's default (the agent passes its value to every
+// child; room for the most loader threads, so every valid spec's threads fit it), and the share
+// of the host's available memory (common/host_memory.h, read once, when a worker process opens
+// its first image dataset) the budget may take: one part in this many.
+constexpr int32_t kDefaultMaxDecodeMemoryMb = 4096;
+static_assert(kDefaultMaxDecodeMemoryMb >= kMaxLoaderThreads * kDecodeMemoryPerLoaderThreadMb);
+constexpr int32_t kDecodeMemoryHostShareDivisor = 4;
 
 // training.
 constexpr int32_t kMaxEpochsPerRound = 100000;

@@ -82,9 +82,6 @@ struct SectionContext {
   std::string images_text;  // "500 training images (spec.dataset.limit)" for messages
 };
 
-// The most decode threads per worker.
-constexpr int32_t kMaxLoaderThreads = 256;
-
 // decode_memory_mb in [0 (default), kMaxDecodeMemoryMb], and room in it for every loader
 // thread to hold one image of kDecodeMemoryPerLoaderThreadMb.
 void CheckDecodeMemory(Checker& c, const v1::DatasetSpec& d) {

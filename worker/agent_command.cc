@@ -92,7 +92,8 @@ int RunAgent(AgentOptions options, const std::string& log_level, const SecurityO
   MLCD_LOG(INFO) << "worker agent " << options.name << " for coordinator " << options.coordinator
                  << " (runs " << kinds << "; status on "
                  << (options.listen.empty() ? "(off)" : options.listen) << ", data in "
-                 << options.data_dir << ", data roots " << options.data_roots.Describe() << ")";
+                 << options.data_dir << ", data roots " << options.data_roots.Describe()
+                 << ", decode memory at most " << options.max_decode_memory_mb << " MiB per child)";
   std::atomic<bool> ran{false};
   std::thread signals([&agent, &ran] {
     while (!ran && !StopSignal()) {
@@ -163,6 +164,8 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
                   "CPU threads reported as capacity (0 = all cores)")
       ->capture_default_str();
   cmd->add_option("--gpus", options->gpus, "GPUs reported as capacity")->capture_default_str();
+  cli::AddMaxDecodeMemoryFlag(cmd,
+                              [options](const int& mb) { options->max_decode_memory_mb = mb; });
   auto stop_deadline = std::make_shared<int>(kDefaultStopDeadlineSeconds);
   cmd->add_option("--stop-deadline-seconds", *stop_deadline,
                   "on SIGTERM: how long a training child gets to finish its step and checkpoint\n"

@@ -1,5 +1,6 @@
 // Helpers shared by the `mlcd-worker train`, `embed` and `eval` command files: progress events
-// as JSON lines, the --log-level flag, reading an assignment file. Header-only; no torch.
+// as JSON lines, the --log-level and --max-decode-memory-mb flags, reading an assignment file.
+// Header-only; no torch.
 #pragma once
 
 #include <google/protobuf/util/json_util.h>
@@ -7,14 +8,17 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <string>
 
 #include "common/file_util.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "mlcd/v1/coordinator.pb.h"
+#include "worker/data/decode_budget.h"
 
 namespace mlcd::worker::cli {
 
@@ -75,6 +79,28 @@ inline void AddProgressJsonlFlag(CLI::App* cmd, std::string* path) {
 }
 inline void AddLogLevelFlag(CLI::App* cmd, std::string* level) {
   cmd->add_option("--log-level", *level, "debug | info | warning | error")->capture_default_str();
+}
+
+// --max-decode-memory-mb (MLCD_MAX_DECODE_MEMORY_MB), spelled the same on the agent and its
+// children: the worker's ceiling on dataset.decode_memory_mb (worker/data/decode_budget.h),
+// which no spec raises. `set` gets the value when the flag is given: the agent keeps it to pass
+// on to every child; a child installs it with SetDecodeMemoryCeilingMb.
+inline void AddMaxDecodeMemoryFlag(CLI::App* cmd, std::function<void(const int&)> set) {
+  cmd->add_option_function<int>(
+         "--max-decode-memory-mb", std::move(set),
+         "the most decode memory (MiB) the loader threads of a child share, whatever the spec's\n"
+         "dataset.decode_memory_mb asks (default " +
+             std::to_string(kDefaultMaxDecodeMemoryMb) + "; also at most 1/" +
+             std::to_string(kDecodeMemoryHostShareDivisor) +
+             " of the host's available memory); the agent passes it to every child")
+      ->envname("MLCD_MAX_DECODE_MEMORY_MB")
+      ->check(CLI::Range(kDecodeMemoryPerLoaderThreadMb, kMaxDecodeMemoryMb));
+}
+
+// The flag of a command that opens image datasets (train, embed, eval): it sets the process's
+// ceiling before anything is opened.
+inline void AddChildMaxDecodeMemoryFlag(CLI::App* cmd) {
+  AddMaxDecodeMemoryFlag(cmd, [](const int& mb) { SetDecodeMemoryCeilingMb(mb); });
 }
 
 // Reads protobuf JSON of mlcd.v1.Assignment.

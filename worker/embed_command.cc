@@ -231,6 +231,7 @@ CommandRegistration embed_registration(30, [](CLI::App& app, int* exit_code) {
                   "intra-op threads (default: training.threads_per_worker, else all)");
   cli::AddProgressJsonlFlag(cmd, &flags->progress_jsonl);
   cli::AddLogLevelFlag(cmd, &flags->log_level);
+  cli::AddChildMaxDecodeMemoryFlag(cmd);
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunEmbed(*flags, *cmd); });
 });
 

@@ -343,6 +343,7 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--output", flags->output, "result on stdout: text | json")
       ->capture_default_str();
   cli::AddLogLevelFlag(cmd, &flags->log_level);
+  cli::AddChildMaxDecodeMemoryFlag(cmd);
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunEval(*flags, *cmd); });
 });
 

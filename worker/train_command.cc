@@ -303,6 +303,7 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
   cli::AddLogLevelFlag(cmd, &flags->log_level);
+  cli::AddChildMaxDecodeMemoryFlag(cmd);
   cmd->callback([flags, cmd, exit_code] { *exit_code = RunTrain(*flags, *cmd); });
 });
 

@@ -57,13 +57,15 @@ class DatasetJobTest : public ::testing::Test {
         WriteNpy(dir_.Sub("emb.npy"), NpyDtype::kFloat32, {kSamples, kDim}, rows.data()).ok());
     cluster_ = std::make_unique<TestCluster>(dir_);
     ASSERT_TRUE(cluster_->StartServices().ok()) << cluster_->Logs();
-    ASSERT_TRUE(cluster_->StartWorker(0).ok());
-    ASSERT_TRUE(cluster_->StartWorker(1).ok());
+    ASSERT_TRUE(cluster_->StartWorker(0, WorkerEnv()).ok());
+    ASSERT_TRUE(cluster_->StartWorker(1, WorkerEnv()).ok());
     ASSERT_TRUE(cluster_->WaitForIdleWorkers(2, seconds(30)).ok()) << cluster_->Logs();
   }
   void TearDown() override {
     if (HasFailure()) std::cerr << cluster_->Logs();
   }
+  // The agents' environment beyond the harness's.
+  virtual std::vector<std::string> WorkerEnv() const { return {}; }
 
   // Two ranks of 17 samples: one epoch of two steps reads every sample.
   // `prebuilt`: the test's own index; otherwise the coordinator indexes the shards itself.
@@ -148,6 +150,33 @@ TEST_F(DatasetJobTest, TooManyBadImagesFailTheJobNamingThem) {
   EXPECT_EQ(done->state(), v1::JOB_STATE_FAILED);
   EXPECT_NE(done->message().find("too many bad images"), std::string::npos) << done->message();
   EXPECT_NE(done->message().find("zzbad-"), std::string::npos) << done->message();
+}
+
+// Agents whose decode-memory ceiling (--max-decode-memory-mb, here MLCD_MAX_DECODE_MEMORY_MB)
+// is 64 MiB: a spec asking for 1 TiB of decode memory and 8 loader threads (8 x 16 MiB = 128
+// MiB) fails the job with the numbers, before any image is decoded.
+class DecodeCeilingJobTest : public DatasetJobTest {
+ protected:
+  std::vector<std::string> WorkerEnv() const override { return {"MLCD_MAX_DECODE_MEMORY_MB=64"}; }
+};
+
+TEST_F(DecodeCeilingJobTest, TheAgentsCeilingBoundsTheSpecsDecodeMemory) {
+  std::string yaml = Yaml("wds-decode", 0.1, /*prebuilt=*/true);
+  const std::string threads = "loader_threads: 2";
+  ASSERT_NE(yaml.find(threads), std::string::npos);
+  yaml.replace(yaml.find(threads), threads.size(), "loader_threads: 8, decode_memory_mb: 1048576");
+  auto job = cluster_->Submit(yaml);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = cluster_->WaitForJob(
+      job->id(), [](const v1::Job& j) { return testing::IsTerminal(j.state()); }, seconds(180));
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(done->message().find(
+                "dataset.loader_threads 8 need 8 x 16 MiB = 128 MiB of decode memory, but this "
+                "worker's decode budget is 64 MiB (dataset.decode_memory_mb 1048576 lowered to "
+                "the worker's --max-decode-memory-mb 64)"),
+            std::string::npos)
+      << done->message();
 }
 
 // The gang engine on the same key-aligned features: each rank reads its range of the sample-id

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/limits.h"
 #include "common/random.h"
 #include "tests/worker_data/image_testing.h"
 #include "worker/data/decode_pool.h"
@@ -169,6 +170,92 @@ TEST(DecodeMemoryBudget, ADecompressionBombIsRefusedFromItsHeader) {
             std::string::npos)
       << t.status().message();
   EXPECT_EQ(budget.peak_reserved(), 0u);
+}
+
+// The budget a process uses: the spec's, lowered to the worker's ceiling and to a quarter of
+// what the host has available; the numbers below are worked by hand.
+DecodeBudgetInputs Inputs(int64_t spec_mb, int threads, int64_t ceiling_mb, int64_t host_mib) {
+  DecodeBudgetInputs in;
+  in.spec_mb = spec_mb;
+  in.loader_threads = threads;
+  in.ceiling_mb = ceiling_mb;
+  in.host_available = host_mib < 0 ? -1 : host_mib << 20;
+  return in;
+}
+
+// The spec: decode_memory_mb 2^20 (1 TiB) gets the worker's default ceiling, 4096 MiB,
+// which still holds the most loader threads (256 x 16 MiB = 4096 MiB).
+TEST(DecodeMemoryBudgetChoice, TheSpecCannotRaiseTheWorkersCeiling) {
+  auto c = ChooseDecodeMemoryBudget(Inputs(1 << 20, 256, kDefaultMaxDecodeMemoryMb, -1));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->mb, 4096);
+  EXPECT_TRUE(c->lowered);
+  EXPECT_EQ(c->source,
+            "dataset.decode_memory_mb 1048576 lowered to the worker's --max-decode-memory-mb 4096");
+  // Below both bounds the spec's own number is used; 0 is the default, 1024.
+  c = ChooseDecodeMemoryBudget(Inputs(200, 8, 4096, 64 << 10));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->mb, 200);
+  EXPECT_FALSE(c->lowered);
+  EXPECT_EQ(c->source, "dataset.decode_memory_mb 200");
+  c = ChooseDecodeMemoryBudget(Inputs(0, 2, 4096, -1));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->mb, 1024);
+  EXPECT_FALSE(c->lowered);
+}
+
+// 2 GiB available: a quarter is 512 MiB, below the default 1024 and the ceiling 4096. 2050 MiB:
+// 512 (2050 / 4 = 512.5, rounded down).
+TEST(DecodeMemoryBudgetChoice, TheHostsAvailableMemoryLowersTheBudget) {
+  auto c = ChooseDecodeMemoryBudget(Inputs(0, 8, 4096, 2048));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->mb, 512);
+  EXPECT_TRUE(c->lowered);
+  EXPECT_EQ(c->source,
+            "dataset.decode_memory_mb 1024 lowered to 1/4 of the 2048 MiB this host has available");
+  c = ChooseDecodeMemoryBudget(Inputs(0, 8, 4096, 2050));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->mb, 512);
+  // The ceiling 300 is lower than the host's share 512: the ceiling is named.
+  c = ChooseDecodeMemoryBudget(Inputs(0, 8, 300, 2048));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->mb, 300);
+  EXPECT_NE(c->source.find("--max-decode-memory-mb 300"), std::string::npos) << c->source;
+}
+
+// 8 threads need 8 x 16 = 128 MiB; a ceiling of 64 holds 4 of them.
+TEST(DecodeMemoryBudgetChoice, ABudgetTooSmallForTheLoaderThreadsIsRefusedWithTheNumbers) {
+  auto c = ChooseDecodeMemoryBudget(Inputs(1024, 8, 64, -1));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(c.status().message(),
+            "dataset.loader_threads 8 need 8 x 16 MiB = 128 MiB of decode memory, but this "
+            "worker's decode budget is 64 MiB (dataset.decode_memory_mb 1024 lowered to the "
+            "worker's --max-decode-memory-mb 64); use at most 4 loader threads, or raise "
+            "--max-decode-memory-mb on the worker agent");
+  // 40 MiB available: a quarter is 10 MiB, less than one thread's 16.
+  c = ChooseDecodeMemoryBudget(Inputs(0, 1, 4096, 40));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(c.status().message(),
+            "dataset.loader_threads 1 need 1 x 16 MiB = 16 MiB of decode memory, but this "
+            "worker's decode budget is 10 MiB (dataset.decode_memory_mb 1024 lowered to 1/4 of "
+            "the 40 MiB this host has available); no loader thread fits; free memory on this "
+            "host");
+  // Exactly enough passes: 8 x 16 = 128.
+  EXPECT_TRUE(ChooseDecodeMemoryBudget(Inputs(1024, 8, 128, -1)).ok());
+}
+
+// The process's ceiling (--max-decode-memory-mb) is what ChooseProcessDecodeMemoryBudget uses.
+TEST(DecodeMemoryBudgetChoice, TheProcessCeilingBoundsEveryDataset) {
+  EXPECT_EQ(DecodeMemoryCeilingMb(), kDefaultMaxDecodeMemoryMb);
+  SetDecodeMemoryCeilingMb(64);
+  auto c = ChooseProcessDecodeMemoryBudget(1024, 8);
+  SetDecodeMemoryCeilingMb(kDefaultMaxDecodeMemoryMb);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(c.status().message().find("--max-decode-memory-mb 64"), std::string::npos)
+      << c.status().message();
 }
 
 }  // namespace

@@ -414,6 +414,11 @@ Status Agent::StartAssignment(const v1::Assignment& assignment, const Assignment
   std::vector<std::string> argv = {options_.worker_binary, command,
                                    "--assignment",         files.json,
                                    "--progress-jsonl",     files.progress};
+  // The children that decode images: the spec's decode_memory_mb cannot go above this.
+  if (command == "train" || command == "embed" || command == "eval") {
+    argv.push_back("--max-decode-memory-mb");
+    argv.push_back(std::to_string(options_.max_decode_memory_mb));
+  }
   if (assignment.kind() == v1::ASSIGNMENT_KIND_TRAIN) {
     // Nothing committed is known for this assignment until its first heartbeat answer.
     if (::unlink(files.committed.c_str()) != 0 && errno != ENOENT)

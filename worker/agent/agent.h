@@ -5,6 +5,8 @@
 //   TRAIN    -> mlcd-worker train --assignment A.json --progress-jsonl P.jsonl
 //   EXTRACT  -> mlcd-worker embed --assignment A.json --progress-jsonl P.jsonl
 //   EVALUATE -> mlcd-worker eval  --assignment A.json --progress-jsonl P.jsonl
+// (each with --max-decode-memory-mb, the agent's ceiling on the decode memory of its loader
+// threads)
 // (A.json is the protobuf JSON of mlcd.v1.Assignment; see docs/contracts.md and
 // docs/coordinator.md for the embed/eval contracts). While the child runs, the agent follows
 // its progress file and heartbeats the latest progress (immediately on started, checkpoint,
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "common/data_roots.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 #include "mlcd/v1/worker.pb.h"
@@ -69,6 +72,10 @@ struct AgentOptions {
   std::string child_metrics_listen;
   // The agent's own /metrics, served all the time (worker/agent/metrics_proxy.h; "" = none).
   std::string metrics_listen;
+  // Passed to every train, embed and eval child as --max-decode-memory-mb: the ceiling on the
+  // decode memory its loader threads share, whatever the spec's dataset.decode_memory_mb asks
+  // (worker/data/decode_budget.h).
+  int max_decode_memory_mb = kDefaultMaxDecodeMemoryMb;
   // Reported capacity (0 = the machine's cores).
   int cpu_threads = 0;
   int gpus = 0;

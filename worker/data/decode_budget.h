@@ -77,4 +77,38 @@ std::shared_ptr<DecodeMemoryBudget> SharedDecodeMemoryBudget(uint64_t capacity_b
 // "299.4 MB" (10^6 bytes) for messages.
 std::string FormatMegabytes(uint64_t bytes);
 
+// The budget a worker process's image datasets actually get: the spec's decode_memory_mb
+// (kDefaultDecodeMemoryMb when 0), lowered to the worker's ceiling (--max-decode-memory-mb,
+// which the agent passes to every child; kDefaultMaxDecodeMemoryMb when not given) and to one
+// kDecodeMemoryHostShareDivisor-th of the memory the host has available. So the submitter
+// chooses the budget only below what the worker allows.
+struct DecodeBudgetInputs {
+  int64_t spec_mb = 0;          // dataset.decode_memory_mb (0 = the default)
+  int loader_threads = 0;       // dataset.loader_threads as the dataset runs them (> 0)
+  int64_t ceiling_mb = 0;       // --max-decode-memory-mb (> 0)
+  int64_t host_available = -1;  // HostBytesAvailable() in bytes; -1 = unknown (no host cap)
+};
+
+struct DecodeBudgetChoice {
+  int64_t mb = 0;  // the budget used (MiB)
+  // How it was chosen, for the log and messages: "dataset.decode_memory_mb 1024" or
+  // "dataset.decode_memory_mb 4096 lowered to the worker's --max-decode-memory-mb 2048".
+  std::string source;
+  bool lowered = false;  // below what the spec asked for: the caller logs `source` as a warning
+};
+
+// The smallest of the three. RESOURCE_EXHAUSTED when it cannot give every loader thread its
+// kDecodeMemoryPerLoaderThreadMb; the message names the threads, the need, the budget, where
+// the cap came from, and the most threads that fit.
+StatusOr<DecodeBudgetChoice> ChooseDecodeMemoryBudget(const DecodeBudgetInputs& in);
+
+// The process's ceiling (--max-decode-memory-mb; worker/command_io.h adds the flag to the
+// commands that open image datasets). Set before the first dataset is opened.
+void SetDecodeMemoryCeilingMb(int64_t mb);
+int64_t DecodeMemoryCeilingMb();
+
+// ChooseDecodeMemoryBudget for this process: its ceiling and HostBytesAvailable() read at its
+// first call (so the training and evaluation sets of a process get the same budget).
+StatusOr<DecodeBudgetChoice> ChooseProcessDecodeMemoryBudget(int64_t spec_mb, int loader_threads);
+
 }  // namespace mlcd::worker

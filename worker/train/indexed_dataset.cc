@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "common/enums.h"
-#include "common/limits.h"
+#include "common/log.h"
 
 namespace mlcd::worker {
 
@@ -43,9 +43,19 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenIndexedImageDataset(const v1::Datase
   MLCD_RETURN_IF_ERROR(ValidateTransformParams(t).WithContext(field));
   const int threads = dataset.loader_threads() > 0 ? dataset.loader_threads() : 2;
   const double max_bad = dataset.has_max_bad_fraction() ? dataset.max_bad_fraction() : 0.001;
-  const int64_t budget_mb =
-      dataset.decode_memory_mb() > 0 ? dataset.decode_memory_mb() : kDefaultDecodeMemoryMb;
-  auto budget = SharedDecodeMemoryBudget(static_cast<uint64_t>(budget_mb) << 20);
+  StatusOr<DecodeBudgetChoice> chosen =
+      ChooseProcessDecodeMemoryBudget(dataset.decode_memory_mb(), threads);
+  if (!chosen.ok()) return chosen.status().WithContext(field);
+  // The budget used, in the log of every child that decodes: a lowered one is a warning.
+  const std::string used = field + ": " + std::to_string(threads) + " loader threads share " +
+                           std::to_string(chosen->mb) + " MiB of decode memory (" + chosen->source +
+                           ")";
+  if (chosen->lowered) {
+    MLCD_LOG(WARNING) << used << "; the spec cannot raise the worker's bounds";
+  } else {
+    MLCD_LOG(INFO) << used;
+  }
+  auto budget = SharedDecodeMemoryBudget(static_cast<uint64_t>(chosen->mb) << 20);
   return std::unique_ptr<ImageDataset>(
       new IndexedImageDataset(dataset.format() + " " + split + " " + dir, std::move(index), size,
                               t, threads, max_bad, std::move(budget)));
