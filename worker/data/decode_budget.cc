@@ -92,7 +92,8 @@ StatusOr<DecodeMemoryBudget::Reservation> DecodeMemoryBudget::Reserve(uint64_t b
     return Status::InvalidArgument(
         what + " needs " + FormatMegabytes(bytes) + " to decode, more than the worker's whole " +
         "decode memory budget of " + FormatMegabytes(capacity_) +
-        " (dataset.decode_memory_mb); shrink the image or raise the budget");
+        " (dataset.decode_memory_mb, at most the worker's --max-decode-memory-mb and a share "
+        "of its host's memory); shrink the image or raise the budget within those bounds");
   }
   MutexLock lock(&mu_);
   const uint64_t ticket = next_ticket_++;
