@@ -120,7 +120,9 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
         Status::InvalidArgument("--split must be train or test, got \"" + flags.split + "\""));
   SetLogComponent("embed r" + std::to_string(rank));
 
-  auto model = LoadEmbeddingModel(checkpoint, have_spec ? &spec : nullptr);
+  ModelLoadOptions load;
+  load.batch_size = flags.batch_size;
+  auto model = LoadEmbeddingModel(checkpoint, have_spec ? &spec : nullptr, load);
   if (!model.ok()) return fail(model.status());
   if (!have_spec) spec = model->spec;
   ApplyJobSpecDefaults(&spec);

@@ -51,7 +51,9 @@ int RunExport(const ExportFlags& flags) {
   auto format = ParseExportFormat(flags.format);
   if (!format.ok()) return fail(format.status().WithContext("--format"));
 
-  auto model = LoadEmbeddingModel(flags.checkpoint, nullptr);
+  ModelLoadOptions load;
+  load.use = ModelUse::kExport;
+  auto model = LoadEmbeddingModel(flags.checkpoint, nullptr, load);
   if (!model.ok()) return fail(model.status());
   auto meta = ReadCheckpointMeta(model->checkpoint);
   if (!meta.ok()) return fail(meta.status());

@@ -10,6 +10,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -360,6 +361,61 @@ TEST_F(ExportTest, BadRequestsAndCheckpointsGetClearErrors) {
       << out;
   EXPECT_NE(out.find("backbone.weights.npy"), std::string::npos) << out;
   EXPECT_FALSE(PathExists(dir_.Sub("x.pt")));
+}
+
+// A checkpoint's spec.json is input: a model beyond the spec limits (width 8192, depth 128:
+// about 1e11 parameters, 412 GB of float32) is refused by `mlcd-worker export` from spec.json
+// alone, naming the parameter count, before anything is built or the weights are read. The
+// child runs with its address space capped (prlimit --as), so building would fail there too
+// instead of taking the test machine's memory.
+TEST_F(ExportTest, CheckpointSpecBeyondTheLimitsIsRefusedBeforeBuilding) {
+  v1::JobSpec spec = ModelSpec(3, 16, 8, 16, 1, 2, 2.0, 8, "cls", "patch");
+  const std::string ckpt = WriteTestCheckpoint(dir_.Sub("ckpt"), spec);
+  ASSERT_FALSE(ckpt.empty());
+  const std::string huge =
+      R"({"model": {"channels": 3, "image_size": 224, "patch_size": 16, "width": 8192,)"
+      R"( "depth": 128, "heads": 64, "mlp_ratio": 4, "embed_dim": 512}})";
+  ASSERT_TRUE(WriteFileAtomically(ckpt + "/spec.json", huge).ok());
+  std::string out;
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = RunCommand(
+      "/usr/bin/prlimit",
+      {"--as=" + std::to_string(int64_t{4} << 30), BinPath("mlcd-worker"), "export", "--checkpoint",
+       ckpt, "--format", "safetensors", "--out", dir_.Sub("x.safetensors")},
+      &out, {}, std::chrono::seconds(60));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("spec.json"), std::string::npos) << out;
+  EXPECT_NE(out.find("model.width"), std::string::npos) << out;
+  EXPECT_NE(out.find("parameters"), std::string::npos) << out;
+  EXPECT_NE(out.find("1.03079e+11"), std::string::npos) << out;
+  EXPECT_LT(seconds, 5.0) << out;
+  EXPECT_FALSE(PathExists(dir_.Sub("x.safetensors")));
+}
+
+// Within the limits but not within this host's memory: `mlcd-worker embed` with a batch no
+// host holds is refused before it builds the model, with the parameters, the activations of
+// that batch, the free bytes and the batch size that would fit.
+TEST_F(ExportTest, EmbedBatchBeyondTheHostsMemoryIsRefusedWithTheNumbers) {
+  v1::JobSpec spec = ModelSpec(3, 16, 8, 16, 1, 2, 2.0, 8, "cls", "patch");
+  const std::string ckpt = WriteTestCheckpoint(dir_.Sub("ckpt"), spec);
+  ASSERT_FALSE(ckpt.empty());
+  ASSERT_TRUE(WriteImages(dir_.Sub("images.npy"), 4, 3, 16).ok());
+  std::string out;
+  const int rc =
+      RunCommand(BinPath("mlcd-worker"),
+                 {"embed", "--checkpoint", ckpt, "--images", dir_.Sub("images.npy"), "--out",
+                  dir_.Sub("emb"), "--batch-size", "1000000000000", "--threads", "1"},
+                 &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("RESOURCE_EXHAUSTED"), std::string::npos) << out;
+  EXPECT_NE(out.find("parameters"), std::string::npos) << out;
+  EXPECT_NE(out.find("activations"), std::string::npos) << out;
+  EXPECT_NE(out.find("1000000000000 images of 5 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find("free"), std::string::npos) << out;
+  EXPECT_NE(out.find("a batch size of at most"), std::string::npos) << out;
+  EXPECT_FALSE(PathExists(dir_.Sub("emb/embeddings-00000-of-00001.npy")));
 }
 
 }  // namespace

@@ -11,12 +11,30 @@
 #include <sstream>
 
 #include "common/job_spec.h"
+#include "common/spec_validation.h"
 #include "worker/train/checkpoint.h"
 
 namespace mlcd::worker {
 
-StatusOr<EmbeddingModel> LoadEmbeddingModel(const std::string& checkpoint,
-                                            const v1::JobSpec* spec) {
+namespace {
+
+// The spec limits of the model section (and its sequence length), which spec.json of a
+// checkpoint must meet like a submitted spec; `source` names where the spec came from. The
+// channels against a dataset are not a limit (embed and eval check them against the data they
+// read), so the dataset formats are left out.
+Status CheckModelLimits(v1::JobSpec spec, const std::string& source) {
+  spec.mutable_dataset()->clear_format();
+  spec.mutable_evaluation()->set_enabled(false);
+  std::vector<SpecProblem> model_problems;
+  for (SpecProblem& p : JobSpecProblems(spec, ""))
+    if (p.path.rfind("model.", 0) == 0) model_problems.push_back(std::move(p));
+  return SpecProblemsToStatus(model_problems).WithContext(source);
+}
+
+}  // namespace
+
+StatusOr<EmbeddingModel> LoadEmbeddingModel(const std::string& checkpoint, const v1::JobSpec* spec,
+                                            const ModelLoadOptions& load) {
   EmbeddingModel out;
   if (!checkpoint.empty()) {
     MLCD_ASSIGN_OR_RETURN(out.checkpoint, ResolveCheckpoint(checkpoint));
@@ -28,7 +46,15 @@ StatusOr<EmbeddingModel> LoadEmbeddingModel(const std::string& checkpoint,
     out.spec = *spec;
   }
   ApplyJobSpecDefaults(&out.spec);
+  MLCD_RETURN_IF_ERROR(CheckModelLimits(
+      out.spec, out.checkpoint.empty() ? "the job spec" : out.checkpoint + "/spec.json"));
   MLCD_ASSIGN_OR_RETURN(VitOptions vit, VitOptionsFromSpec(out.spec.model()));
+  ModelMemoryPlan memory;
+  memory.vit = vit;
+  memory.use = load.use;
+  memory.batch = load.batch_size;
+  memory.ranks_on_host = load.ranks_on_host;
+  MLCD_RETURN_IF_ERROR(CheckModelMemory(memory, at::Device(at::kCPU)));
   out.model = VisionTransformer(vit);
   out.model->ResetParameters(out.spec.training().seed());
   if (!out.checkpoint.empty()) {

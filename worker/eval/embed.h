@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "mlcd/v1/job.pb.h"
 #include "worker/eval/features.h"
+#include "worker/model/model_memory.h"
 #include "worker/model/vit.h"
 #include "worker/train/dataset.h"
 
@@ -37,13 +38,26 @@ struct EmbeddingModel {
   std::string description;
 };
 
+// What the loaded model is for, for the memory check made before it is built
+// (worker/model/model_memory.h).
+struct ModelLoadOptions {
+  // kInference (embed, eval: parameters and one forward of `batch_size`) or kExport.
+  ModelUse use = ModelUse::kInference;
+  int64_t batch_size = 256;  // images per forward pass (EmbedOptions.batch_size)
+  int ranks_on_host = 1;     // processes of the gang that share this host's memory
+};
+
 // With a `checkpoint` (a checkpoint directory, or a root holding LATEST): the architecture
 // comes from the checkpoint's spec.json and the backbone weights from its files. Without:
 // a backbone built from `spec` and initialised exactly as the trainer initialises round 0
 // (ResetParameters(spec.training.seed)) -- the "random ViT" baseline and the features of the
 // untrained model. `spec` may be null when a checkpoint is given. NOT_FOUND /
-// FAILED_PRECONDITION / INVALID_ARGUMENT naming what is wrong.
-StatusOr<EmbeddingModel> LoadEmbeddingModel(const std::string& checkpoint, const v1::JobSpec* spec);
+// FAILED_PRECONDITION / INVALID_ARGUMENT naming what is wrong. Before anything is built or
+// read beyond spec.json, the model section must pass the spec limits (common/spec_validation.h:
+// a checkpoint's spec.json is input like any other; INVALID_ARGUMENT) and its memory must fit
+// this host (CheckModelMemory for `load`; RESOURCE_EXHAUSTED with the numbers).
+StatusOr<EmbeddingModel> LoadEmbeddingModel(const std::string& checkpoint, const v1::JobSpec* spec,
+                                            const ModelLoadOptions& load = {});
 
 struct EmbedOptions {
   // This process's part of the split: rows [N·rank/W, N·(rank+1)/W).

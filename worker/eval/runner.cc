@@ -22,6 +22,7 @@
 #include "common/stopwatch.h"
 #include "worker/eval/embed.h"
 #include "worker/loss/collectives.h"
+#include "worker/loss/host_ranks.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/dataset.h"
 
@@ -304,7 +305,15 @@ void SplitOffEmbedding(int64_t fdim, LabelledFeatures* train, FeatureMatrix* tra
 // to all ranks).
 Status EmbedSplits(const EvaluationOptions& options, EvalPlan* plan, EvalInputs* in) {
   const v1::EvaluationSpec& eval = plan->spec.evaluation();
-  MLCD_ASSIGN_OR_RETURN(EmbeddingModel model, LoadEmbeddingModel(options.checkpoint, &plan->spec));
+  // The gang first: its ranks on this host share the host's memory (model_memory.h).
+  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm, OpenEvalCollectives(options));
+  ModelLoadOptions load;
+  load.batch_size = options.batch_size;
+  if (comm) {
+    MLCD_ASSIGN_OR_RETURN(load.ranks_on_host, RanksOnThisHost(comm.get()));
+  }
+  MLCD_ASSIGN_OR_RETURN(EmbeddingModel model,
+                        LoadEmbeddingModel(options.checkpoint, &plan->spec, load));
   in->checkpoint_dir = model.checkpoint;
   in->model_description = model.description;
   MLCD_LOG(INFO) << "evaluating " << model.description;
@@ -318,7 +327,6 @@ Status EmbedSplits(const EvaluationOptions& options, EvalPlan* plan, EvalInputs*
   if (train_data->class_labels().empty() || test_data->class_labels().empty())
     return Status::FailedPrecondition("the evaluation dataset has no class labels: " +
                                       train_data->Describe());
-  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm, OpenEvalCollectives(options));
   auto embed = [&](const ImageDataset& data, const char* phase, LabelledFeatures* out,
                    bool with_embedding) -> Status {
     EmbedOptions eo;

@@ -11,6 +11,8 @@
 #include "common/stopwatch.h"
 #include "worker/train/trainer_impl.h"
 
+#include "worker/loss/host_ranks.h"
+
 namespace mlcd::worker {
 namespace {
 
@@ -100,8 +102,11 @@ Status Trainer::Impl::Init() {
   MLCD_ASSIGN_OR_RETURN(device, ResolveDevice(options.device, options.rank));
   MLCD_ASSIGN_OR_RETURN(precision, ParsePrecision(spec.training().precision()));
 
-  MLCD_ASSIGN_OR_RETURN(dataset, OpenImageDataset(spec.dataset(), "train", 0, &spec.model()));
   MLCD_ASSIGN_OR_RETURN(vit_options, VitOptionsFromSpec(spec.model()));
+  // Before the data, the label store or the gang: a model this rank cannot hold alone fails
+  // here; the share of ranks on one host is checked once the gang is joined.
+  MLCD_RETURN_IF_ERROR(CheckTrainingMemory(1));
+  MLCD_ASSIGN_OR_RETURN(dataset, OpenImageDataset(spec.dataset(), "train", 0, &spec.model()));
   if (vit_options.channels != dataset->channels()) {
     return Status::InvalidArgument("model.channels is " + std::to_string(vit_options.channels) +
                                    " but " + dataset->Describe() + " has " +
@@ -175,7 +180,23 @@ Status Trainer::Impl::Init() {
   return RestoreOrInitialise();
 }
 
+Status Trainer::Impl::CheckTrainingMemory(int ranks_on_host) const {
+  ModelMemoryPlan plan;
+  plan.vit = vit_options;
+  plan.use = ModelUse::kTraining;
+  plan.world = options.world_size;
+  plan.global_batch = spec.training().batch_size();
+  plan.batch = (plan.global_batch + plan.world - 1) / plan.world;
+  plan.num_classes = spec.clustering().k();
+  plan.sample_ratio = spec.loss().sample_ratio();
+  plan.ranks_on_host = ranks_on_host;
+  return CheckModelMemory(plan, device);
+}
+
 Status Trainer::Impl::RestoreOrInitialise() {
+  // The gang's ranks on this host share its free memory (model_memory.h).
+  MLCD_ASSIGN_OR_RETURN(int ranks_on_host, RanksOnThisHost(comm.get()));
+  if (ranks_on_host > 1) MLCD_RETURN_IF_ERROR(CheckTrainingMemory(ranks_on_host));
   model = VisionTransformer(vit_options);
   model->ResetParameters(spec.training().seed());
   CheckpointMeta meta;

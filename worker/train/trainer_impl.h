@@ -19,6 +19,7 @@
 #include "common/npy.h"
 #include "worker/loss/collectives.h"
 #include "worker/loss/partial_fc.h"
+#include "worker/model/model_memory.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/checkpoint.h"
@@ -89,6 +90,9 @@ struct Trainer::Impl {
   Status ResolveSpec();
   Status SetUpSchedule();
   Status RestoreOrInitialise();
+  // CheckModelMemory for this rank's training (worker/model/model_memory.h), its host's free
+  // memory shared by `ranks_on_host` ranks of the gang.
+  Status CheckTrainingMemory(int ranks_on_host) const;
   void StartBudgetedRound(const CheckpointMeta* meta);
   void SetRoundSteps(int64_t steps);
   Status TimeStep();
