@@ -28,7 +28,8 @@ TEST(DecodeMemoryBudget, ARequestLargerThanTheWholeBudgetIsRefusedNamingTheNumbe
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("a 9990 x 9990 colour png needs 299.4 MB to decode, more "
                                       "than the worker's whole decode memory budget of 67.1 MB "
-                                      "(dataset.decode_memory_mb)"),
+                                      "(dataset.decode_memory_mb, at most the worker's "
+                                      "--max-decode-memory-mb"),
             std::string::npos)
       << r.status().message();
   EXPECT_EQ(budget.reserved(), 0u);

@@ -218,7 +218,8 @@ TEST_F(IndexedDataTest, AnImageLargerThanTheDecodeMemoryBudgetIsABadSample) {
   EXPECT_EQ(p->bad[0].status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(p->bad[0].status.message().find(
                 "a 9990 x 9990 gray png needs 99.8 MB to decode, more than the worker's whole "
-                "decode memory budget of 67.1 MB (dataset.decode_memory_mb)"),
+                "decode memory budget of 67.1 MB (dataset.decode_memory_mb, at most the worker's "
+                "--max-decode-memory-mb"),
             std::string::npos)
       << p->bad[0].status.ToString();
   // 128 MiB holds it: decoded (all zeros), not bad.
