@@ -6,24 +6,54 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <random>
 
 namespace mlcd {
 
-int PickFreePort() {
+namespace {
+
+// Whether a TCP listener could bind `port` on every IPv4 address right now (port 0: any).
+// Returns the bound port, 0 when the bind failed.
+int TryBind(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  int port = 0;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  int bound = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
     socklen_t len = sizeof(addr);
     if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-      port = ntohs(addr.sin_port);
+      bound = ntohs(addr.sin_port);
   }
   ::close(fd);
-  return port;
+  return bound;
+}
+
+// The low end of the kernel's ephemeral port range (the ports it hands to outgoing
+// connections and to bind(port 0)); 32768, Linux's default, when it cannot be read.
+int EphemeralRangeLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (in >> low && low > kLowestPickedPort) return low;
+  return 32768;
+}
+
+}  // namespace
+
+int PickFreePort() {
+  // Below the ephemeral range no outgoing connection of another process is given the port
+  // between this check and its use; only a listener that chose it explicitly can take it.
+  const int high = EphemeralRangeLow();
+  std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  std::uniform_int_distribution<int> pick(kLowestPickedPort, high - 1);
+  for (int attempt = 0; attempt < kPickPortAttempts; ++attempt) {
+    const int port = pick(rng);
+    if (TryBind(port) == port) return port;
+  }
+  return TryBind(0);
 }
 
 Status SplitHostPort(const std::string& address, const std::string& flag, std::string* host,

@@ -7,8 +7,16 @@
 
 namespace mlcd {
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read, close). Used by
-// tests and by workers choosing their rendezvous port.
+// Where PickFreePort looks: random ports from here up to the kernel's ephemeral range.
+inline constexpr int kLowestPickedPort = 20000;
+// Random ports PickFreePort tries before it takes one from the ephemeral range.
+inline constexpr int kPickPortAttempts = 64;
+
+// A TCP port that no listener held a moment ago (a test bind on every IPv4 address). It is
+// chosen at random below the kernel's ephemeral range, so no outgoing connection is given it
+// before the caller listens there; another listener still may, so a caller that fails to
+// bind it should pick again. 0 when no port could be found. Used by tests and by workers
+// choosing their rendezvous port.
 int PickFreePort();
 
 // Splits "host:port" ("[::1]:80" too). INVALID_ARGUMENT naming `flag` when malformed.

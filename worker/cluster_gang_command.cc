@@ -18,7 +18,9 @@
 // splits); every rank writes DIR/labels.r<rank>.npy (its rows x l int32, best first) and
 // DIR/sample.r<rank>.npy (the global ids of its training-sample rows, int64); with --trace
 // rank 0 also writes DIR/trace/iter<i>.npy, the centroids after iteration i.
-// Exit codes: 0 success, 2 invalid input or usage, 1 any other failure.
+// Exit codes: 0 success, 2 invalid input or usage, 1 any other failure; a rank started by
+// hand (--rank) exits 3 when another process holds its rendezvous port (the parent, which
+// chose the port, starts its ranks again on another one).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -262,7 +264,7 @@ int RunClusterGang(const ClusterGangArgs& a) {
   Status s = RunRank(a, *features, std::max(a.rank, 0), a.world_size);
   if (!s.ok()) {
     std::cerr << who << ": " << s.ToString() << "\n";
-    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+    return LocalRankExitCode(s);
   }
   return 0;
 }

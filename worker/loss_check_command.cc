@@ -11,7 +11,9 @@
 // gradients of the batch-mean loss. --world-size N > 1 forks N local ranks that run the
 // sharded computation over Gloo on a free loopback port (rank ρ gets samples
 // [floor(Bρ/N), floor(B(ρ+1)/N)) and classes ShardClassRange(K, N, ρ)); rank 0 writes DIR.
-// Exit codes: 0 success, 2 invalid input or usage, 1 any other failure.
+// Exit codes: 0 success, 2 invalid input or usage, 1 any other failure; a rank started by
+// hand (--rank) exits 3 when another process holds its rendezvous port (the parent, which
+// chose the port, starts its ranks again on another one).
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -268,7 +270,7 @@ int RunLossCheck(const LossCheckArgs& a) {
   if (!s.ok()) {
     std::cerr << "loss-check" << (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string())
               << ": " << s.ToString() << "\n";
-    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+    return LocalRankExitCode(s);
   }
   return 0;
 }

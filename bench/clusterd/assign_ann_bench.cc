@@ -36,8 +36,8 @@
 
 namespace {
 
+using mlcd::SecondsSince;
 using mlcd::bench::Clock;
-using mlcd::bench::Since;
 
 // One entry of --methods: "exact", "hnsw", "ivf", optionally ":effort" (HNSW efSearch / IVF
 // nprobe).
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", written.status().ToString().c_str());
     return 1;
   }
-  std::printf("generated the data in %.1f s\n", Since(t_gen));
+  std::printf("generated the data in %.1f s\n", SecondsSince(t_gen));
 
   // The check sample and its exact top-l, in this process (untimed).
   auto t_truth = Clock::now();
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
   }
   centroids->clear();
   centroids->shrink_to_fit();
-  double truth_seconds = Since(t_truth);
+  double truth_seconds = SecondsSince(t_truth);
   std::printf("exact top-%d of the %zu check rows in the bench process: %.1f s\n", l, ns,
               truth_seconds);
 
@@ -259,9 +259,9 @@ int main(int argc, char** argv) {
       if (!p.has_note()) return;
       if (p.note().rfind("assigning ", 0) == 0) t_assigning = Clock::now();
       if (p.note().find("recall@") != std::string::npos) t_recall = Clock::now();
-      std::printf("  [%s %.1f s] %s\n", spec.label().c_str(), Since(t0), p.note().c_str());
+      std::printf("  [%s %.1f s] %s\n", spec.label().c_str(), SecondsSince(t0), p.note().c_str());
     });
-    r.assign_seconds = Since(t0);
+    r.assign_seconds = SecondsSince(t0);
     if (!result.ok()) {
       std::fprintf(stderr, "error: Assign %s: %s\n%s\n", spec.label().c_str(),
                    result.status().ToString().c_str(), services.clusterd.Log().c_str());

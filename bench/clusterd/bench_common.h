@@ -20,14 +20,12 @@
 #include "common/file_util.h"
 #include "common/net.h"
 #include "common/status.h"
+#include "common/stopwatch.h"
 #include "tests/testing/process.h"
 
 namespace mlcd::bench {
 
 using Clock = std::chrono::steady_clock;
-inline double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // Directory of this executable: the service binaries are built next to it.
 inline std::string SelfDir() {

@@ -50,9 +50,9 @@ extern "C" int sgemm_(const char* transa, const char* transb, const int* m, cons
 
 namespace {
 
+using mlcd::SecondsSince;
 using mlcd::bench::Clock;
 using mlcd::bench::Median;
-using mlcd::bench::Since;
 
 // Best of `reps` runs of C (m x n) = A (m x k) * B^T (B: n x k), row-major as FAISS lays it out.
 double SgemmGflops(int m, int n, int k, int reps) {
@@ -68,7 +68,7 @@ double SgemmGflops(int m, int n, int k, int reps) {
     auto t = Clock::now();
     // Column-major view: C^T (n x m) = B (n x k as k x n col-major, transposed) * A^T.
     sgemm_("T", "N", &n, &m, &k, &one, b.data(), &k, a.data(), &k, &zero, c.data(), &n);
-    double s = Since(t);
+    double s = SecondsSince(t);
     best = std::max(best, 2.0 * m * n * k / s / 1e9);
   }
   return best;
@@ -116,7 +116,7 @@ mlcd::StatusOr<PathRun> RunClusterdPath(const mlcd::clusterd::ClusterdClient& cl
                   p.iteration().imbalance_factor(), p.iteration().seconds());
   });
   if (!cluster.ok()) return cluster.status().WithContext("Cluster");
-  r.cluster = Since(t_path);
+  r.cluster = SecondsSince(t_path);
   r.read = cluster->read_seconds();
   r.train = cluster->train_seconds();
   r.sizes = cluster->sizes_seconds();
@@ -131,8 +131,8 @@ mlcd::StatusOr<PathRun> RunClusterdPath(const mlcd::clusterd::ClusterdClient& cl
   auto t_assign = Clock::now();
   auto assign = client.Assign(areq);
   if (!assign.ok()) return assign.status().WithContext("Assign");
-  r.assign = Since(t_assign);
-  r.total = Since(t_path);
+  r.assign = SecondsSince(t_assign);
+  r.total = SecondsSince(t_path);
   r.search = assign->search_seconds();
   r.sealed = mlcd::bench::SealedWith(store, label_set, cfg.rows, &r.samples);
   // The size summary must come out of the path one way or the other: its mean is rows / k.
@@ -156,12 +156,12 @@ BareRun RunBareFaiss(const Config& cfg, const std::vector<float>& x) {
   BareRun r;
   auto t_bare = Clock::now();
   clustering.train(cfg.rows, x.data(), index);
-  r.kmeans = Since(t_bare);
+  r.kmeans = SecondsSince(t_bare);
   std::vector<float> dist(static_cast<size_t>(cfg.rows) * cfg.l);
   std::vector<faiss::Index::idx_t> ids(static_cast<size_t>(cfg.rows) * cfg.l);
   auto t_search = Clock::now();
   index.search(cfg.rows, x.data(), cfg.l, dist.data(), ids.data());
-  r.search = Since(t_search);
+  r.search = SecondsSince(t_search);
   r.total = r.kmeans + r.search;
   r.centroids = std::move(clustering.centroids);
   return r;
@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
   }
   std::vector<float> x(static_cast<size_t>(cfg.rows) * cfg.dim);
   shards_or->ReadRows(0, cfg.rows, x.data());
-  std::printf("generated and loaded the data in %.1f s\n", Since(t_gen));
+  std::printf("generated and loaded the data in %.1f s\n", SecondsSince(t_gen));
 
   mlcd::bench::BenchServices services;
   if (!services.Start(work_dir)) return 1;

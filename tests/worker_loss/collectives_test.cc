@@ -3,10 +3,15 @@
 #include "worker/loss/collectives.h"
 
 #include <ATen/ATen.h>
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -171,6 +176,57 @@ TEST(CollectivesTest, MissingRankZeroTimesOut) {
   ASSERT_FALSE(comm.ok());
   EXPECT_NE(comm.status().message().find("rendezvous"), std::string::npos)
       << comm.status().ToString();
+}
+
+// Rank 0 cannot serve the store where another process listens: ALREADY_EXISTS, recognised
+// by IsRendezvousPortTaken (the local launcher then starts the gang on another port).
+TEST(CollectivesTest, TakenRendezvousPortIsReportedAsSuch) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+
+  CollectivesOptions opts;
+  opts.rank = 0;
+  opts.world_size = 2;
+  opts.rendezvous = "127.0.0.1:" + std::to_string(port);
+  opts.timeout = milliseconds(1000);
+  auto comm = Collectives::Create(opts);
+  ::close(fd);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), StatusCode::kAlreadyExists) << comm.status().ToString();
+  EXPECT_TRUE(IsRendezvousPortTaken(comm.status())) << comm.status().ToString();
+  EXPECT_NE(comm.status().message().find(std::to_string(port)), std::string::npos);
+
+  // Other failures are not mistaken for it.
+  EXPECT_FALSE(IsRendezvousPortTaken(Status::AlreadyExists("out/labels.npy exists")));
+  EXPECT_FALSE(IsRendezvousPortTaken(Status::Unavailable("rank 1 connecting failed")));
+}
+
+// The ports PickFreePort gives lie below the kernel's ephemeral range and are free.
+TEST(CollectivesTest, PickedPortsAreFreeAndBelowTheEphemeralRange) {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int ephemeral_low = 0;
+  ASSERT_TRUE(range >> ephemeral_low);
+  for (int i = 0; i < 20; ++i) {
+    const int port = PickFreePort();
+    ASSERT_GE(port, kLowestPickedPort);
+    EXPECT_LT(port, ephemeral_low);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << port;
+    ::close(fd);
+  }
 }
 
 }  // namespace

@@ -57,6 +57,11 @@ Status ClassifyError(const std::string& what, const std::string& message) {
                                     " (a peer did not answer within the collective timeout; is "
                                     "every rank alive and running the same step?)");
   }
+  if (message.find("Address already in use") != std::string::npos) {
+    return Status::AlreadyExists(text +
+                                 " (another process listens on this port; give the gang a "
+                                 "free rendezvous port)");
+  }
   if (message.find("Duplicate GPU") != std::string::npos) {
     return Status::FailedPrecondition(
         text +
@@ -65,6 +70,10 @@ Status ClassifyError(const std::string& what, const std::string& message) {
   }
   return Status::Unavailable(text + " (a peer process died or the connection broke)");
 }
+
+// How rank 0's failure to serve the store begins its role text; IsRendezvousPortTaken
+// recognises the bind failure by it.
+constexpr char kServingStore[] = "serving the rendezvous store on port ";
 
 // Runs `body`, turning c10d/Gloo exceptions into a message.
 bool CatchAll(const std::function<void()>& body, std::string* message) {
@@ -106,7 +115,7 @@ Status ConnectStore(const CollectivesOptions& options, const std::string& host, 
       &message);
   if (!ok) {
     std::string role = options.rank == 0
-                           ? "serving the rendezvous store on port " + std::to_string(port)
+                           ? kServingStore + std::to_string(port)
                            : "connecting to the rendezvous store at " + options.rendezvous;
     Status s = ClassifyError("rank " + std::to_string(options.rank) + " " + role, message);
     return Status(s.code(),
@@ -194,6 +203,11 @@ std::unique_ptr<Collectives> Collectives::Local() {
   c->rank_ = 0;
   c->world_size_ = 1;
   return c;
+}
+
+bool IsRendezvousPortTaken(const Status& status) {
+  return status.code() == StatusCode::kAlreadyExists &&
+         status.message().find(kServingStore) != std::string::npos;
 }
 
 StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOptions& options) {

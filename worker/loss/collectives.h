@@ -19,6 +19,8 @@
 // timeout) instead of hanging forever. Errors are returned as Status (never thrown):
 //   UNAVAILABLE        a peer closed its connection / the transport failed;
 //   DEADLINE_EXCEEDED  the collective or the rendezvous timed out;
+//   ALREADY_EXISTS     rank 0 could not serve the store: another process listens on the
+//                      rendezvous port (the caller may pick another port and start again);
 //   INVALID_ARGUMENT   the caller passed tensors that do not fit the operation;
 //   FAILED_PRECONDITION a collective had failed before: after a transport error the group
 //                      is unusable (the peers' states are no longer in step), so every later
@@ -79,6 +81,10 @@ enum class ReduceOp { kSum, kMax, kMin };
 
 // A process group and its collectives. Create() returns only after all `world_size` ranks
 // have joined (or the timeout passed).
+// Whether `status` is rank 0's failure to serve the store because another process listens
+// on the rendezvous port (ALREADY_EXISTS from Create).
+bool IsRendezvousPortTaken(const Status& status);
+
 class Collectives {
  public:
   static StatusOr<std::unique_ptr<Collectives>> Create(const CollectivesOptions& options);

@@ -11,12 +11,12 @@
 
 namespace mlcd::worker {
 
-int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn& child_args) {
-  int port = PickFreePort();
-  if (port == 0) {
-    std::cerr << command << ": could not find a free loopback port for the rendezvous\n";
-    return 1;
-  }
+namespace {
+
+// One start of the gang on `port`. Returns the exit code as RunLocalRanks does, or
+// kRendezvousPortTakenExitCode when rank 0 failed first with it.
+int RunGangOnce(const std::string& command, int world_size, int port,
+                const ChildArgsFn& child_args) {
   const std::string rendezvous = "127.0.0.1:" + std::to_string(port);
   std::vector<pid_t> children;
   for (int r = 0; r < world_size; ++r) {
@@ -47,11 +47,15 @@ int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn&
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     if (code != 0) {
       if (exit_code == 0) {
-        std::cerr << command << ": rank " << idx << " of " << world_size << " failed ("
-                  << (WIFEXITED(status) ? "exit code " + std::to_string(code)
-                                        : "signal " + std::to_string(WTERMSIG(status)))
-                  << "); stopping the other ranks\n";
-        exit_code = code == 2 ? 2 : 1;
+        if (idx == 0 && code == kRendezvousPortTakenExitCode) {
+          exit_code = code;
+        } else {
+          std::cerr << command << ": rank " << idx << " of " << world_size << " failed ("
+                    << (WIFEXITED(status) ? "exit code " + std::to_string(code)
+                                          : "signal " + std::to_string(WTERMSIG(status)))
+                    << "); stopping the other ranks\n";
+          exit_code = code == 2 ? 2 : 1;
+        }
       }
       for (pid_t c : children) {
         if (c > 0) ::kill(c, SIGTERM);
@@ -59,6 +63,37 @@ int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn&
     }
   }
   return exit_code;
+}
+
+}  // namespace
+
+int LocalRankExitCode(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+      return 0;
+    case StatusCode::kInvalidArgument:
+      return 2;
+    default:
+      return IsRendezvousPortTaken(status) ? kRendezvousPortTakenExitCode : 1;
+  }
+}
+
+int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn& child_args) {
+  int port = 0;
+  for (int attempt = 1; attempt <= kRendezvousAttempts; ++attempt) {
+    port = PickFreePort();
+    if (port == 0) {
+      std::cerr << command << ": could not find a free loopback port for the rendezvous\n";
+      return 1;
+    }
+    int code = RunGangOnce(command, world_size, port, child_args);
+    if (code != kRendezvousPortTakenExitCode) return code;
+    std::cerr << command << ": another process took rendezvous port " << port
+              << " before rank 0 could serve it; starting the ranks again on another port\n";
+  }
+  std::cerr << command << ": the rendezvous port was taken " << kRendezvousAttempts
+            << " times in a row (last " << port << "); free some loopback ports and retry\n";
+  return 1;
 }
 
 StatusOr<std::unique_ptr<Collectives>> ConnectLocalRank(int rank, int world_size,

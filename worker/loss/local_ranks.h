@@ -2,7 +2,10 @@
 // executable (argv from `child_args(rank, rendezvous)`, the rendezvous a free loopback port)
 // and waits for them. When a rank fails the others are stopped. Returns the exit code: 0 when
 // every rank succeeded, 2 when the first failure exited with 2 (invalid input), 1 otherwise.
-// Used by `mlcd-worker loss-check` and `mlcd-worker cluster-gang`.
+// When rank 0 exits with kRendezvousPortTakenExitCode (another process took the port between
+// its choice and rank 0's bind) the whole gang is stopped and started again on another port,
+// up to kRendezvousAttempts times. A rank maps its Status to its exit code with
+// LocalRankExitCode. Used by `mlcd-worker loss-check` and `mlcd-worker cluster-gang`.
 #pragma once
 
 #include <functional>
@@ -15,7 +18,17 @@
 
 namespace mlcd::worker {
 
-using ChildArgsFn = std::function<std::vector<std::string>(int rank, const std::string& rendezvous)>;
+// The exit code of a rank whose rendezvous port was taken (ALREADY_EXISTS from the store).
+inline constexpr int kRendezvousPortTakenExitCode = 3;
+// How many ports RunLocalRanks tries before it gives up.
+inline constexpr int kRendezvousAttempts = 5;
+
+// A rank's exit code for its result: 0 ok, 2 INVALID_ARGUMENT, kRendezvousPortTakenExitCode
+// when IsRendezvousPortTaken, 1 otherwise.
+int LocalRankExitCode(const Status& status);
+
+using ChildArgsFn =
+    std::function<std::vector<std::string>(int rank, const std::string& rendezvous)>;
 
 int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn& child_args);
 
