@@ -5,7 +5,8 @@
 //       its constructor arguments in vit.json beside it (and printed);
 //   mlcdctl export --checkpoint DIR --format safetensors --out out/model.safetensors
 //       the same tensors as a safetensors file, out/model.config.json beside it;
-//   mlcdctl export --checkpoint DIR --format hf-vit --out vit/     (or hf-clip --out tower/)
+//   mlcdctl export --checkpoint DIR --format hf-vit --out vit/     (or hf-vit-classifier,
+//                                                                    hf-clip --out tower/)
 //       a directory (config.json + model.safetensors) that transformers' ViTModel
 //       (CLIPVisionModelWithProjection) .from_pretrained loads strictly.
 // The work happens in `mlcd-worker export` (the binary next to mlcdctl, or --worker-binary /
@@ -32,9 +33,10 @@ struct ExportOptions {
 
 int RunExport(Context& ctx, const ExportOptions& o) {
   if (o.format != "torchvision" && o.format != "safetensors" && o.format != "hf-vit" &&
-      o.format != "hf-clip")
+      o.format != "hf-vit-classifier" && o.format != "hf-clip")
     return ctx.Fail(Status::InvalidArgument(
-        "--format must be torchvision, safetensors, hf-vit or hf-clip, got \"" + o.format + "\""));
+        "--format must be torchvision, safetensors, hf-vit, hf-vit-classifier or hf-clip, got \"" +
+        o.format + "\""));
   if (!PathExists(o.checkpoint))
     return ctx.Fail(Status::NotFound(o.checkpoint + ": no such checkpoint"));
   WorkerRun run;
@@ -75,16 +77,22 @@ CommandRegistration reg(65, [](CLI::App& app, Context& ctx) {
       "                         to <out>.json\n"
       "  --format safetensors   the same tensors as .safetensors, <name>.config.json beside it\n"
       "  --format hf-vit        a directory transformers.ViTModel.from_pretrained loads\n"
-      "                         strictly; pooler_output is our embedding\n"
+      "                         strictly; pooler_output is our embedding (transformers 4.48+)\n"
+      "  --format hf-vit-classifier\n"
+      "                         the same for ViTForImageClassification, which every\n"
+      "                         transformers from 4.40 loads strictly; logits is our embedding\n"
       "  --format hf-clip       the same for CLIPVisionModelWithProjection (model.layout clip);\n"
       "                         image_embeds is our embedding");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "checkpoint directory, or a checkpoint root with LATEST")
       ->required();
-  cmd->add_option("--format", o->format, "torchvision | safetensors | hf-vit | hf-clip")
+  cmd->add_option("--format", o->format,
+                  "torchvision | safetensors | hf-vit | hf-vit-classifier | hf-clip")
       ->required();
-  cmd->add_option("--out", o->out,
-                  "output file (.pt / .pth, or .safetensors), or directory (hf-vit, hf-clip)")
+  cmd->add_option(
+         "--out", o->out,
+         "output file (.pt / .pth, or .safetensors), or directory (hf-vit, hf-vit-classifier, "
+         "hf-clip)")
       ->required();
   cmd->add_flag("--grey-as-rgb", o->grey_as_rgb,
                 "export a 1-channel (grey) model for torchvision's 3-channel input: each channel "

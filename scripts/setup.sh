@@ -105,6 +105,17 @@ if [ "$torch_flavour" = pip ]; then
     "$venv/bin/python3" -m pip install -q --disable-pip-version-check -r "$requirements"
     cp "$requirements" "$stamp"
   fi
+  # The oldest transformers the exports are tested with, in a folder of its own (its
+  # huggingface_hub and tokenizers differ from the pinned transformers').
+  old_requirements="$root/scripts/interop-old-transformers.txt"
+  old_target="$venv/old-transformers"
+  if ! cmp -s "$old_requirements" "$old_target/.requirements"; then
+    echo "setup: installing the oldest tested transformers into $old_target"
+    rm -rf "$old_target"
+    "$venv/bin/python3" -m pip install -q --disable-pip-version-check --no-deps \
+      --target "$old_target" -r "$old_requirements"
+    cp "$old_requirements" "$old_target/.requirements"
+  fi
   if [ "${MLCD_SETUP_VENV_ONLY:-0}" = 1 ]; then
     exit 0
   fi

@@ -71,7 +71,7 @@ int RunExport(const ExportFlags& flags) {
                           {"weights", result->weights_path},
                           {"config", result->config_path},
                           {"format", ExportFormatName(*format)},
-                          {"tensor_names", !result->hf_class.empty() ? "transformers"
+                          {"tensor_names", !result->hf_class.empty()   ? "transformers"
                                            : result->torchvision_names ? "torchvision"
                                                                        : "mlcd"},
                           {"tensors", result->tensors},
@@ -103,16 +103,17 @@ CommandRegistration export_registration(45, [](CLI::App& app, int* exit_code) {
       "Write a checkpoint's encoder for other tools: --format torchvision (a state_dict .pt "
       "that\ntorchvision.models.VisionTransformer loads with strict=True) or --format "
       "safetensors;\nthe config (constructor arguments, model options) goes beside it as JSON. "
-      "--format hf-vit / hf-clip:\na directory transformers' ViTModel / "
-      "CLIPVisionModelWithProjection loads strictly.");
+      "--format hf-vit / hf-vit-classifier / hf-clip:\na directory transformers' ViTModel / "
+      "ViTForImageClassification / CLIPVisionModelWithProjection loads strictly.");
   cmd->add_option("--checkpoint", flags->checkpoint,
                   "checkpoint directory, or a checkpoint root with LATEST")
       ->required();
-  cmd->add_option("--format", flags->format, "torchvision | safetensors | hf-vit | hf-clip")
+  cmd->add_option("--format", flags->format,
+                  "torchvision | safetensors | hf-vit | hf-vit-classifier | hf-clip")
       ->required();
   cmd->add_option("--out", flags->out,
                   "output file: .pt/.pth (torchvision) or .safetensors, its directory created; "
-                  "hf-vit / hf-clip: the directory")
+                  "hf-vit / hf-vit-classifier / hf-clip: the directory")
       ->required();
   cmd->add_flag("--grey-as-rgb", flags->grey_as_rgb,
                 "a 1-channel model as torchvision's 3-channel one, for grey input repeated on "

@@ -242,10 +242,10 @@ TEST_F(ExportTest, HuggingFaceFormatsRefuseModelsTheirClassCannotExpress) {
   const std::string clip_ckpt = WriteTestCheckpoint(dir_.Sub("clip"), clip);
   ASSERT_FALSE(clip_ckpt.empty());
   std::string out;
-  EXPECT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-vit", "--out",
-                 dir_.Sub("hf-vit")},
-                &out),
-            kExitPrecondition)
+  EXPECT_EQ(
+      Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-vit", "--out", dir_.Sub("hf-vit")},
+          &out),
+      kExitPrecondition)
       << out;
   for (const char* what : {"ViTModel cannot express", "model.layout is \"clip\"", "hf-clip"})
     EXPECT_NE(out.find(what), std::string::npos) << what << " missing in: " << out;
@@ -255,35 +255,35 @@ TEST_F(ExportTest, HuggingFaceFormatsRefuseModelsTheirClassCannotExpress) {
                 &out),
             kExitPrecondition)
       << out;
-  for (const char* what : {"model.layout is \"clip\"", "model.activation is \"quick_gelu\"",
-                           "LayerNorm eps"})
+  for (const char* what :
+       {"model.layout is \"clip\"", "model.activation is \"quick_gelu\"", "LayerNorm eps"})
     EXPECT_NE(out.find(what), std::string::npos) << what << " missing in: " << out;
 
   // The paper's layout with mean pooling and a conv stem: hf-clip names all three.
   v1::JobSpec vit = ModelSpec(3, 32, 8, 32, 1, 2, 4.0, 16, "mean", "conv");
   const std::string vit_ckpt = WriteTestCheckpoint(dir_.Sub("vit"), vit);
   ASSERT_FALSE(vit_ckpt.empty());
-  EXPECT_EQ(Ctl({"export", "--checkpoint", vit_ckpt, "--format", "hf-clip", "--out",
-                 dir_.Sub("hf-clip")},
-                &out),
-            kExitPrecondition)
+  EXPECT_EQ(
+      Ctl({"export", "--checkpoint", vit_ckpt, "--format", "hf-clip", "--out", dir_.Sub("hf-clip")},
+          &out),
+      kExitPrecondition)
       << out;
-  for (const char* what : {"CLIPVisionModelWithProjection cannot express",
-                           "model.layout is \"vit\"", "model.stem is \"conv\"",
-                           "model.pooling is \"mean\"", "--format safetensors"})
+  for (const char* what :
+       {"CLIPVisionModelWithProjection cannot express", "model.layout is \"vit\"",
+        "model.stem is \"conv\"", "model.pooling is \"mean\"", "--format safetensors"})
     EXPECT_NE(out.find(what), std::string::npos) << what << " missing in: " << out;
   EXPECT_FALSE(PathExists(dir_.Sub("hf-clip")));
 
   // --out names a directory; a file there is refused, and so is --grey-as-rgb.
   ASSERT_TRUE(WriteFileAtomically(dir_.Sub("file"), "x").ok());
-  EXPECT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-clip", "--out",
-                 dir_.Sub("file")},
-                &out),
-            kExitUsage)
+  EXPECT_EQ(
+      Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-clip", "--out", dir_.Sub("file")},
+          &out),
+      kExitUsage)
       << out;
   EXPECT_NE(out.find("writes a directory"), std::string::npos) << out;
-  EXPECT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-clip", "--out",
-                 dir_.Sub("d"), "--grey-as-rgb"},
+  EXPECT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-clip", "--out", dir_.Sub("d"),
+                 "--grey-as-rgb"},
                 &out),
             kExitUsage)
       << out;
@@ -291,10 +291,10 @@ TEST_F(ExportTest, HuggingFaceFormatsRefuseModelsTheirClassCannotExpress) {
 
   // What the CLIP export writes: both files, the config naming the class (transformers itself
   // loads it in hf_export_test).
-  ASSERT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-clip", "--out",
-                 dir_.Sub("tower")},
-                &out),
-            0)
+  ASSERT_EQ(
+      Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-clip", "--out", dir_.Sub("tower")},
+          &out),
+      0)
       << out;
   EXPECT_NE(out.find("CLIPVisionModelWithProjection.from_pretrained"), std::string::npos) << out;
   auto config = ReadFileToString(dir_.Sub("tower/config.json"));
@@ -306,8 +306,49 @@ TEST_F(ExportTest, HuggingFaceFormatsRefuseModelsTheirClassCannotExpress) {
   auto file = ReadSafetensors(dir_.Sub("tower/model.safetensors"));
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   EXPECT_EQ(file->tensors.count("vision_model.embeddings.patch_embedding.bias"), 0u);
-  EXPECT_EQ(file->tensors.at("vision_model.pre_layrnorm.weight").shape,
-            std::vector<int64_t>({16}));
+  EXPECT_EQ(file->tensors.at("vision_model.pre_layrnorm.weight").shape, std::vector<int64_t>({16}));
+}
+
+// hf-vit-classifier: hf-vit's tensors under "vit.", the projection as the classifier (bias 0),
+// no pooler; the config has one label per embedding dimension and no pooler settings. The
+// clip layout is refused naming the class (transformers loads it in hf_export_test).
+TEST_F(ExportTest, VitClassifierHoldsTheProjectionAsItsClassifier) {
+  v1::JobSpec spec = ModelSpec(3, 16, 8, 16, 1, 2, 2.0, 8, "cls", "patch");
+  const std::string ckpt = WriteTestCheckpoint(dir_.Sub("ckpt"), spec);
+  ASSERT_FALSE(ckpt.empty());
+  std::string out;
+  ASSERT_EQ(Ctl({"export", "--checkpoint", ckpt, "--format", "hf-vit-classifier", "--out",
+                 dir_.Sub("cls")},
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("ViTForImageClassification.from_pretrained"), std::string::npos) << out;
+  auto config = ReadFileToString(dir_.Sub("cls/config.json"));
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto j = nlohmann::json::parse(*config);
+  EXPECT_EQ(j["architectures"], nlohmann::json::array({"ViTForImageClassification"}));
+  EXPECT_EQ(j["num_labels"], 8);
+  EXPECT_FALSE(j.contains("pooler_output_size"));
+  auto file = ReadSafetensors(dir_.Sub("cls/model.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->tensors.at("classifier.weight").shape, std::vector<int64_t>({8, 16}));
+  EXPECT_EQ(file->tensors.at("vit.embeddings.cls_token").shape, std::vector<int64_t>({1, 1, 16}));
+  for (float b : file->tensors.at("classifier.bias").values) EXPECT_EQ(b, 0.0f);
+  EXPECT_EQ(file->tensors.count("vit.pooler.dense.weight"), 0u);
+  EXPECT_EQ(file->tensors.count("pooler.dense.weight"), 0u);
+  for (const auto& [name, tensor] : file->tensors)
+    EXPECT_TRUE(name.rfind("vit.", 0) == 0 || name.rfind("classifier.", 0) == 0) << name;
+
+  v1::JobSpec clip = spec;
+  clip.mutable_model()->set_layout("clip");
+  const std::string clip_ckpt = WriteTestCheckpoint(dir_.Sub("clip"), clip);
+  ASSERT_FALSE(clip_ckpt.empty());
+  EXPECT_EQ(Ctl({"export", "--checkpoint", clip_ckpt, "--format", "hf-vit-classifier", "--out",
+                 dir_.Sub("clip-cls")},
+                &out),
+            kExitPrecondition)
+      << out;
+  EXPECT_NE(out.find("ViTForImageClassification cannot express"), std::string::npos) << out;
 }
 
 TEST_F(ExportTest, BadRequestsAndCheckpointsGetClearErrors) {
@@ -326,7 +367,9 @@ TEST_F(ExportTest, BadRequestsAndCheckpointsGetClearErrors) {
       Ctl({"export", "--checkpoint", ckpt, "--format", "onnx", "--out", dir_.Sub("x.pt")}, &out),
       kExitUsage)
       << out;
-  EXPECT_NE(out.find("torchvision, safetensors, hf-vit or hf-clip"), std::string::npos) << out;
+  EXPECT_NE(out.find("torchvision, safetensors, hf-vit, hf-vit-classifier or hf-clip"),
+            std::string::npos)
+      << out;
   EXPECT_EQ(Ctl({"export", "--checkpoint", ckpt, "--format", "torchvision", "--out",
                  dir_.Sub("x.safetensors")},
                 &out),

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "common/file_util.h"
@@ -20,6 +21,8 @@
 namespace mlcd::testing {
 namespace {
 
+namespace fs = std::filesystem;
+
 class HfExportTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -30,13 +33,23 @@ class HfExportTest : public ::testing::Test {
                    << ") is not there: scripts/run_interop_tests.sh runs this suite";
   }
 
-  std::string Check(const std::vector<std::string>& args) {
-    std::vector<std::string> all = {std::string(MLCD_SOURCE_DIR) + "/tests/export/interop_check.py"};
+  // Runs interop_check.py with `args`; with `python_path`, that folder comes first on
+  // PYTHONPATH (another transformers than the venv's).
+  std::string Check(const std::vector<std::string>& args, const std::string& python_path = "") {
+    std::vector<std::string> all = {
+        python_, std::string(MLCD_SOURCE_DIR) + "/tests/export/interop_check.py"};
     all.insert(all.end(), args.begin(), args.end());
+    if (!python_path.empty()) all.insert(all.begin(), "PYTHONPATH=" + python_path);
     std::string out;
-    EXPECT_EQ(RunCommand(python_, all, &out), 0) << out;
+    EXPECT_EQ(RunCommand("/usr/bin/env", all, &out), 0) << out;
     std::cout << "interop_check: " << out;
     return out;
+  }
+
+  // The oldest transformers the exports are tested with: scripts/setup.sh installs it beside
+  // the venv's own packages (scripts/interop-old-transformers.txt).
+  std::string OldTransformers() const {
+    return fs::path(python_).parent_path().parent_path().string() + "/old-transformers";
   }
 
   // Our hidden states [depth + 1, n, tokens, width] and embeddings [n, embed_dim] of the
@@ -59,15 +72,18 @@ class HfExportTest : public ::testing::Test {
                     .ok());
   }
 
-  // Exports `spec`'s model with --format `format` and has transformers load and run it.
-  void ExportAndCompare(const v1::JobSpec& spec, const std::string& format) {
+  // Exports `spec`'s model with --format `format` and has transformers load and run it (the
+  // venv's, and the oldest tested one too with `also_old_transformers`).
+  void ExportAndCompare(const v1::JobSpec& spec, const std::string& format,
+                        bool also_old_transformers = false) {
     const std::string ckpt = WriteTestCheckpoint(dir_.Sub("ckpt"), spec);
     ASSERT_FALSE(ckpt.empty());
     std::string out;
-    ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {"export", "--checkpoint", ckpt, "--format", format,
-                                              "--out", dir_.Sub("hf")},
-                         &out),
-              0)
+    ASSERT_EQ(
+        RunCommand(BinPath("mlcdctl"),
+                   {"export", "--checkpoint", ckpt, "--format", format, "--out", dir_.Sub("hf")},
+                   &out),
+        0)
         << out;
     const int s = spec.model().image_size(), c = spec.model().channels();
     const Status made = c == 1 ? WriteFashionMnistImages(dir_.Sub("images.npy"), 6, s)
@@ -75,8 +91,21 @@ class HfExportTest : public ::testing::Test {
     ASSERT_TRUE(made.ok()) << made.ToString();
     WriteOurs(ckpt, dir_.Sub("images.npy"));
     if (HasFailure()) return;
-    Check({format, "--dir", dir_.Sub("hf"), "--images", dir_.Sub("images.npy"), "--hidden",
-           dir_.Sub("hidden.npy"), "--embedding", dir_.Sub("embedding.npy")});
+    const std::vector<std::string> args = {format,
+                                           "--dir",
+                                           dir_.Sub("hf"),
+                                           "--images",
+                                           dir_.Sub("images.npy"),
+                                           "--hidden",
+                                           dir_.Sub("hidden.npy"),
+                                           "--embedding",
+                                           dir_.Sub("embedding.npy")};
+    Check(args);
+    if (!also_old_transformers) return;
+    ASSERT_TRUE(PathExists(OldTransformers() + "/transformers"))
+        << OldTransformers() << " has no transformers: MLCD_TORCH=pip scripts/setup.sh installs it";
+    const std::string old = Check(args, OldTransformers());
+    EXPECT_NE(old.find("\"transformers\": \"4.40."), std::string::npos) << old;
   }
 
   std::string python_;
@@ -94,6 +123,19 @@ TEST_F(HfExportTest, VitModelTakesGreyModelsAndQuickGelu) {
   v1::JobSpec spec = ModelSpec(1, 28, 7, 32, 2, 2, 4.0, 16, "cls", "patch");
   spec.mutable_model()->set_activation("quick_gelu");
   ExportAndCompare(spec, "hf-vit");
+}
+
+// ViTForImageClassification with our projection as its classifier: logits is our embedding,
+// in the pinned transformers and in 4.40 (whose ViTModel pooler cannot hold the projection).
+TEST_F(HfExportTest, VitClassifierLoadsStrictlyInOldAndNewTransformers) {
+  ExportAndCompare(ModelSpec(3, 32, 8, 48, 2, 3, 2.5, 24, "cls", "patch"), "hf-vit-classifier",
+                   /*also_old_transformers=*/true);
+}
+
+TEST_F(HfExportTest, VitClassifierTakesGreyModelsAndQuickGelu) {
+  v1::JobSpec spec = ModelSpec(1, 28, 7, 32, 2, 2, 4.0, 16, "cls", "patch");
+  spec.mutable_model()->set_activation("quick_gelu");
+  ExportAndCompare(spec, "hf-vit-classifier", /*also_old_transformers=*/true);
 }
 
 TEST_F(HfExportTest, ClipVisionTowerLoadsStrictlyAndComputesOurHiddenStatesAndEmbedding) {
@@ -118,20 +160,22 @@ TEST_F(HfExportTest, SafetensorsLibraryReadsTheSafetensorsExport) {
   std::string out;
   for (const auto& [format, file] : {std::pair<std::string, std::string>{"torchvision", "vit.pt"},
                                      {"safetensors", "st/model.safetensors"}}) {
-    ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {"export", "--checkpoint", ckpt, "--format", format,
-                                              "--out", dir_.Sub(file)},
-                         &out),
-              0)
+    ASSERT_EQ(
+        RunCommand(BinPath("mlcdctl"),
+                   {"export", "--checkpoint", ckpt, "--format", format, "--out", dir_.Sub(file)},
+                   &out),
+        0)
         << out;
   }
   Check({"safetensors", "--file", dir_.Sub("st/model.safetensors"), "--pt", dir_.Sub("vit.pt"),
          "--tensor-names", "torchvision"});
 
-  const std::string conv = WriteTestCheckpoint(
-      dir_.Sub("conv"), ModelSpec(1, 32, 8, 32, 1, 2, 4.0, 16, "mean", "conv"));
+  const std::string conv =
+      WriteTestCheckpoint(dir_.Sub("conv"), ModelSpec(1, 32, 8, 32, 1, 2, 4.0, 16, "mean", "conv"));
   ASSERT_FALSE(conv.empty());
-  ASSERT_EQ(RunCommand(BinPath("mlcdctl"), {"export", "--checkpoint", conv, "--format",
-                                            "safetensors", "--out", dir_.Sub("conv.safetensors")},
+  ASSERT_EQ(RunCommand(BinPath("mlcdctl"),
+                       {"export", "--checkpoint", conv, "--format", "safetensors", "--out",
+                        dir_.Sub("conv.safetensors")},
                        &out),
             0)
       << out;

@@ -2,6 +2,7 @@
 """The Python side of hf_export_test.cc, run with the interop venv (transformers, safetensors).
 
   interop_check.py hf-vit  --dir D --images X.npy --hidden H.npy --embedding E.npy
+  interop_check.py hf-vit-classifier --dir D --images X.npy --hidden H.npy --embedding E.npy
   interop_check.py hf-clip --dir D --images X.npy --hidden H.npy --embedding E.npy
       loads D with transformers strictly (output_loading_info: no missing, unexpected or
       misshapen key, no error), runs it on X and compares every hidden state with H
@@ -77,6 +78,21 @@ def check_vit(args, report):
     report["class"] = "ViTModel"
 
 
+def check_vit_classifier(args, report):
+    from transformers import AutoModelForImageClassification, ViTForImageClassification
+    model = load_strictly(ViTForImageClassification, args.dir)
+    auto = load_strictly(AutoModelForImageClassification, args.dir)
+    if type(auto) is not ViTForImageClassification:
+        fail(f"AutoModelForImageClassification gave {type(auto).__name__}")
+    if float(model.classifier.bias.detach().abs().max()) != 0:
+        fail("classifier.bias is not zero")
+    images = torch.from_numpy(np.load(args.images))
+    with torch.no_grad():
+        out = model(pixel_values=images, output_hidden_states=True)
+    compare(args, model, out, out.logits, report)
+    report["class"] = "ViTForImageClassification"
+
+
 def check_clip(args, report):
     from transformers import CLIPVisionModel, CLIPVisionModelWithProjection
     model = load_strictly(CLIPVisionModelWithProjection, args.dir)
@@ -134,7 +150,7 @@ def check_safetensors(args, report):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("kind", choices=["hf-vit", "hf-clip", "safetensors"])
+    p.add_argument("kind", choices=["hf-vit", "hf-vit-classifier", "hf-clip", "safetensors"])
     p.add_argument("--dir")
     p.add_argument("--images")
     p.add_argument("--hidden")
@@ -147,8 +163,9 @@ def main():
     args = p.parse_args()
     torch.set_num_threads(1)
     report = {"kind": args.kind}
-    {"hf-vit": check_vit, "hf-clip": check_clip, "safetensors": check_safetensors}[args.kind](
-        args, report)
+    checks = {"hf-vit": check_vit, "hf-vit-classifier": check_vit_classifier,
+              "hf-clip": check_clip, "safetensors": check_safetensors}
+    checks[args.kind](args, report)
     import transformers
     report.update(transformers=transformers.__version__, torch=torch.__version__)
     print(json.dumps(report))

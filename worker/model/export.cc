@@ -76,12 +76,14 @@ Status WriteSafetensorsFile(const std::string& path, const std::vector<ExportTen
 }  // namespace
 
 StatusOr<ExportFormat> ParseExportFormat(const std::string& name) {
-  for (ExportFormat f : {ExportFormat::kTorchvision, ExportFormat::kSafetensors,
-                         ExportFormat::kHfVit, ExportFormat::kHfClip}) {
+  for (ExportFormat f :
+       {ExportFormat::kTorchvision, ExportFormat::kSafetensors, ExportFormat::kHfVit,
+        ExportFormat::kHfVitClassifier, ExportFormat::kHfClip}) {
     if (name == ExportFormatName(f)) return f;
   }
-  return Status::InvalidArgument("unknown export format \"" + name +
-                                 "\": use torchvision, safetensors, hf-vit or hf-clip");
+  return Status::InvalidArgument(
+      "unknown export format \"" + name +
+      "\": use torchvision, safetensors, hf-vit, hf-vit-classifier or hf-clip");
 }
 
 const char* ExportFormatName(ExportFormat format) {
@@ -92,10 +94,17 @@ const char* ExportFormatName(ExportFormat format) {
       return "safetensors";
     case ExportFormat::kHfVit:
       return "hf-vit";
+    case ExportFormat::kHfVitClassifier:
+      return "hf-vit-classifier";
     case ExportFormat::kHfClip:
       return "hf-clip";
   }
   return "?";
+}
+
+bool IsHuggingFaceFormat(ExportFormat format) {
+  return format == ExportFormat::kHfVit || format == ExportFormat::kHfVitClassifier ||
+         format == ExportFormat::kHfClip;
 }
 
 json TorchvisionArgsJson(const TorchvisionVitArgs& a) {
@@ -218,22 +227,22 @@ std::vector<ExportTensor> NativeStateDict(VisionTransformerImpl& model) {
 
 json ExportConfig(const VitOptions& o, const ExportSettings& settings, bool torchvision_names,
                   const json& source) {
-  json model = {{"image_size", o.image_size},
-                {"patch_size", o.patch_size},
-                {"channels", o.channels},
-                {"width", o.width},
-                {"depth", o.depth},
-                {"heads", o.heads},
-                {"mlp_dim", o.mlp_hidden()},
-                {"embed_dim", o.embed_dim},
-                {"pooling", o.pooling == VitPooling::kCls ? "cls" : "mean"},
-                {"stem", o.stem == VitStem::kConv ? "conv" : "patch"},
-                {"layout", o.layout == VitLayout::kClip ? "clip" : "vit"},
-                {"layer_norm_eps", o.layer_norm_eps},
-                {"activation", o.activation == VitActivation::kQuickGelu
-                                   ? "quick_gelu (x * sigmoid(1.702 x))"
-                                   : "gelu (exact, erf)"},
-                {"output", "the projected embedding, not L2-normalised"}};
+  json model = {
+      {"image_size", o.image_size},
+      {"patch_size", o.patch_size},
+      {"channels", o.channels},
+      {"width", o.width},
+      {"depth", o.depth},
+      {"heads", o.heads},
+      {"mlp_dim", o.mlp_hidden()},
+      {"embed_dim", o.embed_dim},
+      {"pooling", o.pooling == VitPooling::kCls ? "cls" : "mean"},
+      {"stem", o.stem == VitStem::kConv ? "conv" : "patch"},
+      {"layout", o.layout == VitLayout::kClip ? "clip" : "vit"},
+      {"layer_norm_eps", o.layer_norm_eps},
+      {"activation", o.activation == VitActivation::kQuickGelu ? "quick_gelu (x * sigmoid(1.702 x))"
+                                                               : "gelu (exact, erf)"},
+      {"output", "the projected embedding, not L2-normalised"}};
   if (o.stem == VitStem::kConv) model["stem_channels"] = o.stem_channels();
   json config = {{"format", ExportFormatName(settings.format)},
                  {"tensor_names", torchvision_names ? "torchvision" : "mlcd"},
@@ -255,16 +264,14 @@ json ExportConfig(const VitOptions& o, const ExportSettings& settings, bool torc
 std::string ExportConfigPath(ExportFormat format, const std::string& out) {
   fs::path p(out);
   if (format == ExportFormat::kTorchvision) return p.replace_extension(".json").string();
-  if (format == ExportFormat::kHfVit || format == ExportFormat::kHfClip)
-    return (p / "config.json").string();
+  if (IsHuggingFaceFormat(format)) return (p / "config.json").string();
   return p.replace_extension(".config.json").string();
 }
 
 StatusOr<ExportResult> ExportModel(VisionTransformerImpl& model, const ExportSettings& settings,
                                    const std::string& out, const json& source) {
   const ExportFormat format = settings.format;
-  if (format == ExportFormat::kHfVit || format == ExportFormat::kHfClip)
-    return ExportHuggingFace(model, settings, out, source);
+  if (IsHuggingFaceFormat(format)) return ExportHuggingFace(model, settings, out, source);
   const bool grey = settings.grey_as_rgb;
   if (grey && model.options().channels != 1)
     return Status::InvalidArgument("--grey-as-rgb is for 1-channel models; this one has " +

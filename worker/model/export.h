@@ -12,8 +12,11 @@
 //                 (VisionTransformerImpl::named_parameters()) there; the config says which
 //                 ("tensor_names": "torchvision" | "mlcd").
 //   hf-vit        <out>/ a directory transformers.ViTModel.from_pretrained loads strictly
-//   hf-clip       <out>/ the same for CLIPVisionModelWithProjection (the "clip" layout); both
-//                 in worker/model/hf_export.h.
+//   hf-vit-classifier
+//                 <out>/ the same for ViTForImageClassification: its logits are our
+//                 embedding, and transformers 4.x before 4.48 loads it strictly too
+//   hf-clip       <out>/ the same for CLIPVisionModelWithProjection (the "clip" layout); all
+//                 three in worker/model/hf_export.h.
 //
 // The mapping onto torchvision 0.14's VisionTransformer (python3-torchvision in Debian 12):
 //   cls_token [D]               -> class_token [1, 1, D]
@@ -42,11 +45,14 @@
 
 namespace mlcd::worker {
 
-enum class ExportFormat { kTorchvision, kSafetensors, kHfVit, kHfClip };
+enum class ExportFormat { kTorchvision, kSafetensors, kHfVit, kHfVitClassifier, kHfClip };
 
-// "torchvision", "safetensors", "hf-vit" or "hf-clip"; INVALID_ARGUMENT listing them otherwise.
+// "torchvision", "safetensors", "hf-vit", "hf-vit-classifier" or "hf-clip"; INVALID_ARGUMENT
+// listing them otherwise.
 StatusOr<ExportFormat> ParseExportFormat(const std::string& name);
 const char* ExportFormatName(ExportFormat format);
+// Whether the format is a transformers directory (hf_export.h).
+bool IsHuggingFaceFormat(ExportFormat format);
 
 // The LayerNorm eps of torchvision's VisionTransformer (its norm_layer default).
 inline constexpr double kTorchvisionLayerNormEps = 1e-6;

@@ -28,8 +28,7 @@ class Renamer {
   explicit Renamer(VisionTransformerImpl& model) {
     for (auto& t : NativeStateDict(model)) ours_[t.name] = t.value;
   }
-  Status Take(const std::string& theirs, const std::string& name,
-              std::vector<int64_t> shape = {}) {
+  Status Take(const std::string& theirs, const std::string& name, std::vector<int64_t> shape = {}) {
     auto it = ours_.find(name);
     if (it == ours_.end())
       return Status::Internal("export: the model has no parameter \"" + name + "\"");
@@ -68,14 +67,19 @@ Status RenameBlock(Renamer& r, int i, const std::string& prefix,
   return Status::Ok();
 }
 
-StatusOr<std::vector<ExportTensor>> VitStateDict(VisionTransformerImpl& model) {
+// ViTModel's tensors, each name after `base` ("" for ViTModel itself, "vit." inside
+// ViTForImageClassification); our projection becomes the pooler or the classifier.
+StatusOr<std::vector<ExportTensor>> VitStateDict(VisionTransformerImpl& model, bool classifier) {
   const VitOptions& o = model.options();
   const int64_t d = o.width;
+  const std::string base = classifier ? "vit." : "";
   Renamer r(model);
-  MLCD_RETURN_IF_ERROR(r.Take("embeddings.cls_token", "cls_token", {1, 1, d}));
-  MLCD_RETURN_IF_ERROR(r.Take("embeddings.position_embeddings", "pos_embed", {1, o.tokens(), d}));
-  MLCD_RETURN_IF_ERROR(r.Take("embeddings.patch_embeddings.projection.weight", "patch_weight"));
-  MLCD_RETURN_IF_ERROR(r.Take("embeddings.patch_embeddings.projection.bias", "patch_bias"));
+  MLCD_RETURN_IF_ERROR(r.Take(base + "embeddings.cls_token", "cls_token", {1, 1, d}));
+  MLCD_RETURN_IF_ERROR(
+      r.Take(base + "embeddings.position_embeddings", "pos_embed", {1, o.tokens(), d}));
+  MLCD_RETURN_IF_ERROR(
+      r.Take(base + "embeddings.patch_embeddings.projection.weight", "patch_weight"));
+  MLCD_RETURN_IF_ERROR(r.Take(base + "embeddings.patch_embeddings.projection.bias", "patch_bias"));
   const std::vector<std::pair<const char*, const char*>> pairs = {
       {"norm1.weight", "layernorm_before.weight"},
       {"norm1.bias", "layernorm_before.bias"},
@@ -92,12 +96,13 @@ StatusOr<std::vector<ExportTensor>> VitStateDict(VisionTransformerImpl& model) {
                                 "attention.attention.value"};
   for (int i = 0; i < o.depth; ++i) {
     MLCD_RETURN_IF_ERROR(
-        RenameBlock(r, i, "encoder.layer." + std::to_string(i) + ".", pairs, q_k_v));
+        RenameBlock(r, i, base + "encoder.layer." + std::to_string(i) + ".", pairs, q_k_v));
   }
-  MLCD_RETURN_IF_ERROR(r.Take("layernorm.weight", "norm.weight"));
-  MLCD_RETURN_IF_ERROR(r.Take("layernorm.bias", "norm.bias"));
-  MLCD_RETURN_IF_ERROR(r.Take("pooler.dense.weight", "head"));
-  r.Add("pooler.dense.bias", torch::zeros({o.embed_dim}, torch::kFloat));
+  MLCD_RETURN_IF_ERROR(r.Take(base + "layernorm.weight", "norm.weight"));
+  MLCD_RETURN_IF_ERROR(r.Take(base + "layernorm.bias", "norm.bias"));
+  const std::string projection = classifier ? "classifier" : "pooler.dense";
+  MLCD_RETURN_IF_ERROR(r.Take(projection + ".weight", "head"));
+  r.Add(projection + ".bias", torch::zeros({o.embed_dim}, torch::kFloat));
   return r.Release();
 }
 
@@ -111,11 +116,16 @@ StatusOr<std::vector<ExportTensor>> ClipStateDict(VisionTransformerImpl& model) 
   MLCD_RETURN_IF_ERROR(r.Take(v + "pre_layrnorm.weight", "pre_norm.weight"));
   MLCD_RETURN_IF_ERROR(r.Take(v + "pre_layrnorm.bias", "pre_norm.bias"));
   const std::vector<std::pair<const char*, const char*>> pairs = {
-      {"norm1.weight", "layer_norm1.weight"}, {"norm1.bias", "layer_norm1.bias"},
-      {"proj.weight", "self_attn.out_proj.weight"}, {"proj.bias", "self_attn.out_proj.bias"},
-      {"norm2.weight", "layer_norm2.weight"}, {"norm2.bias", "layer_norm2.bias"},
-      {"fc1.weight", "mlp.fc1.weight"}, {"fc1.bias", "mlp.fc1.bias"},
-      {"fc2.weight", "mlp.fc2.weight"}, {"fc2.bias", "mlp.fc2.bias"},
+      {"norm1.weight", "layer_norm1.weight"},
+      {"norm1.bias", "layer_norm1.bias"},
+      {"proj.weight", "self_attn.out_proj.weight"},
+      {"proj.bias", "self_attn.out_proj.bias"},
+      {"norm2.weight", "layer_norm2.weight"},
+      {"norm2.bias", "layer_norm2.bias"},
+      {"fc1.weight", "mlp.fc1.weight"},
+      {"fc1.bias", "mlp.fc1.bias"},
+      {"fc2.weight", "mlp.fc2.weight"},
+      {"fc2.bias", "mlp.fc2.bias"},
   };
   const std::string q_k_v[3] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"};
   for (int i = 0; i < o.depth; ++i) {
@@ -146,7 +156,14 @@ json CommonConfig(const VitOptions& o) {
 }  // namespace
 
 const char* HfModelClass(ExportFormat format) {
-  return format == ExportFormat::kHfClip ? "CLIPVisionModelWithProjection" : "ViTModel";
+  switch (format) {
+    case ExportFormat::kHfClip:
+      return "CLIPVisionModelWithProjection";
+    case ExportFormat::kHfVitClassifier:
+      return "ViTForImageClassification";
+    default:
+      return "ViTModel";
+  }
 }
 
 Status CheckHfExpressible(ExportFormat format, const VitOptions& o) {
@@ -154,9 +171,9 @@ Status CheckHfExpressible(ExportFormat format, const VitOptions& o) {
   const std::string cls = HfModelClass(format);
   std::vector<std::string> differences;
   if (!clip && o.layout == VitLayout::kClip)
-    differences.push_back(
-        "model.layout is \"clip\" (ViTModel has no LayerNorm after the embeddings and a "
-        "patch-embedding bias; --format hf-clip writes this layout)");
+    differences.push_back("model.layout is \"clip\" (" + cls +
+                          " has no LayerNorm after the embeddings and a patch-embedding bias; "
+                          "--format hf-clip writes this layout)");
   if (clip && o.layout == VitLayout::kVit)
     differences.push_back(
         "model.layout is \"vit\" (CLIP's vision tower has a LayerNorm after the embeddings and "
@@ -174,10 +191,10 @@ Status CheckHfExpressible(ExportFormat format, const VitOptions& o) {
       message + ". --format safetensors exports any model (our own tensor names)");
 }
 
-StatusOr<std::vector<ExportTensor>> HfStateDict(ExportFormat format,
-                                                VisionTransformerImpl& model) {
+StatusOr<std::vector<ExportTensor>> HfStateDict(ExportFormat format, VisionTransformerImpl& model) {
   MLCD_RETURN_IF_ERROR(CheckHfExpressible(format, model.options()));
-  return format == ExportFormat::kHfClip ? ClipStateDict(model) : VitStateDict(model);
+  if (format == ExportFormat::kHfClip) return ClipStateDict(model);
+  return VitStateDict(model, format == ExportFormat::kHfVitClassifier);
 }
 
 json HfConfig(ExportFormat format, const VitOptions& o, const json& mlcd_config) {
@@ -198,12 +215,21 @@ json HfConfig(ExportFormat format, const VitOptions& o, const json& mlcd_config)
     config["hidden_dropout_prob"] = 0.0;
     config["attention_probs_dropout_prob"] = 0.0;
     config["encoder_stride"] = o.patch_size;
-    // Our projection is the pooler: a linear map of the class token, bias 0.
-    config["pooler_output_size"] = o.embed_dim;
-    config["pooler_act"] = "linear";
-    mlcd["embedding"] =
-        "pooler_output = model.pooler(last_hidden_state) = last_hidden_state[:, 0] @ "
-        "pooler.dense.weight.T (bias 0, pooler_act linear), not L2-normalised";
+    if (format == ExportFormat::kHfVitClassifier) {
+      // Our projection is the classifier over the class token after the final LayerNorm,
+      // one "label" per embedding dimension; the class has no pooler.
+      config["num_labels"] = o.embed_dim;
+      mlcd["embedding"] =
+          "logits = classifier(last_hidden_state[:, 0]) = last_hidden_state[:, 0] @ "
+          "classifier.weight.T (bias 0), not L2-normalised";
+    } else {
+      // Our projection is the pooler: a linear map of the class token, bias 0.
+      config["pooler_output_size"] = o.embed_dim;
+      config["pooler_act"] = "linear";
+      mlcd["embedding"] =
+          "pooler_output = model.pooler(last_hidden_state) = last_hidden_state[:, 0] @ "
+          "pooler.dense.weight.T (bias 0, pooler_act linear), not L2-normalised";
+    }
   }
   config["mlcd"] = mlcd;
   return config;

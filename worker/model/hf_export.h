@@ -19,6 +19,14 @@
 //               block<i>.proj      -> ....attention.output.dense
 //               block<i>.fc1 / fc2 -> ....intermediate.dense / ....output.dense
 //               norm               -> layernorm;  head -> pooler.dense (bias 0)
+//   hf-vit-classifier
+//             transformers.ViTForImageClassification, for the "vit" layout, where ViTModel's
+//             pooler cannot hold our projection: transformers before 4.48 has no
+//             pooler_output_size / pooler_act, so its pooler is tanh(Linear(width, width)).
+//             The classifier over the class token after the final LayerNorm is our
+//             projection (num_labels = embed_dim, classifier.bias = 0), so logits IS our
+//             embedding; the base tensors are hf-vit's under "vit." and there is no pooler:
+//               head -> classifier (bias 0);  everything else -> vit.<hf-vit name>
 //   hf-clip   transformers.CLIPVisionModelWithProjection (model_type "clip_vision_model"), for
 //             the "clip" layout: image_embeds is our embedding, hidden_states[i] our
 //             HiddenStates()[i]; a LLaVA-style tower takes hidden_states[-2][:, 1:].
@@ -46,12 +54,13 @@
 
 namespace mlcd::worker {
 
-// The transformers class each format is for: "ViTModel", "CLIPVisionModelWithProjection".
+// The transformers class each format is for: "ViTModel", "ViTForImageClassification",
+// "CLIPVisionModelWithProjection".
 const char* HfModelClass(ExportFormat format);
 
 // OK when the format's transformers class computes exactly what `options` describes;
 // otherwise FAILED_PRECONDITION naming every difference (layout, stem, pooling) and what to
-// do instead. `format` is kHfVit or kHfClip.
+// do instead. `format` is one of the IsHuggingFaceFormat formats.
 Status CheckHfExpressible(ExportFormat format, const VitOptions& options);
 
 // The state dict the format's class loads strictly (names as above), or
