@@ -161,7 +161,7 @@ class JobManager {
   StatusOr<v1::ReportAssignmentResponse> ReportAssignment(
       const v1::ReportAssignmentRequest& request, const std::string& caller);
   StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request);
-  // A stopping agent leaves (worker_leave.cc): its entry goes; an assignment it still holds
+  // A stopping agent leaves (worker_api.cc): its entry goes; an assignment it still holds
   // aborts its gang without counting a restart. Unknown workers are OK (idempotent).
   StatusOr<v1::DeregisterWorkerResponse> DeregisterWorker(
       const v1::DeregisterWorkerRequest& request, const std::string& caller);
@@ -209,7 +209,7 @@ class JobManager {
   // labels are written and the sealing phase thread runs next.
   void FinishClusteringGang(JobEntry* job, const v1::GangAttempt& attempt) REQUIRES(mu_);
   // A member reported success, or that it stopped at a checkpoint
-  // (ReportAssignmentRequest.preempted; worker_leave.cc). Once every member has reported:
+  // (ReportAssignmentRequest.preempted; worker_api.cc). Once every member has reported:
   // all succeeded -> FinishGang; some stopped -> the gang is detached without counting a
   // restart and formed again from the committed checkpoint.
   void MemberDone(JobEntry* job, int rank, const v1::ReportAssignmentRequest& request)

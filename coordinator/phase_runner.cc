@@ -16,6 +16,7 @@
 #include "common/npy.h"
 #include "common/spec_defaults.h"
 #include "coordinator/dataset_checks.h"
+#include "coordinator/gang_clustering.h"
 #include "coordinator/tensorboard_log.h"
 
 namespace mlcd::coordinator {
@@ -44,58 +45,6 @@ StatusOr<bool> GatherShardClassLabels(const google::protobuf::RepeatedPtrField<s
   MLCD_RETURN_IF_ERROR(
       WriteNpy(out, NpyDtype::kInt64, {static_cast<int64_t>(all.size())}, all.data()));
   return true;
-}
-
-// At least k rows for k-means and centroids that fit a gang rank: INVALID_ARGUMENT /
-// RESOURCE_EXHAUSTED naming the numbers. `of` names the rows' source.
-Status CheckGangFit(int k, int64_t rows, int64_t d, const std::string& of) {
-  if (k > rows) {
-    return Status::InvalidArgument("clustering.k = " + std::to_string(k) + " > the " +
-                                   std::to_string(rows) + " feature rows of " + of +
-                                   "; k-means needs at least k rows: lower k");
-  }
-  if (static_cast<double>(k) * d * 4 > static_cast<double>(kMaxGangCentroidBytes)) {
-    return Status::ResourceExhausted(
-        "k = " + std::to_string(k) + " centroids of d = " + std::to_string(d) + " take " +
-        FormatBytes(static_cast<uint64_t>(k) * d * 4) +
-        " in float32 on every rank of the gang, "
-        "above its limit of " +
-        FormatBytes(kMaxGangCentroidBytes) + "; lower k, or use engine clusterd (docs/scale.md)");
-  }
-  return Status::Ok();
-}
-
-// clustering.engine "gang": the round's feature paths as the gang's files (directories
-// listed), every one a 2-d float32/float16 .npy of the same dimension, or the round-0
-// features the gang computes (their dataset's row count and dimension); at least k rows in all
-// and centroids that fit (CheckGangFit).
-Status PlanGangFeatures(int k, const DataRoots* roots, v1::RoundStatus* round) {
-  if (round->has_generated_features()) {
-    const v1::GeneratedFeatures& g = round->generated_features();
-    MLCD_ASSIGN_OR_RETURN(FashionMnistFeatureSpec spec, FashionMnistSpecOf(g));
-    MLCD_ASSIGN_OR_RETURN(FashionMnistShape shape, ReadFashionMnistShape(spec));
-    return CheckGangFit(k, shape.rows, shape.d,
-                        "the " + g.kind() + " features of " + shape.images_path);
-  }
-  std::vector<std::string> paths(round->feature_paths().begin(), round->feature_paths().end());
-  MLCD_ASSIGN_OR_RETURN(std::vector<NpyShardRows> shards, ListNpyShardRows(paths, roots));
-  int64_t rows = 0, d = -1;
-  std::string first;
-  round->clear_feature_paths();
-  for (const NpyShardRows& shard : shards) {  // each opened and checked 2-d float by the listing
-    if (d < 0) {
-      d = shard.cols;
-      first = shard.path;
-    } else if (shard.cols != d) {
-      return Status::InvalidArgument(
-          "feature dimensions differ: " + first + " has d = " + std::to_string(d) + ", " +
-          shard.path + " has d = " + std::to_string(shard.cols) +
-          "; every feature file of a round must have the same dimension");
-    }
-    rows += shard.rows;
-    round->add_feature_paths(shard.path);
-  }
-  return CheckGangFit(k, rows, d, std::to_string(shards.size()) + " shards");
 }
 
 // Round-0 features of the job's dataset (no output paths).
