@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""The classification layer's loss check on CUDA (bench/RESULTS.md, "GPU step").
+"""The classification layer's loss check on the GPU (bench/RESULTS.md, "GPU step").
 
 Makes a batch (embeddings E, centres W, labels Y with padding, negatives N), runs
 `mlcd-worker loss-check` on it (our C++ layer, on the host) and computes the same MLCD loss
 (paper Eq. 6, arc margin with PartialFC's gradient convention: the positive logit's value
 carries the margin, its derivative is taken as for s*c) densely with PyTorch autograd on the
 GPU, in float32 and float64. Compares the loss and both gradients; prints and writes JSON.
+--layer passes the worker's layer choice on (`mlcd-worker loss-check --layer`); --device cpu
+computes the reference on the CPU (the smoke run of bench/gpu/run_checks.sh).
 
   python3 bench/gpu/loss_check_cuda.py --worker build-torch2/bin/mlcd-worker --out r.json
 """
@@ -56,10 +58,12 @@ def main():
     ap.add_argument("--labels", type=int, default=8)
     ap.add_argument("--negatives", type=int, default=2000)
     ap.add_argument("--world-size", type=int, default=1)
+    ap.add_argument("--device", default="cuda", help="where the reference runs: cuda or cpu")
+    ap.add_argument("--layer", help="the worker's layer (loss-check --layer); default its own")
     ap.add_argument("--out")
     a = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("loss_check_cuda: no CUDA device")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("loss_check_cuda: no CUDA device (use --device cpu)")
     rng = np.random.default_rng(0)
     E = rng.standard_normal((a.batch, a.dim)).astype(np.float32)
     W = (0.01 * rng.standard_normal((a.classes, a.dim))).astype(np.float32)
@@ -79,14 +83,16 @@ def main():
         subprocess.run([a.worker, "loss-check", "--embeddings", paths["E"], "--weights", paths["W"],
                         "--labels", paths["Y"], "--negatives", paths["N"], "--variant", "mlcd",
                         "--scale", str(scale), "--margin", str(margin), "--margin-type", "arc",
-                        "--world-size", str(a.world_size), "--out", out], check=True)
+                        "--world-size", str(a.world_size), "--out", out] +
+                       (["--layer", a.layer] if a.layer else []), check=True)
         ours = {k: np.load(os.path.join(out, k + ".npy")).astype(np.float64)
                 for k in ("loss", "grad_embeddings", "grad_weights")}
-    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+    device_name = torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"
+    result = {"device": device_name, "torch": torch.__version__, "layer": a.layer or "default",
               "batch": a.batch, "dim": a.dim, "classes": a.classes, "world_size": a.world_size,
-              "ours_loss_cpu": float(ours["loss"])}
-    for name, dtype in (("cuda_float32", torch.float32), ("cuda_float64", torch.float64)):
-        loss, gE, gW = reference(E, W, Y, N, scale, margin, "cuda", dtype)
+              "ours_loss": float(ours["loss"])}
+    for name, dtype in (("reference_float32", torch.float32), ("reference_float64", torch.float64)):
+        loss, gE, gW = reference(E, W, Y, N, scale, margin, a.device, dtype)
         result[name] = {
             "loss": loss,
             "loss_abs_diff": abs(loss - float(ours["loss"])),
@@ -95,7 +101,7 @@ def main():
             "grad_weights_max_abs_diff": float(np.abs(gW - ours["grad_weights"]).max()),
             "grad_weights_max_abs": float(np.abs(gW).max()),
         }
-    f64 = result["cuda_float64"]
+    f64 = result["reference_float64"]
     result["pass"] = bool(f64["loss_abs_diff"] <= 1e-4 * max(1.0, abs(f64["loss"])) and
                           f64["grad_embeddings_max_abs_diff"] <= 1e-4 * f64["grad_embeddings_max_abs"] + 1e-7 and
                           f64["grad_weights_max_abs_diff"] <= 1e-4 * f64["grad_weights_max_abs"] + 1e-7)

@@ -1,33 +1,137 @@
 #!/usr/bin/env bash
-# On a GPU machine with the torch wheel the pip flavour was built against (bench/RESULTS.md
-# "GPU step"): the step suite on CUDA, a 2-step vit-b16 batch-64 training step on one GPU
-# (bf16 and fp32), the loss check on CUDA against the host layer, and 2 ranks over NCCL on
-# the one GPU. Binaries and libraries from bench/gpu/pack.sh in $1; results into $2.
+# Every GPU check of the worker in one run, ours and the PyTorch anchor alternating on the same
+# card (bench/RESULTS.md "GPU step"; docs/torch-builds.md):
+#   1. the suites on CUDA: the step (worker_train_step_test), the layer (worker_partial_fc_test,
+#      and worker_partial_fc_device_test when the pack has it); CUDA cases skip on the CPU;
+#   2. `mlcd-worker loss-check` against a float64 reference on the device
+#      (bench/gpu/loss_check_cuda.py), for every layer in $LAYERS;
+#   3. per K, the anchor (bench/gpu/anchor.py: eager and torch.compile), then our
+#      worker_step_bench for every layer in $LAYERS: vit-b16, bf16, batch 256, r = 0.1, l = 8,
+#      K = 100 000 and K = 1 000 000;
+#   4. gang clustering on the GPU (bench/gpu/cluster_gang_gpu.py).
+# Every figure goes to $out as JSON, and summary.json gathers them; summary.txt is the short
+# text. A failed check is named at the end and makes the exit code 1; the others still run.
+#
+# Machine: one NVIDIA GPU (>= 40 GB for K = 1M), the torch wheel the pip flavour was built
+# against importable by $PYTHON (numpy too), a C++ compiler for torch.compile, no network.
+# Binaries: bench/gpu/pack.sh build-torch2 .devbin, copied there.
+#
+#   bench/gpu/run_checks.sh [BIN_DIR=.devbin] [OUT_DIR=/tmp/gpu-out]
+#   bench/gpu/run_checks.sh --smoke [BIN_DIR=build/bin] [OUT_DIR=/tmp/gpu-smoke]
+#       the CPU, tiny shapes (vit-tiny, batch 8, K = 1000, 3 steps; no test suites, no gang):
+#       checks the script end to end; CI runs it (CTest gpu_checks_smoke, label interop).
+# Environment: PYTHON (default python3), LAYERS (default "host"; "host device" once the
+# worker has the device layer), MLCD_GPU_CHECK_SECONDS (each check's limit, default 420).
 set -uo pipefail
-bin=${1:-.devbin}
-out=${2:-/tmp/gpu-out}
+smoke=0
+if [ "${1:-}" = "--smoke" ]; then
+  smoke=1
+  shift
+fi
+py=${PYTHON:-python3}
+layers=${LAYERS:-host}
+limit=${MLCD_GPU_CHECK_SECONDS:-420}
+if ((smoke)); then
+  bin=${1:-build/bin}
+  out=${2:-/tmp/gpu-smoke}
+  device=cpu preset=vit-tiny batch=8 ks="1000" steps=3 warmup=2 modes=eager
+  loss_args=(--batch 16 --dim 32 --classes 200 --labels 3 --negatives 40)
+else
+  bin=${1:-.devbin}
+  out=${2:-/tmp/gpu-out}
+  device=cuda preset=vit-b16 batch=256 ks="100000 1000000" steps=15 warmup=5 modes=eager,compile
+  loss_args=()
+  torch_lib=$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__) + "/lib")')
+  export LD_LIBRARY_PATH="$torch_lib:$PWD/$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-torch_lib=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__) + "/lib")')
-export LD_LIBRARY_PATH="$torch_lib:$PWD/$bin/lib"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
-python3 -c 'import torch; print("torch", torch.__version__)' | tee -a "$out/gpu.txt"
-nproc | tee -a "$out/gpu.txt"
-echo "== step suite on CUDA"
-"$bin/worker_train_step_test" 2>&1 | tail -25 | tee "$out/train_step_test.txt"
-for p in bf16 fp32; do
-  echo "== vit-b16 batch 64 $p"
-  "$bin/worker_step_bench" --preset vit-b16 --batch 64 --device cuda --precision "$p" \
-    --warmup 2 --steps 5 --out "$out/step_vit_b16_$p.json" 2>&1 | tail -30
+failures=()
+# step NAME COMMAND...: runs it under the limit, its output into $out/NAME.log (the tail
+# shown), and notes a failure.
+step() {
+  local name=$1
+  shift
+  echo "== $name"
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  tail -n 15 "$out/$name.log"
+  echo "== $name: exit $rc, $((SECONDS - t0)) s"
+  ((rc == 0)) || failures+=("$name")
+}
+
+{
+  if ((smoke)); then
+    echo "smoke run on the CPU"
+  else
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  fi
+  "$py" -c 'import torch; print("torch", torch.__version__)'
+  echo "cores $(nproc)"
+} | tee "$out/machine.txt"
+
+# 1. The suites on CUDA (their CUDA cases compare with the CPU).
+if ((!smoke)); then
+  for t in worker_train_step_test worker_partial_fc_test worker_partial_fc_device_test; do
+    [ -x "$bin/$t" ] && step "$t" "$bin/$t" --gtest_output="json:$out/$t.gtest.json"
+  done
+fi
+
+# 2. loss-check against the float64 reference.
+for layer in $layers; do
+  layer_flags=()
+  [ "$layer" = host ] || layer_flags=(--layer "$layer")
+  step "loss_check_$layer" "$py" "$here/loss_check_cuda.py" --worker "$bin/mlcd-worker" \
+    --device "$device" "${loss_args[@]}" "${layer_flags[@]}" --out "$out/loss_check_$layer.json"
 done
-echo "== loss check on CUDA"
-python3 bench/gpu/loss_check_cuda.py --worker "$bin/mlcd-worker" --out "$out/loss_check.json" 2>&1 | tail -40
-echo "== 2 ranks, NCCL, one GPU"
-for r in 0 1; do
-  timeout 300 "$bin/worker_step_bench" --preset vit-b16 --batch 64 --device cuda:0 --precision bf16 \
-    --warmup 2 --steps 5 --world-size 2 --rank "$r" --rendezvous 127.0.0.1:29533 \
-    --out "$out/step_nccl_rank$r.json" > "$out/nccl_rank$r.log" 2>&1 &
+
+# 3. The anchor and ours, alternating, per K.
+for k in $ks; do
+  step "anchor_k$k" "$py" "$here/anchor.py" --preset "$preset" --batch "$batch" --classes "$k" \
+    --modes "$modes" --steps "$steps" --warmup "$warmup" --device "$device" \
+    --out "$out/anchor_k$k.json"
+  for layer in $layers; do
+    layer_flags=()
+    [ "$layer" = host ] || layer_flags=(--layer "$layer")
+    step "ours_${layer}_k$k" "$bin/worker_step_bench" --preset "$preset" --batch "$batch" \
+      --classes "$k" --device "$device" --precision bf16 --steps "$steps" --warmup "$warmup" \
+      --threads 0 "${layer_flags[@]}" --out "$out/ours_${layer}_k$k.json"
+  done
 done
-wait
-tail -n 40 "$out/nccl_rank0.log" "$out/nccl_rank1.log"
-echo "== gang clustering on the GPU (issue 28)"
-timeout 420 python3 bench/gpu/cluster_gang_gpu.py --worker "$bin/mlcd-worker" --out "$out" 2>&1 | tail -60
+
+# 4. Gang clustering on the GPU.
+if ((!smoke)); then
+  step cluster_gang "$py" "$here/cluster_gang_gpu.py" --worker "$bin/mlcd-worker" --out "$out"
+fi
+
+# Everything in one file, and a short text.
+"$py" - "$out" <<'EOF'
+import glob, json, os, sys
+out = sys.argv[1]
+summary, lines = {}, []
+for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+    name = os.path.basename(path)[:-5]
+    if name == "summary" or name.endswith(".gtest"):
+        continue
+    with open(path) as f:
+        summary[name] = json.load(f)
+for name, value in summary.items():
+    for row in value if isinstance(value, list) else [value]:
+        if isinstance(row, dict):
+            keys = [k for k in ("mode", "classes", "device", "images_per_second",
+                                "images_per_second_rank", "median_step_ms", "median_step_seconds",
+                                "layer_fraction_of_step", "pass") if k in row]
+            lines.append(name + ": " + ", ".join(f"{k} {row[k]}" for k in keys))
+with open(os.path.join(out, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+with open(os.path.join(out, "summary.txt"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+print("\n".join(lines))
+print("summary:", os.path.join(out, "summary.json"))
+EOF
+if ((${#failures[@]})); then
+  echo "FAILED: ${failures[*]}"
+  exit 1
+fi
+echo "all checks passed"
