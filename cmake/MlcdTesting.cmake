@@ -41,6 +41,11 @@ set(MLCD_SANITIZER_ENV
 set(MLCD_INTEROP_PYTHON "${CMAKE_SOURCE_DIR}/build-torch2/venv/bin/python3" CACHE FILEPATH
     "Python with torch, transformers, safetensors, tensorboard and grpcio-tools (interop tests)")
 
+# The Python of the pytest suites (label unit): Debian's, with python3-pytest, python3-grpcio,
+# python3-protobuf and python3-yaml (scripts/setup.sh installs them).
+set(MLCD_PYTEST_PYTHON /usr/bin/python3 CACHE FILEPATH
+    "Python of the pytest suites (with pytest, grpcio, protobuf and PyYAML)")
+
 function(mlcd_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT MLCD_BUILD_TESTS)

@@ -43,8 +43,8 @@ packages=(
   # CLI, config, JSON
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
   # tests and benchmarks
-  libgtest-dev libbenchmark-dev python3-torch python3-numpy python3-grpcio python3-yaml
-  prometheus kubernetes-client yamllint
+  libgtest-dev libbenchmark-dev python3-torch python3-numpy python3-pytest python3-grpcio
+  python3-yaml prometheus kubernetes-client yamllint
   # real data
   dataset-fashion-mnist
   # dataset index of WebDataset shards (common/dataset/)
