@@ -306,6 +306,10 @@ StatusOr<std::string> ClusterdService::Resolve(const std::string& path,
   return options_.data_roots.Confine(full, field);
 }
 
+PathResolver ClusterdService::Resolver() const {
+  return [this](const std::string& path, const std::string& field) { return Resolve(path, field); };
+}
+
 namespace {
 
 // The request's feature shards; a link in a listed folder must resolve under `roots`.
@@ -329,10 +333,13 @@ class JobSlot {
  public:
   JobSlot(JobGate* gate, prometheus::Gauge* running, prometheus::Gauge* queued)
       : gate_(gate), running_(running), queued_(queued) {}
+  // Waits for the slot; `note` hears the queue position while the job waits.
   Status Acquire(const std::function<bool()>& should_stop,
-                 const std::function<void(int)>& on_wait) {
+                 const std::function<void(const std::string&)>& note) {
     queued_->Increment();
-    Status st = gate_->Acquire(should_stop, on_wait);
+    Status st = gate_->Acquire(should_stop, [&](int position) {
+      note("waiting for the running job (queue position " + std::to_string(position) + ")");
+    });
     queued_->Decrement();
     if (st.ok()) {
       held_ = true;
@@ -377,16 +384,12 @@ Status ClusterdService::RunCluster(const v1::ClusterRequest& request,
   if (IsDirectory(out_path))
     return Status::InvalidArgument(out_path + ": centroids_out is a directory; give a file path");
   MLCD_RETURN_IF_ERROR(options_.output_areas.CheckWrite(out_path, "centroids_out", acting_for));
-  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
-    return Resolve(path, field);
-  };
+  const PathResolver resolve = Resolver();
   MLCD_RETURN_IF_ERROR(
       CheckFeatureOutputs(request.features(), resolve, options_.output_areas, acting_for));
 
   JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
-  MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
-    note("waiting for the running job (queue position " + std::to_string(position) + ")");
-  }));
+  MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, note));
   MLCD_LOG(INFO) << "Cluster "
                  << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ")
                  << "k=" << params.k << " niter=" << params.niter << " -> " << out_path;
@@ -518,16 +521,12 @@ Status ClusterdService::RunAssign(const v1::AssignRequest& request,
   MLCD_RETURN_IF_ERROR(CheckAssignRequest(request, labelstore_address));
   MLCD_ASSIGN_OR_RETURN(AssignParams params, AssignParamsFrom(request));
   MLCD_RETURN_IF_ERROR(ValidateAssignParams(params));  // k is known once the centroids are read
-  const PathResolver resolve = [this](const std::string& path, const std::string& field) {
-    return Resolve(path, field);
-  };
+  const PathResolver resolve = Resolver();
   MLCD_RETURN_IF_ERROR(
       CheckFeatureOutputs(request.features(), resolve, options_.output_areas, acting_for));
 
   JobSlot slot(&gate_, &metrics_->jobs_running, &metrics_->jobs_queued);
-  MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, [&](int position) {
-    note("waiting for the running job (queue position " + std::to_string(position) + ")");
-  }));
+  MLCD_RETURN_IF_ERROR(slot.Acquire(should_stop, note));
   MLCD_LOG(INFO) << "Assign "
                  << (request.request_id().empty() ? "" : "[" + request.request_id() + "] ")
                  << "l=" << params.l << " method=" << SearchMethodName(params.method) << " -> "

@@ -89,6 +89,8 @@ class ClusterdService final : public v1::Clusterd::Service {
   struct Metrics;
   // A request's path: relative ones under data_dir, then confined to the data roots.
   StatusOr<std::string> Resolve(const std::string& path, const std::string& field) const;
+  // Resolve as a PathResolver (clusterd/output_area.h).
+  PathResolver Resolver() const;
   // AssignCallbacks::on_progress of an Assign pass started now: counts rows in the metrics and
   // emits an AssignStatus (seconds since t0) at most every progress_interval and at the end.
   std::function<void(int64_t, int64_t)> AssignProgressReporter(
