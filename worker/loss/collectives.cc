@@ -57,7 +57,10 @@ Status ClassifyError(const std::string& what, const std::string& message) {
                                     " (a peer did not answer within the collective timeout; is "
                                     "every rank alive and running the same step?)");
   }
-  if (message.find("Address already in use") != std::string::npos) {
+  // libtorch 1.x says "Address already in use", 2.x "EADDRINUSE ... address already in use".
+  if (message.find("EADDRINUSE") != std::string::npos ||
+      message.find("Address already in use") != std::string::npos ||
+      message.find("address already in use") != std::string::npos) {
     return Status::AlreadyExists(text +
                                  " (another process listens on this port; give the gang a "
                                  "free rendezvous port)");
