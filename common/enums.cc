@@ -5,6 +5,16 @@
 namespace mlcd {
 namespace {
 
+// The refusal of `name`, which is none of `names`.
+Status UnknownName(const std::vector<std::string>& names, const std::string& what,
+                   const std::string& name) {
+  std::string expected;
+  for (size_t i = 0; i < names.size(); ++i) {
+    expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return Status::InvalidArgument("unknown " + what + " '" + name + "'; expected " + expected);
+}
+
 // The spellings of enum E, indexed by its value.
 template <typename E>
 StatusOr<E> ParseByName(const std::vector<std::string>& names, const std::string& what,
@@ -12,11 +22,7 @@ StatusOr<E> ParseByName(const std::vector<std::string>& names, const std::string
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == name) return static_cast<E>(i);
   }
-  std::string expected;
-  for (size_t i = 0; i < names.size(); ++i) {
-    expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  }
-  return Status::InvalidArgument("unknown " + what + " '" + name + "'; expected " + expected);
+  return UnknownName(names, what, name);
 }
 
 template <typename E>
@@ -29,6 +35,11 @@ const char* NameOf(const std::vector<std::string>& names, E value) {
 
 const std::vector<std::string>& LossVariantNames() {
   static const std::vector<std::string> names = {"mlcd", "mlc", "softmax"};
+  return names;
+}
+const std::vector<std::string>& ContrastiveVariantNames() {
+  static const std::vector<std::string> names = {"infonce", "mulsupcon", "supcon-all",
+                                                 "supcon-any"};
   return names;
 }
 const std::vector<std::string>& MarginTypeNames() {
@@ -57,6 +68,17 @@ const std::vector<std::string>& ClusteringEngineNames() {
 StatusOr<LossVariant> ParseLossVariant(const std::string& name) {
   return ParseByName<LossVariant>(LossVariantNames(), "loss variant", name);
 }
+StatusOr<ContrastiveVariant> ParseContrastiveVariant(const std::string& name) {
+  return ParseByName<ContrastiveVariant>(ContrastiveVariantNames(), "contrastive loss variant",
+                                         name);
+}
+StatusOr<LossFamily> LossFamilyOf(const std::string& name) {
+  if (ParseLossVariant(name).ok()) return LossFamily::kClassification;
+  if (ParseContrastiveVariant(name).ok()) return LossFamily::kContrastive;
+  std::vector<std::string> all = LossVariantNames();
+  for (const std::string& n : ContrastiveVariantNames()) all.push_back(n);
+  return UnknownName(all, "loss variant", name);
+}
 StatusOr<MarginType> ParseMarginType(const std::string& name) {
   return ParseByName<MarginType>(MarginTypeNames(), "margin type", name);
 }
@@ -74,6 +96,9 @@ StatusOr<ClusteringEngine> ParseClusteringEngine(const std::string& name) {
 }
 
 const char* LossVariantName(LossVariant value) { return NameOf(LossVariantNames(), value); }
+const char* ContrastiveVariantName(ContrastiveVariant value) {
+  return NameOf(ContrastiveVariantNames(), value);
+}
 const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
 const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }
 const char* PrecisionName(Precision value) { return NameOf(PrecisionNames(), value); }

@@ -13,6 +13,14 @@ namespace mlcd {
 
 // The classification loss (paper Eq. 6, Eq. 4, Eq. 3): "mlcd" | "mlc" | "softmax".
 enum class LossVariant { kMlcd, kMlc, kSoftmax };
+// A contrastive loss over the gathered global batch (worker/loss/contrastive_loss.h):
+// "infonce" | "mulsupcon" | "supcon-all" | "supcon-any". Its spellings are disjoint from
+// LossVariant's, so one `loss.variant` field can name either family: LossFamilyOf tells which
+// parser to call next.
+enum class ContrastiveVariant { kInfoNce, kMulSupCon, kSupConAll, kSupConAny };
+// The family of a loss variant's name: LossVariant's (classification layer) or
+// ContrastiveVariant's.
+enum class LossFamily { kClassification, kContrastive };
 // The margin on positive logits: "arc" | "cos" | "none".
 enum class MarginType { kArc, kCos, kNone };
 // How clusterd finds an embedding's nearest centres: "exact" | "hnsw" | "ivf".
@@ -28,6 +36,9 @@ enum class DatasetFormat { kFashionMnist, kImageFolder, kWebDataset };
 enum class ClusteringEngine { kClusterd, kGang };
 
 StatusOr<LossVariant> ParseLossVariant(const std::string& name);
+StatusOr<ContrastiveVariant> ParseContrastiveVariant(const std::string& name);
+// The family `name` belongs to; INVALID_ARGUMENT listing the spellings of both families.
+StatusOr<LossFamily> LossFamilyOf(const std::string& name);
 StatusOr<MarginType> ParseMarginType(const std::string& name);
 StatusOr<SearchMethod> ParseSearchMethod(const std::string& name);
 StatusOr<Precision> ParsePrecision(const std::string& name);
@@ -35,6 +46,7 @@ StatusOr<DatasetFormat> ParseDatasetFormat(const std::string& name);
 StatusOr<ClusteringEngine> ParseClusteringEngine(const std::string& name);
 
 const char* LossVariantName(LossVariant value);
+const char* ContrastiveVariantName(ContrastiveVariant value);
 const char* MarginTypeName(MarginType value);
 const char* SearchMethodName(SearchMethod value);
 const char* PrecisionName(Precision value);
@@ -43,6 +55,7 @@ const char* ClusteringEngineName(ClusteringEngine value);
 
 // Every spelling, in declaration order (for validation messages and CLI choices).
 const std::vector<std::string>& LossVariantNames();
+const std::vector<std::string>& ContrastiveVariantNames();
 const std::vector<std::string>& MarginTypeNames();
 const std::vector<std::string>& SearchMethodNames();
 const std::vector<std::string>& PrecisionNames();
