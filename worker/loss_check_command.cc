@@ -1,5 +1,6 @@
-// `mlcd-worker loss-check`: the classification layer's loss and gradients on given inputs, so
-// other implementations can be compared with it (docs/loss.md, "loss-check").
+// `mlcd-worker loss-check`: the loss and gradients of the classification layer or of a
+// contrastive loss on given inputs, so other implementations can be compared with ours
+// (docs/loss.md, "loss-check").
 //
 //   mlcd-worker loss-check --embeddings E.npy --weights W.npy --labels Y.npy --negatives N.npy
 //       --variant mlcd|mlc|softmax --scale S --margin M --margin-type arc|cos|none --out DIR
@@ -11,6 +12,15 @@
 // gradients of the batch-mean loss. --world-size N > 1 forks N local ranks that run the
 // sharded computation over Gloo on a free loopback port (rank ρ gets samples
 // [floor(Bρ/N), floor(B(ρ+1)/N)) and classes ShardClassRange(K, N, ρ)); rank 0 writes DIR.
+//
+//   mlcd-worker loss-check --embeddings E.npy [--labels Y.npy] --out DIR
+//       --variant infonce|mulsupcon|supcon-all|supcon-any [--temperature T] [--views 1|2]
+//       [--world-size N]
+//
+// E: N x D float32 with the views interleaved (rows 2k, 2k+1: image k), Y: N x l int64 per
+// row (< 0 = padding; infonce needs none). Writes DIR/loss.npy and DIR/grad_embeddings.npy
+// (N x D). With --world-size N rank ρ holds images [floor(Iρ/N), floor(I(ρ+1)/N)) of I = rows /
+// views and the batch is gathered (worker/loss/contrastive_loss.h).
 // Exit codes: 0 success, 2 invalid input or usage, 1 any other failure; a rank started by
 // hand (--rank) exits 3 when another process holds its rendezvous port (the parent, which
 // chose the port, starts its ranks again on another one).
@@ -28,6 +38,7 @@
 #include "common/npy.h"
 #include "worker/command.h"
 #include "worker/loss/collectives.h"
+#include "worker/loss/contrastive_loss.h"
 #include "worker/loss/local_ranks.h"
 #include "worker/loss/partial_fc.h"
 
@@ -39,6 +50,8 @@ struct LossCheckArgs {
   std::string variant = "mlcd", margin_type = "arc";
   double scale = 32.0;
   double margin = 0.3;
+  double temperature = 0.1;  // contrastive variants
+  int views = 2;             // contrastive variants: rows per image
   int world_size = 1;
   double timeout_seconds = 120;
   // Set by the parent for its child ranks only.
@@ -155,8 +168,9 @@ StatusOr<LossCheckInputs> ReadInputs(const LossCheckArgs& a) {
 
 // One rank's part; rank 0 writes the outputs.
 Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, int world) {
-  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm,
-                        ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "loss-check"));
+  MLCD_ASSIGN_OR_RETURN(
+      std::unique_ptr<Collectives> comm,
+      ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "loss-check"));
   MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFc> pfc, PartialFc::Create(in.options, comm.get()));
   PartialFcShardState all;
   all.range = {0, in.options.num_classes};
@@ -215,6 +229,94 @@ Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, 
   return Status::Ok();
 }
 
+// A contrastive variant's inputs: the embeddings (views interleaved) and, but for infonce,
+// the labels.
+struct ContrastiveCheckInputs {
+  at::Tensor E, Y;  // float32 [N, D], int64 [N, l] (undefined for infonce without --labels)
+  ContrastiveOptions options;
+};
+
+StatusOr<ContrastiveCheckInputs> ReadContrastiveInputs(const LossCheckArgs& a) {
+  ContrastiveCheckInputs in;
+  auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
+  MLCD_ASSIGN_OR_RETURN(in.options.variant, ParseContrastiveVariant(a.variant));
+  in.options.temperature = a.temperature;
+  in.options.views = a.views;
+  MLCD_RETURN_IF_ERROR(ValidateContrastiveOptions(in.options).WithContext("--temperature/--views"));
+  if (!a.weights.empty() || !a.negatives.empty())
+    return bad(
+        "--weights and --negatives are for the classification variants (mlcd, mlc, "
+        "softmax); variant " +
+        a.variant + " compares the batch with itself");
+  MLCD_ASSIGN_OR_RETURN(in.E, ReadTensor("--embeddings", a.embeddings, true, 2, 2));
+  const int64_t N = in.E.size(0);
+  if (N < 2 || in.E.size(1) < 1)
+    return bad("--embeddings " + a.embeddings + ": needs at least two rows and one column");
+  if (N % a.views != 0)
+    return bad("--embeddings " + a.embeddings + " has " + std::to_string(N) + " rows, not a " +
+               "multiple of --views " + std::to_string(a.views) +
+               " (rows 2k and 2k+1 are the two views of image k)");
+  if (!at::isfinite(in.E).all().item<bool>())
+    return bad("--embeddings " + a.embeddings + " contains NaN or infinity");
+  if ((in.E.norm(2, {1}) == 0).any().item<bool>())
+    return bad("--embeddings " + a.embeddings +
+               ": a row is all zeros; embeddings are L2-normalised, so it has no direction");
+  if (a.labels.empty()) {
+    if (in.options.variant != ContrastiveVariant::kInfoNce)
+      return bad("--labels is required for variant " + a.variant);
+    return in;
+  }
+  MLCD_ASSIGN_OR_RETURN(in.Y, ReadTensor("--labels", a.labels, false, 1, 2));
+  if (in.Y.dim() == 1) in.Y = in.Y.unsqueeze(1);
+  if (in.Y.size(0) != N)
+    return bad("--labels " + a.labels + " has " + std::to_string(in.Y.size(0)) +
+               " rows but --embeddings has " + std::to_string(N) + " (one row per view)");
+  if (in.Y.size(1) < 1) return bad("--labels " + a.labels + " has no label columns");
+  return in;
+}
+
+// One rank's part of a contrastive check: the images [floor(I·ρ/W), floor(I·(ρ+1)/W)) of
+// I = N / views, all their views; rank 0 writes the loss and the whole batch's gradient.
+Status ComputeContrastiveRank(const LossCheckArgs& a, const ContrastiveCheckInputs& in, int rank,
+                              int world) {
+  MLCD_ASSIGN_OR_RETURN(
+      std::unique_ptr<Collectives> comm,
+      ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "loss-check"));
+  const int64_t N = in.E.size(0), D = in.E.size(1), views = in.options.views;
+  const int64_t images = N / views;
+  auto row_begin = [&](int r) { return EvenSplitBegin(images, world, r) * views; };
+  const int64_t b0 = row_begin(rank), b1 = row_begin(rank + 1);
+  const at::Tensor labels = in.Y.defined() ? in.Y.narrow(0, b0, b1 - b0) : at::Tensor();
+  MLCD_ASSIGN_OR_RETURN(
+      ContrastiveStep step,
+      ContrastiveForwardBackward(in.options, *comm, in.E.narrow(0, b0, b1 - b0), labels));
+  int64_t rows_max = 0;
+  for (int r = 0; r < world; ++r) rows_max = std::max(rows_max, row_begin(r + 1) - row_begin(r));
+  at::Tensor mine = at::zeros({rows_max, D}, at::kFloat);
+  mine.narrow(0, 0, b1 - b0).copy_(step.grad_embeddings);
+  at::Tensor gathered;
+  MLCD_RETURN_IF_ERROR(comm->AllGather(mine, &gathered));
+  if (rank != 0) return Status::Ok();
+  at::Tensor grad_e = at::empty({N, D}, at::kFloat);
+  for (int r = 0; r < world; ++r) {
+    const int64_t rb = row_begin(r), rn = row_begin(r + 1) - rb;
+    grad_e.narrow(0, rb, rn).copy_(gathered.narrow(0, r * rows_max, rn));
+  }
+  MLCD_RETURN_IF_ERROR(MakeDirs(a.out));
+  float loss = static_cast<float>(step.loss);
+  MLCD_RETURN_IF_ERROR(WriteNpy(a.out + "/loss.npy", NpyDtype::kFloat32, {}, &loss));
+  MLCD_RETURN_IF_ERROR(
+      WriteNpy(a.out + "/grad_embeddings.npy", NpyDtype::kFloat32, {N, D}, grad_e.data_ptr()));
+  std::printf(
+      "{\"loss\": %.9g, \"world_size\": %d, \"variant\": \"%s\", \"temperature\": %.9g, "
+      "\"anchors_with_positives\": %lld, \"mean_positives\": %.9g, \"out\": \"%s\"}\n",
+      step.loss, world, ContrastiveVariantName(in.options.variant), in.options.temperature,
+      static_cast<long long>(step.stats.anchors_with_positives), step.stats.mean_positives,
+      a.out.c_str());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
 std::vector<std::string> ChildArgs(const LossCheckArgs& a, int rank,
                                    const std::string& rendezvous) {
   auto num = [](double v) {
@@ -222,20 +324,26 @@ std::vector<std::string> ChildArgs(const LossCheckArgs& a, int rank,
     std::snprintf(buf, sizeof(buf), "%.17g", v);
     return std::string(buf);
   };
-  return {"mlcd-worker",   "loss-check",
-          "--embeddings",  a.embeddings,
-          "--weights",     a.weights,
-          "--labels",      a.labels,
-          "--negatives",   a.negatives,
-          "--variant",     a.variant,
-          "--scale",       num(a.scale),
-          "--margin",      num(a.margin),
-          "--margin-type", a.margin_type,
-          "--out",         a.out,
-          "--world-size",  std::to_string(a.world_size),
-          "--timeout",     num(a.timeout_seconds),
-          "--rank",        std::to_string(rank),
-          "--rendezvous",  rendezvous};
+  std::vector<std::string> args = {"mlcd-worker", "loss-check", "--embeddings", a.embeddings,
+                                   "--variant",   a.variant,    "--out",        a.out};
+  auto add = [&args](const std::string& flag, const std::string& value) {
+    if (value.empty()) return;
+    args.push_back(flag);
+    args.push_back(value);
+  };
+  add("--weights", a.weights);
+  add("--labels", a.labels);
+  add("--negatives", a.negatives);
+  add("--scale", num(a.scale));
+  add("--margin", num(a.margin));
+  add("--margin-type", a.margin_type);
+  add("--temperature", num(a.temperature));
+  add("--views", std::to_string(a.views));
+  add("--world-size", std::to_string(a.world_size));
+  add("--timeout", num(a.timeout_seconds));
+  add("--rank", std::to_string(rank));
+  add("--rendezvous", rendezvous);
+  return args;
 }
 
 int RunLossCheck(const LossCheckArgs& a) {
@@ -256,9 +364,22 @@ int RunLossCheck(const LossCheckArgs& a) {
     std::cerr << "loss-check: --rank needs --rendezvous and must be < --world-size\n";
     return 2;
   }
-  auto inputs = ReadInputs(a);
-  if (!inputs.ok()) {
-    std::cerr << "loss-check: " << inputs.status().ToString() << "\n";
+  StatusOr<LossFamily> family = LossFamilyOf(a.variant);
+  if (!family.ok()) {
+    std::cerr << "loss-check: --variant: " << family.status().ToString() << "\n";
+    return 2;
+  }
+  const bool contrastive = *family == LossFamily::kContrastive;
+  StatusOr<LossCheckInputs> inputs = LossCheckInputs{};
+  StatusOr<ContrastiveCheckInputs> contrastive_inputs = ContrastiveCheckInputs{};
+  if (contrastive) {
+    contrastive_inputs = ReadContrastiveInputs(a);
+  } else {
+    inputs = ReadInputs(a);
+  }
+  const Status read = contrastive ? contrastive_inputs.status() : inputs.status();
+  if (!read.ok()) {
+    std::cerr << "loss-check: " << read.ToString() << "\n";
     return 2;
   }
   if (a.world_size > 1 && a.rank < 0) {
@@ -266,7 +387,9 @@ int RunLossCheck(const LossCheckArgs& a) {
       return ChildArgs(a, rank, rdv);
     });
   }
-  Status s = ComputeRank(a, *inputs, std::max(a.rank, 0), a.world_size);
+  const int rank = std::max(a.rank, 0);
+  Status s = contrastive ? ComputeContrastiveRank(a, *contrastive_inputs, rank, a.world_size)
+                         : ComputeRank(a, *inputs, rank, a.world_size);
   if (!s.ok()) {
     std::cerr << "loss-check" << (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string())
               << ": " << s.ToString() << "\n";
@@ -279,23 +402,29 @@ static CommandRegistration registration(20, [](CLI::App& app, int* exit_code) {
   auto args = std::make_shared<LossCheckArgs>();
   CLI::App* cmd = app.add_subcommand(
       "loss-check",
-      "Loss and gradients of the classification layer on given inputs (S = negatives ∪ positives, "
-      "no random "
-      "sampling), for comparing implementations. Writes DIR/loss.npy, DIR/grad_embeddings.npy, "
-      "DIR/grad_weights.npy (float32; gradients of the batch-mean loss).");
+      "Loss and gradients on given inputs, for comparing implementations. The classification "
+      "layer\n(mlcd, mlc, softmax; S = negatives ∪ positives, no random sampling) writes "
+      "DIR/loss.npy,\nDIR/grad_embeddings.npy, DIR/grad_weights.npy; the contrastive losses "
+      "(infonce, mulsupcon,\nsupcon-all, supcon-any; docs/loss.md) DIR/loss.npy and "
+      "DIR/grad_embeddings.npy (float32;\ngradients of the batch-mean loss).");
   cmd->add_option("--embeddings", args->embeddings,
                   "B x D float32 .npy of embeddings (normalised inside)")
       ->required();
   cmd->add_option("--weights", args->weights,
-                  "K x D float32 .npy of class centres (normalised inside)")
-      ->required();
+                  "classification: K x D float32 .npy of class centres (normalised inside)");
   cmd->add_option("--labels", args->labels,
-                  "B x l int64 .npy of positive class ids, -1 (any negative) = padding")
-      ->required();
+                  "B x l int64 .npy of labels (classification: positive class ids), -1 (any "
+                  "negative) = padding; not needed by infonce");
   cmd->add_option("--negatives", args->negatives,
-                  "1-d int64 .npy of negative class ids; S = these ∪ all labels")
-      ->required();
-  cmd->add_option("--variant", args->variant, "mlcd | mlc | softmax")->capture_default_str();
+                  "classification: 1-d int64 .npy of negative class ids; S = these ∪ all labels");
+  cmd->add_option("--variant", args->variant,
+                  "mlcd | mlc | softmax | infonce | mulsupcon | supcon-all | supcon-any")
+      ->capture_default_str();
+  cmd->add_option("--temperature", args->temperature, "contrastive: temperature τ")
+      ->capture_default_str();
+  cmd->add_option("--views", args->views,
+                  "contrastive: rows per image (2: rows 2k and 2k+1 are image k's two views)")
+      ->capture_default_str();
   cmd->add_option("--scale", args->scale, "logit scale s")->capture_default_str();
   cmd->add_option("--margin", args->margin, "margin m on positive logits")->capture_default_str();
   cmd->add_option("--margin-type", args->margin_type, "arc: s·cos(θ+m) | cos: s·(cosθ−m) | none")
