@@ -11,6 +11,8 @@
 // thread ever holds more than kMaxStripesPerWrite + 1 locks.
 //
 // Lock order in LabelStorage: these locks before the set's write_mu (labelstore/storage.cc).
+// Plain std::mutex, not mlcd::Mutex: which stripes a writer holds is chosen at run time from
+// its blocks, so no GUARDED_BY can name them and clang's analysis has nothing to check.
 #pragma once
 
 #include <array>

@@ -73,17 +73,31 @@ StatusOr<DecodeBudgetChoice> ChooseProcessDecodeMemoryBudget(int64_t spec_mb, in
 
 DecodeMemoryBudget::DecodeMemoryBudget(uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
-std::shared_ptr<DecodeMemoryBudget> SharedDecodeMemoryBudget(uint64_t capacity_bytes) {
-  static std::mutex mu;
-  static std::map<uint64_t, std::weak_ptr<DecodeMemoryBudget>>* budgets =
-      new std::map<uint64_t, std::weak_ptr<DecodeMemoryBudget>>();
-  std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<DecodeMemoryBudget> budget = (*budgets)[capacity_bytes].lock();
-  if (!budget) {
-    budget = std::make_shared<DecodeMemoryBudget>(capacity_bytes);
-    (*budgets)[capacity_bytes] = budget;
+namespace {
+
+// The budgets alive in this process, one per capacity (SharedDecodeMemoryBudget).
+class BudgetRegistry {
+ public:
+  std::shared_ptr<DecodeMemoryBudget> Get(uint64_t capacity_bytes) {
+    MutexLock lock(&mu_);
+    std::shared_ptr<DecodeMemoryBudget> budget = budgets_[capacity_bytes].lock();
+    if (!budget) {
+      budget = std::make_shared<DecodeMemoryBudget>(capacity_bytes);
+      budgets_[capacity_bytes] = budget;
+    }
+    return budget;
   }
-  return budget;
+
+ private:
+  Mutex mu_;
+  std::map<uint64_t, std::weak_ptr<DecodeMemoryBudget>> budgets_ GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::shared_ptr<DecodeMemoryBudget> SharedDecodeMemoryBudget(uint64_t capacity_bytes) {
+  static BudgetRegistry* registry = new BudgetRegistry();  // never destroyed: used at exit
+  return registry->Get(capacity_bytes);
 }
 
 StatusOr<DecodeMemoryBudget::Reservation> DecodeMemoryBudget::Reserve(uint64_t bytes,
