@@ -8,6 +8,9 @@
 //   mlcdctl labels seal --name S
 //   mlcdctl labels delete --name S [--allow-missing]
 //   mlcdctl labels bench --name S [--batch 1024] [--seconds 2]   (read throughput from here)
+//   mlcdctl labels import --name S --k K (--jsonl F.jsonl --index DIR | --npy F.npy)
+//       [--meta key=value ...]: a sealed set from per-sample label lists (client/label_import.h);
+//       nothing is left behind when it fails
 //
 // `put` checks the whole file (labels in [0, k), l columns, finite scores, unique ids) before it
 // sends anything, so a bad row halfway leaves the set unchanged.
@@ -30,8 +33,10 @@
 #include <sstream>
 
 #include "client/cli.h"
+#include "client/label_import.h"
 #include "client/sample_ids.h"
 #include "clients/labelstore_client.h"
+#include "common/dataset/dataset_index.h"
 #include "common/format.h"
 #include "common/npy.h"
 
@@ -107,6 +112,18 @@ struct CreateArgs {
   std::vector<std::string> meta;
 };
 
+// --meta key=value entries into `metadata`; INVALID_ARGUMENT naming a malformed one.
+Status ParseMeta(const std::vector<std::string>& entries,
+                 std::map<std::string, std::string>* metadata) {
+  for (const auto& kv : entries) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::InvalidArgument("--meta '" + kv + "' must be key=value");
+    (*metadata)[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return Status::Ok();
+}
+
 int RunCreate(const Context& ctx, const CreateArgs& args) {
   labelstore::LabelSetSpec spec;
   spec.name = args.name;
@@ -121,13 +138,7 @@ int RunCreate(const Context& ctx, const CreateArgs& args) {
   spec.num_classes = static_cast<int32_t>(args.k);
   spec.labels_per_sample = static_cast<int32_t>(args.l);
   spec.with_scores = args.scores;
-  for (const auto& kv : args.meta) {
-    auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return ctx.Fail(Status::InvalidArgument("--meta '" + kv + "' must be key=value"));
-    }
-    spec.metadata[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  if (Status meta = ParseMeta(args.meta, &spec.metadata); !meta.ok()) return ctx.Fail(meta);
   auto client = MakeClient(ctx);
   auto info = client->CreateLabelSet(spec);
   if (!info.ok()) return ctx.Fail(info.status());
@@ -323,6 +334,97 @@ int RunPut(const Context& ctx, const PutArgs& args) {
     if (args.seal) j["label_set"] = InfoJson(final_info);
     std::cout << j.dump(2) << "\n";
   }
+  return kExitOk;
+}
+
+struct ImportArgs {
+  std::string name;
+  int64_t k = 0;
+  std::string jsonl_path;
+  std::string index_dir;
+  std::string npy_path;
+  std::vector<std::string> meta;
+};
+
+// Reads and checks the whole input (nothing is sent before it is all good).
+StatusOr<ImportedLabels> ReadImport(const ImportArgs& args) {
+  if (args.k < 1 || args.k > std::numeric_limits<int32_t>::max())
+    return Status::InvalidArgument("--k " + std::to_string(args.k) + " must be in [1, 2^31-1]");
+  if (args.jsonl_path.empty() == args.npy_path.empty())
+    return Status::InvalidArgument(
+        "give the labels either by sample key (--jsonl F.jsonl with --index DIR, the dataset "
+        "index that numbers the samples) or by sample id (--npy F.npy)");
+  if (!args.npy_path.empty()) {
+    if (!args.index_dir.empty())
+      return Status::InvalidArgument("--index is for --jsonl; --npy rows are sample ids");
+    return ImportNpy(args.npy_path, args.k);
+  }
+  if (args.index_dir.empty())
+    return Status::InvalidArgument(
+        "--jsonl matches keys through a dataset index: pass --index DIR (mlcdctl dataset index)");
+  MLCD_ASSIGN_OR_RETURN(DatasetIndex index, LoadDatasetIndex(args.index_dir));
+  return ImportJsonLines(args.jsonl_path, index.keys, args.k);
+}
+
+// Creates the set, writes the rows and seals it; on a failure after the create the set is
+// deleted again, so a failed import leaves no set behind (and never a sealed one).
+StatusOr<v1::LabelSetInfo> WriteImport(LabelStoreClient* client, const ImportArgs& args,
+                                       const ImportedLabels& rows) {
+  labelstore::LabelSetSpec spec;
+  spec.name = args.name;
+  spec.num_classes = static_cast<int32_t>(args.k);
+  spec.labels_per_sample = rows.l;
+  spec.metadata["source"] =
+      args.npy_path.empty() ? "import of " + args.jsonl_path : "import of " + args.npy_path;
+  MLCD_RETURN_IF_ERROR(ParseMeta(args.meta, &spec.metadata));
+  MLCD_RETURN_IF_ERROR(
+      labelstore::ValidateLabelRows(rows.ids.data(), rows.ids.size(), rows.labels.data(), nullptr,
+                                    {spec.num_classes, spec.labels_per_sample, false}));
+  MLCD_RETURN_IF_ERROR(client->CreateLabelSet(spec).status());
+  auto write = [&]() -> StatusOr<v1::LabelSetInfo> {
+    const size_t step = labelstore::MaxRowsPerMessage(rows.l);
+    auto writer = client->OpenWriter(args.name);
+    for (size_t begin = 0; begin < rows.ids.size(); begin += step) {
+      const size_t count = std::min(step, rows.ids.size() - begin);
+      MLCD_RETURN_IF_ERROR(writer->Write(rows.ids.data() + begin, count,
+                                         rows.labels.data() + begin * rows.l, count * rows.l,
+                                         nullptr, 0));
+    }
+    MLCD_RETURN_IF_ERROR(writer->Finish().status());
+    return client->Seal(args.name);
+  };
+  StatusOr<v1::LabelSetInfo> sealed = write();
+  if (sealed.ok()) return sealed;
+  const Status deleted = client->Delete(args.name).status();
+  return Status(
+      sealed.status().code(),
+      sealed.status().message() +
+          (deleted.ok() ? "; the partly written set was deleted"
+                        : "; deleting the partly written set failed too (" + deleted.ToString() +
+                              "): delete it with "
+                              "mlcdctl labels delete"));
+}
+
+int RunImport(const Context& ctx, const ImportArgs& args) {
+  auto rows = ReadImport(args);
+  if (!rows.ok()) return ctx.Fail(rows.status());
+  auto client = MakeClient(ctx);
+  auto info = WriteImport(client.get(), args, *rows);
+  if (!info.ok()) return ctx.Fail(info.status());
+  if (ctx.format() == OutputFormat::kJson) {
+    Json j = InfoJson(*info);
+    j["imported"] = {{"samples", rows->ids.size()},
+                     {"labels_per_sample_min", rows->min_labels},
+                     {"labels_per_sample_max", rows->max_labels},
+                     {"labels_per_sample_mean", rows->mean_labels}};
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf(
+      "imported %zu samples into %s (sealed), %lld-%lld labels each (mean %.2f), "
+      "l = %d (shorter rows repeat their first label)\n",
+      rows->ids.size(), args.name.c_str(), static_cast<long long>(rows->min_labels),
+      static_cast<long long>(rows->max_labels), rows->mean_labels, rows->l);
   return kExitOk;
 }
 
@@ -564,8 +666,8 @@ CLI::Option* AddName(CLI::App* cmd, std::string* name) {
 static CommandRegistration registration(20, [](CLI::App& app, Context& ctx) {
   auto* labels =
       app.add_subcommand("labels",
-                         "label sets in mlcd-labelstore: create, put, get, list, describe, "
-                         "seal, delete, bench");
+                         "label sets in mlcd-labelstore: create, put, import, get, list, "
+                         "describe, seal, delete, bench");
   labels->require_subcommand(1);
 
   auto create_args = std::make_shared<CreateArgs>();
@@ -633,17 +735,34 @@ static CommandRegistration registration(20, [](CLI::App& app, Context& ctx) {
     ctx.exit_code = RunDelete(ctx, *delete_name, *delete_allow_missing);
   });
 
-  auto bench_args = std::make_shared<BenchArgs>();
-  auto* bench = labels->add_subcommand(
-      "bench", "time GetLabels of random batches from here (rows/s, p50, p99)");
-  AddName(bench, &bench_args->name);
-  bench->add_option("--batch", bench_args->batch, "ids per call")
-      ->check(CLI::Range(size_t{1}, labelstore::kMaxIdsPerRead))
-      ->capture_default_str();
-  bench->add_option("--seconds", bench_args->seconds, "how long to measure")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  bench->callback([&ctx, bench_args] { ctx.exit_code = RunBench(ctx, *bench_args); });
+  auto import_args = std::make_shared<ImportArgs>();
+  auto* import = labels->add_subcommand(
+      "import",
+      "make a SEALED set from per-sample label lists: JSON lines {\"key\": ..., \"labels\": "
+      "[...]}\nmatched through a dataset index, or an [n, c] integer .npy by sample id (-1 = "
+      "padding);\nchecked in full first, and nothing is left behind when it fails");
+  AddName(import, &import_args->name);
+  import->add_option("--k", import_args->k, "number of classes k (labels are in [0, k))")
+      ->required();
+  import->add_option("--jsonl", import_args->jsonl_path, "JSON lines of {key, labels}");
+  import->add_option("--index", import_args->index_dir,
+                     "the dataset index whose keys number the samples (with --jsonl)");
+  import->add_option("--npy", import_args->npy_path, "[n] or [n, c] integer .npy by sample id");
+  import->add_option("--meta", import_args->meta, "metadata entry key=value (repeatable)");
+  import->callback([&ctx, import_args] { ctx.exit_code = RunImport(ctx, *import_args);
+});
+
+auto bench_args = std::make_shared<BenchArgs>();
+auto* bench = labels->add_subcommand(
+    "bench", "time GetLabels of random batches from here (rows/s, p50, p99)");
+AddName(bench, &bench_args->name);
+bench->add_option("--batch", bench_args->batch, "ids per call")
+    ->check(CLI::Range(size_t{1}, labelstore::kMaxIdsPerRead))
+    ->capture_default_str();
+bench->add_option("--seconds", bench_args->seconds, "how long to measure")
+    ->check(CLI::PositiveNumber)
+    ->capture_default_str();
+bench->callback([&ctx, bench_args] { ctx.exit_code = RunBench(ctx, *bench_args); });
 });
 
 }  // namespace

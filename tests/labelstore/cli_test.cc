@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include "common/dataset/dataset_index.h"
 #include "common/file_util.h"
 #include "common/net.h"
 #include "common/npy.h"
@@ -246,6 +247,124 @@ TEST_F(LabelsCliTest, PutOfAFileWithABadRowWritesNothing) {
       << out;
   ASSERT_EQ(Ctl({"-o", "json", "labels", "describe", "half"}, &out), 0) << out;
   EXPECT_EQ(Json(out)["num_samples"], 40) << out;
+}
+
+}  // namespace
+}  // namespace mlcd
+
+namespace mlcd {
+namespace {
+
+// A dataset index of five files named by key (the import reads only its keys; the files exist
+// so that the index's fingerprint holds).
+std::string WriteKeysIndex(const TempDir& dir, const std::vector<std::string>& keys) {
+  DatasetIndex index;
+  index.format = DatasetFormat::kImageFolder;
+  index.paths = {dir.Sub("images")};
+  EXPECT_TRUE(MakeDirs(dir.Sub("images")).ok());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string file = dir.Sub("images/" + keys[i] + ".png");
+    EXPECT_TRUE(WriteFileAtomically(file, "image " + keys[i]).ok());
+    auto stat = StatIndexedFile(file);
+    EXPECT_TRUE(stat.ok()) << stat.status().ToString();
+    index.files.push_back(*stat);
+    IndexedSample sample;
+    sample.size = stat->size;
+    sample.file = static_cast<uint32_t>(i);
+    index.samples.push_back(sample);
+    index.keys.push_back(keys[i]);
+  }
+  EXPECT_TRUE(WriteDatasetIndex(index, dir.Sub("index")).ok());
+  return dir.Sub("index");
+}
+
+// `labels import` makes a sealed set from JSON lines by key and from an .npy by id: shorter
+// rows repeat their first label, a repeated label counts once, -1 is padding.
+TEST_F(LabelsCliTest, ImportMakesASealedSetByKeyOrById) {
+  const std::string index = WriteKeysIndex(dir_, {"a", "b", "c", "d", "e"});
+  ASSERT_TRUE(WriteFileAtomically(dir_.Sub("tags.jsonl"),
+                                  "{\"key\": \"c\", \"labels\": [4, 1, 4]}\n"
+                                  "\n"
+                                  "{\"key\": \"a\", \"labels\": [2]}\n"
+                                  "{\"key\": \"e\", \"labels\": [0, 9, 3]}\n")
+                  .ok());
+  std::string out;
+  ASSERT_EQ(Ctl({"labels", "import", "--name", "tags", "--k", "10", "--jsonl",
+                 dir_.Sub("tags.jsonl"), "--index", index},
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("imported 3 samples into tags (sealed), 1-3 labels each"), std::string::npos)
+      << out;
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "describe", "tags"}, &out), 0) << out;
+  auto info = Json(out);
+  EXPECT_EQ(info["state"], "SEALED");
+  EXPECT_EQ(info["num_samples"], 3);
+  EXPECT_EQ(info["labels_per_sample"], 3);
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "get", "tags", "--ids", "0,2,4,1"}, &out), 0) << out;
+  auto rows = Json(out)["rows"];
+  ASSERT_EQ(rows.size(), 4u) << out;
+  EXPECT_EQ(rows[0]["labels"], nlohmann::json::array({2, 2, 2})) << out;  // a
+  EXPECT_EQ(rows[1]["labels"], nlohmann::json::array({4, 1, 4})) << out;  // c: 4, 1, padded
+  EXPECT_EQ(rows[2]["labels"], nlohmann::json::array({0, 9, 3})) << out;  // e
+  EXPECT_EQ(rows[3]["missing"], true) << out;                             // b: not imported
+
+  const std::vector<int64_t> by_id = {5, -1, 6, 7, -1, -1, 1, 1, 8};
+  ASSERT_TRUE(WriteNpy(dir_.Sub("ids.npy"), NpyDtype::kInt64, {3, 3}, by_id.data()).ok());
+  ASSERT_EQ(
+      Ctl({"labels", "import", "--name", "by-id", "--k", "10", "--npy", dir_.Sub("ids.npy")}, &out),
+      0)
+      << out;
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "get", "by-id", "--ids", "0:3"}, &out), 0) << out;
+  rows = Json(out)["rows"];
+  EXPECT_EQ(rows[0]["labels"], nlohmann::json::array({5, 6})) << out;  // 5, padding, 6
+  EXPECT_EQ(rows[1]["labels"], nlohmann::json::array({7, 7})) << out;  // 7 repeated to l = 2
+  EXPECT_EQ(rows[2]["labels"], nlohmann::json::array({1, 8})) << out;  // 1 once, then 8
+}
+
+// Every problem is counted and the first ones named; nothing is created or sealed.
+TEST_F(LabelsCliTest, ImportRefusesBadInputAndLeavesNothing) {
+  const std::string index = WriteKeysIndex(dir_, {"a", "b", "c"});
+  ASSERT_TRUE(WriteFileAtomically(dir_.Sub("bad.jsonl"),
+                                  "{\"key\": \"a\", \"labels\": [1]}\n"
+                                  "{\"key\": \"zz\", \"labels\": [1]}\n"
+                                  "{\"key\": \"a\", \"labels\": [2]}\n"
+                                  "{\"key\": \"b\", \"labels\": [10]}\n"
+                                  "{\"key\": \"c\", \"labels\": []}\n"
+                                  "not json\n"
+                                  "{\"key\": \"c\", \"labels\": [\"x\"]}\n")
+                  .ok());
+  std::string out;
+  EXPECT_EQ(Ctl({"labels", "import", "--name", "bad", "--k", "10", "--jsonl", dir_.Sub("bad.jsonl"),
+                 "--index", index},
+                &out),
+            2)
+      << out;
+  for (const char* what :
+       {"1 keys the dataset index does not have ('zz' line 2)",
+        "1 keys given twice ('a' line 3 (first on line 1))", "1 labels outside [0, 10) (10 at 'b'",
+        "1 samples without a label ('c' line 5)", "2 lines that are not", "nothing was imported"})
+    EXPECT_NE(out.find(what), std::string::npos) << what << " missing in: " << out;
+  EXPECT_EQ(Ctl({"labels", "describe", "bad"}, &out), 3) << out;
+
+  EXPECT_EQ(
+      Ctl({"labels", "import", "--name", "bad", "--k", "10", "--jsonl", dir_.Sub("bad.jsonl")},
+          &out),
+      2)
+      << out;
+  EXPECT_NE(out.find("--index"), std::string::npos) << out;
+  EXPECT_EQ(Ctl({"labels", "import", "--name", "bad", "--k", "10"}, &out), 2) << out;
+
+  // A name already taken: refused by the store, and the existing set is left as it was.
+  ASSERT_EQ(Ctl({"labels", "create", "--name", "taken", "--k", "10", "--l", "1"}, &out), 0);
+  const std::vector<int64_t> ok_rows = {1, 2};
+  ASSERT_TRUE(WriteNpy(dir_.Sub("ok.npy"), NpyDtype::kInt64, {2}, ok_rows.data()).ok());
+  EXPECT_EQ(
+      Ctl({"labels", "import", "--name", "taken", "--k", "10", "--npy", dir_.Sub("ok.npy")}, &out),
+      4)
+      << out;
+  ASSERT_EQ(Ctl({"-o", "json", "labels", "describe", "taken"}, &out), 0) << out;
+  EXPECT_EQ(Json(out)["state"], "OPEN");
 }
 
 }  // namespace
