@@ -138,6 +138,25 @@ def labels(client, job):
     check(cli_rows == rows.labels[:3], f"the same rows as mlcdctl labels get: {cli_rows}")
     e = raises(mlcd.NotFoundError, lambda: client.describe_label_set("job/none/r0"), "an unknown label set")
     check(e.code == grpc.StatusCode.NOT_FOUND, "NOT_FOUND carried as the code")
+    import_labels(client)
+
+
+def import_labels(client):
+    """import_labels by id makes a sealed set mlcdctl reads back; a bad input leaves none."""
+    name = f"pyclient/import-{os.getpid()}"
+    info = client.import_labels(name, 10, rows=[[5, -1, 6], [7, -1, -1], [1, 1, 8]],
+                                metadata={"by": "pyclient"})
+    check(info.state == mlcd.labelstore_pb2.LABEL_SET_STATE_SEALED and info.labels_per_sample == 2
+          and info.num_samples == 3, f"import_labels: a sealed set of 3 samples, l 2: {info}")
+    out = subprocess.run([os.path.join(BIN, "mlcdctl"), "-o", "json", "labels", "get", "--name", name,
+                          "--ids", "0:3"], capture_output=True, text=True, timeout=30)
+    check(out.returncode == 0, f"mlcdctl labels get ran: {out.stderr.strip()}")
+    rows = [r["labels"] for r in json.loads(out.stdout)["rows"]]
+    check(rows == [[5, 6], [7, 7], [1, 8]], f"imported rows as mlcdctl reads them: {rows}")
+    raises(mlcd.InvalidArgumentError, lambda: client.import_labels(name + "-bad", 10, rows=[[1], [12]]),
+           "a label outside [0, k)")
+    raises(mlcd.NotFoundError, lambda: client.describe_label_set(name + "-bad"),
+           "a refused import leaves no set")
 
 
 def case_airflow():

@@ -7,13 +7,13 @@ service refuses or cannot be reached; nothing is retried except a broken watch s
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Union
 
 import grpc
 
-from . import labelsets
+from . import label_import, labelsets
 from .channel import call_metadata, make_channel
-from .errors import (DeadlineExceededError, FieldProblem, InvalidArgumentError,
+from .errors import (ConfigError, DeadlineExceededError, FieldProblem, InvalidArgumentError,
                      JobNotSucceededError, MlcdError, UnavailableError, error_from_rpc)
 from .settings import Settings
 from .specs import JobInput, submit_request
@@ -230,6 +230,54 @@ class Client:
             rows.extend(response, with_scores)
         assert rows is not None
         return rows
+
+    def import_labels(self, name: str, k: int, *, jsonl: Optional[str] = None,
+                      index: Optional[str] = None,
+                      rows: Optional[Sequence[Sequence[int]]] = None,
+                      metadata: Optional[Dict[str, str]] = None) -> labelstore_pb2.LabelSetInfo:
+        """Makes the SEALED set ``name`` from annotations, as ``mlcdctl labels import``: by key
+        (``jsonl``: a JSON lines file of ``{"key", "labels"}`` and ``index``: the dataset index
+        directory that numbers the samples) or by id (``rows``: row i = sample i's labels,
+        negative = padding). The whole input is checked first (:mod:`mlcd.label_import`); a
+        failure after the set was made deletes it again, so a failed import leaves no set."""
+        if (jsonl is None) == (rows is None):
+            raise ConfigError(grpc.StatusCode.INVALID_ARGUMENT,
+                              "give the labels either by key (jsonl= with index=) or by id (rows=)")
+        if jsonl is not None:
+            if index is None:
+                raise ConfigError(grpc.StatusCode.INVALID_ARGUMENT,
+                                  "jsonl= matches keys through a dataset index: pass index=")
+            with open(jsonl, encoding="utf-8") as f:
+                plan = label_import.plan_from_jsonl(f, label_import.read_index_keys(index), k,
+                                                    source=jsonl)
+        else:
+            plan = label_import.plan_from_rows(rows, k)
+        create = labelstore_pb2.CreateLabelSetRequest(
+            name=name, num_classes=k, labels_per_sample=plan.labels_per_sample,
+            metadata=dict(metadata or {}, source="import"))
+        self._labelstore_call("CreateLabelSet", create)
+        try:
+            size = max(1, min(labelsets.MAX_IDS_PER_READ,
+                              labelsets.MAX_VALUES_PER_MESSAGE // plan.labels_per_sample))
+            l = plan.labels_per_sample
+
+            def requests() -> Iterator[labelstore_pb2.WriteLabelsRequest]:
+                for start in range(0, len(plan.ids), size):
+                    yield labelstore_pb2.WriteLabelsRequest(
+                        name=name, sample_ids=plan.ids[start:start + size],
+                        labels=plan.labels[start * l:(start + size) * l])
+
+            self._labelstore_call("WriteLabels", requests())
+            return self._labelstore_call("SealLabelSet",
+                                         labelstore_pb2.SealLabelSetRequest(name=name))
+        except Exception:
+            try:  # the original error is what the caller needs; a failed delete adds nothing
+                self._labelstore_call("DeleteLabelSet",
+                                      labelstore_pb2.DeleteLabelSetRequest(name=name,
+                                                                           allow_missing=True))
+            except MlcdError:
+                pass
+            raise
 
     # --- calls ---
 
