@@ -5,24 +5,24 @@
 namespace mlcd::clusterd {
 
 void CallControl::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cancelled_ = true;
   if (context_) context_->TryCancel();
 }
 
 bool CallControl::cancelled() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return cancelled_;
 }
 
 void CallControl::Attach(grpc::ClientContext* context) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   context_ = context;
   if (cancelled_) context_->TryCancel();
 }
 
 void CallControl::Detach() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   context_ = nullptr;
 }
 

@@ -21,6 +21,7 @@
 
 #include "common/acting_for.h"
 #include "common/enums.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "mlcd/v1/clusterd.grpc.pb.h"
 
@@ -37,9 +38,9 @@ class CallControl {
   friend class ClusterdClient;
   void Attach(grpc::ClientContext* context);
   void Detach();
-  mutable std::mutex mu_;
-  grpc::ClientContext* context_ = nullptr;
-  bool cancelled_ = false;
+  mutable Mutex mu_;
+  grpc::ClientContext* context_ GUARDED_BY(mu_) = nullptr;
+  bool cancelled_ GUARDED_BY(mu_) = false;
 };
 
 struct ClusterdClientOptions {

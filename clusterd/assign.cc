@@ -18,6 +18,7 @@
 #include "clusterd/compute_env.h"
 #include "clusterd/kmeans.h"
 #include "common/limits.h"
+#include "common/mutex.h"
 #include "common/npy.h"
 #include "common/stopwatch.h"
 
@@ -42,8 +43,11 @@ class SinkPipeline {
   // Queues a batch; false when the sink has failed (see status()).
   bool Push(int64_t first_row, LabelBatch batch) {
     if (!sink_) return true;
-    std::unique_lock<std::mutex> lock(mu_);
-    space_.wait(lock, [&] { return static_cast<int>(queue_.size()) < depth_ || !status_.ok(); });
+    MutexLock lock(&mu_);
+    space_.wait(lock.native(), [&] {
+      mu_.AssertHeld();
+      return static_cast<int>(queue_.size()) < depth_ || !status_.ok();
+    });
     if (!status_.ok()) return false;
     queue_.emplace_back(first_row, std::move(batch));
     ready_.notify_one();
@@ -55,7 +59,7 @@ class SinkPipeline {
   Status Close(bool abort) {
     if (!sink_ || closed_) return status();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       closing_ = true;
       if (abort) {
         queue_.clear();
@@ -69,7 +73,7 @@ class SinkPipeline {
   }
 
   Status status() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return status_;
   }
 
@@ -79,8 +83,11 @@ class SinkPipeline {
       int64_t first_row = 0;
       LabelBatch batch;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        ready_.wait(lock, [&] { return !queue_.empty() || closing_; });
+        MutexLock lock(&mu_);
+        ready_.wait(lock.native(), [&] {
+          mu_.AssertHeld();
+          return !queue_.empty() || closing_;
+        });
         if (queue_.empty() || aborted_ || !status_.ok()) return;
         first_row = queue_.front().first;
         batch = std::move(queue_.front().second);
@@ -89,7 +96,7 @@ class SinkPipeline {
       }
       Status st = sink_(first_row, std::move(batch));
       if (!st.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         status_ = st;
         queue_.clear();
         space_.notify_all();
@@ -101,12 +108,12 @@ class SinkPipeline {
   const LabelBatchSink& sink_;
   const int depth_;
   std::thread thread_;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable ready_, space_;
-  std::deque<std::pair<int64_t, LabelBatch>> queue_;  // (first row, batch)
-  Status status_;
-  bool closing_ = false;
-  bool aborted_ = false;
+  std::deque<std::pair<int64_t, LabelBatch>> queue_ GUARDED_BY(mu_);  // (first row, batch)
+  Status status_ GUARDED_BY(mu_);
+  bool closing_ GUARDED_BY(mu_) = false;
+  bool aborted_ GUARDED_BY(mu_) = false;
   bool closed_ = false;
 };
 

@@ -45,7 +45,7 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry, const std::string& servic
                      .Register(registry)) {}
 
 void RpcMetrics::Declare(const std::string& method) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const auto key = std::make_pair(method, static_cast<int>(StatusCode::kOk));
   if (!counters_.count(key)) {
     counters_.emplace(
@@ -59,7 +59,7 @@ void RpcMetrics::Record(const std::string& method, StatusCode code, double secon
   prometheus::Counter* counter;
   prometheus::Histogram* histogram;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto key = std::make_pair(method, static_cast<int>(code));
     auto it = counters_.find(key);
     if (it == counters_.end()) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace mlcd {
@@ -74,9 +75,9 @@ class RpcMetrics {
  private:
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& durations_;
-  std::mutex mu_;
-  std::map<std::pair<std::string, int>, prometheus::Counter*> counters_;
-  std::map<std::string, prometheus::Histogram*> histograms_;
+  Mutex mu_;
+  std::map<std::pair<std::string, int>, prometheus::Counter*> counters_ GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Histogram*> histograms_ GUARDED_BY(mu_);
 };
 
 // Times one call and records it when Finish() is called (or on destruction with UNKNOWN).

@@ -16,6 +16,7 @@
 #include "common/file_util.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "mlcd/v1/coordinator.pb.h"
 #include "worker/data/decode_budget.h"
@@ -40,7 +41,7 @@ class JsonLines {
   }
   void Write(const nlohmann::json& event) {
     if (!out_) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     (*out_) << event.dump() << "\n";
     out_->flush();
   }
@@ -54,7 +55,8 @@ class JsonLines {
   }
 
  private:
-  std::mutex mu_;
+  // Serialises Write's lines; out_ and file_ are set once by Open before any Write.
+  Mutex mu_;
   std::ostream* out_ = nullptr;
   std::ofstream file_;
 };
