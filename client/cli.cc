@@ -133,7 +133,7 @@ InterruptGuard::InterruptGuard() {
   ::sigaction(SIGINT, &action, &old_int_);
   ::sigaction(SIGTERM, &action, &old_term_);
   watcher_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (!done_) {
       if (g_interrupt_signal.load()) {
         interrupted_ = true;
@@ -143,14 +143,14 @@ InterruptGuard::InterruptGuard() {
         cv_.notify_all();
         return;
       }
-      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      cv_.wait_for(lock.native(), std::chrono::milliseconds(50));
     }
   });
 }
 
 InterruptGuard::~InterruptGuard() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     done_ = true;
   }
   cv_.notify_all();
@@ -160,18 +160,21 @@ InterruptGuard::~InterruptGuard() {
 }
 
 bool InterruptGuard::interrupted() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return interrupted_;
 }
 
 bool InterruptGuard::WaitFor(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [this] { return interrupted_; });
+  MutexLock lock(&mu_);
+  cv_.wait_for(lock.native(), timeout, [this] {
+    mu_.AssertHeld();
+    return interrupted_;
+  });
   return interrupted_;
 }
 
 void InterruptGuard::SetCancel(std::function<void()> fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   cancel_ = std::move(fn);
   if (interrupted_ && cancel_) cancel_();
 }

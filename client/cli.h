@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "common/command.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace mlcd::cli {
@@ -137,11 +138,11 @@ class InterruptGuard {
  private:
   void SetCancel(std::function<void()> fn);
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  bool interrupted_ = false;
-  bool done_ = false;
-  std::function<void()> cancel_;
+  bool interrupted_ GUARDED_BY(mu_) = false;
+  bool done_ GUARDED_BY(mu_) = false;
+  std::function<void()> cancel_ GUARDED_BY(mu_);
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
   std::thread watcher_;

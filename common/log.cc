@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "common/format.h"
+#include "common/mutex.h"
 
 namespace mlcd {
 namespace {
@@ -21,8 +22,8 @@ LogLevel InitialLevel() {
 }
 
 std::atomic<int> g_level{static_cast<int>(InitialLevel())};
-std::mutex g_mu;
-std::string g_component;  // guarded by g_mu
+Mutex g_mu;
+std::string g_component GUARDED_BY(g_mu);
 
 }  // namespace
 
@@ -47,7 +48,7 @@ bool LogEnabled(LogLevel level) {
 }
 
 void SetLogComponent(const std::string& component) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  MutexLock lock(&g_mu);
   g_component = component;
 }
 
@@ -67,7 +68,7 @@ LogMessage::~LogMessage() {
   // One line per message, whatever it quotes: data-derived text (a tar member's name, a job's
   // message) could hold ESC, BEL or a newline that forges lines.
   const std::string text = EscapeControlChars(stream_.str());
-  std::lock_guard<std::mutex> lock(g_mu);
+  MutexLock lock(&g_mu);
   std::fprintf(stderr, "%s.%03dZ %c %s] %s\n", when, static_cast<int>(tv.tv_usec / 1000),
                kLetters[static_cast<int>(level_)],
                g_component.empty() ? "mlcd" : g_component.c_str(), text.c_str());
