@@ -46,5 +46,24 @@ TEST(Enums, UnknownSpellingListsTheAcceptedOnes) {
   EXPECT_EQ(s.status().message(), "unknown search method ''; expected exact, hnsw or ivf");
 }
 
+TEST(Enums, ContrastiveVariantsAndTheFamilyOfALossName) {
+  EXPECT_EQ(ContrastiveVariantNames(),
+            (std::vector<std::string>{"infonce", "mulsupcon", "supcon-all", "supcon-any"}));
+  for (const std::string& name : ContrastiveVariantNames()) {
+    auto v = ParseContrastiveVariant(name);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(ContrastiveVariantName(*v), name);
+    EXPECT_EQ(*LossFamilyOf(name), LossFamily::kContrastive);
+    EXPECT_FALSE(ParseLossVariant(name).ok());  // the families' spellings are disjoint
+  }
+  for (const std::string& name : LossVariantNames())
+    EXPECT_EQ(*LossFamilyOf(name), LossFamily::kClassification);
+  auto f = LossFamilyOf("simclr");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "unknown loss variant 'simclr'; expected mlcd, mlc, softmax, infonce, mulsupcon, "
+            "supcon-all or supcon-any");
+}
+
 }  // namespace
 }  // namespace mlcd
