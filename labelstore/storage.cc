@@ -13,11 +13,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <mutex>
-
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "labelstore/block_format.h"
 #include "labelstore/block_locks.h"
 #include "labelstore/block_write.h"
@@ -53,14 +53,14 @@ struct LabelStorage::SetState {
 
   // Lock order: block_locks' stripes, then write_mu, then info_mu.
   BlockLocks block_locks;  // held by a Write from reading its blocks until after its commit
-  std::mutex write_mu;     // serialises the commits of Write, and Seal and Delete, of this set
-  mutable std::mutex info_mu;
-  v1::LabelSetInfo info;  // guarded by info_mu; changed only under write_mu
+  Mutex write_mu;          // serialises the commits of Write, and Seal and Delete, of this set
+  mutable Mutex info_mu;
+  v1::LabelSetInfo info GUARDED_BY(info_mu);  // changed only under write_mu
   std::atomic<bool> sealed{false};
   std::atomic<bool> deleted{false};
 
   v1::LabelSetInfo Info() const {
-    std::lock_guard<std::mutex> lock(info_mu);
+    MutexLock lock(&info_mu);
     return info;
   }
 };
@@ -160,7 +160,6 @@ Status LabelStorage::LoadSets() {
       return Status::DataLoss("label set record '" + set->name + "' in " + options_.data_dir +
                               " is corrupt");
     }
-    set->info = std::move(record.info);
     set->set_id = record.set_id;
     set->block_rows = record.block_rows;
     if (!ValidBlockRows(set->block_rows)) {
@@ -168,11 +167,15 @@ Status LabelStorage::LoadSets() {
                               std::to_string(set->block_rows));
     }
     set->block_shift = __builtin_ctz(static_cast<unsigned>(set->block_rows));
-    set->num_classes = set->info.num_classes();
-    set->l = set->info.labels_per_sample();
-    set->with_scores = set->info.with_scores();
-    set->owner = set->info.owner();
-    set->sealed = set->info.state() == v1::LABEL_SET_STATE_SEALED;
+    set->num_classes = record.info.num_classes();
+    set->l = record.info.labels_per_sample();
+    set->with_scores = record.info.with_scores();
+    set->owner = record.info.owner();
+    set->sealed = record.info.state() == v1::LABEL_SET_STATE_SEALED;
+    {
+      MutexLock lock(&set->info_mu);
+      set->info = std::move(record.info);
+    }
     next_set_id_ = std::max(next_set_id_, set->set_id + 1);
     sets_.emplace(set->name, std::move(set));
   }
@@ -289,7 +292,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
     set_id = next_set_id_;
   }
   set->set_id = set_id;
-  v1::LabelSetInfo& info = set->info;
+  v1::LabelSetInfo info;
   info.set_name(request.name());
   info.set_num_classes(request.num_classes());
   info.set_labels_per_sample(request.labels_per_sample());
@@ -298,6 +301,10 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Create(const v1::CreateLabelSetRequest&
   info.set_state(v1::LABEL_SET_STATE_OPEN);
   info.set_created_unix_ms(NowUnixMs());
   info.set_owner(owner);
+  {
+    MutexLock lock(&set->info_mu);
+    set->info = info;
+  }
 
   rocksdb::WriteBatch batch;
   char counter[8];
@@ -338,7 +345,7 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
   if (!set) return NotFound(name);
   MLCD_RETURN_IF_ERROR(health_->CheckSpace());
   {
-    std::lock_guard<std::mutex> write_lock(set->write_mu);
+    MutexLock write_lock(&set->write_mu);
     MLCD_RETURN_IF_ERROR(CheckWritable(*set, set_id, may_change));
   }
   std::vector<uint64_t> sorted_ids;
@@ -355,7 +362,7 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
 
   // Commit: the set's counters and the blocks in one atomic batch, under the set's write lock
   // (so the counters of concurrent commits add up, and Seal and Delete see whole messages).
-  std::lock_guard<std::mutex> write_lock(set->write_mu);
+  MutexLock write_lock(&set->write_mu);
   MLCD_RETURN_IF_ERROR(CheckWritable(*set, set_id, nullptr));
   v1::LabelSetInfo info = set->Info();
   info.set_num_samples(info.num_samples() + new_samples);
@@ -369,7 +376,7 @@ StatusOr<WriteResult> LabelStorage::Write(const std::string& name,
   MLCD_RETURN_IF_ERROR(Checked(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch),
                                          "writing rows of label set '" + name + "'")));
   {
-    std::lock_guard<std::mutex> lock(set->info_mu);
+    MutexLock lock(&set->info_mu);
     set->info = info;
   }
   return WriteResult{set->set_id, plan.order.size(), new_samples, info.num_samples()};
@@ -395,7 +402,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Seal(const std::string& name, bool requ
                                               const ChangeCheck& may_change) {
   auto set = Find(name);
   if (!set) return NotFound(name);
-  std::lock_guard<std::mutex> write_lock(set->write_mu);
+  MutexLock write_lock(&set->write_mu);
   if (set->deleted) return NotFound(name);
   if (may_change) MLCD_RETURN_IF_ERROR(may_change(set->owner, set->set_id));
   if (set->sealed) {
@@ -413,7 +420,7 @@ StatusOr<v1::LabelSetInfo> LabelStorage::Seal(const std::string& name, bool requ
       Checked(FromRocks(db_->Put(write_options, sets_cf_, name, EncodeRecord(*set, info)),
                         "sealing label set '" + name + "'")));
   {
-    std::lock_guard<std::mutex> lock(set->info_mu);
+    MutexLock lock(&set->info_mu);
     set->info = info;
   }
   set->sealed = true;
@@ -432,7 +439,7 @@ StatusOr<uint64_t> LabelStorage::OpenIncarnation(const std::string& name,
                                                  const ChangeCheck& may_change) const {
   auto set = Find(name);
   if (!set) return NotFound(name);
-  std::lock_guard<std::mutex> write_lock(set->write_mu);
+  MutexLock write_lock(&set->write_mu);
   MLCD_RETURN_IF_ERROR(CheckWritable(*set, 0, may_change));
   return set->set_id;
 }
@@ -481,7 +488,7 @@ StatusOr<v1::DeleteLabelSetResponse> LabelStorage::Delete(const std::string& nam
     return NotFound(name);
   }
   {
-    std::lock_guard<std::mutex> write_lock(set->write_mu);
+    MutexLock write_lock(&set->write_mu);
     if (set->deleted) {
       if (allow_missing) return response;
       return NotFound(name);
