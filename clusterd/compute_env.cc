@@ -9,13 +9,14 @@
 #include <thread>
 
 #include "common/blas_env.h"
+#include "common/mutex.h"
 
 namespace mlcd::clusterd {
 namespace {
 
 // Guards which ComputeScope owns faiss::InterruptCallback::instance.
-std::mutex g_interrupt_mu;
-ComputeScope* g_interrupt_owner = nullptr;
+Mutex g_interrupt_mu;
+ComputeScope* g_interrupt_owner GUARDED_BY(g_interrupt_mu) = nullptr;
 
 class ScopeInterrupt : public faiss::InterruptCallback {
  public:
@@ -50,8 +51,9 @@ ComputeScope::ComputeScope(int threads, std::function<bool()> should_stop)
     SetBlasThreads(threads);
   }
   if (should_stop_) {
-    std::lock_guard<std::mutex> lock(g_interrupt_mu);
+    MutexLock lock(&g_interrupt_mu);
     if (g_interrupt_owner == nullptr) {
+      // FAISS's own std::mutex: not a capability, so clang cannot check what it guards.
       std::lock_guard<std::mutex> faiss_lock(faiss::InterruptCallback::lock);
       faiss::InterruptCallback::instance.reset(new ScopeInterrupt(this));
       g_interrupt_owner = this;
@@ -63,7 +65,7 @@ ComputeScope::ComputeScope(int threads, std::function<bool()> should_stop)
 ComputeScope::~ComputeScope() {
   faiss::distance_compute_blas_database_bs = saved_database_block_;
   if (installed_interrupt_) {
-    std::lock_guard<std::mutex> lock(g_interrupt_mu);
+    MutexLock lock(&g_interrupt_mu);
     {
       std::lock_guard<std::mutex> faiss_lock(faiss::InterruptCallback::lock);
       faiss::InterruptCallback::instance.reset();

@@ -33,7 +33,7 @@ DecodePool::~DecodePool() {
 
 void DecodePool::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopped_ = true;
   }
   work_cv_.notify_all();
@@ -43,7 +43,7 @@ void DecodePool::Stop() {
 
 void DecodePool::Close() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     closed_ = true;
   }
   done_cv_.notify_all();
@@ -51,31 +51,34 @@ void DecodePool::Close() {
 }
 
 bool DecodePool::Submit(DecodeJob job) {
-  std::unique_lock<std::mutex> lock(mu_);
-  room_cv_.wait(
-      lock, [&] { return stopped_ || static_cast<int>(slots_.size()) < options_.max_in_flight; });
+  MutexLock lock(&mu_);
+  room_cv_.wait(lock.native(), [&] {
+    mu_.AssertHeld();
+    return stopped_ || static_cast<int>(slots_.size()) < options_.max_in_flight;
+  });
   if (stopped_ || closed_) return false;
   slots_.emplace_back();
   slots_.back().job = std::move(job);
-  lock.unlock();
+  lock.Unlock();
   work_cv_.notify_one();
   return true;
 }
 
 int DecodePool::room() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stopped_ || closed_ ? 0 : options_.max_in_flight - static_cast<int>(slots_.size());
 }
 
 int DecodePool::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(slots_.size());
 }
 
 DecodedSample DecodePool::Next() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   DecodedSample out;
-  done_cv_.wait(lock, [&] {
+  done_cv_.wait(lock.native(), [&] {
+    mu_.AssertHeld();
     return stopped_ || (slots_.empty() && closed_) || (!slots_.empty() && slots_.front().done);
   });
   if (stopped_) {
@@ -89,24 +92,27 @@ DecodedSample DecodePool::Next() {
   out = std::move(slots_.front().result);
   slots_.pop_front();
   --next_start_;
-  lock.unlock();
+  lock.Unlock();
   room_cv_.notify_one();
   return out;
 }
 
 void DecodePool::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    work_cv_.wait(lock, [&] { return stopped_ || next_start_ < slots_.size(); });
+    work_cv_.wait(lock.native(), [&] {
+      mu_.AssertHeld();
+      return stopped_ || next_start_ < slots_.size();
+    });
     if (stopped_) return;
     // Slots are never moved while this thread works on one (a deque keeps references on
     // push_back / pop_front, and Next() pops only finished slots).
     Slot& slot = slots_[next_start_++];
     slot.started = true;
     DecodeJob job = std::move(slot.job);
-    lock.unlock();
+    lock.Unlock();
     DecodedSample result = Process(job);
-    lock.lock();
+    lock.Lock();
     slot.result = std::move(result);
     slot.done = true;
     done_cv_.notify_all();
@@ -133,10 +139,9 @@ DecodedSample DecodePool::Process(DecodeJob& job) const {
       s.pixels.resize(output_floats_);
       out = s.pixels.data();
     }
-    StatusOr<TransformTimings> t =
-        DecodeAndTransform(reinterpret_cast<const uint8_t*>(job.bytes.data()), job.bytes.size(),
-                           options_.transform, options_.mode, job.key, out,
-                           options_.memory_budget.get());
+    StatusOr<TransformTimings> t = DecodeAndTransform(
+        reinterpret_cast<const uint8_t*>(job.bytes.data()), job.bytes.size(), options_.transform,
+        options_.mode, job.key, out, options_.memory_budget.get());
     if (!t.ok()) {
       s.status = t.status();
       s.pixels.clear();

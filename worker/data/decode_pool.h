@@ -35,11 +35,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "worker/data/image_transform.h"
 
@@ -110,7 +110,7 @@ class DecodePool {
 
  private:
   explicit DecodePool(const DecodePoolOptions& options);
-  void Run();
+  void Run() LOCKS_EXCLUDED(mu_);
   DecodedSample Process(DecodeJob& job) const;
 
   struct Slot {
@@ -122,12 +122,12 @@ class DecodePool {
 
   DecodePoolOptions options_;
   size_t output_floats_ = 0;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable work_cv_, done_cv_, room_cv_;
-  std::deque<Slot> slots_;  // slots_[0] is the oldest job not taken
-  size_t next_start_ = 0;   // index into slots_ of the first job no thread has started
-  bool closed_ = false;
-  bool stopped_ = false;
+  std::deque<Slot> slots_ GUARDED_BY(mu_);  // slots_[0] is the oldest job not taken
+  size_t next_start_ GUARDED_BY(mu_) = 0;   // index into slots_ of the first job not started
+  bool closed_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 
