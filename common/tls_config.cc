@@ -85,12 +85,12 @@ Status CheckPem(const Pem& pem, const TlsFiles& files) {
 // The private copies are removed at exit, not with their TlsConfig: channels made from a
 // replaced config keep watching its copy for as long as they live. Once removal began, no
 // watch writes a copy again (g_exiting).
-std::vector<std::string>* g_private_dirs = nullptr;
-bool g_exiting = false;
-std::mutex g_private_dirs_mu;
+Mutex g_private_dirs_mu;
+std::vector<std::string>* g_private_dirs GUARDED_BY(g_private_dirs_mu) = nullptr;
+bool g_exiting GUARDED_BY(g_private_dirs_mu) = false;
 
 void RemovePrivateDirs() {
-  std::lock_guard<std::mutex> lock(g_private_dirs_mu);
+  MutexLock lock(&g_private_dirs_mu);
   g_exiting = true;
   std::error_code ec;
   for (const auto& d : *g_private_dirs) std::filesystem::remove_all(d, ec);
@@ -105,7 +105,7 @@ StatusOr<std::string> MakePrivateDir(const std::string& state_dir) {
   MLCD_RETURN_IF_ERROR(MakeDirs(dir).WithContext("the private copy of the TLS material"));
   if (::chmod(dir.c_str(), 0700) != 0)
     return Status::Internal("cannot make " + dir + " private (chmod 0700)");
-  std::lock_guard<std::mutex> lock(g_private_dirs_mu);
+  MutexLock lock(&g_private_dirs_mu);
   if (!g_private_dirs) {
     g_private_dirs = new std::vector<std::string>();
     std::atexit(RemovePrivateDirs);
@@ -211,12 +211,12 @@ void TlsConfig::WatchFiles() {
     lock.Unlock();
     std::vector<int64_t> now = FilesSignature(files_);
     {
-      std::lock_guard<std::mutex> exit_lock(g_private_dirs_mu);
+      MutexLock exit_lock(&g_private_dirs_mu);
       if (!g_exiting) RemoveRetiredGenerations(private_dir_, generation);
     }
     if (now != seen) {
       seen = std::move(now);
-      std::lock_guard<std::mutex> exit_lock(g_private_dirs_mu);
+      MutexLock exit_lock(&g_private_dirs_mu);
       if (!g_exiting) {
         MLCD_LOG(INFO) << "TLS files changed on disk; reloading";
         (void)Reload();
