@@ -240,14 +240,14 @@ std::vector<MetricFamily> ParseMetricsText(const std::string& text) {
 }
 
 void ChildMetricsProxy::SetTarget(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   target_ = address;
 }
 
 std::vector<MetricFamily> ChildMetricsProxy::Collect() const {
   std::string target;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     target = target_;
   }
   if (target.empty()) return {};

@@ -15,9 +15,10 @@
 #include <prometheus/registry.h>
 
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace mlcd::worker {
 
@@ -37,8 +38,8 @@ class ChildMetricsProxy : public prometheus::Collectable {
 
  private:
   std::chrono::milliseconds timeout_;
-  mutable std::mutex mu_;
-  std::string target_;
+  mutable Mutex mu_;
+  std::string target_ GUARDED_BY(mu_);
 };
 
 // The agent's own series:
