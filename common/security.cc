@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/net.h"
 #include "common/tokens.h"
 
@@ -18,15 +19,15 @@ namespace mlcd {
 namespace {
 
 struct State {
-  std::mutex mu;
-  bool configured = false;
-  SecurityOptions options;
-  std::shared_ptr<TlsConfig> tls;
-  std::shared_ptr<const TokenTable> tokens;
-  std::string client_token;
+  Mutex mu;
+  bool configured GUARDED_BY(mu) = false;
+  SecurityOptions options GUARDED_BY(mu);
+  std::shared_ptr<TlsConfig> tls GUARDED_BY(mu);
+  std::shared_ptr<const TokenTable> tokens GUARDED_BY(mu);
+  std::string client_token GUARDED_BY(mu);
   // Loopback addresses already warned about (insecure_token), so a process that makes many
   // channels to one address logs it once.
-  std::set<std::string> warned_plaintext_token;
+  std::set<std::string> warned_plaintext_token GUARDED_BY(mu);
 };
 
 State& GetState() {
@@ -61,7 +62,7 @@ StatusOr<Loaded> Load(const SecurityOptions& options) {
 }
 
 // With mu held: the settings, from the environment when nothing configured them.
-void EnsureConfigured(State& s) {
+void EnsureConfigured(State& s) REQUIRES(s.mu) {
   if (s.configured) return;
   s.configured = true;
   s.options = SecurityOptionsFromEnv();
@@ -86,7 +87,7 @@ class TokenInterceptor final : public grpc::experimental::Interceptor {
       State& s = GetState();
       std::string token;
       {
-        std::lock_guard<std::mutex> lock(s.mu);
+        MutexLock lock(&s.mu);
         token = s.client_token;
       }
       // A call that set its own authorization (ClientContext::AddMetadata) keeps it.
@@ -140,7 +141,7 @@ class RefusingInterceptorFactory final
 };
 
 // With mu held: whether channels use TLS, i.e. ChannelCredentials() is not plaintext.
-bool ChannelsUseTls(const State& s) {
+bool ChannelsUseTls(const State& s) REQUIRES(s.mu) {
   return (s.tls && (s.tls->has_ca() || s.tls->has_identity())) || !s.options.tls.ca.empty();
 }
 
@@ -247,7 +248,7 @@ void AddSecurityFlags(CLI::App& app, SecurityOptions* options, bool server) {
 Status ConfigureSecurity(const SecurityOptions& options) {
   MLCD_ASSIGN_OR_RETURN(Loaded loaded, Load(options));
   State& s = GetState();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(&s.mu);
   s.configured = true;
   s.options = options;
   s.tls = loaded.tls;
@@ -268,7 +269,7 @@ void ReloadSecurity() {
   std::shared_ptr<TlsConfig> tls;
   SecurityOptions options;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     EnsureConfigured(s);
     tls = s.tls;
     options = s.options;
@@ -279,7 +280,7 @@ void ReloadSecurity() {
     if (table.ok()) {
       MLCD_LOG(INFO) << "tokens file " << options.tokens_file << " reloaded (" << table->size()
                      << " tokens)";
-      std::lock_guard<std::mutex> lock(s.mu);
+      MutexLock lock(&s.mu);
       s.tokens = std::make_shared<const TokenTable>(std::move(table).value());
     } else {
       MLCD_LOG(ERROR) << "tokens file reload failed, keeping the previous tokens: "
@@ -288,7 +289,7 @@ void ReloadSecurity() {
   }
   if (!options.token_file.empty()) {
     auto token = ReadClientToken(options.token_file);
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     if (token.ok()) s.client_token = *token;
     if (!token.ok()) MLCD_LOG(ERROR) << "token file reload failed: " << token.status().ToString();
   }
@@ -297,7 +298,7 @@ void ReloadSecurity() {
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const std::string& listen_address) {
   State& s = GetState();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(&s.mu);
   EnsureConfigured(s);
   std::string host;
   int port = 0;
@@ -328,7 +329,7 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() {
   State& s = GetState();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(&s.mu);
   EnsureConfigured(s);
   if (s.tls && s.tls->has_ca()) return s.tls->ChannelCredentials();
   if (ChannelsUseTls(s)) {
@@ -341,7 +342,7 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() {
 
 Status CheckChannelSecurity(const std::string& address) {
   State& s = GetState();
-  std::lock_guard<std::mutex> lock(s.mu);
+  MutexLock lock(&s.mu);
   EnsureConfigured(s);
   if (s.options.token_file.empty() || ChannelsUseTls(s)) return Status::Ok();
   std::string host;
@@ -381,7 +382,7 @@ std::shared_ptr<grpc::Channel> CreateSecureChannel(const std::string& address,
     factories.push_back(std::make_unique<RefusingInterceptorFactory>(ToGrpcStatus(allowed)));
   } else {
     State& s = GetState();
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     if (!s.options.token_file.empty())
       factories.push_back(std::make_unique<TokenInterceptorFactory>());
   }
@@ -395,7 +396,7 @@ grpc::Status AuthorizeCall(const grpc::ServerContextBase& context, std::string_v
   State& s = GetState();
   std::shared_ptr<const TokenTable> tokens;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
+    MutexLock lock(&s.mu);
     EnsureConfigured(s);
     tokens = s.tokens;
   }
