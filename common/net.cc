@@ -1,13 +1,18 @@
 #include "common/net.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <random>
+#include <string>
 
 namespace mlcd {
 
@@ -41,6 +46,30 @@ int EphemeralRangeLow() {
   return 32768;
 }
 
+// Claims `port` for this host's PickFreePort callers: creates <dir>/<port> exclusively, or
+// takes over a claim older than kPortClaimSeconds. False when another caller holds it. A
+// host whose temporary folder cannot be written claims nothing (true: the bind test alone).
+bool ClaimPort(int port) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir =
+      std::string(tmp && *tmp ? tmp : "/tmp") + "/mlcd-port-claims-" + std::to_string(::getuid());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return true;
+  const std::string path = dir + "/" + std::to_string(port);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      ::close(fd);
+      return true;
+    }
+    if (errno != EEXIST) return true;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;  // released meanwhile: try again
+    if (::time(nullptr) - st.st_mtime < kPortClaimSeconds) return false;
+    ::unlink(path.c_str());  // a stale claim
+  }
+  return false;
+}
+
 }  // namespace
 
 int PickFreePort() {
@@ -51,7 +80,7 @@ int PickFreePort() {
   std::uniform_int_distribution<int> pick(kLowestPickedPort, high - 1);
   for (int attempt = 0; attempt < kPickPortAttempts; ++attempt) {
     const int port = pick(rng);
-    if (TryBind(port) == port) return port;
+    if (TryBind(port) == port && ClaimPort(port)) return port;
   }
   return TryBind(0);
 }
