@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/dataset/dataset_index.h"
 #include "common/format.h"
 #include "common/npy.h"
 
@@ -181,6 +183,36 @@ StatusOr<ImportedLabels> ImportNpy(const std::string& path, int64_t k) {
   }
   if (!problems.empty()) return Refusal(path, problems);
   return Pack(std::move(samples));
+}
+
+StatusOr<ImportedLabels> ReadImportSource(const ImportSource& args) {
+  if (args.k < 1 || args.k > std::numeric_limits<int32_t>::max())
+    return Status::InvalidArgument("--k " + std::to_string(args.k) + " must be in [1, 2^31-1]");
+  if (args.jsonl_path.empty() == args.npy_path.empty())
+    return Status::InvalidArgument(
+        "give the labels either by sample key (--jsonl F.jsonl with --index DIR, the dataset "
+        "index that numbers the samples) or by sample id (--npy F.npy)");
+  if (!args.npy_path.empty()) {
+    if (!args.index_dir.empty())
+      return Status::InvalidArgument("--index is for --jsonl; --npy rows are sample ids");
+    return ImportNpy(args.npy_path, args.k);
+  }
+  if (args.index_dir.empty())
+    return Status::InvalidArgument(
+        "--jsonl matches keys through a dataset index: pass --index DIR (mlcdctl dataset index)");
+  MLCD_ASSIGN_OR_RETURN(DatasetIndex index, LoadDatasetIndex(args.index_dir));
+  return ImportJsonLines(args.jsonl_path, index.keys, args.k);
+}
+
+Status ParseMetaEntries(const std::vector<std::string>& entries,
+                        std::map<std::string, std::string>* metadata) {
+  for (const auto& kv : entries) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::InvalidArgument("--meta '" + kv + "' must be key=value");
+    (*metadata)[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return Status::Ok();
 }
 
 }  // namespace mlcd::cli

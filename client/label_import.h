@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,21 @@ StatusOr<ImportedLabels> ImportJsonLines(const std::string& path,
 
 // An .npy of labels by sample id at `path`.
 StatusOr<ImportedLabels> ImportNpy(const std::string& path, int64_t k);
+
+// Where an import's labels come from (`mlcdctl labels import`'s flags): by key, jsonl_path
+// with index_dir (the dataset index, LoadDatasetIndex); or by id, npy_path.
+struct ImportSource {
+  int64_t k = 0;
+  std::string jsonl_path, index_dir, npy_path;
+};
+
+// The rows of `source`, every line or row checked (nothing is sent before all is good).
+// INVALID_ARGUMENT for k outside [1, 2^31-1], both or neither of jsonl/npy, --index with
+// --npy or missing with --jsonl, and the import's own refusals.
+StatusOr<ImportedLabels> ReadImportSource(const ImportSource& source);
+
+// --meta key=value entries into `metadata`; INVALID_ARGUMENT naming a malformed one.
+Status ParseMetaEntries(const std::vector<std::string>& entries,
+                        std::map<std::string, std::string>* metadata);
 
 }  // namespace mlcd::cli

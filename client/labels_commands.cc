@@ -36,7 +36,6 @@
 #include "client/label_import.h"
 #include "client/sample_ids.h"
 #include "clients/labelstore_client.h"
-#include "common/dataset/dataset_index.h"
 #include "common/format.h"
 #include "common/npy.h"
 
@@ -112,18 +111,6 @@ struct CreateArgs {
   std::vector<std::string> meta;
 };
 
-// --meta key=value entries into `metadata`; INVALID_ARGUMENT naming a malformed one.
-Status ParseMeta(const std::vector<std::string>& entries,
-                 std::map<std::string, std::string>* metadata) {
-  for (const auto& kv : entries) {
-    auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return Status::InvalidArgument("--meta '" + kv + "' must be key=value");
-    (*metadata)[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return Status::Ok();
-}
-
 int RunCreate(const Context& ctx, const CreateArgs& args) {
   labelstore::LabelSetSpec spec;
   spec.name = args.name;
@@ -138,7 +125,7 @@ int RunCreate(const Context& ctx, const CreateArgs& args) {
   spec.num_classes = static_cast<int32_t>(args.k);
   spec.labels_per_sample = static_cast<int32_t>(args.l);
   spec.with_scores = args.scores;
-  if (Status meta = ParseMeta(args.meta, &spec.metadata); !meta.ok()) return ctx.Fail(meta);
+  if (Status meta = ParseMetaEntries(args.meta, &spec.metadata); !meta.ok()) return ctx.Fail(meta);
   auto client = MakeClient(ctx);
   auto info = client->CreateLabelSet(spec);
   if (!info.ok()) return ctx.Fail(info.status());
@@ -339,32 +326,9 @@ int RunPut(const Context& ctx, const PutArgs& args) {
 
 struct ImportArgs {
   std::string name;
-  int64_t k = 0;
-  std::string jsonl_path;
-  std::string index_dir;
-  std::string npy_path;
+  ImportSource source;
   std::vector<std::string> meta;
 };
-
-// Reads and checks the whole input (nothing is sent before it is all good).
-StatusOr<ImportedLabels> ReadImport(const ImportArgs& args) {
-  if (args.k < 1 || args.k > std::numeric_limits<int32_t>::max())
-    return Status::InvalidArgument("--k " + std::to_string(args.k) + " must be in [1, 2^31-1]");
-  if (args.jsonl_path.empty() == args.npy_path.empty())
-    return Status::InvalidArgument(
-        "give the labels either by sample key (--jsonl F.jsonl with --index DIR, the dataset "
-        "index that numbers the samples) or by sample id (--npy F.npy)");
-  if (!args.npy_path.empty()) {
-    if (!args.index_dir.empty())
-      return Status::InvalidArgument("--index is for --jsonl; --npy rows are sample ids");
-    return ImportNpy(args.npy_path, args.k);
-  }
-  if (args.index_dir.empty())
-    return Status::InvalidArgument(
-        "--jsonl matches keys through a dataset index: pass --index DIR (mlcdctl dataset index)");
-  MLCD_ASSIGN_OR_RETURN(DatasetIndex index, LoadDatasetIndex(args.index_dir));
-  return ImportJsonLines(args.jsonl_path, index.keys, args.k);
-}
 
 // Creates the set, writes the rows and seals it; on a failure after the create the set is
 // deleted again, so a failed import leaves no set behind (and never a sealed one).
@@ -372,11 +336,11 @@ StatusOr<v1::LabelSetInfo> WriteImport(LabelStoreClient* client, const ImportArg
                                        const ImportedLabels& rows) {
   labelstore::LabelSetSpec spec;
   spec.name = args.name;
-  spec.num_classes = static_cast<int32_t>(args.k);
+  spec.num_classes = static_cast<int32_t>(args.source.k);
   spec.labels_per_sample = rows.l;
-  spec.metadata["source"] =
-      args.npy_path.empty() ? "import of " + args.jsonl_path : "import of " + args.npy_path;
-  MLCD_RETURN_IF_ERROR(ParseMeta(args.meta, &spec.metadata));
+  spec.metadata["source"] = args.source.npy_path.empty() ? "import of " + args.source.jsonl_path
+                                                         : "import of " + args.source.npy_path;
+  MLCD_RETURN_IF_ERROR(ParseMetaEntries(args.meta, &spec.metadata));
   MLCD_RETURN_IF_ERROR(
       labelstore::ValidateLabelRows(rows.ids.data(), rows.ids.size(), rows.labels.data(), nullptr,
                                     {spec.num_classes, spec.labels_per_sample, false}));
@@ -406,7 +370,7 @@ StatusOr<v1::LabelSetInfo> WriteImport(LabelStoreClient* client, const ImportArg
 }
 
 int RunImport(const Context& ctx, const ImportArgs& args) {
-  auto rows = ReadImport(args);
+  auto rows = ReadImportSource(args.source);
   if (!rows.ok()) return ctx.Fail(rows.status());
   auto client = MakeClient(ctx);
   auto info = WriteImport(client.get(), args, *rows);
@@ -742,12 +706,13 @@ static CommandRegistration registration(20, [](CLI::App& app, Context& ctx) {
       "[...]}\nmatched through a dataset index, or an [n, c] integer .npy by sample id (-1 = "
       "padding);\nchecked in full first, and nothing is left behind when it fails");
   AddName(import, &import_args->name);
-  import->add_option("--k", import_args->k, "number of classes k (labels are in [0, k))")
+  import->add_option("--k", import_args->source.k, "number of classes k (labels are in [0, k))")
       ->required();
-  import->add_option("--jsonl", import_args->jsonl_path, "JSON lines of {key, labels}");
-  import->add_option("--index", import_args->index_dir,
+  import->add_option("--jsonl", import_args->source.jsonl_path, "JSON lines of {key, labels}");
+  import->add_option("--index", import_args->source.index_dir,
                      "the dataset index whose keys number the samples (with --jsonl)");
-  import->add_option("--npy", import_args->npy_path, "[n] or [n, c] integer .npy by sample id");
+  import->add_option("--npy", import_args->source.npy_path,
+                     "[n] or [n, c] integer .npy by sample id");
   import->add_option("--meta", import_args->meta, "metadata entry key=value (repeatable)");
   import->callback([&ctx, import_args] { ctx.exit_code = RunImport(ctx, *import_args);
 });

@@ -89,6 +89,14 @@ def _sample(given: Iterable[int], k: int, where: str, problems: _Problems) -> Li
     return labels if ok else []
 
 
+def _finish(samples: Dict[int, List[int]], problems: _Problems, source: str) -> ImportPlan:
+    """The plan, or the refusal naming every kind of problem (or an input without samples)."""
+    problems.refuse(source)
+    if not samples:
+        raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, f"{source}: holds no sample")
+    return _pack(samples)
+
+
 def _pack(samples: Dict[int, List[int]]) -> ImportPlan:
     ids = sorted(samples)
     width = max(len(samples[i]) for i in ids)
@@ -144,10 +152,7 @@ def plan_from_jsonl(lines: Iterable[str], keys: Sequence[str], k: int,
         row = _sample(j["labels"], k, named, problems)
         if row:
             samples[sample_id] = row
-    problems.refuse(source)
-    if not samples:
-        raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, f"{source}: holds no sample")
-    return _pack(samples)
+    return _finish(samples, problems, source)
 
 
 def plan_from_rows(rows: Sequence[Sequence[int]], k: int, source: str = "rows") -> ImportPlan:
@@ -159,7 +164,4 @@ def plan_from_rows(rows: Sequence[Sequence[int]], k: int, source: str = "rows") 
         row = _sample([int(v) for v in given], k, f"sample {i}", problems)
         if row:
             samples[i] = row
-    problems.refuse(source)
-    if not samples:
-        raise InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, f"{source}: holds no sample")
-    return _pack(samples)
+    return _finish(samples, problems, source)
