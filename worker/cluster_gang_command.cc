@@ -145,7 +145,7 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   // over NCCL.
   MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm,
                         ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds,
-                                         "cluster-gang", device.is_cuda()));
+                                         "cluster-gang", device));
   MLCD_ASSIGN_OR_RETURN(at::Tensor rows, features.Read(b, e, device));
 
   cluster::GangKMeansParams p;

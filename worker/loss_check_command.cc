@@ -4,7 +4,7 @@
 //
 //   mlcd-worker loss-check --embeddings E.npy --weights W.npy --labels Y.npy --negatives N.npy
 //       --variant mlcd|mlc|softmax --scale S --margin M --margin-type arc|cos|none --out DIR
-//       [--world-size N]
+//       [--world-size N] [--layer host|device] [--device auto|cpu|cuda[:N]]
 //
 // E: B x D float32, W: K x D float32, Y: B x l int64 (< 0 = padding), N: int64 1-d class ids.
 // The sampled set is S = N ∪ {all valid labels} (no random draw). Writes DIR/loss.npy (0-d),
@@ -12,6 +12,9 @@
 // gradients of the batch-mean loss. --world-size N > 1 forks N local ranks that run the
 // sharded computation over Gloo on a free loopback port (rank ρ gets samples
 // [floor(Bρ/N), floor(B(ρ+1)/N)) and classes ShardClassRange(K, N, ρ)); rank 0 writes DIR.
+// --layer picks the implementation (worker/loss/partial_fc.h): host, the fused CPU layer, or
+// device, the ATen layer on --device (auto: this rank's CUDA device when there is one, else
+// the CPU; ranks on CUDA meet over NCCL, one device per rank).
 //
 //   mlcd-worker loss-check --embeddings E.npy [--labels Y.npy] --out DIR
 //       --variant infonce|mulsupcon|supcon-all|supcon-any [--temperature T] [--views 1|2]
@@ -41,6 +44,7 @@
 #include "worker/loss/contrastive_loss.h"
 #include "worker/loss/local_ranks.h"
 #include "worker/loss/partial_fc.h"
+#include "worker/train/train_step.h"
 
 namespace mlcd::worker {
 namespace {
@@ -48,6 +52,7 @@ namespace {
 struct LossCheckArgs {
   std::string embeddings, weights, labels, negatives, out;
   std::string variant = "mlcd", margin_type = "arc";
+  std::string layer = "host", device = "auto";  // classification variants
   double scale = 32.0;
   double margin = 0.3;
   double temperature = 0.1;  // contrastive variants
@@ -162,16 +167,24 @@ StatusOr<LossCheckInputs> ReadInputs(const LossCheckArgs& a) {
   if (!std::isfinite(a.margin)) return bad("--margin must be a finite number");
   o.scale = a.scale;
   o.margin = a.margin;
+  MLCD_ASSIGN_OR_RETURN(o.layer, ParsePartialFcLayer(a.layer));
+  if (o.layer == PartialFcLayer::kHost && a.device != "auto" && a.device != "cpu")
+    return bad("--device " + a.device + " needs --layer device (the host layer runs on the CPU)");
   MLCD_RETURN_IF_ERROR(ValidatePartialFcOptions(o));
   return in;
 }
 
 // One rank's part; rank 0 writes the outputs.
 Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, int world) {
+  PartialFcOptions options = in.options;
+  if (options.layer == PartialFcLayer::kDevice) {
+    MLCD_ASSIGN_OR_RETURN(options.device, ResolveDevice(a.device, rank));
+  }
+  const at::TensorOptions on_device = at::TensorOptions().device(options.device);
   MLCD_ASSIGN_OR_RETURN(
       std::unique_ptr<Collectives> comm,
-      ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "loss-check"));
-  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFc> pfc, PartialFc::Create(in.options, comm.get()));
+      ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "loss-check", options.device));
+  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFc> pfc, PartialFc::Create(options, comm.get()));
   PartialFcShardState all;
   all.range = {0, in.options.num_classes};
   all.num_classes = in.options.num_classes;
@@ -182,14 +195,14 @@ Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, 
   const int64_t B = in.E.size(0), D = in.E.size(1), K = in.options.num_classes;
   const int64_t b0 = EvenSplitBegin(B, world, rank), b1 = EvenSplitBegin(B, world, rank + 1);
   MLCD_ASSIGN_OR_RETURN(PartialFcStep step,
-                        pfc->ForwardBackwardWithNegatives(in.E.narrow(0, b0, b1 - b0),
+                        pfc->ForwardBackwardWithNegatives(in.E.narrow(0, b0, b1 - b0).to(on_device),
                                                           in.Y.narrow(0, b0, b1 - b0), in.N));
 
   // Embedding gradients, padded to the largest local batch, gathered in rank order.
   int64_t b_max = 0;
   for (int r = 0; r < world; ++r)
     b_max = std::max(b_max, EvenSplitBegin(B, world, r + 1) - EvenSplitBegin(B, world, r));
-  at::Tensor mine = at::zeros({b_max, D}, at::kFloat);
+  at::Tensor mine = at::zeros({b_max, D}, on_device.dtype(at::kFloat));
   mine.narrow(0, 0, b1 - b0).copy_(step.grad_embeddings);
   at::Tensor gathered;
   MLCD_RETURN_IF_ERROR(comm->AllGather(mine, &gathered));
@@ -197,13 +210,15 @@ Status ComputeRank(const LossCheckArgs& a, const LossCheckInputs& in, int rank, 
   const ClassRange range = pfc->class_range();
   int64_t n_max = 0;
   for (int r = 0; r < world; ++r) n_max = std::max(n_max, ShardClassRange(K, world, r).size());
-  at::Tensor shard_grad = at::zeros({n_max, D}, at::kFloat);
+  at::Tensor shard_grad = at::zeros({n_max, D}, on_device.dtype(at::kFloat));
   at::Tensor classes = pfc->last_sampled_classes();
   if (classes.numel() > 0)
     shard_grad.index_copy_(0, classes - range.begin, pfc->last_weight_gradient());
   at::Tensor gathered_w;
   MLCD_RETURN_IF_ERROR(comm->AllGather(shard_grad, &gathered_w));
   if (rank != 0) return Status::Ok();
+  gathered = gathered.cpu();
+  gathered_w = gathered_w.cpu();
 
   at::Tensor grad_e = at::empty({B, D}, at::kFloat), grad_w = at::empty({K, D}, at::kFloat);
   for (int r = 0; r < world; ++r) {
@@ -248,6 +263,8 @@ StatusOr<ContrastiveCheckInputs> ReadContrastiveInputs(const LossCheckArgs& a) {
         "--weights and --negatives are for the classification variants (mlcd, mlc, "
         "softmax); variant " +
         a.variant + " compares the batch with itself");
+  if (a.layer != "host" || a.device != "auto")
+    return bad("--layer and --device are for the classification variants (mlcd, mlc, softmax)");
   MLCD_ASSIGN_OR_RETURN(in.E, ReadTensor("--embeddings", a.embeddings, true, 2, 2));
   const int64_t N = in.E.size(0);
   if (N < 2 || in.E.size(1) < 1)
@@ -337,6 +354,8 @@ std::vector<std::string> ChildArgs(const LossCheckArgs& a, int rank,
   add("--scale", num(a.scale));
   add("--margin", num(a.margin));
   add("--margin-type", a.margin_type);
+  add("--layer", a.layer);
+  add("--device", a.device);
   add("--temperature", num(a.temperature));
   add("--views", std::to_string(a.views));
   add("--world-size", std::to_string(a.world_size));
@@ -428,6 +447,13 @@ static CommandRegistration registration(20, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--scale", args->scale, "logit scale s")->capture_default_str();
   cmd->add_option("--margin", args->margin, "margin m on positive logits")->capture_default_str();
   cmd->add_option("--margin-type", args->margin_type, "arc: s·cos(θ+m) | cos: s·(cosθ−m) | none")
+      ->capture_default_str();
+  cmd->add_option("--layer", args->layer,
+                  "classification: host (the fused CPU layer) | device (ATen ops on --device)")
+      ->capture_default_str();
+  cmd->add_option("--device", args->device,
+                  "classification with --layer device: auto (this rank's CUDA device when there "
+                  "is one) | cpu | cuda | cuda:N")
       ->capture_default_str();
   cmd->add_option("--out", args->out, "output directory (created)")->required();
   cmd->add_option(

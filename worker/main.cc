@@ -2,10 +2,12 @@
 #include "common/blas_env.h"
 #include "common/malloc_env.h"
 #include "worker/command.h"
+#include "worker/loss/collectives.h"
 
 int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);
   mlcd::KeepFreedMemoryForReuse();  // common/malloc_env.h
+  mlcd::worker::SetNcclEnvironmentDefaults();  // before any thread: setenv is not thread-safe
   int exit_code = 0;
   CLI::App app{"mlcd-worker: ViT training with the sharded PartialFC MLCD loss over c10d",
                "mlcd-worker"};

@@ -136,7 +136,7 @@ int Run(const BenchFlags& f) {
   std::unique_ptr<Collectives> backbone_comm;
   if (device->is_cuda() && f.world_size > 1) {
     CollectivesOptions bopts = copts;
-    bopts.cuda = true;
+    bopts.device = *device;
     bopts.store_prefix = "bench/backbone";
     auto made = Collectives::Create(bopts);
     if (!made.ok()) return Fail(made.status());

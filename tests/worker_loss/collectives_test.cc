@@ -50,13 +50,16 @@ TEST(CollectivesTest, CreateRejectsBadOptions) {
   opts.rendezvous = "nocolon";
   EXPECT_EQ(Collectives::Create(opts).status().code(), StatusCode::kInvalidArgument);
   opts.rendezvous = "127.0.0.1:29500";
-  opts.backend = CollectiveBackend::kNccl;
+  opts.device = c10::Device(c10::kCUDA, 0);
 #ifndef MLCD_WITH_NCCL
   auto s = Collectives::Create(opts).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("MLCD_WITH_CUDA"), std::string::npos) << s.message();
 #endif
-  EXPECT_FALSE(ParseCollectiveBackend("mpi").ok());
+  opts.device = c10::Device(c10::kMeta);
+  auto meta = Collectives::Create(opts).status();
+  EXPECT_EQ(meta.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(meta.message().find("not meta"), std::string::npos) << meta.message();
 }
 
 TEST(CollectivesTest, ThreeRanksAllOperations) {

@@ -147,6 +147,35 @@ TEST_F(LossCheckTest, WorldSizesTwoAndThreeMatchOne) {
   }
 }
 
+// --layer device (the ATen layer, here on CPU tensors) gives the host layer's outputs, alone
+// and sharded over three processes.
+TEST_F(LossCheckTest, DeviceLayerMatchesTheHostLayer) {
+  for (std::string variant : {"mlcd", "mlc", "softmax"}) {
+    SCOPED_TRACE(variant);
+    const std::string host_out = dir_.Sub(variant + "-host");
+    Outputs host = Run(Args(variant, "arc", 1, host_out), host_out);
+    ASSERT_TRUE(host.loss.defined() && host.grad_w.defined());
+    for (int world : {1, 3}) {
+      const std::string out = dir_.Sub(variant + "-device" + std::to_string(world));
+      std::vector<std::string> args = Args(variant, "arc", world, out);
+      args.insert(args.end(), {"--layer", "device", "--device", "cpu"});
+      Outputs device = Run(args, out);
+      ASSERT_TRUE(device.loss.defined() && device.grad_w.defined());
+      EXPECT_NEAR(device.loss.item<float>(), host.loss.item<float>(),
+                  1e-5 * host.loss.item<float>())
+          << world;
+      EXPECT_TRUE(at::allclose(device.grad_e, host.grad_e, 1e-4, 1e-6)) << world;
+      EXPECT_TRUE(at::allclose(device.grad_w, host.grad_w, 1e-4, 1e-6)) << world;
+    }
+  }
+  std::vector<std::string> bad_layer = Args("mlcd", "arc", 1, dir_.Sub("bad-layer"));
+  bad_layer.insert(bad_layer.end(), {"--layer", "gpu"});
+  ExpectRejected(bad_layer, "expected host");
+  std::vector<std::string> host_on_cuda = Args("mlcd", "arc", 1, dir_.Sub("host-cuda"));
+  host_on_cuda.insert(host_on_cuda.end(), {"--device", "cuda"});
+  ExpectRejected(host_on_cuda, "needs --layer device");
+}
+
 TEST_F(LossCheckTest, MoreRanksThanSamples) {
   // B = 2 over 3 ranks: one rank has no sample; K = 13 over 3 ranks.
   Save(dir_.Sub("E2.npy"), E_.narrow(0, 0, 2));

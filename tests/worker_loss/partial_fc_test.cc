@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "common/net.h"
-#include "tests/worker_loss/run_ranks.h"
 #include "tests/testing/process.h"
+#include "tests/worker_loss/run_ranks.h"
 
 namespace mlcd::worker {
 namespace {
@@ -42,8 +42,10 @@ at::Tensor Ids(const std::vector<int64_t>& ids) {
       .clone();
 }
 
-PartialFcOptions Options(int64_t K, int64_t D, LossVariant v, MarginType mt, double s, double m) {
+PartialFcOptions Options(int64_t K, int64_t D, LossVariant v, MarginType mt, double s, double m,
+                         PartialFcLayer layer = PartialFcLayer::kHost) {
   PartialFcOptions o;
+  o.layer = layer;
   o.num_classes = K;
   o.embedding_dim = D;
   o.variant = v;
@@ -265,12 +267,13 @@ struct TinyCase {
   }  // N ∪ labels; class 6 is not sampled
 };
 
-void CheckFiniteDifferences(LossVariant v, MarginType mt) {
-  SCOPED_TRACE(std::string(LossVariantName(v)) + "/" + MarginTypeName(mt));
+void CheckFiniteDifferences(LossVariant v, MarginType mt, PartialFcLayer layer) {
+  SCOPED_TRACE(std::string(LossVariantName(v)) + "/" + MarginTypeName(mt) + " " +
+               PartialFcLayerName(layer));
   TinyCase t;
   const double s = 6.0, m = 0.3;
   auto comm = Collectives::Local();
-  auto pfc = LayerWith(comm.get(), Options(t.K, t.D, v, mt, s, m), t.W);
+  auto pfc = LayerWith(comm.get(), Options(t.K, t.D, v, mt, s, m, layer), t.W);
   auto r = pfc->ForwardBackwardWithNegatives(t.E, t.Y, t.N);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto E = ToRows(t.E), W = ToRows(t.W);
@@ -315,10 +318,13 @@ void CheckFiniteDifferences(LossVariant v, MarginType mt) {
       << "max |analytic - finite difference| = " << max_err;
 }
 
+// Both layers: the fused host layer and the device layer on CPU tensors.
 TEST(PartialFcGradientTest, FiniteDifferencesEveryVariantAndMargin) {
-  for (LossVariant v : {LossVariant::kMlcd, LossVariant::kMlc, LossVariant::kSoftmax}) {
-    for (MarginType mt : {MarginType::kArc, MarginType::kCos, MarginType::kNone})
-      CheckFiniteDifferences(v, mt);
+  for (PartialFcLayer layer : {PartialFcLayer::kHost, PartialFcLayer::kDevice}) {
+    for (LossVariant v : {LossVariant::kMlcd, LossVariant::kMlc, LossVariant::kSoftmax}) {
+      for (MarginType mt : {MarginType::kArc, MarginType::kCos, MarginType::kNone})
+        CheckFiniteDifferences(v, mt, layer);
+    }
   }
 }
 
@@ -365,20 +371,23 @@ TEST(PartialFcStabilityTest, ScaleUpTo128AndBeyond) {
   at::Tensor N = Ids({4, 5, 6, 7, 8, 9, 10, 11});
   std::set<int64_t> S{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   auto comm = Collectives::Local();
-  for (double s : {64.0, 128.0, 400.0}) {
-    for (LossVariant v : {LossVariant::kMlcd, LossVariant::kMlc, LossVariant::kSoftmax}) {
-      SCOPED_TRACE(std::string(LossVariantName(v)) + " s=" + std::to_string(s));
-      auto pfc = LayerWith(comm.get(), Options(K, D, v, MarginType::kArc, s, 0.3), W);
-      auto r = pfc->ForwardBackwardWithNegatives(E, Y, N);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      Reference ref{v, MarginType::kArc, s, 0.3};
-      double want = ref.Loss(ToRows(E), ToRows(W), ToLabelRows(Y), S);
-      EXPECT_TRUE(std::isfinite(r->loss));
-      // Float32 cosines near 1 feed arccos, whose slope is unbounded there: a 6e-8 error in c
-      // moves θ by ~3e-4, i.e. z by ~s·1e-4. Relative 1e-4 on L still catches any overflow.
-      EXPECT_NEAR(r->loss, want, 1e-4 * std::max(1.0, want));
-      EXPECT_TRUE(at::isfinite(r->grad_embeddings).all().item<bool>());
-      EXPECT_TRUE(at::isfinite(pfc->last_weight_gradient()).all().item<bool>());
+  for (PartialFcLayer layer : {PartialFcLayer::kHost, PartialFcLayer::kDevice}) {
+    for (double s : {64.0, 128.0, 400.0}) {
+      for (LossVariant v : {LossVariant::kMlcd, LossVariant::kMlc, LossVariant::kSoftmax}) {
+        SCOPED_TRACE(std::string(LossVariantName(v)) + " s=" + std::to_string(s) + " " +
+                     PartialFcLayerName(layer));
+        auto pfc = LayerWith(comm.get(), Options(K, D, v, MarginType::kArc, s, 0.3, layer), W);
+        auto r = pfc->ForwardBackwardWithNegatives(E, Y, N);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        Reference ref{v, MarginType::kArc, s, 0.3};
+        double want = ref.Loss(ToRows(E), ToRows(W), ToLabelRows(Y), S);
+        EXPECT_TRUE(std::isfinite(r->loss));
+        // Float32 cosines near 1 feed arccos, whose slope is unbounded there: a 6e-8 error in c
+        // moves θ by ~3e-4, i.e. z by ~s·1e-4. Relative 1e-4 on L still catches any overflow.
+        EXPECT_NEAR(r->loss, want, 1e-4 * std::max(1.0, want));
+        EXPECT_TRUE(at::isfinite(r->grad_embeddings).all().item<bool>());
+        EXPECT_TRUE(at::isfinite(pfc->last_weight_gradient()).all().item<bool>());
+      }
     }
   }
 }
@@ -463,9 +472,11 @@ TEST(PartialFcTest, ShardRangesCoverTheClasses) {
 }
 
 // ---- Sparse AdamW.
-TEST(PartialFcOptimizerTest, LazyAdamWOnSampledRowsOnly) {
+class PartialFcOptimizerTest : public ::testing::TestWithParam<PartialFcLayer> {};
+
+TEST_P(PartialFcOptimizerTest, LazyAdamWOnSampledRowsOnly) {
   const int64_t K = 30, D = 5;
-  PartialFcOptions o = Options(K, D, LossVariant::kMlcd, MarginType::kArc, 16, 0.3);
+  PartialFcOptions o = Options(K, D, LossVariant::kMlcd, MarginType::kArc, 16, 0.3, GetParam());
   o.sample_ratio = 0.2;
   o.weight_decay = 0.1;
   auto comm = Collectives::Local();
@@ -510,6 +521,12 @@ TEST(PartialFcOptimizerTest, LazyAdamWOnSampledRowsOnly) {
   for (int64_t c = 0; c < K; ++c) EXPECT_EQ(st.row_steps[c].item<int64_t>(), t[c]);
   EXPECT_TRUE(at::allclose(st.exp_avg.to(at::kDouble), m1, 1e-5, 1e-9));
 }
+
+INSTANTIATE_TEST_SUITE_P(Layers, PartialFcOptimizerTest,
+                         ::testing::Values(PartialFcLayer::kHost, PartialFcLayer::kDevice),
+                         [](const ::testing::TestParamInfo<PartialFcLayer>& info) {
+                           return std::string(PartialFcLayerName(info.param));
+                         });
 
 TEST(PartialFcTest, BadInputsAreRejected) {
   auto comm = Collectives::Local();

@@ -70,7 +70,7 @@ StatusOr<RankContext> Prepare(const v1::Assignment& a, const GangPhaseOptions& o
   co.rendezvous = a.rendezvous_address();
   co.timeout =
       std::chrono::seconds(std::max(120, a.spec().training().collective_timeout_seconds()));
-  co.cuda = c.device.is_cuda();
+  co.device = c.device;
   co.store_prefix = "mlcd-cluster";
   MLCD_ASSIGN_OR_RETURN(c.comm, Collectives::Create(co));
   c.begin = EvenSplitBegin(c.features.rows(), world, a.rank());

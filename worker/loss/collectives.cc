@@ -139,9 +139,6 @@ Status JoinProcessGroup(const CollectivesOptions& options, const std::string& ho
       [&] {
 #ifdef MLCD_WITH_NCCL
         if (use_nccl) {
-          // Blocking wait makes wait() honour the timeout and throw instead of hanging.
-          ::setenv(compat::kNcclBlockingWaitEnv, "1", 0);
-          ::setenv(compat::kNcclAsyncErrorHandlingEnv, "1", 0);
           auto nccl_options = ::c10d::ProcessGroupNCCL::Options::create();
           nccl_options->timeout = options.timeout;
           *pg = c10::make_intrusive<::c10d::ProcessGroupNCCL>(store, options.rank,
@@ -179,32 +176,19 @@ Status JoinProcessGroup(const CollectivesOptions& options, const std::string& ho
 
 }  // namespace
 
-StatusOr<CollectiveBackend> ParseCollectiveBackend(const std::string& name) {
-  if (name == "auto") return CollectiveBackend::kAuto;
-  if (name == "gloo") return CollectiveBackend::kGloo;
-  if (name == "nccl") return CollectiveBackend::kNccl;
-  return Status::InvalidArgument("unknown collective backend '" + name +
-                                 "'; expected auto, gloo or nccl");
-}
-
-const char* CollectiveBackendName(CollectiveBackend backend) {
-  switch (backend) {
-    case CollectiveBackend::kAuto:
-      return "auto";
-    case CollectiveBackend::kGloo:
-      return "gloo";
-    case CollectiveBackend::kNccl:
-      return "nccl";
-  }
-  return "?";
+void SetNcclEnvironmentDefaults() {
+  // Blocking wait makes wait() honour the timeout and throw instead of hanging.
+  ::setenv(compat::kNcclBlockingWaitEnv, "1", 0);
+  ::setenv(compat::kNcclAsyncErrorHandlingEnv, "1", 0);
 }
 
 Collectives::~Collectives() = default;
 
-std::unique_ptr<Collectives> Collectives::Local() {
+std::unique_ptr<Collectives> Collectives::Local(c10::Device device) {
   std::unique_ptr<Collectives> c(new Collectives());
   c->rank_ = 0;
   c->world_size_ = 1;
+  c->device_ = device;
   return c;
 }
 
@@ -225,18 +209,21 @@ StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOpti
   }
   if (options.timeout.count() <= 0)
     return Status::InvalidArgument("collective timeout must be positive");
-  bool use_nccl = options.backend == CollectiveBackend::kNccl ||
-                  (options.backend == CollectiveBackend::kAuto && options.cuda);
+  if (!options.device.is_cpu() && !options.device.is_cuda()) {
+    return Status::InvalidArgument("collectives move CPU (Gloo) or CUDA (NCCL) tensors, not " +
+                                   options.device.str());
+  }
+  const bool use_nccl = options.device.is_cuda();
 #ifndef MLCD_WITH_NCCL
   if (use_nccl) {
     return Status::InvalidArgument(
-        "the NCCL backend was requested (CUDA tensors or --backend nccl) but this mlcd-worker was "
-        "built without "
-        "it; rebuild with -DMLCD_WITH_CUDA=ON against a CUDA libtorch, or use the gloo backend");
+        "collectives on " + options.device.str() +
+        " need NCCL, but this mlcd-worker was built without it; rebuild with -DMLCD_WITH_CUDA=ON "
+        "against a CUDA libtorch, or run on the cpu device (Gloo)");
   }
 #endif
   if (options.world_size == 1) {
-    std::unique_ptr<Collectives> local = Local();
+    std::unique_ptr<Collectives> local = Local(options.device);
     local->timeout_ = options.timeout;
     return local;
   }
@@ -250,6 +237,7 @@ StatusOr<std::unique_ptr<Collectives>> Collectives::Create(const CollectivesOpti
   std::unique_ptr<Collectives> c(new Collectives());
   c->rank_ = options.rank;
   c->world_size_ = options.world_size;
+  c->device_ = options.device;
   c->timeout_ = options.timeout;
   c->group_ = std::make_unique<Group>();
   Group& g = *c->group_;

@@ -8,11 +8,14 @@
 //   MLCD_RETURN_IF_ERROR(comm->AllReduce(grads, ReduceOp::kSum));   // fused, bucketed
 //
 // Rendezvous: rank 0 serves a c10d::TCPStore on the rendezvous port (it binds all
-// interfaces); the other ranks connect to HOST:PORT, retrying until `timeout`. The process
-// group is c10d::ProcessGroupGloo for CPU tensors, or c10d::ProcessGroupNCCL for CUDA tensors
-// when the worker is built with MLCD_WITH_CUDA (CMake option; defines MLCD_WITH_NCCL).
-// World size 1 needs no process group, no store and no network: every collective is a
-// local no-op (AllGather copies, ReduceScatter copies).
+// interfaces); the other ranks connect to HOST:PORT, retrying until `timeout`. The group
+// moves the tensors of one device, CollectivesOptions::device: c10d::ProcessGroupGloo for
+// the CPU, c10d::ProcessGroupNCCL for a CUDA device (builds with MLCD_WITH_CUDA, a CMake
+// option that defines MLCD_WITH_NCCL). World size 1 needs no process group, no store and no
+// network: every collective is a local no-op (AllGather copies, ReduceScatter copies).
+// NCCL's blocking wait (so a collective honours `timeout` and fails instead of hanging) is
+// an environment setting read when the group is made; the executable sets it at start-up
+// (SetNcclEnvironmentDefaults), library code never changes the environment.
 //
 // Every collective is blocking and runs under `timeout`: a peer that died makes the others
 // fail (Gloo notices the closed connection at once; a peer that hangs is caught by the
@@ -33,6 +36,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <chrono>
 #include <cstdint>
@@ -45,15 +49,10 @@
 
 namespace mlcd::worker {
 
-enum class CollectiveBackend {
-  kAuto,  // NCCL when built with it and `device` is CUDA, else Gloo
-  kGloo,
-  kNccl,  // only in builds with MLCD_WITH_NCCL; INVALID_ARGUMENT otherwise
-};
-
-// Parses "auto" | "gloo" | "nccl".
-StatusOr<CollectiveBackend> ParseCollectiveBackend(const std::string& name);
-const char* CollectiveBackendName(CollectiveBackend backend);
+// The environment NCCL's process groups need for a collective to fail at its timeout instead
+// of hanging (blocking wait, asynchronous error handling), set unless the user set them.
+// Call from main() before any thread starts: setenv is not thread-safe.
+void SetNcclEnvironmentDefaults();
 
 struct CollectivesOptions {
   int rank = 0;
@@ -63,12 +62,13 @@ struct CollectivesOptions {
   // Applies to the rendezvous (connecting to the store, exchanging Gloo addresses) and to
   // every collective.
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
-  CollectiveBackend backend = CollectiveBackend::kAuto;
-  // Device whose tensors the collectives move (CUDA only with NCCL).
-  bool cuda = false;
+  // The device whose tensors the collectives move: the CPU (Gloo) or this rank's CUDA device
+  // (NCCL; INVALID_ARGUMENT in a build without it). One group serves everything of a rank
+  // on that device: the backbone's gradients, the classification layer, clustering and
+  // evaluation.
+  c10::Device device = c10::Device(c10::kCPU);
   // Keys of this group in the store are prefixed with it. Several groups of one process may
-  // use the same rendezvous with different prefixes (the store is multi-tenant), e.g. a CUDA
-  // build's NCCL group for the backbone and a Gloo group for PartialFc (which is CPU-only).
+  // use the same rendezvous with different prefixes (the store is multi-tenant).
   std::string store_prefix = "mlcd";
   // Where this rank's Gloo transport listens, as seen by the peers. Empty: the network
   // interface named by $GLOO_SOCKET_IFNAME if set; otherwise 127.0.0.1 when the rendezvous
@@ -88,8 +88,8 @@ bool IsRendezvousPortTaken(const Status& status);
 class Collectives {
  public:
   static StatusOr<std::unique_ptr<Collectives>> Create(const CollectivesOptions& options);
-  // World size 1 without any process group.
-  static std::unique_ptr<Collectives> Local();
+  // World size 1 without any process group, for tensors on `device`.
+  static std::unique_ptr<Collectives> Local(c10::Device device = c10::Device(c10::kCPU));
 
   ~Collectives();
   Collectives(const Collectives&) = delete;
@@ -99,6 +99,8 @@ class Collectives {
   int world_size() const { return world_size_; }
   // "local", "gloo" or "nccl".
   const char* backend_name() const;
+  // The device whose tensors the collectives take.
+  c10::Device device() const { return device_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // In-place allreduce of one contiguous tensor.
@@ -131,6 +133,7 @@ class Collectives {
 
   int rank_ = 0;
   int world_size_ = 1;
+  c10::Device device_ = c10::Device(c10::kCPU);
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<Group> group_;
   Status failed_;  // first transport error; sticky

@@ -100,15 +100,15 @@ StatusOr<std::unique_ptr<Collectives>> ConnectLocalRank(int rank, int world_size
                                                         const std::string& rendezvous,
                                                         double timeout_seconds,
                                                         const std::string& store_prefix,
-                                                        bool cuda) {
-  if (world_size == 1) return Collectives::Local();
+                                                        c10::Device device) {
+  if (world_size == 1) return Collectives::Local(device);
   CollectivesOptions co;
   co.rank = rank;
   co.world_size = world_size;
   co.rendezvous = rendezvous;
   co.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
   co.store_prefix = store_prefix;
-  co.cuda = cuda;
+  co.device = device;
   return Collectives::Create(co);
 }
 

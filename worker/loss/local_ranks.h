@@ -33,12 +33,10 @@ using ChildArgsFn =
 int RunLocalRanks(const std::string& command, int world_size, const ChildArgsFn& child_args);
 
 // The process group of one such rank: Collectives::Local() for world size 1, else a group at
-// `rendezvous` under `store_prefix` with every collective bounded by `timeout_seconds`: NCCL
-// when the ranks' tensors are on CUDA devices (`cuda`; one device per rank), Gloo otherwise.
-StatusOr<std::unique_ptr<Collectives>> ConnectLocalRank(int rank, int world_size,
-                                                        const std::string& rendezvous,
-                                                        double timeout_seconds,
-                                                        const std::string& store_prefix,
-                                                        bool cuda = false);
+// `rendezvous` under `store_prefix` with every collective bounded by `timeout_seconds`, moving
+// tensors of `device` (NCCL on a CUDA device, one per rank; Gloo on the CPU).
+StatusOr<std::unique_ptr<Collectives>> ConnectLocalRank(
+    int rank, int world_size, const std::string& rendezvous, double timeout_seconds,
+    const std::string& store_prefix, c10::Device device = c10::Device(c10::kCPU));
 
 }  // namespace mlcd::worker

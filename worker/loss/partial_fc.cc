@@ -33,6 +33,18 @@ void FillInitialRow(uint64_t seed, int64_t cls, double std_dev, float* out, int6
 
 }  // namespace
 
+StatusOr<PartialFcLayer> ParsePartialFcLayer(const std::string& name) {
+  if (name == "host") return PartialFcLayer::kHost;
+  if (name == "device") return PartialFcLayer::kDevice;
+  return Status::InvalidArgument("unknown classification layer '" + name +
+                                 "'; expected host (the fused CPU layer) or device (ATen ops on "
+                                 "the worker's device)");
+}
+
+const char* PartialFcLayerName(PartialFcLayer layer) {
+  return layer == PartialFcLayer::kDevice ? "device" : "host";
+}
+
 ClassRange ShardClassRange(int64_t num_classes, int world_size, int rank) {
   ClassRange r;
   r.begin = EvenSplitBegin(num_classes, world_size, rank);
@@ -44,6 +56,12 @@ Status ValidatePartialFcOptions(const PartialFcOptions& o) {
   auto bad = [](const std::string& m) {
     return Status::InvalidArgument("PartialFc options: " + m);
   };
+  if (o.layer == PartialFcLayer::kHost && !o.device.is_cpu()) {
+    return bad("the host layer keeps its shard in host memory; device " + o.device.str() +
+               " needs layer device");
+  }
+  if (!o.device.is_cpu() && !o.device.is_cuda())
+    return bad("device must be cpu or cuda, got " + o.device.str());
   if (o.num_classes < 1)
     return bad("num_classes must be >= 1, got " + std::to_string(o.num_classes));
   if (o.embedding_dim < 1)
@@ -77,6 +95,17 @@ StatusOr<std::unique_ptr<PartialFc>> PartialFc::Create(const PartialFcOptions& o
   if (comm == nullptr)
     return Status::InvalidArgument(
         "PartialFc needs a Collectives (Collectives::Local() for one process)");
+  if (options.layer == PartialFcLayer::kDevice && comm->world_size() > 1 &&
+      comm->device().type() != options.device.type()) {
+    return Status::InvalidArgument(
+        "the device layer on " + options.device.str() + " needs collectives that move " +
+        options.device.str() + " tensors, but the given group is " + comm->backend_name() + " on " +
+        comm->device().str() + " (use the backbone's NCCL group on CUDA)");
+  }
+  if (options.device.is_cuda() && !at::hasCUDA()) {
+    return Status::InvalidArgument("the layer's device is " + options.device.str() +
+                                   " but this build or machine has no CUDA; use the cpu device");
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->comm = comm;
@@ -94,21 +123,27 @@ StatusOr<std::unique_ptr<PartialFc>> PartialFc::Create(const PartialFcOptions& o
     for (int64_t r = b; r < e; ++r)
       FillInitialRow(options.seed, begin + r, options.init_std, w + r * dim, dim);
   });
-  impl->exp_avg = at::zeros({n, dim}, at::kFloat);
-  impl->exp_avg_sq = at::zeros({n, dim}, at::kFloat);
-  impl->row_steps = at::zeros({n}, at::kLong);
+  const at::TensorOptions on_device = at::TensorOptions().device(options.device);
+  impl->weight = impl->weight.to(on_device);
+  impl->exp_avg = at::zeros({n, dim}, on_device.dtype(at::kFloat));
+  impl->exp_avg_sq = at::zeros({n, dim}, on_device.dtype(at::kFloat));
+  impl->row_steps = at::zeros({n}, on_device.dtype(at::kLong));
   impl->position.assign(static_cast<size_t>(n), -1);
   return std::unique_ptr<PartialFc>(new PartialFc(std::move(impl)));
 }
 
 StatusOr<PartialFcStep> PartialFc::ForwardBackward(const at::Tensor& local_embeddings,
                                                    const at::Tensor& local_labels) {
+  if (impl_->options.layer == PartialFcLayer::kDevice)
+    return impl_->DeviceStep(local_embeddings, local_labels, nullptr);
   return impl_->Step(local_embeddings, local_labels, nullptr);
 }
 
 StatusOr<PartialFcStep> PartialFc::ForwardBackwardWithNegatives(const at::Tensor& local_embeddings,
                                                                 const at::Tensor& local_labels,
                                                                 const at::Tensor& negatives) {
+  if (impl_->options.layer == PartialFcLayer::kDevice)
+    return impl_->DeviceStep(local_embeddings, local_labels, &negatives);
   return impl_->Step(local_embeddings, local_labels, &negatives);
 }
 
@@ -123,8 +158,12 @@ Status PartialFc::OptimizerStep(double lr) {
     return Status::InvalidArgument("learning rate must be finite and >= 0");
   const PartialFcOptions& o = im.options;
   SparseAdamWState state{im.weight, im.exp_avg, im.exp_avg_sq, im.row_steps};
-  SparseAdamWUpdate({o.beta1, o.beta2, o.eps, o.weight_decay}, lr, im.pending_rows, im.pending_grad,
-                    &state);
+  const SparseAdamWOptions adamw{o.beta1, o.beta2, o.eps, o.weight_decay};
+  if (o.layer == PartialFcLayer::kDevice) {
+    SparseAdamWUpdateTensors(adamw, lr, im.pending_rows, im.pending_grad, &state);
+  } else {
+    SparseAdamWUpdate(adamw, lr, im.pending_rows, im.pending_grad, &state);
+  }
   im.step += 1;
   DiscardGradient();
   return Status::Ok();
@@ -174,7 +213,14 @@ Status PartialFc::ImportState(const std::vector<PartialFcShardState>& pieces) {
 }
 
 Status PartialFc::Save(const std::string& dir) const {
-  return SaveShardState(dir, ExportState(), impl_->options);
+  PartialFcShardState state = ExportState();
+  if (!impl_->options.device.is_cpu()) {  // the files are written from host memory
+    state.weight = state.weight.cpu();
+    state.exp_avg = state.exp_avg.cpu();
+    state.exp_avg_sq = state.exp_avg_sq.cpu();
+    state.row_steps = state.row_steps.cpu();
+  }
+  return SaveShardState(dir, state, impl_->options);
 }
 
 Status PartialFc::Load(const std::string& dir) {

@@ -42,12 +42,22 @@
 // entry points), partial_fc_step.cc (ForwardBackward as named stages, listed in
 // partial_fc_impl.h), sparse_adamw.h (the optimizer), partial_fc_state.h (the checkpoint form).
 //
-// Tensors are CPU tensors (the shard lives in host memory); embeddings float32, labels int64
-// (int32 accepted). Threads: BLAS's for the GEMMs, PartialFcOptions::compute_threads for the
-// rest of ForwardBackward, ATen's intra-op setting for OptimizerStep.
+// Two implementations of this one contract, chosen by PartialFcOptions::layer:
+//  - kHost (partial_fc_step.cc): the fused CPU layer. The shard lives in host memory and the
+//    tensors are CPU tensors. Threads: BLAS's for the GEMMs, PartialFcOptions::compute_threads
+//    for the rest of ForwardBackward, ATen's intra-op setting for OptimizerStep.
+//  - kDevice (partial_fc_device.cc): the shard, its moments and row steps live on
+//    PartialFcOptions::device; the host plans (labels, positives, the same seeded draws) and
+//    sends the index tensors in one copy; the per-row work is ATen ops on that device
+//    (also on CPU tensors, where CI tests it against kHost). Embeddings and the returned
+//    gradient are on that device; labels on the host. The collectives are Collectives'
+//    (NCCL on CUDA). No host synchronisation inside a step but reading the loss once.
+// Both draw the same sampled sets and write the same checkpoint files, so either resumes the
+// other's checkpoints. Embeddings float32, labels int64 (int32 accepted).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
@@ -83,6 +93,11 @@ struct ClassRange {
 // ranks own no class (that works: they contribute nothing to the sums).
 ClassRange ShardClassRange(int64_t num_classes, int world_size, int rank);
 
+// Which implementation runs the layer: "host" | "device" (parsed once, at the edge).
+enum class PartialFcLayer { kHost, kDevice };
+StatusOr<PartialFcLayer> ParsePartialFcLayer(const std::string& name);
+const char* PartialFcLayerName(PartialFcLayer layer);
+
 struct PartialFcOptions {
   int64_t num_classes = 0;    // k, the number of class centres (clusters)
   int64_t embedding_dim = 0;  // D
@@ -107,9 +122,17 @@ struct PartialFcOptions {
   // the default OMP_WAIT_POLICY; the figures are in bench/RESULTS.md).
   // 0 = ATen's intra-op setting.
   int compute_threads = 1;
+  // The implementation (see the top of this file). kHost needs a CPU `device`.
+  PartialFcLayer layer = PartialFcLayer::kHost;
+  // Where kDevice keeps the shard and computes; with world size > 1 it must be the device of
+  // the Collectives' tensors (CUDA with NCCL, CPU with Gloo).
+  c10::Device device = c10::Device(c10::kCPU);
+  // kDevice only: the three GEMMs in bfloat16 with float32 accumulation (tensor cores; the
+  // worker sets it under training.precision bf16). false keeps them float32, exact.
+  bool bf16_gemm = false;
 };
 
-// Checks ranges (num_classes >= 1, embedding_dim >= 1, 0 < r <= 1, s > 0, finite margin,
+// Checks ranges (a CPU device for kHost, num_classes >= 1, embedding_dim >= 1, 0 < r <= 1, s > 0, finite margin,
 // betas in [0, 1), eps > 0, weight_decay >= 0, compute_threads >= 0); INVALID_ARGUMENT naming
 // the field.
 Status ValidatePartialFcOptions(const PartialFcOptions& options);
@@ -193,10 +216,12 @@ class PartialFc {
   ClassRange class_range() const;
   const PartialFcOptions& options() const;
   int64_t step() const;
-  // This shard's raw centres, float32 [range.size(), D] (a view; do not resize).
+  // This shard's raw centres, float32 [range.size(), D] on the layer's device (a view; do
+  // not resize).
   at::Tensor weight() const;
 
-  // Checkpoints. ExportState returns views of this shard's state (no copy).
+  // Checkpoints. ExportState returns views of this shard's state (no copy; on the layer's
+  // device). ImportState takes pieces on any device.
   PartialFcShardState ExportState() const;
   // Replaces this shard's state with rows taken from `pieces` (states exported at any world
   // size): their ranges must together cover this shard's range, have this layer's

@@ -14,6 +14,9 @@
 //   LossAndFactors     the loss and the per-sample gradient factors (identical on all ranks)
 //   LogitGradients     dL/dc in place of the logits
 //   Backward           the GEMMs, the embedding gradient back to its owner, the normalisations
+// The device layer (partial_fc_device.cc) runs ExchangeShapes, its own gather, the host plan
+// (CollectPositives, SampleClasses) and then the same computation as ATen ops on the layer's
+// device (DeviceStep).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -29,6 +32,15 @@
 #include "worker/loss/partial_fc.h"
 
 namespace mlcd::worker {
+
+inline constexpr double kNormEps = 1e-12;  // as F.normalize
+// Above this, exp(-2U) would underflow double; the layer then finds the shifts with an
+// extra MAX allreduce instead of using the analytic bound U.
+inline constexpr double kMaxBoundShift = 340.0;
+
+// Backward of x̂ = x / max(|x|, eps) for rows: (g − x̂ (x̂·g)) / max(|x|, eps).
+at::Tensor NormalizeRowsBackward(const at::Tensor& g, const at::Tensor& x_hat,
+                                 const at::Tensor& norms);
 
 // Everything one ForwardBackward computes, filled stage by stage (the comment of each field
 // names the stage that sets it).
@@ -108,16 +120,24 @@ struct PartialFc::Impl {
   // ForwardBackward (worker/loss/partial_fc_step.cc): the stages below in order.
   StatusOr<PartialFcStep> Step(const at::Tensor& local_embeddings, const at::Tensor& local_labels,
                                const at::Tensor* negatives);
+  // ForwardBackward of the device layer (worker/loss/partial_fc_device.cc).
+  StatusOr<PartialFcStep> DeviceStep(const at::Tensor& local_embeddings,
+                                     const at::Tensor& local_labels, const at::Tensor* negatives);
 
- private:
-  Status Timed(const std::function<Status()>& body);
-  double MarginLogit(double c) const;
-
+  // Shared by both layers (partial_fc_step.cc).
   Status ExchangeShapes(const at::Tensor& emb_in, const at::Tensor& labels_in,
                         const at::Tensor* negatives_in, PartialFcStepState* st);
-  Status GatherBatch(const at::Tensor& emb_in, const at::Tensor& labels_in, PartialFcStepState* st);
   Status CollectPositives(PartialFcStepState* st) const;
   void SampleClasses(bool given_negatives, PartialFcStepState* st);
+  Status Timed(const std::function<Status()>& body);
+
+ private:
+  double MarginLogit(double c) const;
+
+  Status GatherBatch(const at::Tensor& emb_in, const at::Tensor& labels_in, PartialFcStepState* st);
+  // The device layer's gather: embeddings on the device, labels read on the host (the plan).
+  Status GatherOnDevice(const at::Tensor& emb_in, const at::Tensor& labels_in,
+                        PartialFcStepState* st, std::vector<int64_t>* packed_rows);
   void NormalizeRows(PartialFcStepState* st) const;
   void ComputeLogits(PartialFcStepState* st) const;
   Status FindShifts(PartialFcStepState* st);

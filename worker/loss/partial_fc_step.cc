@@ -17,10 +17,6 @@
 namespace mlcd::worker {
 namespace {
 
-constexpr double kNormEps = 1e-12;  // as F.normalize
-// Above this, exp(-2U) would underflow double; the layer then finds the shifts with an
-// extra MAX allreduce instead of using the analytic bound U.
-constexpr double kMaxBoundShift = 340.0;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 using Clock = std::chrono::steady_clock;
@@ -37,22 +33,17 @@ int64_t SampleBudget(double ratio, int64_t n) {
 
 bool IsIntegerType(at::ScalarType t) { return t == at::kLong || t == at::kInt; }
 
-// Backward of x̂ = x / max(|x|, eps) for rows: (g − x̂ (x̂·g)) / max(|x|, eps).
-at::Tensor NormalizeBackward(const at::Tensor& g, const at::Tensor& x_hat,
-                             const at::Tensor& norms) {
-  at::Tensor dot = (g * x_hat).sum(1, /*keepdim=*/true);
-  return (g - x_hat * dot) / norms.unsqueeze(1);
-}
-
 // The local input checks of one step; empty when the input is fine. Sets *b_local, *width
 // and *negatives when it is.
 std::string CheckLocalInput(const at::Tensor& emb_in, const at::Tensor& labels_in,
-                            const at::Tensor* negatives_in, int64_t D, int64_t K, int64_t* b_local,
-                            int64_t* width, at::Tensor* negatives) {
+                            const at::Tensor* negatives_in, int64_t D, int64_t K,
+                            c10::Device device, int64_t* b_local, int64_t* width,
+                            at::Tensor* negatives) {
   if (!emb_in.defined() || emb_in.dim() != 2 || emb_in.scalar_type() != at::kFloat ||
-      !emb_in.device().is_cpu()) {
-    return "embeddings must be a 2-d float32 CPU tensor [B_local, D], got " +
-           TensorShapeString(emb_in);
+      emb_in.device() != device) {
+    return "embeddings must be a 2-d float32 tensor [B_local, D] on the layer's device " +
+           device.str() + ", got " + TensorShapeString(emb_in) +
+           (emb_in.defined() ? " on " + emb_in.device().str() : "");
   }
   if (emb_in.size(1) != D) {
     return "embeddings have dimension " + std::to_string(emb_in.size(1)) +
@@ -74,7 +65,7 @@ std::string CheckLocalInput(const at::Tensor& emb_in, const at::Tensor& labels_i
   if (!ng.defined() || ng.dim() != 1 || !IsIntegerType(ng.scalar_type())) {
     return "negatives must be a 1-d int64 tensor of class ids, got " + TensorShapeString(ng);
   }
-  *negatives = ng.to(at::kLong).contiguous();
+  *negatives = ng.to(at::kLong).cpu().contiguous();
   if (negatives->numel() > 0) {
     int64_t lo = negatives->min().item<int64_t>(), hi = negatives->max().item<int64_t>();
     if (lo < 0 || hi >= K) {
@@ -86,6 +77,12 @@ std::string CheckLocalInput(const at::Tensor& emb_in, const at::Tensor& labels_i
 }
 
 }  // namespace
+
+at::Tensor NormalizeRowsBackward(const at::Tensor& g, const at::Tensor& x_hat,
+                                 const at::Tensor& norms) {
+  at::Tensor dot = (g * x_hat).sum(1, /*keepdim=*/true);
+  return (g - x_hat * dot) / norms.unsqueeze(1);
+}
 
 Status PartialFc::Impl::Timed(const std::function<Status()>& body) {
   auto t0 = Clock::now();
@@ -147,12 +144,16 @@ Status PartialFc::Impl::ExchangeShapes(const at::Tensor& emb_in, const at::Tenso
                                        const at::Tensor* negatives_in, PartialFcStepState* st) {
   const int world = comm->world_size();
   int64_t b_local = 0, width = 0;
-  const std::string local_error = CheckLocalInput(
-      emb_in, labels_in, negatives_in, dim, options.num_classes, &b_local, &width, &st->negatives);
+  const std::string local_error =
+      CheckLocalInput(emb_in, labels_in, negatives_in, dim, options.num_classes, options.device,
+                      &b_local, &width, &st->negatives);
+  // On the collectives' device (NCCL moves CUDA tensors only), read back on the host.
   at::Tensor meta =
-      at::tensor(std::vector<int64_t>{b_local, width, local_error.empty() ? 0 : 1}, at::kLong);
+      at::tensor(std::vector<int64_t>{b_local, width, local_error.empty() ? 0 : 1}, at::kLong)
+          .to(comm->device());
   at::Tensor metas;
   MLCD_RETURN_IF_ERROR(Timed([&] { return comm->AllGather(meta, &metas); }));
+  metas = metas.cpu();
   st->sizes.assign(world, 0);
   st->offsets.assign(world + 1, 0);
   auto mv = metas.accessor<int64_t, 1>();
@@ -601,16 +602,16 @@ Status PartialFc::Impl::Backward(PartialFcStepState* st, at::Tensor* grad_embedd
     int64_t eb = std::min(b, b_local), ee = std::min(e, b_local);
     if (ee > eb) {
       grad_e.narrow(0, eb, ee - eb)
-          .copy_(NormalizeBackward(grad_local_hat.narrow(0, eb, ee - eb),
-                                   local_hat.narrow(0, eb, ee - eb),
-                                   local_norm.narrow(0, eb, ee - eb)));
+          .copy_(NormalizeRowsBackward(grad_local_hat.narrow(0, eb, ee - eb),
+                                       local_hat.narrow(0, eb, ee - eb),
+                                       local_norm.narrow(0, eb, ee - eb)));
     }
     int64_t wb = std::max(b, b_local) - b_local, we = std::max(e, b_local) - b_local;
     if (we > wb) {
       grad_w.narrow(0, wb, we - wb)
-          .copy_(NormalizeBackward(grad_w_hat.narrow(0, wb, we - wb),
-                                   st->w_hat.narrow(0, wb, we - wb),
-                                   st->w_norm.narrow(0, wb, we - wb)));
+          .copy_(NormalizeRowsBackward(grad_w_hat.narrow(0, wb, we - wb),
+                                       st->w_hat.narrow(0, wb, we - wb),
+                                       st->w_norm.narrow(0, wb, we - wb)));
     }
   });
   *grad_embeddings = grad_e;

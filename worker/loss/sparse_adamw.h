@@ -33,4 +33,11 @@ struct SparseAdamWState {
 void SparseAdamWUpdate(const SparseAdamWOptions& options, double lr, const at::Tensor& rows,
                        const at::Tensor& grad, SparseAdamWState* state);
 
+// The same update as ATen ops on the state's device (the device layer): the listed rows are
+// gathered (index_select), updated and written back (index_copy_); the bias corrections per
+// row in double. No dense [n, D] gradient and no host synchronisation. `rows`, `grad` and the
+// state on one device (CPU or CUDA; CPU tensors need not be contiguous).
+void SparseAdamWUpdateTensors(const SparseAdamWOptions& options, double lr, const at::Tensor& rows,
+                              const at::Tensor& grad, SparseAdamWState* state);
+
 }  // namespace mlcd::worker

@@ -156,7 +156,7 @@ Status Trainer::Impl::Init() {
   MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(copts));
   if (device.is_cuda() && options.world_size > 1) {
     CollectivesOptions bopts = copts;
-    bopts.cuda = true;
+    bopts.device = device;
     bopts.store_prefix = options.store_prefix + "/backbone";
     MLCD_ASSIGN_OR_RETURN(backbone_comm, Collectives::Create(bopts));
   }
