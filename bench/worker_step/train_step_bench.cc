@@ -54,6 +54,7 @@ struct BenchFlags {
   int labels_per_sample = 8;
   int threads = 0;
   int layer_threads = 1;        // PartialFcOptions::compute_threads
+  std::string layer = "auto";   // host | device | auto (device on CUDA, host on the CPU)
   std::string spec;             // job spec: model, batch per rank, k, l, r from it
   std::string tensorboard_dir;  // alternate timed steps write TensorBoard curves here
   std::string out;
@@ -125,16 +126,25 @@ int Run(const BenchFlags& f) {
   auto vit = VitOptionsFromSpec(spec.model());
   if (!vit.ok()) return Fail(vit.status());
 
+  PartialFcLayer which = device->is_cuda() ? PartialFcLayer::kDevice : PartialFcLayer::kHost;
+  if (f.layer != "auto") {
+    auto parsed = ParsePartialFcLayer(f.layer);
+    if (!parsed.ok()) return Fail(parsed.status());
+    which = *parsed;
+  }
+  // The layer's group moves its tensors: the device's (one group for everything) for the
+  // device layer, the CPU's for the host layer; the backbone's gradients go over the device's.
   CollectivesOptions copts;
   copts.rank = f.rank;
   copts.world_size = f.world_size;
   copts.rendezvous = f.rendezvous;
   copts.timeout = std::chrono::seconds(300);
   copts.store_prefix = "bench";
+  copts.device = which == PartialFcLayer::kDevice ? *device : torch::Device(torch::kCPU);
   auto comm = Collectives::Create(copts);
   if (!comm.ok()) return Fail(comm.status());
   std::unique_ptr<Collectives> backbone_comm;
-  if (device->is_cuda() && f.world_size > 1) {
+  if (copts.device != *device && f.world_size > 1) {
     CollectivesOptions bopts = copts;
     bopts.device = *device;
     bopts.store_prefix = "bench/backbone";
@@ -158,6 +168,9 @@ int Run(const BenchFlags& f) {
   popts.embedding_dim = vit->embed_dim;
   popts.sample_ratio = sample_ratio;
   popts.compute_threads = f.layer_threads;
+  popts.layer = which;
+  popts.device = which == PartialFcLayer::kDevice ? *device : torch::Device(torch::kCPU);
+  popts.bf16_gemm = which == PartialFcLayer::kDevice && *precision == Precision::kBf16;
   auto fc = PartialFc::Create(popts, comm->get());
   if (!fc.ok()) return Fail(fc.status());
   TrainStepParts parts{model, &flat, &optimizer, &grad_sync, fc->get()};
@@ -213,6 +226,7 @@ int Run(const BenchFlags& f) {
                    {"batch_per_rank", batch},
                    {"threads", at::get_num_threads()},
                    {"layer_threads", f.layer_threads},
+                   {"layer", PartialFcLayerName(which)},
                    {"classes", classes},
                    {"steps", f.steps},
                    {"median_step_seconds", step_s},
@@ -271,6 +285,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", f.threads, "intra-op threads (0 = all)")->capture_default_str();
   app.add_option("--layer-threads", f.layer_threads,
                  "OpenMP threads of the classification layer's own work (0 = ATen's)")
+      ->capture_default_str();
+  app.add_option("--layer", f.layer,
+                 "classification layer: host (fused CPU), device (ATen on --device), auto "
+                 "(device on CUDA, host on the CPU)")
       ->capture_default_str();
   app.add_option("--spec", f.spec,
                  "job spec (YAML): its model, batch per rank, clustering k and l and loss r "

@@ -23,7 +23,9 @@ int64_t HostId() {
 StatusOr<int> RanksOnThisHost(Collectives* comm) {
   const int64_t mine = HostId();
   at::Tensor all;
-  MLCD_RETURN_IF_ERROR(comm->AllGather(torch::tensor({mine}, torch::kInt64), &all));
+  MLCD_RETURN_IF_ERROR(comm->AllGather(
+      torch::full({1}, mine, torch::TensorOptions().dtype(torch::kInt64).device(comm->device())),
+      &all));
   return static_cast<int>((all == mine).sum().item<int64_t>());
 }
 

@@ -131,7 +131,8 @@ Status CopyByName(const std::string& dir, const std::string& file,
 // barrier).
 Status AgreeOnSuccess(Collectives* comm, const Status& local, const std::string& what) {
   if (comm->world_size() <= 1) return local;
-  at::Tensor flag = torch::tensor({local.ok() ? 1 : 0}, torch::kInt);
+  at::Tensor flag = torch::full({1}, local.ok() ? 1 : 0,
+                                torch::TensorOptions().dtype(torch::kInt).device(comm->device()));
   Status st = comm->AllReduce(flag, ReduceOp::kMin);
   if (!st.ok()) return st.WithContext(what);
   if (!local.ok()) return local.WithContext(what);

@@ -34,8 +34,7 @@ class IndexedImageDataset : public ImageDataset {
   // `transform` holds everything but the seed (taken from the AugmentOptions of Prepare);
   // the loader threads share `memory_budget` (dataset.decode_memory_mb; null = no bound).
   IndexedImageDataset(std::string name, std::unique_ptr<DatasetIndex> index, int64_t size,
-                      const TransformParams& transform, int loader_threads,
-                      double max_bad_fraction,
+                      const TransformParams& transform, int loader_threads, double max_bad_fraction,
                       std::shared_ptr<DecodeMemoryBudget> memory_budget = nullptr);
   ~IndexedImageDataset() override;
 

@@ -54,7 +54,8 @@ Status InitCentresFromCentroids(const v1::JobSpec& spec, int round,
 }
 
 StatusOr<PartialFcOptions> LayerOptionsFromSpec(const v1::JobSpec& spec, int64_t embedding_dim,
-                                                int round, const torch::Device& device) {
+                                                int round, const torch::Device& device,
+                                                Precision precision) {
   PartialFcOptions popts;
   popts.num_classes = spec.clustering().k();
   popts.embedding_dim = embedding_dim;
@@ -68,10 +69,11 @@ StatusOr<PartialFcOptions> LayerOptionsFromSpec(const v1::JobSpec& spec, int64_t
   popts.beta1 = spec.optimizer().beta1();
   popts.beta2 = spec.optimizer().beta2();
   popts.weight_decay = spec.optimizer().weight_decay();
-  // On a GPU the host's cores are free for the layer's own elementwise work: all of ATen's
-  // threads (faster than one thread on a GPU host; bench/RESULTS.md, "GPU step"). On the
-  // CPU the default (1) keeps it from competing with BLAS's threads.
-  if (device.is_cuda()) popts.compute_threads = 0;
+  if (device.is_cuda()) {
+    popts.layer = PartialFcLayer::kDevice;
+    popts.device = device;
+    popts.bf16_gemm = precision == Precision::kBf16;
+  }
   return popts;
 }
 

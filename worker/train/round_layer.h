@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "common/enums.h"
 #include "common/status.h"
 #include "mlcd/v1/job.pb.h"
 #include "worker/loss/partial_fc.h"
@@ -13,9 +14,12 @@
 namespace mlcd::worker {
 
 // The classification layer of round `round` from the spec: fresh centres for every round (the
-// round's clusters are new), seeded by (training.seed, round).
+// round's clusters are new), seeded by (training.seed, round). On a CUDA `device` the device
+// layer keeps the shard there (its GEMMs in bf16 under Precision::kBf16); on the CPU the fused
+// host layer runs (partial_fc.h).
 StatusOr<PartialFcOptions> LayerOptionsFromSpec(const v1::JobSpec& spec, int64_t embedding_dim,
-                                                int round, const torch::Device& device);
+                                                int round, const torch::Device& device,
+                                                Precision precision);
 
 // training.centre_init: starts a fresh round's class centres (this rank's range) from the
 // round's k-means centroids (`centroids_path`, k x d float32 .npy) when they live in the

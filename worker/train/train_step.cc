@@ -5,20 +5,10 @@
 #include <chrono>
 #include <cmath>
 
-#include "common/stopwatch.h"
+#include "worker/loss/device_timer.h"
 #include "worker/torch_compat.h"
 
 namespace mlcd::worker {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Waits for the device's queued work, so a part's time is its own.
-void Sync(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
-}
-
-}  // namespace
 
 StatusOr<torch::Device> ResolveDevice(const std::string& name, int local_rank) {
   const bool have_cuda = torch::cuda::is_available();
@@ -80,29 +70,33 @@ StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torc
   }
   TrainStepResult r;
   TrainStepTimings& t = r.timings;
-  const auto t0 = Clock::now();
+  // Part times from events on the device's stream (wall clock on the CPU): marking does not
+  // wait for the device; reading them at the end does (docs/worker.md, "The step on a GPU").
+  DeviceTimer timer(device_);
+  const int t0 = timer.Mark();
   parts_.flat->ZeroGrad();
   torch::Tensor x = images.device() == device_ ? images
                                                : images.to(torch::TensorOptions().device(device_),
                                                            /*non_blocking=*/images.is_pinned());
-  const auto t1 = Clock::now();
+  const int t1 = timer.Mark();
   torch::Tensor emb = Embed(x);
-  // The layer works on the host: this copy waits for the forward.
-  torch::Tensor emb_host = emb.detach().cpu();
-  const auto t2 = Clock::now();
-  auto fc = parts_.partial_fc->ForwardBackward(emb_host, labels);
+  // The device layer takes the embeddings where they are; the host layer needs them in host
+  // memory (this copy waits for the forward).
+  const bool layer_on_device = parts_.partial_fc->options().device == device_;
+  torch::Tensor emb_in = layer_on_device ? emb.detach() : emb.detach().cpu();
+  const int t2 = timer.Mark();
+  auto fc = parts_.partial_fc->ForwardBackward(emb_in, labels);
   if (!fc.ok()) return fc.status();
-  const auto t3 = Clock::now();
-  emb.backward(fc->grad_embeddings.to(torch::TensorOptions().device(device_)));
-  Sync(device_);
-  const auto t4 = Clock::now();
+  const int t3 = timer.Mark();
+  emb.backward(layer_on_device ? fc->grad_embeddings
+                               : fc->grad_embeddings.to(torch::TensorOptions().device(device_)));
+  const int t4 = timer.Mark();
   Status synced = parts_.grad_sync->AllReduceGradients();
   if (!synced.ok()) {
     parts_.partial_fc->DiscardGradient();
     return synced;
   }
-  Sync(device_);
-  const auto t5 = Clock::now();
+  const int t5 = timer.Mark();
   // The gradient's norm is checked before either optimizer applies anything: a non-finite
   // one (the same on every rank after the all-reduce) leaves every parameter and moment as
   // it was.
@@ -112,21 +106,20 @@ StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torc
     return backbone.status().WithContext("loss " + std::to_string(fc->loss));
   }
   r.backbone = *backbone;
-  Sync(device_);
-  const auto t6 = Clock::now();
+  const int t6 = timer.Mark();
   Status centres = parts_.partial_fc->OptimizerStep(centre_lr);
   if (!centres.ok()) return centres;
-  const auto t7 = Clock::now();
+  const int t7 = timer.Mark();
   r.fc = std::move(*fc);
-  t.host_to_device = SecondsBetween(t0, t1);
-  t.backbone_forward = SecondsBetween(t1, t2);
+  t.host_to_device = timer.Seconds(t0, t1);
+  t.backbone_forward = timer.Seconds(t1, t2);
   t.classification_collectives = r.fc.collective_seconds;
   t.classification_layer = r.fc.compute_seconds;
-  t.backbone_backward = SecondsBetween(t3, t4);
-  t.grad_sync = SecondsBetween(t4, t5);
-  t.backbone_optimizer = SecondsBetween(t5, t6);
-  t.centre_optimizer = SecondsBetween(t6, t7);
-  t.total = SecondsBetween(t0, t7);
+  t.backbone_backward = timer.Seconds(t3, t4);
+  t.grad_sync = timer.Seconds(t4, t5);
+  t.backbone_optimizer = timer.Seconds(t5, t6);
+  t.centre_optimizer = timer.Seconds(t6, t7);
+  t.total = timer.Seconds(t0, t7);
   return r;
 }
 

@@ -2,9 +2,10 @@
 //
 //   images (host, float32)  --pinned, non-blocking copy-->  device
 //   emb   = ViT(images)                 under the precision policy, float32 out
-//   r     = PartialFc.ForwardBackward   on the host (the shard of class centres lives in host
-//                                       memory): float32 embeddings and labels in, float32
-//                                       logits and loss, dL/d emb back to the device
+//   r     = PartialFc.ForwardBackward   where the layer lives: on a CUDA device the device
+//                                       layer takes emb where it is and reads only the loss;
+//                                       the fused host layer (the CPU default) takes a host
+//                                       copy and returns dL/d emb to the device
 //   emb.backward(r.grad_embeddings)     backbone backward on the device
 //   GradSync (NCCL for CUDA, Gloo for CPU)  ->  BackboneAdamW  ->  PartialFc.OptimizerStep
 //
@@ -60,7 +61,8 @@ struct TrainStepResult {
 
 // The parts a step works on (owned by the caller, which must keep them alive). model,
 // flat's buffers and the optimizer's state live on `device`; `grad_sync` uses collectives
-// that take tensors of that device (NCCL for CUDA); `partial_fc` works on host tensors.
+// that take tensors of that device (NCCL for CUDA); `partial_fc` lives on `device` (the
+// device layer) or in host memory (the host layer).
 struct TrainStepParts {
   VisionTransformer model{nullptr};
   FlatParameters* flat = nullptr;

@@ -149,17 +149,14 @@ Status Trainer::Impl::Init() {
   copts.rendezvous = options.rendezvous;
   copts.timeout = std::chrono::seconds(spec.training().collective_timeout_seconds());
   copts.store_prefix = options.store_prefix;
+  // One group on the rank's device: NCCL on CUDA (the backbone's gradients and the device
+  // layer), Gloo on the CPU.
+  copts.device = device;
   if (options.world_size > 1 && options.rendezvous.empty()) {
     return Status::InvalidArgument("world size " + std::to_string(options.world_size) +
                                    " needs --rendezvous HOST:PORT (rank 0's TCPStore)");
   }
   MLCD_ASSIGN_OR_RETURN(comm, Collectives::Create(copts));
-  if (device.is_cuda() && options.world_size > 1) {
-    CollectivesOptions bopts = copts;
-    bopts.device = device;
-    bopts.store_prefix = options.store_prefix + "/backbone";
-    MLCD_ASSIGN_OR_RETURN(backbone_comm, Collectives::Create(bopts));
-  }
 
   checkpoint_root =
       options.checkpoint_dir.empty() ? spec.training().checkpoint_dir() : options.checkpoint_dir;
@@ -244,13 +241,13 @@ Status Trainer::Impl::RestoreOrInitialise() {
   optimizer = std::make_unique<BackboneAdamW>(flat.get(), aopts);
   if (resume)
     MLCD_RETURN_IF_ERROR(LoadBackboneOptimizer(resumed_from, model, flat.get(), optimizer.get()));
-  grad_sync =
-      std::make_unique<GradSync>(backbone_comm ? backbone_comm.get() : comm.get(), flat.get());
+  grad_sync = std::make_unique<GradSync>(comm.get(), flat.get());
   // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
   MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
 
-  MLCD_ASSIGN_OR_RETURN(PartialFcOptions popts,
-                        LayerOptionsFromSpec(spec, vit_options.embed_dim, options.round, device));
+  MLCD_ASSIGN_OR_RETURN(
+      PartialFcOptions popts,
+      LayerOptionsFromSpec(spec, vit_options.embed_dim, options.round, device, precision));
   MLCD_ASSIGN_OR_RETURN(partial_fc, PartialFc::Create(popts, comm.get()));
   TrainStepParts parts;
   parts.model = model;
@@ -298,15 +295,13 @@ Status Trainer::Impl::RestoreOrInitialise() {
   summary.global_step = summary.first_global_step;
   summary.last_checkpoint = resumed_from;
   MLCD_LOG(INFO) << "rank " << options.rank << "/" << options.world_size << " ("
-                 << comm->backend_name()
-                 << (backbone_comm ? std::string("; backbone ") + backbone_comm->backend_name()
-                                   : std::string())
-                 << "), " << device << ", " << PrecisionName(precision) << ", "
-                 << at::get_num_threads() << " threads; model " << DescribeVitOptions(vit_options)
-                 << " (" << model->NumParameters() << " parameters); " << dataset->Describe()
-                 << "; classes " << partial_fc->class_range().begin << ".."
-                 << partial_fc->class_range().end << " of " << spec.clustering().k() << "; "
-                 << steps_per_epoch << " steps per epoch, " << job_total_steps << " in the job";
+                 << comm->backend_name() << "), " << device << ", " << PrecisionName(precision)
+                 << ", " << at::get_num_threads() << " threads; model "
+                 << DescribeVitOptions(vit_options) << " (" << model->NumParameters()
+                 << " parameters); " << dataset->Describe() << "; classes "
+                 << partial_fc->class_range().begin << ".." << partial_fc->class_range().end
+                 << " of " << spec.clustering().k() << "; " << steps_per_epoch
+                 << " steps per epoch, " << job_total_steps << " in the job";
   return Status::Ok();
 }
 

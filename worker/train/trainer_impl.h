@@ -42,9 +42,9 @@ struct Trainer::Impl {
   v1::JobSpec spec;
   std::unique_ptr<ImageDataset> dataset;
   VitOptions vit_options;
-  std::unique_ptr<Collectives> comm;  // Gloo: the classification layer (host tensors)
-  // The backbone's gradient sync on a CUDA device at world size > 1 (NCCL); else comm.
-  std::unique_ptr<Collectives> backbone_comm;
+  // The gang's one group, on the rank's device (NCCL on CUDA, Gloo on the CPU): the backbone's
+  // gradients, the classification layer, checkpoints and stop agreement.
+  std::unique_ptr<Collectives> comm;
   torch::Device device{torch::kCPU};
   Precision precision = Precision::kFp32;
   std::unique_ptr<TrainStep> step;

@@ -45,7 +45,8 @@ void Trainer::Impl::SetRoundSteps(int64_t steps) {
 // every rank, so all stop timing at the same step with the same count.
 Status Trainer::Impl::TimeStep() {
   std::vector<at::Tensor> answer{
-      torch::tensor({budget->StepDone(summary.steps_run)}, torch::kLong)};
+      torch::full({1}, budget->StepDone(summary.steps_run),
+                  torch::TensorOptions().dtype(torch::kLong).device(comm->device()))};
   MLCD_RETURN_IF_ERROR(comm->Broadcast(answer, 0).WithContext("timing the round's steps"));
   const int64_t count = answer[0].item<int64_t>();
   if (count > 0) FixRoundSteps(count);
