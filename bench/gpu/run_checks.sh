@@ -20,8 +20,9 @@
 #   bench/gpu/run_checks.sh --smoke [BIN_DIR=build/bin] [OUT_DIR=/tmp/gpu-smoke]
 #       the CPU, tiny shapes (vit-tiny, batch 8, K = 1000, 3 steps; no test suites, no gang):
 #       checks the script end to end; CI runs it (CTest gpu_checks_smoke, label interop).
-# Environment: PYTHON (default python3), LAYERS (default "host"; "host device" once the
-# worker has the device layer), MLCD_GPU_CHECK_SECONDS (each check's limit, default 420).
+# Environment: PYTHON (default python3), LAYERS (default "device host": the device layer, the
+# CUDA default, and the fused host layer), MLCD_GPU_CHECK_SECONDS (each check's limit,
+# default 420).
 set -uo pipefail
 smoke=0
 if [ "${1:-}" = "--smoke" ]; then
@@ -29,7 +30,7 @@ if [ "${1:-}" = "--smoke" ]; then
   shift
 fi
 py=${PYTHON:-python3}
-layers=${LAYERS:-host}
+layers=${LAYERS:-device host}
 limit=${MLCD_GPU_CHECK_SECONDS:-420}
 if ((smoke)); then
   bin=${1:-build/bin}
@@ -80,10 +81,8 @@ fi
 
 # 2. loss-check against the float64 reference.
 for layer in $layers; do
-  layer_flags=()
-  [ "$layer" = host ] || layer_flags=(--layer "$layer")
   step "loss_check_$layer" "$py" "$here/loss_check_cuda.py" --worker "$bin/mlcd-worker" \
-    --device "$device" "${loss_args[@]}" "${layer_flags[@]}" --out "$out/loss_check_$layer.json"
+    --device "$device" "${loss_args[@]}" --layer "$layer" --out "$out/loss_check_$layer.json"
 done
 
 # 3. The anchor and ours, alternating, per K.
@@ -92,11 +91,9 @@ for k in $ks; do
     --modes "$modes" --steps "$steps" --warmup "$warmup" --device "$device" \
     --out "$out/anchor_k$k.json"
   for layer in $layers; do
-    layer_flags=()
-    [ "$layer" = host ] || layer_flags=(--layer "$layer")
     step "ours_${layer}_k$k" "$bin/worker_step_bench" --preset "$preset" --batch "$batch" \
       --classes "$k" --device "$device" --precision bf16 --steps "$steps" --warmup "$warmup" \
-      --threads 0 "${layer_flags[@]}" --out "$out/ours_${layer}_k$k.json"
+      --threads 0 --layer "$layer" --out "$out/ours_${layer}_k$k.json"
   done
 done
 
