@@ -48,6 +48,35 @@ TEST(ModelMemoryTest, ParameterCountMatchesTheHandCountAndTheModel) {
   EXPECT_EQ(VitParameterCount(mean), VisionTransformer(mean)->NumParameters());
 }
 
+// The device layer's case: one GPU holds a 1M-centre shard at D = 512 (vit-b16 with a 512
+// projection, global batch 256, l = 8, r = 0.1). n = 10^6, m = 100 000 + 2 048 = 102 048:
+// state 3 x 10^6 x 512 x 4 + 8 x 10^6 = 6 152 000 000; workspace 9 x 256 x 102 048 +
+// 8 x 102 048 x 512 x 4 + 6 x 256 x 512 x 4 = 1 910 218 752.
+TEST(ModelMemoryTest, AMillionCentresAtD512FitOne80GbGpu) {
+  ModelMemoryPlan p;
+  p.vit.image_size = 224;  // ViT-B/16 with a 512 projection
+  p.vit.patch_size = 16;
+  p.vit.channels = 3;
+  p.vit.width = 768;
+  p.vit.depth = 12;
+  p.vit.heads = 12;
+  p.vit.embed_dim = 512;
+  p.use = ModelUse::kTraining;
+  p.world = 1;
+  p.global_batch = 256;
+  p.batch = 256;
+  p.num_classes = 1000000;
+  p.sample_ratio = 0.1;
+  p.labels_per_sample = 8;
+  const ModelMemoryNeed need = EstimateModelMemory(p);
+  EXPECT_EQ(need.class_centres, int64_t{8062218752});
+  EXPECT_TRUE(CheckModelMemoryFits(p, need, int64_t{80} * 1000 * 1000 * 1000, "cuda:0").ok());
+  // Half the memory does not hold it, and the refusal names a world size that would fit.
+  const Status refused = CheckModelMemoryFits(p, need, int64_t{40} * 1000 * 1000 * 1000, "cuda:0");
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("cuda:0"), std::string::npos) << refused.message();
+}
+
 TEST(ModelMemoryTest, TrainingAndInferenceNeedsAreWorkedByHand) {
   ModelMemoryPlan p;
   p.vit = SmallVit();
@@ -64,8 +93,11 @@ TEST(ModelMemoryTest, TrainingAndInferenceNeedsAreWorkedByHand) {
   EXPECT_EQ(t.optimizer, 2 * params);
   // 5 images x depth 2 x ((8 + 2*2) * 17 * 8 + 2 * 2 * 17^2) x 4 bytes.
   EXPECT_EQ(t.activations, 5 * 2 * (12 * 17 * 8 + 4 * 289) * 4);
-  // 51 centres of 6 with two moments (x3 float32) and step counts, and 2 x 10 x 26 logits.
-  EXPECT_EQ(t.class_centres, 51 * 6 * 4 * 3 + 51 * 8 + 2 * 10 * 26 * 4);
+  // 51 centres of 6 with two moments (x3 float32) and step counts; m = min(51, 26 + 10 x 1)
+  // = 36 sampled rows: 9 x 10 x 36 for the logits, 8 x 36 x 6 x 4 for the rows, 6 x 10 x 6 x
+  // 4 for the batch.
+  EXPECT_EQ(t.class_centres,
+            51 * 6 * 4 * 3 + 51 * 8 + 9 * 10 * 36 + 8 * 36 * 6 * 4 + 6 * 10 * 6 * 4);
   EXPECT_EQ(t.Total(), 4 * params + t.activations + t.class_centres);
 
   p.use = ModelUse::kInference;

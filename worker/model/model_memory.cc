@@ -1,6 +1,7 @@
 #include "worker/model/model_memory.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/format.h"
 #include "common/spec_validation.h"
@@ -30,14 +31,19 @@ int64_t ActivationBytes(const ModelMemoryPlan& p, int64_t batch) {
   return static_cast<int64_t>(std::min(static_cast<double>(batch) * per_image * kFloat, 1e18));
 }
 
-// The rank's class-centre shard at world size `world`, with its moments, step counts and the
-// logits of the gang's batch (and their gradient) against the sampled part of the shard.
+// The rank's class-centre shard at world size `world` (the largest, n = ceil(k / world) rows)
+// and one step's workspace against its m sampled rows (docs/loss.md "Memory").
 int64_t ClassCentreBytes(const ModelMemoryPlan& p, int world) {
   if (p.use != ModelUse::kTraining || p.num_classes <= 0) return 0;
   const int64_t rows = CeilDiv(p.num_classes, std::max(1, world));
   const double ratio = std::clamp(p.sample_ratio, 0.0, 1.0);
-  const int64_t sampled = static_cast<int64_t>(static_cast<double>(rows) * ratio) + 1;
-  return rows * p.vit.embed_dim * kFloat * 3 + rows * 8 + 2 * p.global_batch * sampled * kFloat;
+  const int64_t drawn = static_cast<int64_t>(std::ceil(static_cast<double>(rows) * ratio));
+  const int64_t positives = p.global_batch * std::max<int64_t>(1, p.labels_per_sample);
+  const int64_t sampled = std::min(rows, drawn + positives);
+  const int64_t d = p.vit.embed_dim, b = p.global_batch;
+  const int64_t state = rows * d * kFloat * 3 + rows * 8;
+  const int64_t workspace = 9 * b * sampled + 8 * sampled * d * kFloat + 6 * b * d * kFloat;
+  return state + workspace;
 }
 
 ModelMemoryNeed Estimate(const ModelMemoryPlan& p, int world, int64_t batch) {
@@ -161,9 +167,14 @@ Status CheckModelMemory(const ModelMemoryPlan& plan, const at::Device& device) {
   MLCD_RETURN_IF_ERROR(CheckModelMemoryFits(plan, need, cluster::FreeBytes(device),
                                             cuda ? device.str() : "this host"));
   if (!cuda) return Status::Ok();
-  // The model is built and initialised (or loaded) on the host, then moved.
+  // The model and the rank's centre shard are built and initialised (or loaded) on the host,
+  // then moved.
   ModelMemoryNeed staging;
   staging.parameters = need.parameters;
+  if (plan.use == ModelUse::kTraining && plan.num_classes > 0) {
+    staging.class_centres =
+        CeilDiv(plan.num_classes, std::max(1, plan.world)) * plan.vit.embed_dim * kFloat;
+  }
   return CheckModelMemoryFits(plan, staging, cluster::FreeBytes(at::Device(at::kCPU)),
                               "this host (staging)");
 }

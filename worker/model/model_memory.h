@@ -15,9 +15,14 @@
 //                 the forward keeps for the backward (common/limits.h kMaxActivationBytes);
 //                 inference: B x (T x (7 x w + 2 x h) + H x T^2) x 4, one block's working
 //                 tensors and the features
-//   class_centres training: the rank's shard of ceil(k / world) centres of D with its two
-//                 AdamW moments and step counts, and the logits of the gang's batch against
-//                 the sampled part of the shard with their gradient
+//   class_centres training: the rank's shard of n = ceil(k / world) centres of D with its
+//                 two AdamW moments and step counts, 3 x n x D x 4 + 8 x n, and one step's
+//                 workspace against its m = min(n, ceil(r x n) + B_global x l) sampled rows:
+//                 9 x B_global x m (logits, a temporary and the clamp mask) + 8 x m x D x 4
+//                 (the gathered rows, normalised, their gradients, the optimizer's rows) +
+//                 6 x B_global x D x 4 (the gathered batch, normalised, its gradient)
+//   staging       on a CUDA device the host also holds the parameters and the shard's
+//                 centres while they are built, before they move
 //
 // Ranks of one gang that share a host share its free memory: each is checked against the
 // free bytes divided by `ranks_on_host` (the trainer counts them over the gang before it
@@ -55,6 +60,7 @@ struct ModelMemoryPlan {
   int64_t global_batch = 0;
   int64_t num_classes = 0;
   double sample_ratio = 1.0;
+  int64_t labels_per_sample = 1;  // clustering.l: every label of the batch is sampled
   // Ranks of this process's gang on this host (this one included), >= 1: they divide the
   // host's free memory.
   int ranks_on_host = 1;

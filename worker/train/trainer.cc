@@ -186,6 +186,7 @@ Status Trainer::Impl::CheckTrainingMemory(int ranks_on_host) const {
   plan.batch = (plan.global_batch + plan.world - 1) / plan.world;
   plan.num_classes = spec.clustering().k();
   plan.sample_ratio = spec.loss().sample_ratio();
+  plan.labels_per_sample = spec.clustering().l();
   plan.ranks_on_host = ranks_on_host;
   return CheckModelMemory(plan, device);
 }
