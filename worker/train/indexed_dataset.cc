@@ -57,8 +57,8 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenIndexedImageDataset(const v1::Datase
   }
   auto budget = SharedDecodeMemoryBudget(static_cast<uint64_t>(chosen->mb) << 20);
   return std::unique_ptr<ImageDataset>(
-      new IndexedImageDataset(dataset.format() + " " + split + " " + dir, std::move(index), size,
-                              t, threads, max_bad, std::move(budget)));
+      new IndexedImageDataset(dataset.format() + " " + split + " " + dir, std::move(index), size, t,
+                              threads, max_bad, std::move(budget)));
 }
 
 IndexedImageDataset::IndexedImageDataset(std::string name, std::unique_ptr<DatasetIndex> index,
@@ -126,7 +126,7 @@ StatusOr<PreparedImages> IndexedImageDataset::Prepare(const std::vector<int64_t>
                                    std::to_string(transform_.image_size) + " pixels, not " +
                                    std::to_string(image_size));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   MLCD_ASSIGN_OR_RETURN(
       DecodePool * pool,
       Pool(augment.enabled ? TransformMode::kTrain : TransformMode::kEval, augment.seed));
