@@ -129,6 +129,7 @@ void JobManager::Start() {
 void JobManager::Shutdown() {
   {
     MutexLock lock(&mu_);
+    AssertPhasesHeld();
     if (shutting_down_ && !scheduler_.joinable() && phases_.idle()) return;
     shutting_down_ = true;
     phases_.BeginShutdown();
@@ -177,6 +178,7 @@ void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string
 
   before.push_back(jobs_.NewHistory(job, "state", message));
   jobs_.Persist(job, std::move(before));
+  AssertPhasesHeld();
   // A job that ends during the gang's ASSIGNING leaves the round's set partial: never sealed.
   if (old == v1::JOB_STATE_ASSIGNING && IsTerminal(state) && state != v1::JOB_STATE_SUCCEEDED &&
       GangClusters(job->spec()))
@@ -508,6 +510,7 @@ void JobManager::Tick() {
 }
 
 void JobManager::ApplyPhaseOutcomes() {
+  AssertPhasesHeld();
   for (const PhaseOutcome& outcome : phases_.CollectFinished()) {
     JobEntry* job = phases_.StillCurrent(outcome.job_id, outcome.generation);
     if (!job) continue;
@@ -542,6 +545,7 @@ void JobManager::LaunchPhase(JobEntry* job) {
   // Marked before the call: a crash during it is known after a restart.
   job->rec.set_phase_attempts(attempts + 1);
   jobs_.Persist(job, {});
+  AssertPhasesHeld();
   phases_.Launch(job);
 }
 

@@ -220,6 +220,11 @@ class JobManager {
                                              const std::function<bool()>& is_cancelled,
                                              MutexLock* lock) REQUIRES(mu_);
   void UpdateGauges() REQUIRES(mu_);
+  // phases_ was given mu_ as its lock, which the analysis knows only as phases_.mutex():
+  // called with mu_ held, tells it that one is held too (checks nothing at run time). The
+  // assertion lasts to the end of the calling function, past Shutdown()'s unlock, so
+  // PhaseRunner::JoinAll() says "call without the mutex" in prose, not LOCKS_EXCLUDED.
+  void AssertPhasesHeld() const REQUIRES(mu_) ASSERT_CAPABILITY(phases_.mutex()) {}
 
   JobManagerOptions options_;
   CoordinatorMetrics* metrics_;
@@ -235,8 +240,8 @@ class JobManager {
   WorkerRegistry workers_ GUARDED_BY(mu_);
   GangScheduler gangs_ GUARDED_BY(mu_);
   ProgressTracker progress_ GUARDED_BY(mu_);
-  // Uses mu_ as its own lock (phase_runner.h): called with mu_ held except JoinAll(), which
-  // Shutdown() calls without it; so no GUARDED_BY here.
+  // Uses mu_ as its own lock (phase_runner.h; AssertPhasesHeld): called with mu_ held except
+  // JoinAll(), which Shutdown() calls without it; so no GUARDED_BY here.
   PhaseRunner phases_;
 
   std::thread scheduler_;

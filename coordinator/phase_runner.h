@@ -14,10 +14,10 @@
 // job has moved on since (a transition bumped phase_generation, the job ended, the
 // coordinator shuts down) is dropped: StillCurrent() returns null for it.
 //
-// Locking: the runner uses the JobManager's mutex (passed in) and has none of its own. Every
-// method except JoinAll() runs with that mutex held; JoinAll() must be called without it.
-// Phase threads take it to publish details and to hand in their outcome; the thread list, the
-// pending deletions and `stopping_` are guarded by it.
+// Locking: the runner uses the JobManager's mutex (passed in) and has none of its own. It
+// guards the runner's members and the job table; the methods that run with it held say
+// REQUIRES(mu_). Phase threads take it to publish details and to hand in their outcome.
+// JoinAll() must be called without it.
 #pragma once
 
 #include <condition_variable>
@@ -109,35 +109,37 @@ class PhaseRunner {
   // phase_running and the job's call control (cancelled by any transition). The caller has
   // counted and persisted the attempt (JobRecord.phase_attempts) before. A phase thread
   // never lets an exception out: it becomes the outcome's INTERNAL status.
-  void Launch(JobEntry* job);
+  void Launch(JobEntry* job) REQUIRES(mu_);
   // The phase Launch starts for the job's state (CLUSTERING or ASSIGNING) and engine.
   static PhaseKind KindOfPhase(const JobEntry& job);
   // Joins the threads that ended and returns their outcomes; starts the deletions
   // (DeletePartialSet) whose job has no phase thread running any more.
-  std::vector<PhaseOutcome> CollectFinished();
+  std::vector<PhaseOutcome> CollectFinished() REQUIRES(mu_);
   // Gang engine: `label_set`, the round's set of a job that ended FAILED or CANCELLED during
   // ASSIGNING, is partial (or OPEN and empty) and is never sealed: it is deleted, acting for
   // the job, on a thread of its own once no phase thread of that job runs any more (a
   // preparing thread could create it again after the deletion; a sealing one could seal it).
   // The job's end does not wait for it; a failure is logged with the set's name. Not
   // persisted: a coordinator that stops first leaves the set (delete it with mlcdctl).
-  void DeletePartialSet(const std::string& job_id, const std::string& label_set);
+  void DeletePartialSet(const std::string& job_id, const std::string& label_set) REQUIRES(mu_);
   // The job when it is still in the phase `generation` was started for, else null.
-  JobEntry* StillCurrent(const std::string& job_id, uint64_t generation);
+  JobEntry* StillCurrent(const std::string& job_id, uint64_t generation) REQUIRES(mu_);
   // Stores a successful outcome in the job's round; returns the transition that follows
   // (state UNSPECIFIED: none, the job stays in its state: a round planned for the gang).
-  PhaseNext Apply(JobEntry* job, const PhaseOutcome& outcome);
+  PhaseNext Apply(JobEntry* job, const PhaseOutcome& outcome) REQUIRES(mu_);
   // After a failed phase: clears the running phase; a transient status (clusterd restarting
   // or busy, the call cancelled) schedules a retry with backoff (1, 2, 4 ... 32 s) and
   // returns true; otherwise returns false and the caller fails the job. The attempt stays
   // counted (JobRecord.phase_attempts) only when clusterd died during the call.
-  bool HandleError(JobEntry* job, const PhaseOutcome& outcome);
+  bool HandleError(JobEntry* job, const PhaseOutcome& outcome) REQUIRES(mu_);
 
   // Outcomes and details from now on are dropped.
-  void BeginShutdown() { stopping_ = true; }
-  bool idle() const { return threads_.empty(); }
+  void BeginShutdown() REQUIRES(mu_) { stopping_ = true; }
+  bool idle() const REQUIRES(mu_) { return threads_.empty(); }
   // Joins every phase thread (call without the mutex; after BeginShutdown).
   void JoinAll();
+  // The mutex passed in, so that the owner can name it in annotations.
+  Mutex* mutex() const RETURN_CAPABILITY(mu_) { return mu_; }
 
  private:
   struct Slot;
@@ -148,11 +150,12 @@ class PhaseRunner {
 
   // Runs `body` on a new thread that fills the slot's outcome (an exception becomes its
   // INTERNAL status) and marks the slot done.
-  void StartThread(std::shared_ptr<Slot> slot, std::function<void(PhaseOutcome*)> body);
+  void StartThread(std::shared_ptr<Slot> slot, std::function<void(PhaseOutcome*)> body)
+      REQUIRES(mu_);
   // A phase or deletion thread of the job has not ended yet.
-  bool Running(const std::string& job_id) const;
+  bool Running(const std::string& job_id) const REQUIRES(mu_);
   // Starts the pending deletions whose job has no thread running.
-  void LaunchDeletions();
+  void LaunchDeletions() REQUIRES(mu_);
   void RunClustering(const v1::JobRecord& snapshot, clusterd::CallControl* control,
                      PhaseOutcome* outcome);
   void RunAssigning(const v1::JobRecord& snapshot, clusterd::CallControl* control,
@@ -171,19 +174,19 @@ class PhaseRunner {
   Status PlanFeatures(const v1::JobSpec& spec, int r, const std::string& round_dir,
                       v1::RoundStatus* round, v1::FeatureSource* source) const;
   // Sets the job's progress detail if the phase is still current (takes the mutex).
-  void Publish(const PhaseOutcome& phase, const std::string& detail);
+  void Publish(const PhaseOutcome& phase, const std::string& detail) LOCKS_EXCLUDED(mu_);
 
   PhaseRunnerOptions options_;
-  JobTable* jobs_;
+  JobTable* jobs_ PT_GUARDED_BY(mu_);
   Mutex* mu_;
   std::condition_variable* tick_;
-  bool stopping_ = false;
-  std::vector<PhaseThread> threads_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::vector<PhaseThread> threads_ GUARDED_BY(mu_);
   struct PendingDeletion {
     std::string job_id;
     std::string label_set;
   };
-  std::vector<PendingDeletion> pending_deletions_;
+  std::vector<PendingDeletion> pending_deletions_ GUARDED_BY(mu_);
 };
 
 }  // namespace mlcd::coordinator

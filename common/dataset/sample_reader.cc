@@ -18,7 +18,7 @@ StatusOr<int> SampleReader::Descriptor(uint32_t file, bool* owned) {
   const std::string& path = index_->files[file].path;
   *owned = index_->format != DatasetFormat::kWebDataset;
   if (!*owned) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = open_.find(file);
     if (it != open_.end()) return it->second;
   }
@@ -32,7 +32,7 @@ StatusOr<int> SampleReader::Descriptor(uint32_t file, bool* owned) {
   }
   const int fd = opened->release();
   if (*owned) return fd;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (open_.size() >= kMaxOpenShards) {
     *owned = true;  // the cache is full: this read closes its own descriptor
     return fd;

@@ -5,11 +5,11 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "common/dataset/dataset_index.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace mlcd {
@@ -31,11 +31,11 @@ class SampleReader {
   Status Read(int64_t id, std::string* out);
 
  private:
-  StatusOr<int> Descriptor(uint32_t file, bool* owned);
+  StatusOr<int> Descriptor(uint32_t file, bool* owned) LOCKS_EXCLUDED(mu_);
 
   const DatasetIndex* index_;
-  std::mutex mu_;
-  std::unordered_map<uint32_t, int> open_;  // shard file -> fd
+  Mutex mu_;
+  std::unordered_map<uint32_t, int> open_ GUARDED_BY(mu_);  // shard file -> fd
 };
 
 }  // namespace mlcd

@@ -119,7 +119,7 @@ Agent::~Agent() = default;
 
 void Agent::Stop() {
   stop_ = true;
-  std::lock_guard<std::mutex> lock(poll_mu_);
+  MutexLock lock(&poll_mu_);
   if (poll_context_) poll_context_->TryCancel();
 }
 
@@ -129,7 +129,7 @@ void Agent::SleepUnlessStopped(std::chrono::milliseconds d) {
 }
 
 v1::WorkerStatus Agent::Snapshot() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return status_;
 }
 
@@ -162,7 +162,7 @@ Status Agent::Register() {
       heartbeat_interval_ms_ = response.heartbeat_interval_ms() > 0
                                    ? response.heartbeat_interval_ms()
                                    : 1000 * std::max(1, response.heartbeat_interval_seconds());
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       status_.set_worker_id(worker_id_);
       MLCD_LOG(INFO) << "registered with " << options_.coordinator << " as " << worker_id_;
       return Status::Ok();
@@ -212,13 +212,13 @@ Status Agent::Run() {
     grpc::ClientContext context;
     context.set_deadline(DeadlineIn(std::chrono::seconds(options_.poll_seconds + 15)));
     {
-      std::lock_guard<std::mutex> lock(poll_mu_);
+      MutexLock lock(&poll_mu_);
       if (stop_) break;
       poll_context_ = &context;
     }
     Status s = FromGrpcStatus(stub_->GetAssignment(&context, request, &assignment));
     {
-      std::lock_guard<std::mutex> lock(poll_mu_);
+      MutexLock lock(&poll_mu_);
       poll_context_ = nullptr;
     }
     if (stop_) break;
@@ -447,7 +447,7 @@ Status Agent::StartAssignment(const v1::Assignment& assignment, const Assignment
 
 void Agent::PublishStatus(const v1::Assignment& assignment, const std::string& dir,
                           const std::string& state, pid_t pid, const v1::WorkerProgress& progress) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   status_.set_state(state);
   status_.set_assignment_id(state == "idle" ? "" : assignment.id());
   status_.set_job_id(state == "idle" ? "" : assignment.job_id());
@@ -494,7 +494,7 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, const Assign
     stop_deadline = Clock::now() + options_.stop_deadline;
     std::string dir;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       dir = status_.assignment_dir();
     }
     PublishStatus(assignment, dir, "stopping", pid, *progress);
@@ -514,7 +514,7 @@ std::string Agent::SuperviseChild(const v1::Assignment& assignment, const Assign
              std::to_string(options_.stop_deadline.count()) + " s";
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       *status_.mutable_progress() = *progress;
     }
     const auto now = Clock::now();
@@ -581,7 +581,7 @@ void Agent::DescribeExit(const std::string& command, int wait_status, const Chil
 
 void Agent::FinishAssignment(const v1::ReportAssignmentRequest& report) {
   Report(report);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   status_.set_assignments_finished(status_.assignments_finished() + 1);
   if (!report.succeeded()) status_.set_assignments_failed(status_.assignments_failed() + 1);
   status_.set_state("idle");
@@ -621,7 +621,7 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
     *report.mutable_progress() = progress;
     // As before: a child that never started leaves the agent's state as it was.
     Report(report);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     status_.set_assignments_finished(status_.assignments_finished() + 1);
     status_.set_assignments_failed(status_.assignments_failed() + 1);
     return;

@@ -35,12 +35,12 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/data_roots.h"
 #include "common/limits.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "mlcd/v1/coordinator.grpc.pb.h"
 #include "mlcd/v1/worker.pb.h"
@@ -105,7 +105,7 @@ class Agent {
   // coordinator rejects).
   Status Run();
   // Asks Run() to return: stops a running child, cancels the poll in flight.
-  void Stop();
+  void Stop() LOCKS_EXCLUDED(poll_mu_);
   // Where the status service actually listens (with the bound port), reported at
   // registration. Call before Run().
   void SetStatusAddress(const std::string& address) { options_.listen = address; }
@@ -116,7 +116,7 @@ class Agent {
     proxy_ = proxy;
   }
 
-  v1::WorkerStatus Snapshot();
+  v1::WorkerStatus Snapshot() LOCKS_EXCLUDED(mu_);
 
  private:
   // Where one assignment's files live: <data-dir>/assignments/<id>/.
@@ -155,9 +155,10 @@ class Agent {
                     v1::ReportAssignmentRequest* report);
   // status_ as the assignment runs (state "running", "stopping", "reporting").
   void PublishStatus(const v1::Assignment& assignment, const std::string& dir,
-                     const std::string& state, pid_t pid, const v1::WorkerProgress& progress);
+                     const std::string& state, pid_t pid, const v1::WorkerProgress& progress)
+      LOCKS_EXCLUDED(mu_);
   // Delivers the report and puts the agent back to idle.
-  void FinishAssignment(const v1::ReportAssignmentRequest& report);
+  void FinishAssignment(const v1::ReportAssignmentRequest& report) LOCKS_EXCLUDED(mu_);
   Status StartChild(const std::vector<std::string>& argv, const std::string& log_path, pid_t* pid);
   // SIGTERM to the child's process group, SIGKILL after stop_grace.
   void StopChild(pid_t pid);
@@ -177,11 +178,11 @@ class Agent {
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::atomic<bool> stop_{false};
 
-  std::mutex poll_mu_;
-  grpc::ClientContext* poll_context_ = nullptr;
+  Mutex poll_mu_;
+  grpc::ClientContext* poll_context_ GUARDED_BY(poll_mu_) = nullptr;
 
-  std::mutex mu_;  // guards status_
-  v1::WorkerStatus status_;
+  Mutex mu_;
+  v1::WorkerStatus status_ GUARDED_BY(mu_);
   std::string worker_id_;
   int heartbeat_interval_ms_ = 1000;
 };

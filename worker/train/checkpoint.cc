@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <mutex>
 
 #include "common/checkpoint_owner.h"
 #include "common/clock.h"
@@ -167,6 +168,7 @@ Status WriteBackbone(const std::string& dir, const CheckpointState& state) {
   auto gen = at::detail::getDefaultCPUGenerator();
   at::Tensor rng;
   {
+    // torch's own std::mutex on the generator: not a capability, so clang has nothing to check.
     std::lock_guard<std::mutex> lock(gen.mutex());
     rng = gen.get_state();
   }
@@ -355,7 +357,7 @@ Status LoadRngState(const std::string& dir) {
   std::memcpy(state.data_ptr<uint8_t>(), arr.bytes.data(), arr.bytes.size());
   auto gen = at::detail::getDefaultCPUGenerator();
   try {
-    std::lock_guard<std::mutex> lock(gen.mutex());
+    std::lock_guard<std::mutex> lock(gen.mutex());  // torch's std::mutex, as in WriteBackbone
     gen.set_state(state);
   } catch (const std::exception& e) {
     return Status::DataLoss(path + ": not a CPU generator state (" + e.what() + ")");

@@ -126,7 +126,7 @@ StatusOr<PreparedImages> IndexedImageDataset::Prepare(const std::vector<int64_t>
                                    std::to_string(transform_.image_size) + " pixels, not " +
                                    std::to_string(image_size));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   MLCD_ASSIGN_OR_RETURN(
       DecodePool * pool,
       Pool(augment.enabled ? TransformMode::kTrain : TransformMode::kEval, augment.seed));

@@ -9,12 +9,12 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/dataset/dataset_index.h"
 #include "common/dataset/sample_reader.h"
+#include "common/mutex.h"
 #include "worker/data/decode_pool.h"
 #include "worker/train/dataset.h"
 
@@ -55,7 +55,7 @@ class IndexedImageDataset : public ImageDataset {
   std::string key(int64_t id) const override;
 
  private:
-  StatusOr<DecodePool*> Pool(TransformMode mode, uint64_t seed) const;
+  StatusOr<DecodePool*> Pool(TransformMode mode, uint64_t seed) const REQUIRES(mu_);
 
   std::string name_;
   std::unique_ptr<DatasetIndex> index_;
@@ -66,10 +66,11 @@ class IndexedImageDataset : public ImageDataset {
   std::shared_ptr<DecodeMemoryBudget> memory_budget_;
   std::vector<int32_t> class_labels_;
   std::unique_ptr<SampleReader> reader_;
-  mutable std::mutex mu_;
-  mutable std::unique_ptr<DecodePool> pool_;
-  mutable TransformMode pool_mode_ = TransformMode::kTrain;
-  mutable uint64_t pool_seed_ = 0;
+  // Held by Prepare for a whole batch: one batch at a time goes through the pool.
+  mutable Mutex mu_;
+  mutable std::unique_ptr<DecodePool> pool_ GUARDED_BY(mu_);
+  mutable TransformMode pool_mode_ GUARDED_BY(mu_) = TransformMode::kTrain;
+  mutable uint64_t pool_seed_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace mlcd::worker
