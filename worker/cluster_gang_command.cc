@@ -42,8 +42,8 @@
 #include "worker/agent/assignment_paths.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
-#include "worker/loss/collectives.h"
-#include "worker/loss/local_ranks.h"
+#include "worker/dist/collectives.h"
+#include "worker/dist/local_ranks.h"
 #include "worker/train/train_step.h"
 
 namespace mlcd::worker {

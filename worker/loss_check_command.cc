@@ -40,9 +40,9 @@
 #include "common/log.h"
 #include "common/npy.h"
 #include "worker/command.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/loss/contrastive_loss.h"
-#include "worker/loss/local_ranks.h"
+#include "worker/dist/local_ranks.h"
 #include "worker/loss/partial_fc.h"
 #include "worker/train/train_step.h"
 

@@ -2,7 +2,7 @@
 #include "common/blas_env.h"
 #include "common/malloc_env.h"
 #include "worker/command.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 int main(int argc, char** argv) {
   mlcd::SelectOpenblasCoretype(argc, argv);

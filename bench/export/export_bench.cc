@@ -20,7 +20,7 @@
 #include "common/job_spec.h"
 #include "common/stopwatch.h"
 #include "common/subprocess.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/checkpoint.h"

@@ -31,7 +31,7 @@
 #include "common/malloc_env.h"
 #include "common/net.h"
 #include "common/subprocess.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/loss/partial_fc.h"
 
 namespace mlcd::worker {
@@ -149,6 +149,12 @@ StatusOr<json> StepMode(const Args& a) {
       auto pfc, PartialFc::Create(LayerOptions(a, a.classes, LossVariant::kMlcd), comm.get()));
   MLCD_ASSIGN_OR_RETURN(StepTiming ours,
                         TimeSteps(*pfc, *comm, a.batch, a.labels, a.warmup, a.steps, 7));
+  // The device layer (ATen ops) on the same CPU tensors: the same inputs and draws.
+  PartialFcOptions device_options = LayerOptions(a, a.classes, LossVariant::kMlcd);
+  device_options.layer = PartialFcLayer::kDevice;
+  MLCD_ASSIGN_OR_RETURN(auto device_layer, PartialFc::Create(device_options, comm.get()));
+  MLCD_ASSIGN_OR_RETURN(StepTiming device,
+                        TimeSteps(*device_layer, *comm, a.batch, a.labels, a.warmup, a.steps, 7));
 
   // The floor: the step's three GEMMs alone (logits, dL/de, dL/dw) at the sampled size.
   const int64_t B = a.batch, D = a.dim, m = ours.sampled;
@@ -182,6 +188,10 @@ StatusOr<json> StepMode(const Args& a) {
       {"gemm_gflop_per_step", gflop},
       {"sgemm_gflops", gflop / (floor_ms / 1000)},
       {"ours_over_floor", ours.median_ms / floor_ms},
+      {"device_layer_step_ms_median", device.median_ms},
+      {"device_layer_forward_backward_ms", device.fb_ms},
+      {"device_layer_optimizer_ms", device.opt_ms},
+      {"device_over_host", device.median_ms / ours.median_ms},
   };
   std::printf("classification layer step (B=%lld D=%lld K=%lld r=%.2f l=%lld, %d threads, W=1)\n",
               static_cast<long long>(B), static_cast<long long>(D),
@@ -191,6 +201,10 @@ StatusOr<json> StepMode(const Args& a) {
       "  ours:  %8.1f ms/step median (forward+backward %.1f, sparse AdamW %.1f), %lld sampled "
       "classes\n",
       ours.median_ms, ours.fb_ms, ours.opt_ms, static_cast<long long>(m));
+  std::printf(
+      "  device layer on CPU tensors: %8.1f ms/step median (forward+backward %.1f, sparse AdamW "
+      "%.1f); device/host = %.2fx (target <= 1.5x)\n",
+      device.median_ms, device.fb_ms, device.opt_ms, device.median_ms / ours.median_ms);
   std::printf(
       "  floor: %8.1f ms for the 3 GEMMs (%.1f GFLOP at %.1f GFLOP/s); ours/floor = %.2fx\n",
       floor_ms, gflop, gflop / (floor_ms / 1000), ours.median_ms / floor_ms);

@@ -26,7 +26,7 @@
 
 #include "common/blas_env.h"
 #include "common/job_spec.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/loss/partial_fc.h"
 #include "worker/model/vit.h"
 #include "worker/torch_compat.h"

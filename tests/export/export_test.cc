@@ -20,7 +20,7 @@
 #include "common/spec_defaults.h"
 #include "tests/export/export_testing.h"
 #include "tests/testing/process.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/model/export.h"
 #include "worker/model/safetensors.h"
 #include "worker/train/checkpoint.h"

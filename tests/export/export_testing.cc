@@ -10,7 +10,7 @@
 
 #include "common/npy.h"
 #include "common/spec_defaults.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/checkpoint.h"

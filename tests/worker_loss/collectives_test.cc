@@ -1,6 +1,6 @@
 // Collectives over real Gloo process groups on loopback: every rank is a thread of this test
 // process with its own ProcessGroupGloo (its own TCP connections), rank 0 serving the store.
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 #include <ATen/ATen.h>
 #include <arpa/inet.h>

@@ -1,5 +1,5 @@
 // Several ranks of one gang inside a test process: one thread per rank, each with its own
-// real Gloo group joined over loopback (worker/loss/collectives.h).
+// real Gloo group joined over loopback (worker/dist/collectives.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/net.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 namespace mlcd::worker {
 

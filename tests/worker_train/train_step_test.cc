@@ -20,7 +20,7 @@
 #include "common/job_spec.h"
 #include "common/npy.h"
 #include "tests/testing/process.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/loss/partial_fc.h"
 #include "worker/model/vit.h"
 #include "worker/torch_compat.h"

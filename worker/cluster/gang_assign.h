@@ -13,7 +13,7 @@
 #include "clients/label_batch.h"
 #include "common/status.h"
 #include "worker/cluster/nearest.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 namespace mlcd::worker::cluster {
 

@@ -21,7 +21,7 @@
 //
 // All ranks must call it with the same params. Errors: INVALID_ARGUMENT for bad params or
 // layout (the same on every rank), CANCELLED when should_stop said so, the collectives' codes
-// when a peer fails (docs: worker/loss/collectives.h).
+// when a peer fails (docs: worker/dist/collectives.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -33,7 +33,7 @@
 
 #include "common/status.h"
 #include "worker/cluster/nearest.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 namespace mlcd::worker::cluster {
 

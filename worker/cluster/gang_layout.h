@@ -11,7 +11,7 @@
 
 #include "common/even_split.h"
 #include "common/status.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 namespace mlcd::worker::cluster {
 

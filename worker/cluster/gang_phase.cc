@@ -20,7 +20,7 @@
 #include "worker/cluster/gang_layout.h"
 #include "worker/cluster/gang_quality.h"
 #include "worker/cluster/rank_memory.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/train/train_step.h"
 
 namespace mlcd::worker::cluster {

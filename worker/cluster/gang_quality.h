@@ -15,7 +15,7 @@
 
 #include "common/status.h"
 #include "mlcd/v1/clusterd.pb.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 namespace mlcd::worker::cluster {
 

@@ -21,8 +21,8 @@
 #include "common/npy.h"
 #include "common/stopwatch.h"
 #include "worker/eval/embed.h"
-#include "worker/loss/collectives.h"
-#include "worker/loss/host_ranks.h"
+#include "worker/dist/collectives.h"
+#include "worker/dist/host_ranks.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/dataset.h"
 

@@ -55,7 +55,7 @@
 
 #include "common/enums.h"
 #include "common/status.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 namespace mlcd::worker {
 

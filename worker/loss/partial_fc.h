@@ -27,7 +27,7 @@
 // sampled rows are read, normalised and updated.
 //
 // Usage by the trainer (every rank, same order):
-//   auto comm = Collectives::Create(...);                 // worker/loss/collectives.h
+//   auto comm = Collectives::Create(...);                 // worker/dist/collectives.h
 //   auto pfc = PartialFc::Create(options, comm.get());
 //   at::Tensor emb = model(x);                            // B_local x D
 //   auto r = pfc->ForwardBackward(emb.detach(), labels);  // StatusOr<PartialFcStep>
@@ -66,7 +66,7 @@
 
 #include "common/enums.h"
 #include "common/status.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 namespace mlcd::worker {
 

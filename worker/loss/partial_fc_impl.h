@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/loss/partial_fc.h"
 
 namespace mlcd::worker {

@@ -49,22 +49,20 @@ void SparseAdamWUpdate(const SparseAdamWOptions& o, double lr, const at::Tensor&
 void SparseAdamWUpdateTensors(const SparseAdamWOptions& o, double lr, const at::Tensor& rows,
                               const at::Tensor& grad, SparseAdamWState* state) {
   if (rows.numel() == 0) return;
-  at::Tensor t = state->row_steps.index_select(0, rows) + 1;
+  at::Tensor t = state->row_steps.index_select(0, rows).add_(1);
   state->row_steps.index_copy_(0, rows, t);
+  // Per-row bias corrections in double, then one float32 factor each.
   at::Tensor td = t.to(at::kDouble);
-  at::Tensor bias1 = 1.0 - at::pow(o.beta1, td);
-  at::Tensor bias2 = 1.0 - at::pow(o.beta2, td);
-  at::Tensor step_size = (lr / bias1).to(at::kFloat).unsqueeze(1);
-  at::Tensor inv_sqrt_bias2 = bias2.rsqrt().to(at::kFloat).unsqueeze(1);
-  at::Tensor a = state->exp_avg.index_select(0, rows)
-                     .mul_(static_cast<float>(o.beta1))
-                     .add_(grad * static_cast<float>(1.0 - o.beta1));
-  at::Tensor v = state->exp_avg_sq.index_select(0, rows)
-                     .mul_(static_cast<float>(o.beta2))
-                     .add_(grad * grad * static_cast<float>(1.0 - o.beta2));
-  at::Tensor w = state->weight.index_select(0, rows)
-                     .mul_(static_cast<float>(1.0 - lr * o.weight_decay))
-                     .sub_(step_size * a / (v.sqrt() * inv_sqrt_bias2 + static_cast<float>(o.eps)));
+  at::Tensor step_size = (lr / (1.0 - at::pow(o.beta1, td))).to(at::kFloat).unsqueeze(1);
+  at::Tensor inv_sqrt_bias2 = (1.0 - at::pow(o.beta2, td)).rsqrt_().to(at::kFloat).unsqueeze(1);
+  // Gathered rows updated in place, as torch.optim.AdamW does, then written back.
+  at::Tensor a = state->exp_avg.index_select(0, rows);
+  a.mul_(o.beta1).add_(grad, 1.0 - o.beta1);
+  at::Tensor v = state->exp_avg_sq.index_select(0, rows);
+  v.mul_(o.beta2).addcmul_(grad, grad, 1.0 - o.beta2);
+  at::Tensor denom = v.sqrt().mul_(inv_sqrt_bias2).add_(o.eps);
+  at::Tensor w = state->weight.index_select(0, rows);
+  w.mul_(1.0 - lr * o.weight_decay).addcdiv_(a * step_size, denom, -1.0);
   state->exp_avg.index_copy_(0, rows, a);
   state->exp_avg_sq.index_copy_(0, rows, v);
   state->weight.index_copy_(0, rows, w);

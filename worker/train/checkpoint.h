@@ -41,7 +41,7 @@
 
 #include "common/status.h"
 #include "mlcd/v1/job.pb.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/loss/partial_fc.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "common/status.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/train/backbone_optimizer.h"
 
 namespace mlcd::worker {

@@ -6,7 +6,7 @@
 #include <atomic>
 
 #include "common/status.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 namespace mlcd::worker {
 

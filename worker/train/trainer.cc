@@ -11,7 +11,7 @@
 #include "common/stopwatch.h"
 #include "worker/train/trainer_impl.h"
 
-#include "worker/loss/host_ranks.h"
+#include "worker/dist/host_ranks.h"
 
 namespace mlcd::worker {
 namespace {

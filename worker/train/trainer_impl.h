@@ -17,7 +17,7 @@
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/npy.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 #include "worker/loss/partial_fc.h"
 #include "worker/model/model_memory.h"
 #include "worker/model/vit.h"

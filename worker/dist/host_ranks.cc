@@ -1,4 +1,4 @@
-#include "worker/loss/host_ranks.h"
+#include "worker/dist/host_ranks.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>

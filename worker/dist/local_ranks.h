@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "worker/loss/collectives.h"
+#include "worker/dist/collectives.h"
 
 namespace mlcd::worker {
 

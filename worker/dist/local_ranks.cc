@@ -1,4 +1,4 @@
-#include "worker/loss/local_ranks.h"
+#include "worker/dist/local_ranks.h"
 
 #include <signal.h>
 #include <sys/wait.h>
