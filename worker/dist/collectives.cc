@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "common/log.h"
 #include "common/net.h"
@@ -295,6 +296,46 @@ Status Collectives::AllReduceFlat(at::Tensor& flat, ReduceOp op) {
     opts.timeout = timeout_;
     group_->pg->allreduce(tensors, opts)->wait();
   });
+}
+
+// The work handle type of the linked libtorch (c10d::ProcessGroup::Work in 1.x, c10d::Work
+// in 2.x), named by what allreduce returns.
+struct PendingCollective::Work {
+  decltype(std::declval<compat::C10dGroup&>().allreduce(
+      std::declval<std::vector<at::Tensor>&>())) handle;
+  std::vector<at::Tensor> tensors;  // kept alive until the wait
+};
+
+PendingCollective::PendingCollective() = default;
+PendingCollective::~PendingCollective() = default;
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+
+Status PendingCollective::Wait() {
+  if (!launch_.ok()) return launch_;
+  if (!work_) return Status::Ok();
+  std::unique_ptr<Work> work = std::move(work_);
+  return owner_->Run("allreduce", [&] { work->handle->wait(owner_->timeout_); });
+}
+
+PendingCollective Collectives::AllReduceAsync(const at::Tensor& tensor, ReduceOp op) {
+  PendingCollective pending;
+  pending.owner_ = this;
+  if (!tensor.defined() || !tensor.is_contiguous()) {
+    pending.launch_ = Status::InvalidArgument("asynchronous allreduce needs a contiguous tensor");
+    return pending;
+  }
+  if (world_size_ == 1 || tensor.numel() == 0) return pending;
+  auto work = std::make_unique<PendingCollective::Work>();
+  work->tensors = {tensor};
+  pending.launch_ = Run("allreduce", [&] {
+    ::c10d::AllreduceOptions opts;
+    opts.reduceOp = ToC10d(op);
+    opts.timeout = timeout_;
+    work->handle = group_->pg->allreduce(work->tensors, opts);
+  });
+  if (pending.launch_.ok()) pending.work_ = std::move(work);
+  return pending;
 }
 
 Status Collectives::AllReduce(at::Tensor& tensor, ReduceOp op) {

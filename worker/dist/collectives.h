@@ -79,6 +79,30 @@ struct CollectivesOptions {
 
 enum class ReduceOp { kSum, kMax, kMin };
 
+class Collectives;
+
+// A collective started by Collectives::AllReduceAsync: it runs on the backend's own threads
+// (Gloo) or stream (NCCL) while the caller goes on. Wait() blocks until it is done, under the
+// group's timeout, and returns its outcome; a launch that failed returns that error there.
+// Every started collective must be waited for before its tensor is read or freed, and before
+// the group's next blocking collective. Move-only; a default-made one is done and OK.
+class PendingCollective {
+ public:
+  PendingCollective();
+  ~PendingCollective();
+  PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
+
+  Status Wait();
+
+ private:
+  friend class Collectives;
+  struct Work;  // the c10d work handle (collectives.cc)
+  Collectives* owner_ = nullptr;
+  Status launch_;
+  std::unique_ptr<Work> work_;
+};
+
 // A process group and its collectives. Create() returns only after all `world_size` ranks
 // have joined (or the timeout passed).
 // Whether `status` is rank 0's failure to serve the store because another process listens
@@ -105,6 +129,9 @@ class Collectives {
 
   // In-place allreduce of one contiguous tensor.
   Status AllReduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  // The same, started now and finished by the returned handle's Wait() (a done handle at
+  // world size 1). `tensor` must be contiguous and stay alive and untouched until then.
+  PendingCollective AllReduceAsync(const at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
   // In-place allreduce of several tensors (any shapes, possibly different dtypes), fused:
   // tensors of one dtype are packed into flat buckets of at most `bucket_bytes` (a tensor
   // larger than that gets a bucket of its own), one collective per bucket, and unpacked.
@@ -125,6 +152,7 @@ class Collectives {
   Status Barrier();
 
  private:
+  friend class PendingCollective;
   struct Group;  // the c10d objects; collectives.cc only
   Collectives() = default;
   Status Run(const char* what, const std::function<void()>& body);

@@ -36,6 +36,9 @@ class FlatParameters {
   // Element range [begin, end) of group g inside values()/grads().
   int64_t group_begin(int g) const { return group_offsets_[static_cast<size_t>(g)]; }
   int64_t group_end(int g) const { return group_offsets_[static_cast<size_t>(g) + 1]; }
+  // The parameters, groups concatenated, and where parameter i starts in values()/grads().
+  const std::vector<torch::Tensor>& parameters() const { return params_; }
+  int64_t parameter_offset(size_t i) const { return param_offsets_[i]; }
 
   // Zeroes the gradient buffer (and re-attaches the gradient views should anything have
   // replaced them).

@@ -88,6 +88,7 @@ StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torc
   auto fc = parts_.partial_fc->ForwardBackward(emb_in, labels);
   if (!fc.ok()) return fc.status();
   const int t3 = timer.Mark();
+  parts_.grad_sync->BeginBackward();
   emb.backward(layer_on_device ? fc->grad_embeddings
                                : fc->grad_embeddings.to(torch::TensorOptions().device(device_)));
   const int t4 = timer.Mark();

@@ -242,7 +242,9 @@ Status Trainer::Impl::RestoreOrInitialise() {
   optimizer = std::make_unique<BackboneAdamW>(flat.get(), aopts);
   if (resume)
     MLCD_RETURN_IF_ERROR(LoadBackboneOptimizer(resumed_from, model, flat.get(), optimizer.get()));
-  grad_sync = std::make_unique<GradSync>(comm.get(), flat.get());
+  GradSyncOptions sync_options;
+  sync_options.forward_position = ForwardPositions(*model, *flat);
+  grad_sync = std::make_unique<GradSync>(comm.get(), flat.get(), sync_options);
   // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
   MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
 
