@@ -23,7 +23,8 @@ set(MLCD_SANITIZE_TESTS common_test labelstore_storage_test coordinator_state_te
 # runs on the CPU.
 set(MLCD_TORCH2_TESTS worker_vit_test worker_collectives_test worker_partial_fc_test
     worker_loss_check_test worker_data_test worker_prefetcher_test worker_train_test
-    worker_train_step_test worker_contrastive_loss_test)
+    worker_train_step_test worker_contrastive_loss_test worker_partial_fc_device_test
+    worker_grad_sync_test)
 set(MLCD_ASAN_TESTS labelstore_service_test labelstore_cli_test clusterd_test
     coordinator_job_spec_test coordinator_protocol_test dataset_index_test)
 # Sanitizer runtime options for every test of a sanitizer build: stop at the first report;
