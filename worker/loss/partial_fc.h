@@ -51,7 +51,8 @@
 //    sends the index tensors in one copy; the per-row work is ATen ops on that device
 //    (also on CPU tensors, where CI tests it against kHost). Embeddings and the returned
 //    gradient are on that device; labels on the host. The collectives are Collectives'
-//    (NCCL on CUDA). No host synchronisation inside a step but reading the loss once.
+//    (NCCL on CUDA). The host reads the loss once per step, and at world size > 1 the
+//    exchanged shapes and the gathered labels its plan needs.
 // Both draw the same sampled sets and write the same checkpoint files, so either resumes the
 // other's checkpoints. Embeddings float32, labels int64 (int32 accepted).
 #pragma once

@@ -2,8 +2,10 @@
 // algorithm: docs/loss.md). The host plans exactly as the fused layer does (ExchangeShapes,
 // CollectPositives, SampleClasses: the same checks, the same de-duplicated positives, the
 // same seeded draws) and sends the plan's index tensors in one copy; everything per row is
-// ATen ops created with the embeddings' options, so one code path serves CPU and CUDA. The
-// host reads one result per step: the loss with the statistics, at the very end.
+// ATen ops created with the embeddings' options, so one code path serves CPU and CUDA. At
+// world size 1 the host reads one result per step: the loss with the statistics, at the very
+// end. At world size > 1 the plan also reads the exchanged shapes and the gathered labels
+// (small tensors, before the GEMMs).
 #include <ATen/ATen.h>
 
 #include <algorithm>
