@@ -37,7 +37,9 @@ void Import(const TestCluster& cluster, const TempDir& dir, const std::string& n
     labels.push_back(i % k);
     labels.push_back((i + 1) % k);
   }
-  const std::string path = dir.Sub(name + ".npy");
+  std::string file = name;
+  for (char& c : file) c = c == '/' ? '_' : c;
+  const std::string path = dir.Sub(file + ".npy");
   ASSERT_TRUE(WriteNpy(path, NpyDtype::kInt64, {n, 2}, labels.data()).ok());
   std::string out;
   ASSERT_EQ(
@@ -59,8 +61,8 @@ void ExpectRefused(const Status& status, StatusCode code, const std::vector<std:
 class GivenLabelSetRefusalTest : public ServicesTest {};
 
 TEST_F(GivenLabelSetRefusalTest, SubmitChecksTheSetAndFillsKAndL) {
-  Import(*cluster_, dir_, "mine", 384, 12);
-  Import(*cluster_, dir_, "short", 100, 12);
+  ASSERT_NO_FATAL_FAILURE(Import(*cluster_, dir_, "mine", 384, 12));
+  ASSERT_NO_FATAL_FAILURE(Import(*cluster_, dir_, "short", 100, 12));
   // OPEN: created and written, never sealed.
   labelstore::LabelStoreClient store(cluster_->labelstore_address());
   ASSERT_TRUE(store.CreateLabelSet({"open", 12, 2, false, {}}).ok());
@@ -102,7 +104,7 @@ TEST_F(GivenLabelSetRefusalTest, SubmitChecksTheSetAndFillsKAndL) {
   ExpectRefused(cluster_->Submit(l.Yaml()).status(), StatusCode::kInvalidArgument,
                 {"spec.clustering.l: 3", "has 2 labels per sample"});
   // A world size the set's k cannot shard.
-  Import(*cluster_, dir_, "one-class", 384, 1);
+  ASSERT_NO_FATAL_FAILURE(Import(*cluster_, dir_, "one-class", 384, 1));
   ExpectRefused(cluster_->Submit(GivenSetJob("one-class").Yaml()).status(),
                 StatusCode::kInvalidArgument, {"world_size: 2 > clustering.k: 1"});
 }
@@ -130,7 +132,7 @@ class GivenLabelSetEndToEndTest : public TwoWorkerClusterTest {};
 // PENDING -> TRAINING -> SUCCEEDED on the imported set: no clustering, no assignment, and the
 // training gang's assignments name the set, which the job leaves as it was.
 TEST_F(GivenLabelSetEndToEndTest, TrainsOnAnImportedSetWithoutClustering) {
-  Import(*cluster_, dir_, "team/tags", 384, 8);
+  ASSERT_NO_FATAL_FAILURE(Import(*cluster_, dir_, "team/tags", 384, 8));
   TinyJob spec = GivenSetJob("team/tags");
   auto submitted = cluster_->Submit(spec.Yaml());
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
