@@ -174,6 +174,8 @@ void PrintJobText(const v1::Job& job) {
                     100 * r.assign().quality().topl_recall(), r.assign().quality().nmi());
       }
       std::printf("\n");
+    } else if (!r.label_set().empty() && !job.spec().clustering().label_set().empty()) {
+      std::printf("  labels    %s (given: clustering.label_set)\n", Shown(r.label_set()).c_str());
     }
     if (r.bad_samples().count() > 0) {
       std::string keys;

@@ -110,8 +110,11 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   auto* features = clustering->mutable_features();
   if (features->kind().empty()) features->set_kind("pixels");
   if (features->kind() == "random-projection" && features->dim() == 0) features->set_dim(256);
-  if (clustering->k() == 0) clustering->set_k(1000);
-  if (clustering->l() == 0) clustering->set_l(8);
+  // A given label set brings its own k and l: left 0, the coordinator fills them from it.
+  if (clustering->label_set().empty()) {
+    if (clustering->k() == 0) clustering->set_k(1000);
+    if (clustering->l() == 0) clustering->set_l(8);
+  }
   if (clustering->niter() == 0) clustering->set_niter(20);
   if (clustering->max_points_per_centroid() == 0) clustering->set_max_points_per_centroid(256);
   if (clustering->seed() == 0) clustering->set_seed(kDefaultClusteringSeed);

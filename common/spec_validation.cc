@@ -201,7 +201,10 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
   c.Path("features.keys", f.keys());
   if (f.kind() == "random-projection") c.InRange("features.dim", f.dim(), 1, kMaxProjectionDim);
   const bool indexed = IsIndexedFormat(s.spec.dataset().format());
-  if (indexed && (f.kind() == "pixels" || f.kind() == "random-projection")) {
+  // A given label set replaces clustering: its features are never made.
+  const bool given = !cl.label_set().empty();
+  if (given) c.Text("label_set", cl.label_set());
+  if (!given && indexed && (f.kind() == "pixels" || f.kind() == "random-projection")) {
     c.Add("features.kind", "'" + f.kind() + "' features are made from fashion-mnist only; for " +
                                s.spec.dataset().format() +
                                " use 'npy' (e.g. CLIP embeddings) or 'model'");
@@ -211,15 +214,16 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
           "a keys file aligns 'npy' features with an image-folder or "
           "webdataset index; remove it or change the kind or dataset");
   }
-  c.InRange("k", cl.k(), 1, kMaxClusters);
-  c.AtLeast("l", cl.l(), 1);
+  // With a given set, k and l 0 mean "the set's" (filled in at submit).
+  if (!given || cl.k() != 0) c.InRange("k", cl.k(), 1, kMaxClusters);
+  if (!given || cl.l() != 0) c.AtLeast("l", cl.l(), 1);
   if (cl.l() > kMaxLabelsPerSample) {
     c.Add("l", Checker::Num(cl.l()) + " > " + Checker::Num(kMaxLabelsPerSample) +
                    ", the most labels per sample the label store keeps");
   }
   if (cl.k() >= 1 && cl.l() > cl.k())
     c.Add("l", Checker::Num(cl.l()) + " > k: " + Checker::Num(cl.k()));
-  if (s.images > 0 && cl.k() > 0 && static_cast<uint64_t>(cl.k()) > s.images) {
+  if (!given && s.images > 0 && cl.k() > 0 && static_cast<uint64_t>(cl.k()) > s.images) {
     c.Add("k",
           Checker::Num(cl.k()) + " > the " + s.images_text + "; k-means needs at least k points");
   }
@@ -415,6 +419,18 @@ void CheckTraining(const SectionContext& s, std::vector<SpecProblem>* problems) 
   c.AtLeast("rounds", t.rounds(), 1);
   if (t.rounds() > kMaxRounds)
     c.Add("rounds", Checker::Num(t.rounds()) + " > " + Checker::Num(kMaxRounds));
+  if (!s.spec.clustering().label_set().empty()) {
+    if (t.rounds() > 1) {
+      c.Add("rounds", Checker::Num(t.rounds()) +
+                          ": rounds > 1 needs clustering; a given label set trains one round "
+                          "(set rounds: 1, or remove clustering.label_set)");
+    }
+    if (t.centre_init() == "centroids") {
+      c.Add("centre_init",
+            "'centroids' needs the round's k-means centroids, and a given label "
+            "set has none; use 'auto' or 'random'");
+    }
+  }
   c.AtLeast("max_steps_per_epoch", t.max_steps_per_epoch(), 0);
   if (!(t.time_budget_minutes() >= 0 && t.time_budget_minutes() <= kMaxTimeBudgetMinutes)) {
     c.Add("time_budget_minutes", Checker::Num(t.time_budget_minutes()) + " is outside [0, " +

@@ -28,6 +28,19 @@ void HideOthersRequestId(const std::string& caller, bool any_job, v1::Job* job) 
   }
 }
 
+Status CheckGivenLabelSetOwner(const std::string& name, const std::string& owner,
+                               const std::string& caller, bool any_set,
+                               const std::string* owner_job_submitter) {
+  if (any_set || caller.empty() || owner == caller) return Status::Ok();
+  if (owner_job_submitter && *owner_job_submitter == caller) return Status::Ok();
+  return Status::PermissionDenied(
+      "spec.clustering.label_set: label set '" + name + "' is owned by " +
+      (owner.empty() ? std::string("no one recorded") : "'" + owner + "'") + "; " + Who(caller) +
+      " may train only on its own label sets or those of its own jobs, which no one else can "
+      "delete under the job; import a copy under your own identity (`mlcdctl labels import`), "
+      "or ask an admin to submit the job");
+}
+
 Status CheckWorkerCaller(const WorkerEntry& worker, const std::string& caller) {
   if (worker.record.identity() == caller) return Status::Ok();
   return Status::PermissionDenied("worker '" + worker.record.worker_id() + "' is registered by " +

@@ -22,6 +22,17 @@ bool HidesRequestId(const v1::Job& job, const std::string& caller, bool any_job)
 // Job.request_id and from the "submitted" history entry that names it.
 void HideOthersRequestId(const std::string& caller, bool any_job, v1::Job* job);
 
+// May `caller` submit a job that trains on the label set `name`, owned by `owner`
+// (clustering.label_set; LabelSetInfo.owner)? The job depends on the set for its whole run,
+// and only the set's owner (or an admin) may delete it, so a job trains only on a set its
+// submitter controls: one it owns, or one of a job it submitted (owner "job:<id>", with
+// `owner_job_submitter` that job's submitted_by; null when the coordinator knows no such
+// job). Always OK for an admin (`any_set`) and when the coordinator checks no callers
+// (`caller` ""). PERMISSION_DENIED otherwise, naming the set, its owner and the fix.
+Status CheckGivenLabelSetOwner(const std::string& name, const std::string& owner,
+                               const std::string& caller, bool any_set,
+                               const std::string* owner_job_submitter);
+
 // OK when `caller` is the identity that registered `worker`; PERMISSION_DENIED otherwise.
 Status CheckWorkerCaller(const WorkerEntry& worker, const std::string& caller);
 

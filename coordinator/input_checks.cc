@@ -164,11 +164,13 @@ Status CheckWorkerSupport(const v1::JobSpec& spec, const WorkerRegistry& workers
               "spec.training.rounds: " + std::to_string(spec.training().rounds()),
               "set rounds: 1 or start workers whose mlcd-worker has the embed command"));
   }
-  if (spec.clustering().features().kind() == "model") {
+  // A given label set (clustering.label_set) replaces the features and the clustering.
+  const bool clusters = spec.clustering().label_set().empty();
+  if (clusters && spec.clustering().features().kind() == "model") {
     MLCD_RETURN_IF_ERROR(check(v1::ASSIGNMENT_KIND_EXTRACT, "spec.clustering.features.kind: model",
                                "use features kind pixels, random-projection or npy"));
   }
-  if (GangClusters(spec)) {
+  if (clusters && GangClusters(spec)) {
     // Both gangs of a round run on the job's workers: a worker that advertises only one of
     // the kinds (another mlcd-worker build) cannot finish the round.
     for (const v1::AssignmentKind kind :

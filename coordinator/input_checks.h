@@ -50,7 +50,8 @@ std::vector<SpecProblem> InputProblems(const v1::JobSpec& spec);
 
 // FAILED_PRECONDITION when workers are registered and none of them can run a phase the spec
 // needs (extract for rounds > 1 or model features, cluster and assign labels for
-// clustering.engine gang, evaluate when evaluation is enabled). With no worker registered
+// clustering.engine gang, neither with a given clustering.label_set; evaluate when evaluation
+// is enabled). With no worker registered
 // the job is accepted and waits for workers.
 Status CheckWorkerSupport(const v1::JobSpec& spec, const WorkerRegistry& workers,
                           Clock::time_point now);

@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 #include "clients/clusterd_client.h"
+#include "common/acting_for.h"
 #include "common/clock.h"
 #include "common/format.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "coordinator/caller_checks.h"
 #include "coordinator/checkpoint_dirs.h"
+#include "coordinator/given_label_set.h"
 #include "coordinator/input_checks.h"
 #include "coordinator/tensorboard_log.h"
 
@@ -318,9 +321,17 @@ void JobManager::AfterRoundTrained(JobEntry* job) {
 // User API.
 
 StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
-                                        const std::string& caller) {
-  MLCD_ASSIGN_OR_RETURN(const ParsedJob parsed,
+                                        const std::string& caller, bool admin) {
+  MLCD_ASSIGN_OR_RETURN(ParsedJob parsed,
                         ParseSubmission(request, options_.data_dir, &data_roots_));
+  // A given label set, read outside the mutex; its k and l fill the spec's before the spec is
+  // compared with a retried request's.
+  std::optional<v1::LabelSetInfo> given;
+  if (const std::string& name = parsed.spec.clustering().label_set(); !name.empty()) {
+    MLCD_ASSIGN_OR_RETURN(given, DescribeGivenLabelSet(options_.labelstore_address, name));
+    MLCD_ASSIGN_OR_RETURN(const uint64_t samples, TrainingSampleCount(parsed.spec));
+    MLCD_RETURN_IF_ERROR(ApplyGivenLabelSet(*given, samples, &parsed.spec));
+  }
   // Read outside the mutex; decided below, where the job table is known.
   MLCD_ASSIGN_OR_RETURN(const std::string checkpoint_owner,
                         CheckpointDirOwner(parsed.spec, caller, options_.data_dir, data_roots_));
@@ -359,6 +370,14 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
     }
   }
   if (existing_job.empty()) {
+    if (given) {
+      const std::string& owner = given->owner();
+      const JobEntry* owning = owner.rfind(kJobIdentityPrefix, 0) == 0
+                                   ? jobs_.Find(owner.substr(kJobIdentityPrefix.size()))
+                                   : nullptr;
+      MLCD_RETURN_IF_ERROR(CheckGivenLabelSetOwner(
+          given->name(), owner, caller, admin, owning ? &owning->job().submitted_by() : nullptr));
+    }
     MLCD_RETURN_IF_ERROR(
         CheckCheckpointDirUnshared(parsed.spec, checkpoint_owner, options_.data_dir, jobs_));
     MLCD_RETURN_IF_ERROR(CheckWorkerSupport(parsed.spec, workers_, Clock::now()));
@@ -395,7 +414,8 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
   v1::Job out = jobs_.PublicJob(*job);
   MLCD_LOG(INFO) << "job " << j.id() << " submitted (world size "
                  << parsed.spec.training().world_size() << ", k " << parsed.spec.clustering().k()
-                 << ", l " << parsed.spec.clustering().l() << ")";
+                 << ", l " << parsed.spec.clustering().l()
+                 << (given ? ", label set " + given->name() : std::string()) << ")";
   jobs_.Add(std::move(entry));
   UpdateGauges();
   tick_cv_.notify_all();
@@ -557,7 +577,17 @@ void JobManager::AdvanceJobs(Clock::time_point now) {
         auto* round = job->job().add_rounds();
         round->set_round(0);
         job->job().mutable_progress()->set_round(0);
-        if (job->spec().clustering().features().kind() == "model") {
+        const v1::ClusteringSpec& cl = job->spec().clustering();
+        if (!cl.label_set().empty()) {
+          // A given label set is round 0's labels (one round: checked at submit). It is
+          // never one of the job's own sets, so nothing here writes or deletes it.
+          round->set_label_set(cl.label_set());
+          job->job().set_label_set(cl.label_set());
+          Transition(job, v1::JOB_STATE_TRAINING,
+                     RoundText(0, job->spec().training().rounds()) + ": training on the given " +
+                         "label set " + cl.label_set() + " (k " + std::to_string(cl.k()) + ", l " +
+                         std::to_string(cl.l()) + ")");
+        } else if (cl.features().kind() == "model") {
           Transition(job, v1::JOB_STATE_EXTRACTING,
                      RoundText(0, job->spec().training().rounds()) +
                          ": extracting features of the initial model");

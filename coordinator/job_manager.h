@@ -4,7 +4,8 @@
 // A job moves through
 //   PENDING -> CLUSTERING -> ASSIGNING -> TRAINING -> [EXTRACTING -> CLUSTERING -> ...]
 //           -> EVALUATING -> SUCCEEDED | FAILED | CANCELLED
-// (round 0 with features.kind "model" starts with EXTRACTING). Every transition, gang start
+// (round 0 with features.kind "model" starts with EXTRACTING; a job with a given label set,
+// clustering.label_set, goes from PENDING straight to TRAINING on it, one round). Every transition, gang start
 // and abort and epoch commit is written to the store (synced) before the coordinator acts on
 // it. After a restart, jobs are reloaded: phases without workers (clustering, assignment)
 // are redone from their start (their outputs are replaced, never duplicated); a running gang
@@ -133,7 +134,10 @@ class JobManager {
   // `caller`: the submitting identity (Principal::identity, common/security.h), recorded as
   // the job's submitted_by; request ids are looked up and recorded under it, so the same
   // request id from two identities names two jobs.
-  StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request, const std::string& caller);
+  // With clustering.label_set, the set is checked in the label store (given_label_set.h) and
+  // must be one `caller` may train on (CheckGivenLabelSetOwner; `admin`: any).
+  StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request, const std::string& caller,
+                              bool admin = false);
   StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
   StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   // PERMISSION_DENIED when `caller` did not submit the job and `any_job` (admin) is false.

@@ -25,7 +25,8 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
                                            const v1::SubmitJobRequest* request, v1::Job* response) {
   MLCD_AUTHORIZE("SubmitJob");
   RpcTimer timer(&metrics_->rpc(), "SubmitJob");
-  return Reply(timer, manager_->SubmitJob(*request, caller.identity), response);
+  return Reply(timer, manager_->SubmitJob(*request, caller.identity, caller.role == Role::kAdmin),
+               response);
 }
 
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,

@@ -96,3 +96,18 @@ def test_a_dict_with_a_value_json_cannot_write_is_refused():
 def test_mlcd_exports_the_generated_messages():
     assert mlcd.job_pb2 is job_pb2 and mlcd.coordinator_pb2 is coordinator_pb2
     assert mlcd.labelstore_pb2.GetLabelsRequest.DESCRIPTOR.full_name == "mlcd.v1.GetLabelsRequest"
+
+
+def test_a_given_label_set_travels_in_the_spec_and_in_the_yaml():
+    """clustering.label_set (train on a sealed label set instead of clustering): the
+    coordinator fills k and l from the set, so a request may leave them out."""
+    spec = job_pb2.JobSpec()
+    spec.clustering.label_set = "team/tags"
+    request = submit_request(spec)
+    assert request.spec.clustering.label_set == "team/tags"
+    assert request.spec.clustering.k == 0 and request.spec.clustering.l == 0
+
+    document = {"apiVersion": "mlcd/v1", "kind": "TrainingJob", "metadata": {"name": "given"},
+                "spec": {"clustering": {"label_set": "team/tags"}}}
+    sent = yaml.safe_load(submit_request(document).spec_yaml)
+    assert sent["spec"]["clustering"] == {"label_set": "team/tags"}

@@ -264,8 +264,9 @@ std::string TinyJob::Yaml() const {
   std::string y;
   y += "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata:\n  name: " + name + "\nspec:\n";
   y += "  dataset: {limit: " + std::to_string(limit) + ", augment: false}\n";
-  y += "  clustering: {features: " + features + ", k: " + std::to_string(k) +
-       ", l: " + std::to_string(l) + ", niter: " + std::to_string(niter) +
+  y += "  clustering: {features: " + features +
+       (k > 0 ? ", k: " + std::to_string(k) : std::string()) +
+       (l > 0 ? ", l: " + std::to_string(l) : std::string()) + ", niter: " + std::to_string(niter) +
        (clustering_fields.empty() ? "" : ", " + clustering_fields) + "}\n";
   y += "  loss: {variant: mlcd, sample_ratio: 0.5}\n";
   y += "  model: {width: 32, depth: 1, heads: 2, embed_dim: 32" +

@@ -87,6 +87,7 @@ class TestCluster {
 // The tiny job of the tests: Fashion-MNIST subset, ViT width 32 depth 1, 2 workers.
 struct TinyJob {
   int limit = 384;
+  // clustering.k and l; 0 leaves them out of the YAML.
   int k = 16;
   int l = 4;
   int world_size = 2;

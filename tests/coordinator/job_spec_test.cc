@@ -53,6 +53,42 @@ TEST(JobSpecYaml, LoadAppliesDefaultsAndValidates) {
   EXPECT_TRUE(job->spec.evaluation().enabled());
 }
 
+// A given label set brings k and l (the coordinator fills them at submit): left out, they
+// stay 0 and are no problem; the set trains one round and has no centroids.
+TEST(JobSpecYaml, GivenLabelSetLeavesKAndLToTheSet) {
+  const std::string given = R"(apiVersion: mlcd/v1
+kind: TrainingJob
+metadata: {name: t1}
+spec:
+  dataset: {limit: 500}
+  clustering: {label_set: team/tags}
+  training: {world_size: 2, batch_size: 64}
+)";
+  auto job = LoadJobSpecYaml(given);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.clustering().label_set(), "team/tags");
+  EXPECT_EQ(job->spec.clustering().k(), 0);
+  EXPECT_EQ(job->spec.clustering().l(), 0);
+
+  std::string two_rounds = given;
+  two_rounds.replace(two_rounds.find("world_size"), 0, "rounds: 2, centre_init: centroids, ");
+  auto refused = LoadJobSpecYaml(two_rounds);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(HasProblem(refused.status(),
+                         "spec.training.rounds: 2: rounds > 1 needs clustering; "
+                         "a given label set trains one round"))
+      << refused.status().ToString();
+  EXPECT_TRUE(HasProblem(refused.status(), "spec.training.centre_init: 'centroids'"))
+      << refused.status().ToString();
+
+  // Given k and l are still checked as values.
+  std::string bad_l = given;
+  bad_l.replace(bad_l.find("label_set"), 0, "k: 4, l: 5, ");
+  auto l = LoadJobSpecYaml(bad_l);
+  ASSERT_FALSE(l.ok());
+  EXPECT_TRUE(HasProblem(l.status(), "spec.clustering.l: 5 > k: 4")) << l.status().ToString();
+}
+
 TEST(JobSpecYaml, OptionalFieldsKeepExplicitZeroAndFalse) {
   auto job =
       LoadJobSpecYaml(std::string(kMinimal) +

@@ -1,8 +1,8 @@
 // Label-set ownership (docs/security.md, "Label-set ownership") on a real
 // label store and clusterd with TLS and tokens on: two submitters (alice, bob), a viewer
 // (carol) and an admin against each other's sets, clusterd's Assign acting for its caller (a
-// submitter can no longer replace another's sealed set through it), and a job's sets, which
-// only a service acting for that job changes.
+// submitter can no longer replace another's sealed set through it), a job's sets, which
+// only a service acting for that job changes, and the sets a job may train on.
 #include <gtest/gtest.h>
 
 #include "clients/write_capability.h"
@@ -334,6 +334,48 @@ TEST_F(LabelOwnershipTest, AJobsRowsAreWrittenOnlyWithTheCapabilityItsOwnerIssue
             StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(Delegate("", set, &refused, job).error_code(), StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(LabelOfSeven(set), 1);
+}
+
+// A job trains only on a label set its submitter controls (docs/security.md, "Bindings"):
+// alice's sealed set is refused to bob and taken for alice and for an admin.
+TEST_F(LabelOwnershipTest, AJobTrainsOnlyOnASetItsSubmitterOwns) {
+  ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+  const std::string set = "alice/tags";
+  ASSERT_TRUE(Create(t_.submitter_token, set).ok());
+  TinyJob spec;  // 384 images, world size 2
+  spec.k = 0;
+  spec.l = 0;
+  spec.clustering_fields = "label_set: " + set;
+  {
+    auto ctx = CallContext(t_.submitter_token);
+    v1::WriteLabelsResponse response;
+    auto stream = store_->WriteLabels(ctx.get(), &response);
+    v1::WriteLabelsRequest message;
+    message.set_name(set);
+    for (int i = 0; i < spec.limit; ++i) {
+      message.add_sample_ids(i);
+      message.add_labels(i % kClasses);
+    }
+    ASSERT_TRUE(stream->Write(message));
+    stream->WritesDone();
+    grpc::Status written = stream->Finish();
+    ASSERT_TRUE(written.ok()) << written.error_message();
+  }
+  ASSERT_TRUE(Seal(t_.submitter_token, set).ok());
+
+  auto coordinator = v1::Coordinator::NewStub(TokenlessChannel(cluster_.coordinator_address()));
+  auto submit = [&](const std::string& token) {
+    v1::SubmitJobRequest request;
+    request.set_spec_yaml(spec.Yaml());
+    request.set_dry_run(true);
+    v1::Job job;
+    return coordinator->SubmitJob(CallContext(token).get(), request, &job);
+  };
+  ExpectRefused(submit(t_.submitter2_token), set, "token:alice", "token:bob");
+  grpc::Status own = submit(t_.submitter_token);
+  EXPECT_TRUE(own.ok()) << own.error_message();
+  grpc::Status admin = submit(t_.admin_token);
+  EXPECT_TRUE(admin.ok()) << admin.error_message();
 }
 
 }  // namespace
