@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/worker_loss/run_ranks.h"
+#include "tests/worker_train/small_vit.h"
 #include "worker/model/vit.h"
 #include "worker/train/grad_sync.h"
 
@@ -18,24 +19,12 @@ namespace {
 
 constexpr int kRanks = 3;
 
-VitOptions Small() {
-  VitOptions o;
-  o.image_size = 28;
-  o.patch_size = 7;
-  o.channels = 1;
-  o.width = 32;
-  o.depth = 2;
-  o.heads = 4;
-  o.embed_dim = 24;
-  return o;
-}
-
 // One rank's model with its flat buffers, the same weights on every rank.
 struct Replica {
   VisionTransformer model{nullptr};
   std::unique_ptr<FlatParameters> flat;
   Replica() {
-    model = VisionTransformer(Small());
+    model = VisionTransformer(SmallTestVit());
     model->ResetParameters(11);
     flat = std::make_unique<FlatParameters>(std::vector<std::vector<torch::Tensor>>{
         model->DecayParameters(), model->NoDecayParameters()});

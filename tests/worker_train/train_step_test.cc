@@ -20,6 +20,7 @@
 #include "common/job_spec.h"
 #include "common/npy.h"
 #include "tests/testing/process.h"
+#include "tests/worker_train/small_vit.h"
 #include "worker/dist/collectives.h"
 #include "worker/loss/partial_fc.h"
 #include "worker/model/vit.h"
@@ -32,18 +33,6 @@
 
 namespace mlcd::worker {
 namespace {
-
-VitOptions Small() {
-  VitOptions o;
-  o.image_size = 28;
-  o.patch_size = 7;
-  o.channels = 1;
-  o.width = 32;
-  o.depth = 2;
-  o.heads = 4;
-  o.embed_dim = 24;
-  return o;
-}
 
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
@@ -59,7 +48,7 @@ struct Rig {
   std::unique_ptr<PartialFc> fc;
 
   explicit Rig(uint64_t seed) {
-    model = VisionTransformer(Small());
+    model = VisionTransformer(SmallTestVit());
     model->ResetParameters(seed);
     flat = std::make_unique<FlatParameters>(std::vector<std::vector<torch::Tensor>>{
         model->DecayParameters(), model->NoDecayParameters()});

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "tests/worker_train/small_vit.h"
 #include "worker/model/vit.h"
 #include "worker/model/vit_kernels.h"
 #include "worker/train/backbone_optimizer.h"
@@ -18,19 +19,6 @@
 
 namespace mlcd::worker {
 namespace {
-
-VitOptions Small(VitPooling pooling = VitPooling::kCls) {
-  VitOptions o;
-  o.image_size = 28;
-  o.patch_size = 7;
-  o.channels = 1;
-  o.width = 32;
-  o.depth = 2;
-  o.heads = 4;
-  o.embed_dim = 24;
-  o.pooling = pooling;
-  return o;
-}
 
 double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
@@ -44,7 +32,8 @@ TEST(VitOptionsTest, PresetsFollowTheSpecAndPaperTable8) {
   for (const Expect& e :
        {Expect{"vit-tiny", 192, 6, 3, 7, 28, 17}, Expect{"vit-small", 384, 12, 6, 7, 28, 17},
         Expect{"vit-b32", 768, 12, 12, 32, 224, 50}, Expect{"vit-b16", 768, 12, 12, 16, 224, 197},
-        Expect{"vit-l14", 1024, 24, 16, 14, 224, 257}, Expect{"clip-b16", 768, 12, 12, 16, 224, 197},
+        Expect{"vit-l14", 1024, 24, 16, 14, 224, 257},
+        Expect{"clip-b16", 768, 12, 12, 16, 224, 197},
         Expect{"clip-l14", 1024, 24, 16, 14, 224, 257},
         Expect{"clip-l14-336", 1024, 24, 16, 14, 336, 577}}) {
     v1::JobSpec spec;
@@ -76,7 +65,7 @@ TEST(VitOptionsTest, ClipLayoutHasClipsParametersAndRefusesWhatClipLacks) {
   auto o = VitOptionsFromSpec(spec.model());
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->activation, VitActivation::kQuickGelu);
-  VisionTransformer clip(*o), vit(Small());
+  VisionTransformer clip(*o), vit(SmallTestVit());
   auto names = [](VisionTransformer& m) {
     std::map<std::string, std::vector<int64_t>> out;
     for (const auto& item : m->named_parameters()) out[item.key()] = item.value().sizes().vec();
@@ -113,7 +102,7 @@ TEST(VitOptionsTest, ClipLayoutHasClipsParametersAndRefusesWhatClipLacks) {
 // token through the final LayerNorm and the projection; and its gradient against central
 // finite differences in double precision (reference path, quick GELU).
 TEST(VitTest, ClipLayoutForwardByHandAndGradientByFiniteDifferences) {
-  VitOptions o = Small();
+  VitOptions o = SmallTestVit();
   o.layout = VitLayout::kClip;
   o.activation = VitActivation::kQuickGelu;
   o.layer_norm_eps = kClipLayerNormEps;
@@ -132,8 +121,8 @@ TEST(VitTest, ClipLayoutForwardByHandAndGradientByFiniteDifferences) {
   {
     // Forward by hand.
     torch::NoGradGuard no_grad;
-    torch::Tensor patches = x.reshape({2, 1, 4, 7, 4, 7}).permute({0, 2, 4, 1, 3, 5}).reshape(
-        {2, 16, 49});
+    torch::Tensor patches =
+        x.reshape({2, 1, 4, 7, 4, 7}).permute({0, 2, 4, 1, 3, 5}).reshape({2, 16, 49});
     torch::Tensor t = torch::matmul(patches, params["patch_weight"].view({32, 49}).t());
     t = torch::cat({params["cls_token"].view({1, 1, 32}).expand({2, 1, 32}), t}, 1) +
         params["pos_embed"];
@@ -176,7 +165,8 @@ TEST(VitTest, ClipLayoutForwardByHandAndGradientByFiniteDifferences) {
         flat[i] = v;
       }
       const double numeric = (plus - minus) / (2 * h);
-      EXPECT_NEAR(p.grad().view({-1})[i].item<double>(), numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
+      EXPECT_NEAR(p.grad().view({-1})[i].item<double>(), numeric,
+                  1e-6 * std::max(1.0, std::abs(numeric)))
           << name << "[" << i << "]";
     }
   }
@@ -229,7 +219,7 @@ TEST(VitOptionsTest, BadSizesAreRejectedWithTheField) {
 
 TEST(VitTest, OutputShapesAndParameterCount) {
   for (VitPooling pooling : {VitPooling::kCls, VitPooling::kMean}) {
-    VitOptions o = Small(pooling);
+    VitOptions o = SmallTestVit(pooling);
     VisionTransformer model(o);
     torch::Tensor y = model->forward(torch::randn({5, 1, 28, 28}));
     EXPECT_EQ(y.sizes(), (std::vector<int64_t>{5, 24}));
@@ -244,7 +234,7 @@ TEST(VitTest, OutputShapesAndParameterCount) {
         static_cast<int64_t>(model->parameters().size()));
   }
   // A larger image, 3 channels, patch 4.
-  VitOptions o = Small();
+  VitOptions o = SmallTestVit();
   o.image_size = 32;
   o.patch_size = 4;
   o.channels = 3;
@@ -253,7 +243,7 @@ TEST(VitTest, OutputShapesAndParameterCount) {
   EXPECT_THROW(model->forward(torch::randn({2, 1, 32, 32})), c10::Error);
 }
 
-// The rest of Small()'s forward pass (2 blocks, width 32, 4 heads, 17 tokens) from the
+// The rest of SmallTestVit()'s forward pass (2 blocks, width 32, 4 heads, 17 tokens) from the
 // embedded patches t [B, 16, 32], in plain ATen ops with the model's named parameters.
 torch::Tensor ReferenceForwardFromPatches(torch::Tensor t,
                                           torch::OrderedDict<std::string, torch::Tensor>& params) {
@@ -285,7 +275,7 @@ TEST(VitTest, PatchEmbeddingIsAStridedConvolution) {
   torch::manual_seed(127);
   // With depth-independent pieces isolated: the model's output for an image equals a
   // hand-built forward that uses torch::conv2d for the patch embedding and plain ATen ops.
-  VitOptions o = Small();
+  VitOptions o = SmallTestVit();
   o.attention = AttentionImpl::kReference;
   VisionTransformer model(o);
   model->ResetParameters(3);
@@ -302,7 +292,7 @@ TEST(VitTest, ConvStemIsStridedConvolutionsThenAProjection) {
   // followed by a one-group GroupNorm and GELU, then the 1x1 projection: the same 4x4 grid
   // as patch 7, on both the fused and the reference path.
   for (AttentionImpl impl : {AttentionImpl::kReference, AttentionImpl::kFused}) {
-    VitOptions o = Small();
+    VitOptions o = SmallTestVit();
     o.stem = VitStem::kConv;
     o.attention = impl;
     EXPECT_EQ(o.stem_channels(), (std::vector<int>{8, 16, 32}));
@@ -384,7 +374,7 @@ TEST(VitTest, FusedAndReferenceModelsAgreeInOutputAndGradients) {
                  (c.layout == VitLayout::kClip ? ", CLIP layout" : "") +
                  (c.activation == VitActivation::kQuickGelu ? ", quick GELU" : ""));
     torch::manual_seed(125);
-    VitOptions fused_o = Small(), ref_o = Small();
+    VitOptions fused_o = SmallTestVit(), ref_o = SmallTestVit();
     fused_o.stem = ref_o.stem = c.stem;
     fused_o.layout = ref_o.layout = c.layout;
     fused_o.activation = ref_o.activation = c.activation;
@@ -427,7 +417,7 @@ TEST(VitTest, ForwardOnlyGivesTheTrainingForwardsFeatures) {
                  (pooling == VitPooling::kCls ? "cls" : "mean") + " pooling" +
                  (c.clip ? ", CLIP layout, quick GELU" : ""));
     torch::manual_seed(41);
-    VitOptions o = Small(pooling);
+    VitOptions o = SmallTestVit(pooling);
     o.stem = stem;
     if (c.clip) {
       o.layout = VitLayout::kClip;
@@ -457,7 +447,7 @@ TEST(VitTest, DirectGradientAccumulationIntoFlatBuffersMatchesAutograd) {
   torch::manual_seed(126);
   // With FlatParameters every Linear writes its weight/bias gradient straight into the flat
   // buffer; two backward passes must accumulate exactly like autograd's own accumulation.
-  VitOptions fused_o = Small(), ref_o = Small();
+  VitOptions fused_o = SmallTestVit(), ref_o = SmallTestVit();
   ref_o.attention = AttentionImpl::kReference;
   VisionTransformer fused(fused_o), ref(ref_o);
   fused->ResetParameters(5);
@@ -485,7 +475,7 @@ TEST(VitTest, DirectGradientAccumulationIntoFlatBuffersMatchesAutograd) {
 
 TEST(VitTest, EvaluationFeaturesFollowTheirDefinitions) {
   torch::manual_seed(3);
-  VitOptions o = Small();  // depth 2, width 32, cls pooling
+  VitOptions o = SmallTestVit();  // depth 2, width 32, cls pooling
   VisionTransformer model(o);
   model->ResetParameters(5);
   model->eval();
@@ -527,7 +517,7 @@ TEST(VitTest, EvaluationFeaturesFollowTheirDefinitions) {
   EXPECT_THROW(model->Features(images, VitFeatures::kBlocks, 3), c10::Error);
 
   // Mean pooling has no separate patch-token part.
-  VisionTransformer mean_model(Small(VitPooling::kMean));
+  VisionTransformer mean_model(SmallTestVit(VitPooling::kMean));
   mean_model->eval();
   EXPECT_EQ(mean_model->FeatureDim(VitFeatures::kBlocks, 2), 64);
   EXPECT_EQ(mean_model->Features(images, VitFeatures::kBlocks, 2).size(1), 64);
@@ -561,7 +551,7 @@ TEST(VitTest, EvaluationFeaturesFollowTheirDefinitions) {
 TEST(VitTest, TokenFeaturesOfIdentityBlocksAreTheNormalisedPatchEmbedding) {
   torch::manual_seed(4);
   for (AttentionImpl attention : {AttentionImpl::kFused, AttentionImpl::kReference}) {
-    VitOptions o = Small();
+    VitOptions o = SmallTestVit();
     o.attention = attention;
     VisionTransformer model(o);
     model->ResetParameters(6);
@@ -592,7 +582,7 @@ TEST(VitTest, TokenFeaturesOfIdentityBlocksAreTheNormalisedPatchEmbedding) {
 }
 
 TEST(VitTest, InitialisationIsDeterministicPerSeed) {
-  VisionTransformer a(Small()), b(Small()), c(Small());
+  VisionTransformer a(SmallTestVit()), b(SmallTestVit()), c(SmallTestVit());
   a->ResetParameters(11);
   b->ResetParameters(11);
   c->ResetParameters(12);
