@@ -22,14 +22,39 @@
 namespace mlcd::cli {
 namespace {
 
-// Ends a failed clusterd call: after Ctrl-C, says what the interrupt did (`on_interrupt`)
-// instead of the bare CANCELLED status; otherwise the call's own error.
-int FailCall(const Context& ctx, InterruptGuard& interrupt, ProgressDisplay* display,
-             const Status& status, const std::string& on_interrupt) {
-  const bool interrupted = interrupt.interrupted();
-  if (display) display->Finish(interrupted ? "cancelled" : "failed");
-  return ctx.Fail(interrupted ? Status::Cancelled("interrupted: " + on_interrupt) : status);
-}
+// One streaming call to mlcd-clusterd from the CLI: Ctrl-C cancels it on the server, and in
+// text output a progress display named `what` shows its progress.
+class ClusterdCall {
+ public:
+  ClusterdCall(const Context& ctx, const char* what)
+      : ctx_(ctx),
+        client_(ctx.clusterd),
+        cancel_on_interrupt_(&interrupt_, [this] { control_.Cancel(); }) {
+    if (text()) display_ = std::make_unique<ProgressDisplay>(what);
+  }
+
+  clusterd::ClusterdClient& client() { return client_; }
+  clusterd::CallControl* control() { return &control_; }
+  bool text() const { return ctx_.format() == OutputFormat::kText; }
+  // Null in JSON output.
+  ProgressDisplay* display() { return display_.get(); }
+
+  // Ends a failed call: after Ctrl-C, says what the interrupt did (`on_interrupt`) instead of
+  // the bare CANCELLED status; otherwise the call's own error.
+  int Fail(const Status& status, const std::string& on_interrupt) {
+    const bool interrupted = interrupt_.interrupted();
+    if (display_) display_->Finish(interrupted ? "cancelled" : "failed");
+    return ctx_.Fail(interrupted ? Status::Cancelled("interrupted: " + on_interrupt) : status);
+  }
+
+ private:
+  const Context& ctx_;
+  clusterd::ClusterdClient client_;
+  clusterd::CallControl control_;
+  InterruptGuard interrupt_;
+  InterruptGuard::Cancel cancel_on_interrupt_;
+  std::unique_ptr<ProgressDisplay> display_;
+};
 
 std::string Absolute(const std::string& path, bool remote) {
   if (remote || path.empty() || path[0] == '/') return path;
@@ -105,13 +130,8 @@ int RunCluster(const Context& ctx, const ClusterFlags& f) {
   req.set_request_id(f.features.request_id);
   req.set_skip_size_pass(f.skip_size_pass);
 
-  clusterd::ClusterdClient client(ctx.clusterd);
-  clusterd::CallControl control;
-  InterruptGuard interrupt;
-  InterruptGuard::Cancel cancel_on_interrupt(&interrupt, [&control] { control.Cancel(); });
-  const bool text = ctx.format() == OutputFormat::kText;
-  std::unique_ptr<ProgressDisplay> display;
-  if (text) display = std::make_unique<ProgressDisplay>("k-means");
+  ClusterdCall call(ctx, "k-means");
+  ProgressDisplay* display = call.display();
   auto on_progress = [&](const v1::ClusterProgress& p) {
     if (!display) return;
     if (p.has_iteration()) {
@@ -127,14 +147,14 @@ int RunCluster(const Context& ctx, const ClusterFlags& f) {
       display->Line(p.note());
     }
   };
-  StatusOr<v1::ClusterResult> result = client.Cluster(req, on_progress, &control);
+  StatusOr<v1::ClusterResult> result = call.client().Cluster(req, on_progress, call.control());
   if (!result.ok()) {
-    return FailCall(
-        ctx, interrupt, display.get(), result.status(),
+    return call.Fail(
+        result.status(),
         "the k-means job was cancelled on mlcd-clusterd; no centroids were written to " +
             req.centroids_out());
   }
-  if (!text) {
+  if (!call.text()) {
     std::cout << ToJson(*result) << "\n";
     return kExitOk;
   }
@@ -198,13 +218,8 @@ int RunAssign(const Context& ctx, const AssignFlags& f) {
     (*req.mutable_metadata())[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
 
-  clusterd::ClusterdClient client(ctx.clusterd);
-  clusterd::CallControl control;
-  InterruptGuard interrupt;
-  InterruptGuard::Cancel cancel_on_interrupt(&interrupt, [&control] { control.Cancel(); });
-  const bool text = ctx.format() == OutputFormat::kText;
-  std::unique_ptr<ProgressDisplay> display;
-  if (text) display = std::make_unique<ProgressDisplay>("assign");
+  ClusterdCall call(ctx, "assign");
+  ProgressDisplay* display = call.display();
   auto on_progress = [&](const v1::AssignProgress& p) {
     if (!display) return;
     if (p.has_status()) {
@@ -217,13 +232,13 @@ int RunAssign(const Context& ctx, const AssignFlags& f) {
       display->Line(p.note());
     }
   };
-  StatusOr<v1::AssignResult> result = client.Assign(req, on_progress, &control);
+  StatusOr<v1::AssignResult> result = call.client().Assign(req, on_progress, call.control());
   if (!result.ok()) {
-    return FailCall(ctx, interrupt, display.get(), result.status(),
-                    "the assignment was cancelled on mlcd-clusterd and its label set " +
-                        req.label_set() + " removed");
+    return call.Fail(result.status(),
+                     "the assignment was cancelled on mlcd-clusterd and its label set " +
+                         req.label_set() + " removed");
   }
-  if (!text) {
+  if (!call.text()) {
     std::cout << ToJson(*result) << "\n";
     return kExitOk;
   }
