@@ -11,6 +11,7 @@
 #include "common/dataset/feature_keys.h"
 #include "common/dataset/webdataset.h"
 #include "common/enums.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/spec_defaults.h"
 
@@ -83,12 +84,6 @@ Status CheckFeatures(const v1::JobSpec& spec, const DatasetIndex& index, const D
   if (f.keys().empty()) return CheckFeatureRows(index, *shards).WithContext(field);
   StatusOr<std::vector<int64_t>> aligned = AlignFeatureKeys(index, f.keys(), rows, roots);
   return aligned.ok() ? Status::Ok() : aligned.status().WithContext(field + ".keys");
-}
-
-// FNV-1a over `text`, continuing from `h`.
-uint64_t Fnv1a(const std::string& text, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
 }
 
 // The files of a dataset given by paths, stat'ed (image-folder: indexed, which only lists and

@@ -11,6 +11,7 @@
 #include "common/fashion_mnist_features.h"
 #include "common/file_util.h"
 #include "common/format.h"
+#include "common/hash.h"
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/npy.h"
@@ -70,15 +71,6 @@ bool IsTransient(const Status& status) {
     default:
       return false;
   }
-}
-
-uint64_t Fnv1a(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 // A clusterd client whose calls act for job `job_id` (common/acting_for.h): the job's label

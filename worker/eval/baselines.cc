@@ -15,6 +15,7 @@
 
 #include "common/confined_file.h"
 #include "common/file_util.h"
+#include "common/hash.h"
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "worker/eval/features.h"
@@ -28,15 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kRandomInit = "random-init";
 constexpr const char* kRawPixels = "raw-pixels";
-
-uint64_t Fnv1a(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string Deterministic(const google::protobuf::Message& m) {
   std::string out;
