@@ -106,6 +106,7 @@ v1::GangAttempt GangScheduler::NewAttempt(JobEntry* job, v1::AssignmentKind kind
     auto* m = attempt.add_members();
     m->set_worker_id(workers[i]->record.worker_id());
     m->set_worker_name(workers[i]->record.registration().name());
+    m->set_host(workers[i]->record.registration().host());
     m->set_rank(static_cast<int32_t>(i));
     m->set_assignment_id(attempt.id() + "-r" + std::to_string(i));
   }
@@ -123,6 +124,10 @@ v1::Assignment GangScheduler::NewAssignment(const JobEntry& job, const v1::GangA
   a.set_job_id(job.job().id());
   a.set_rank(member.rank());
   a.set_world_size(attempt.world_size());
+  int ranks_on_host = 0;
+  for (const v1::GangMember& other : attempt.members())
+    ranks_on_host += other.host() == member.host() ? 1 : 0;
+  a.set_ranks_on_host(std::max(1, ranks_on_host));
   a.set_rendezvous_address(attempt.rendezvous_address());
   *a.mutable_spec() = spec;
   a.set_round(attempt.round());

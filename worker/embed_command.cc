@@ -14,6 +14,7 @@
 //   {"event":"error","message":"..."}  (then exit status 1)
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -88,7 +89,7 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
   v1::JobSpec spec;
   bool have_spec = false;
   std::string checkpoint = flags.checkpoint, out = flags.out;
-  int rank = flags.rank, world_size = flags.world_size;
+  int rank = flags.rank, world_size = flags.world_size, ranks_on_host = 1;
   if (!flags.assignment.empty()) {
     auto a = cli::ReadAssignment(flags.assignment);
     if (!a.ok()) return fail(a.status().WithContext("--assignment"));
@@ -103,6 +104,7 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
     if (cmd.get_option("--rank")->count() == 0) rank = a->rank();
     if (cmd.get_option("--world-size")->count() == 0)
       world_size = a->world_size() > 0 ? a->world_size() : 1;
+    ranks_on_host = std::max(1, a->ranks_on_host());
   }
   if (!flags.spec.empty()) {
     auto s = LoadJobSpecFile(flags.spec);
@@ -122,6 +124,9 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
 
   ModelLoadOptions load;
   load.batch_size = flags.batch_size;
+  // The gang's ranks on this host share its memory (they form no process group to count
+  // themselves; the coordinator counts them from the workers' registered hosts).
+  load.ranks_on_host = ranks_on_host;
   auto model = LoadEmbeddingModel(checkpoint, have_spec ? &spec : nullptr, load);
   if (!model.ok()) return fail(model.status());
   if (!have_spec) spec = model->spec;

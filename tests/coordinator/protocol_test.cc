@@ -40,6 +40,9 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   ASSERT_EQ(got1->kind(), v1::ASSIGNMENT_KIND_TRAIN);
   EXPECT_EQ(std::set<int>({got0->rank(), got1->rank()}), std::set<int>({0, 1}));
   EXPECT_EQ(got0->world_size(), 2);
+  // Both workers registered host 127.0.0.1: they share its memory.
+  EXPECT_EQ(got0->ranks_on_host(), 2);
+  EXPECT_EQ(got1->ranks_on_host(), 2);
   EXPECT_EQ(got0->rendezvous_address(), got1->rendezvous_address());
   EXPECT_EQ(got0->rendezvous_address().rfind("127.0.0.1:", 0), 0u);
   EXPECT_NE(got0->rendezvous_address(), "127.0.0.1:0");
@@ -118,6 +121,7 @@ TEST_F(CoordinatorProtocolTest, GangCommitsEpochsRestartsFromCheckpointAndShrink
   }
   EXPECT_EQ(b.kind(), v1::ASSIGNMENT_KIND_TRAIN);
   EXPECT_EQ(b.world_size(), 1);
+  EXPECT_EQ(b.ranks_on_host(), 1);
   EXPECT_EQ(b.rank(), 0);
   EXPECT_EQ(b.first_epoch(), 1);
   EXPECT_EQ(b.end_epoch(), 2);
