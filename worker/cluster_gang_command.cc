@@ -33,13 +33,13 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/npy.h"
+#include "worker/agent/assignment_paths.h"
 #include "worker/cluster/feature_rows.h"
 #include "worker/cluster/gang_assign.h"
 #include "worker/cluster/gang_kmeans.h"
 #include "worker/cluster/gang_layout.h"
 #include "worker/cluster/gang_phase.h"
 #include "worker/cluster/rank_memory.h"
-#include "worker/agent/assignment_paths.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
 #include "worker/dist/collectives.h"
@@ -107,11 +107,11 @@ Status WriteTensor(const std::string& path, const at::Tensor& t) {
 }
 
 std::string StatsJson(const cluster::GangKMeansResult& km, int world, int64_t d, int k) {
-  std::string s = "{\"world_size\": " + std::to_string(world) + ", \"rows\": " +
-                  std::to_string(km.total_rows) + ", \"train_rows\": " +
-                  std::to_string(km.train_rows) + ", \"k\": " + std::to_string(k) +
-                  ", \"d\": " + std::to_string(d) + ", \"resumed_after\": " +
-                  std::to_string(km.resumed_after) + ", \"iterations\": [";
+  std::string s =
+      "{\"world_size\": " + std::to_string(world) + ", \"rows\": " + std::to_string(km.total_rows) +
+      ", \"train_rows\": " + std::to_string(km.train_rows) + ", \"k\": " + std::to_string(k) +
+      ", \"d\": " + std::to_string(d) + ", \"resumed_after\": " + std::to_string(km.resumed_after) +
+      ", \"iterations\": [";
   for (size_t i = 0; i < km.iterations.size(); ++i) {
     const auto& it = km.iterations[i];
     char buf[256];
@@ -143,9 +143,9 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   MLCD_RETURN_IF_ERROR(cluster::CheckRankMemory(plan, device));
   // Gloo cannot move CUDA tensors: ranks on CUDA devices (cuda:rank with --device auto) meet
   // over NCCL.
-  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<Collectives> comm,
-                        ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds,
-                                         "cluster-gang", device));
+  MLCD_ASSIGN_OR_RETURN(
+      std::unique_ptr<Collectives> comm,
+      ConnectLocalRank(rank, world, a.rendezvous, a.timeout_seconds, "cluster-gang", device));
   MLCD_ASSIGN_OR_RETURN(at::Tensor rows, features.Read(b, e, device));
 
   cluster::GangKMeansParams p;
@@ -190,12 +190,11 @@ Status RunRank(const ClusterGangArgs& a, const cluster::FeatureRows& features, i
   MLCD_RETURN_IF_ERROR(WriteTensor(a.out + "/centroids.npy", km.centroids));
   MLCD_RETURN_IF_ERROR(
       WriteFileAtomically(a.out + "/stats.json", StatsJson(km, world, features.d(), a.k)));
-  std::printf("{\"rows\": %lld, \"k\": %d, \"iterations\": %zu, \"resumed_after\": %d, "
-              "\"assign_seconds\": %.4f, \"empty_top1_clusters\": %lld}\n",
-              static_cast<long long>(as.rows), a.k, km.iterations.size(), km.resumed_after,
-              as.seconds,
-              static_cast<long long>(
-                  std::count(as.top1_sizes.begin(), as.top1_sizes.end(), int64_t{0})));
+  std::printf(
+      "{\"rows\": %lld, \"k\": %d, \"iterations\": %zu, \"resumed_after\": %d, "
+      "\"assign_seconds\": %.4f, \"empty_top1_clusters\": %lld}\n",
+      static_cast<long long>(as.rows), a.k, km.iterations.size(), km.resumed_after, as.seconds,
+      static_cast<long long>(std::count(as.top1_sizes.begin(), as.top1_sizes.end(), int64_t{0})));
   std::fflush(stdout);
   return Status::Ok();
 }
@@ -261,12 +260,7 @@ int RunClusterGang(const ClusterGangArgs& a) {
       return ChildArgs(a, rank, rdv);
     });
   }
-  Status s = RunRank(a, *features, std::max(a.rank, 0), a.world_size);
-  if (!s.ok()) {
-    std::cerr << who << ": " << s.ToString() << "\n";
-    return LocalRankExitCode(s);
-  }
-  return 0;
+  return FinishLocalRank(who, RunRank(a, *features, std::max(a.rank, 0), a.world_size));
 }
 
 static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
@@ -292,7 +286,8 @@ static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
                   "centroid checkpoint file; a run finding one of the same run resumes from it");
   cmd->add_option("--checkpoint-every", args->checkpoint_every, "iterations between checkpoints")
       ->capture_default_str();
-  cmd->add_flag("--trace", args->trace, "rank 0 writes DIR/trace/iter<i>.npy after every iteration");
+  cmd->add_flag("--trace", args->trace,
+                "rank 0 writes DIR/trace/iter<i>.npy after every iteration");
   cmd->add_option("--threads", args->threads, "intra-op threads per rank")->capture_default_str();
   cmd->add_option("--out", args->out, "output directory (created)");
   cmd->add_option("--assignment", args->assignment,
@@ -306,7 +301,8 @@ static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
   cmd->add_flag("--bf16", args->bf16, "bfloat16 search GEMMs (CUDA only)");
   cli::AddProgressJsonlFlag(cmd, &args->progress_jsonl);
   cli::AddLogLevelFlag(cmd, &args->log_level);
-  cmd->add_option("--world-size", args->world_size, "local ranks (Gloo on loopback; NCCL on CUDA devices)")
+  cmd->add_option("--world-size", args->world_size,
+                  "local ranks (Gloo on loopback; NCCL on CUDA devices)")
       ->capture_default_str();
   cmd->add_option("--timeout", args->timeout_seconds, "collective timeout in seconds")
       ->capture_default_str();

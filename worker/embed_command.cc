@@ -50,6 +50,17 @@ struct EmbedFlags {
   std::string log_level = "info";
 };
 
+// The rank's last progress event: its shard and the rows it embedded; the exit code 0.
+int Finished(cli::JsonLines& progress, const EmbeddingShardFiles& files, const EmbeddedPart& part) {
+  progress.Write({{"event", "finished"},
+                  {"outputs", {files.features}},
+                  {"rows", part.features.features.rows},
+                  {"begin", part.begin},
+                  {"end", part.end},
+                  {"seconds", part.seconds}});
+  return 0;
+}
+
 // `--images FILE.npy`: float32 [N, C, S, S] model inputs, already preprocessed; rank's
 // contiguous part of the rows goes to the shard (ids = row indices, no labels).
 int EmbedImagesFile(const EmbedFlags& flags, const EmbeddingModel& model, int rank, int world_size,
@@ -70,13 +81,7 @@ int EmbedImagesFile(const EmbedFlags& flags, const EmbeddingModel& model, int ra
   EmbeddingShardFiles files = EmbeddingShardNames(out, rank, world_size);
   MLCD_LOG(INFO) << "wrote " << part->features.features.rows << " embeddings of " << flags.images
                  << " to " << files.features;
-  progress.Write({{"event", "finished"},
-                  {"outputs", {files.features}},
-                  {"rows", part->features.features.rows},
-                  {"begin", part->begin},
-                  {"end", part->end},
-                  {"seconds", part->seconds}});
-  return 0;
+  return Finished(progress, files, *part);
 }
 
 int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
@@ -187,13 +192,7 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
                  << part->seconds << " s, "
                  << (part->seconds > 0 ? part->features.features.rows / part->seconds : 0)
                  << " images/s)";
-  progress.Write({{"event", "finished"},
-                  {"outputs", {files.features}},
-                  {"rows", part->features.features.rows},
-                  {"begin", part->begin},
-                  {"end", part->end},
-                  {"seconds", part->seconds}});
-  return 0;
+  return Finished(progress, files, *part);
 }
 
 CommandRegistration embed_registration(30, [](CLI::App& app, int* exit_code) {

@@ -41,8 +41,8 @@
 #include "common/npy.h"
 #include "worker/command.h"
 #include "worker/dist/collectives.h"
-#include "worker/loss/contrastive_loss.h"
 #include "worker/dist/local_ranks.h"
+#include "worker/loss/contrastive_loss.h"
 #include "worker/loss/partial_fc.h"
 #include "worker/train/train_step.h"
 
@@ -409,12 +409,8 @@ int RunLossCheck(const LossCheckArgs& a) {
   const int rank = std::max(a.rank, 0);
   Status s = contrastive ? ComputeContrastiveRank(a, *contrastive_inputs, rank, a.world_size)
                          : ComputeRank(a, *inputs, rank, a.world_size);
-  if (!s.ok()) {
-    std::cerr << "loss-check" << (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string())
-              << ": " << s.ToString() << "\n";
-    return LocalRankExitCode(s);
-  }
-  return 0;
+  return FinishLocalRank(
+      "loss-check" + (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string()), s);
 }
 
 static CommandRegistration registration(20, [](CLI::App& app, int* exit_code) {

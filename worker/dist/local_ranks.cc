@@ -67,6 +67,11 @@ int RunGangOnce(const std::string& command, int world_size, int port,
 
 }  // namespace
 
+int FinishLocalRank(const std::string& who, const Status& status) {
+  if (!status.ok()) std::cerr << who << ": " << status.ToString() << "\n";
+  return LocalRankExitCode(status);
+}
+
 int LocalRankExitCode(const Status& status) {
   switch (status.code()) {
     case StatusCode::kOk:

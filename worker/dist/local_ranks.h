@@ -26,6 +26,9 @@ inline constexpr int kRendezvousAttempts = 5;
 // A rank's exit code for its result: 0 ok, 2 INVALID_ARGUMENT, kRendezvousPortTakenExitCode
 // when IsRendezvousPortTaken, 1 otherwise.
 int LocalRankExitCode(const Status& status);
+// The end of a rank's command: prints "<who>: <status>" to stderr when it failed, and returns
+// LocalRankExitCode(status).
+int FinishLocalRank(const std::string& who, const Status& status);
 
 using ChildArgsFn =
     std::function<std::vector<std::string>(int rank, const std::string& rendezvous)>;
