@@ -304,11 +304,7 @@ static CommandRegistration registration(25, [](CLI::App& app, int* exit_code) {
   cmd->add_option("--world-size", args->world_size,
                   "local ranks (Gloo on loopback; NCCL on CUDA devices)")
       ->capture_default_str();
-  cmd->add_option("--timeout", args->timeout_seconds, "collective timeout in seconds")
-      ->capture_default_str();
-  cmd->add_option("--rank", args->rank, "internal: rank of a child process")->group("");
-  cmd->add_option("--rendezvous", args->rendezvous, "internal: HOST:PORT of rank 0's store")
-      ->group("");
+  AddLocalRankOptions(cmd, &args->timeout_seconds, &args->rank, &args->rendezvous);
   cmd->callback([args, cmd, exit_code] {
     args->threads_given = cmd->get_option("--threads")->count() > 0;
     *exit_code = RunClusterGang(*args);

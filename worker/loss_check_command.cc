@@ -456,11 +456,7 @@ static CommandRegistration registration(20, [](CLI::App& app, int* exit_code) {
          "--world-size", args->world_size,
          "shard over N local processes (Gloo on a free loopback port); outputs must not change")
       ->capture_default_str();
-  cmd->add_option("--timeout", args->timeout_seconds, "collective timeout in seconds")
-      ->capture_default_str();
-  cmd->add_option("--rank", args->rank, "internal: rank of a child process")->group("");
-  cmd->add_option("--rendezvous", args->rendezvous, "internal: HOST:PORT of rank 0's store")
-      ->group("");
+  AddLocalRankOptions(cmd, &args->timeout_seconds, &args->rank, &args->rendezvous);
   cmd->callback([args, exit_code] { *exit_code = RunLossCheck(*args); });
 });
 
