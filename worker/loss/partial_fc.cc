@@ -100,7 +100,7 @@ StatusOr<std::unique_ptr<PartialFc>> PartialFc::Create(const PartialFcOptions& o
     return Status::InvalidArgument(
         "the device layer on " + options.device.str() + " needs collectives that move " +
         options.device.str() + " tensors, but the given group is " + comm->backend_name() + " on " +
-        comm->device().str() + " (use the backbone's NCCL group on CUDA)");
+        comm->device().str() + " (use the gang's group on the layer's device)");
   }
   if (options.device.is_cuda() && !at::hasCUDA()) {
     return Status::InvalidArgument("the layer's device is " + options.device.str() +
@@ -213,13 +213,10 @@ Status PartialFc::ImportState(const std::vector<PartialFcShardState>& pieces) {
 }
 
 Status PartialFc::Save(const std::string& dir) const {
+  // The files are written from host memory (cpu() of a host tensor is the tensor itself).
   PartialFcShardState state = ExportState();
-  if (!impl_->options.device.is_cpu()) {  // the files are written from host memory
-    state.weight = state.weight.cpu();
-    state.exp_avg = state.exp_avg.cpu();
-    state.exp_avg_sq = state.exp_avg_sq.cpu();
-    state.row_steps = state.row_steps.cpu();
-  }
+  for (at::Tensor* t : {&state.weight, &state.exp_avg, &state.exp_avg_sq, &state.row_steps})
+    *t = t->cpu();
   return SaveShardState(dir, state, impl_->options);
 }
 

@@ -170,10 +170,8 @@ Status GradSync::AllReduceGradients() {
   if (comm_->world_size() <= 1) return Status::Ok();
   const auto start = std::chrono::steady_clock::now();
   Buckets& bk = *buckets_;
-  const bool started_by_backward = bk.armed;
-  if (!started_by_backward) bk.Arm();
+  if (!bk.armed) bk.Arm();  // no backward was armed: nothing started yet
   bk.armed = false;
-  if (!started_by_backward) bk.started_in_backward = 0;
   // What the backward did not start (a parameter it did not reach, or no overlap), in order.
   std::fill(bk.missing.begin(), bk.missing.end(), 0);
   bk.StartReady();
