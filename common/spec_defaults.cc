@@ -188,6 +188,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (!eval->has_linear_probe()) eval->set_linear_probe(true);
   if (!eval->has_knn()) eval->set_knn(true);
   if (!eval->has_baselines()) eval->set_baselines(true);
+  if (!eval->has_multi_label()) eval->set_multi_label(true);
+  if (!eval->has_attributes()) eval->set_attributes(true);
   if (eval->knn_k() == 0) eval->set_knn_k(20);
   if (eval->knn_temperature() == 0) eval->set_knn_temperature(0.07);
   if (eval->features().empty()) eval->set_features("embedding");
