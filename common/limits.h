@@ -148,4 +148,18 @@ constexpr int32_t kMaxTensorboardEverySteps = 1000000;
 // set, small enough that per-class counters stay cheap). clusterd and the gang engine.
 inline constexpr int64_t kMaxClassId = int64_t{1} << 24;
 
+// Dataset annotations (common/dataset/annotations.h, docs/data.md): the most labels of a
+// dataset's label sets (L), the most named attributes, the most classes of one attribute and
+// the longest attribute name.
+constexpr int32_t kMaxDatasetLabels = int32_t{1} << 20;
+constexpr int32_t kMaxDatasetAttributes = 64;
+constexpr int32_t kMaxAttributeClasses = int32_t{1} << 20;
+constexpr size_t kMaxAttributeNameLength = 64;
+
+// mlcdctl dataset make (common/dataset/make/): the most images of one generated split, and
+// the image side of a generated Trifeature set.
+constexpr int64_t kMaxGeneratedSamples = 1000000;
+constexpr int32_t kMinTrifeatureImageSize = 24;
+constexpr int32_t kMaxTrifeatureImageSize = 256;
+
 }  // namespace mlcd

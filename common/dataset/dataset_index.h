@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/data_roots.h"
+#include "common/dataset/annotations.h"
 #include "common/enums.h"
 #include "common/status.h"
 
@@ -63,6 +64,9 @@ struct DatasetIndex {
   std::vector<IndexedSample> samples;
   std::vector<std::string> keys;     // keys[i] is sample i's key, unique
   std::vector<std::string> classes;  // class names (evaluation only)
+  // Label sets and attributes (webdataset with an annotations.json beside its shards; empty
+  // otherwise), one entry per sample.
+  DatasetAnnotations annotations;
   // Files or members seen but not indexed (not an image, or no image member), for reports.
   uint64_t skipped = 0;
 

@@ -57,6 +57,11 @@ Status InMemoryImageDataset::Gather(const int64_t* ids, int64_t n, uint8_t* out)
   return Status::Ok();
 }
 
+const DatasetAnnotations& ImageDataset::annotations() const {
+  static const DatasetAnnotations* const kNone = new DatasetAnnotations();
+  return *kNone;
+}
+
 StatusOr<PreparedImages> ImageDataset::Prepare(const std::vector<int64_t>& ids,
                                                const AugmentOptions& augment, int round, int epoch,
                                                int image_size) const {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/dataset/annotations.h"
 #include "common/prefetch_queue.h"
 #include "common/status.h"
 #include "mlcd/v1/job.pb.h"
@@ -61,6 +62,10 @@ class ImageDataset {
   virtual std::vector<float> stddev() const = 0;
   // Ground-truth class of each sample when the dataset has one (evaluation), else empty.
   virtual const std::vector<int32_t>& class_labels() const = 0;
+  // Multi-label sets and named attributes of the samples (common/dataset/annotations.h; one
+  // entry per sample id, the same ids as images), empty when the dataset has none. WebDataset
+  // shards with an annotations.json have them (docs/data.md, "Annotations").
+  virtual const DatasetAnnotations& annotations() const;
   // The model input of samples `ids` ([n, C, S, S] float, normalised, S = image_size): the
   // training augmentation when augment.enabled (draws from (seed, round, epoch, id)), the
   // evaluation transform otherwise. The default gathers the uint8 pixels and runs

@@ -79,6 +79,7 @@ IndexedImageDataset::IndexedImageDataset(std::string name, std::unique_ptr<Datas
     class_labels_.resize(static_cast<size_t>(size_));
     for (int64_t i = 0; i < size_; ++i) class_labels_[i] = index_->samples[i].class_id;
   }
+  if (!index_->annotations.empty()) annotations_ = index_->annotations.Prefix(size_);
 }
 
 IndexedImageDataset::~IndexedImageDataset() {

@@ -48,6 +48,7 @@ class IndexedImageDataset : public ImageDataset {
   std::vector<float> mean() const override { return EffectiveMean(transform_); }
   std::vector<float> stddev() const override { return EffectiveStd(transform_); }
   const std::vector<int32_t>& class_labels() const override { return class_labels_; }
+  const DatasetAnnotations& annotations() const override { return annotations_; }
   // `image_size` must be the dataset's (model.image_size); DecodePool does the rest.
   StatusOr<PreparedImages> Prepare(const std::vector<int64_t>& ids, const AugmentOptions& augment,
                                    int round, int epoch, int image_size) const override;
@@ -65,6 +66,7 @@ class IndexedImageDataset : public ImageDataset {
   double max_bad_fraction_;
   std::shared_ptr<DecodeMemoryBudget> memory_budget_;
   std::vector<int32_t> class_labels_;
+  DatasetAnnotations annotations_;  // the index's, cut to size_ samples
   std::unique_ptr<SampleReader> reader_;
   // Held by Prepare for a whole batch: one batch at a time goes through the pool.
   mutable Mutex mu_;
