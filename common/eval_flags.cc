@@ -11,6 +11,10 @@ void AddEvalSettingsFlags(CLI::App* cmd, EvalSettingsFlags* flags) {
                   "only the first N test images (default: evaluation.test_limit; 0 = all)");
   cmd->add_flag("--no-linear-probe", flags->no_probe, "skip the linear probe");
   cmd->add_flag("--no-knn", flags->no_knn, "skip kNN");
+  cmd->add_flag("--no-multi-label", flags->no_multi_label,
+                "skip the multi-label protocol on a dataset with label sets");
+  cmd->add_flag("--no-attributes", flags->no_attributes,
+                "skip the per-attribute probes on a dataset with named attributes");
   cmd->add_option("--lambda", flags->lambda,
                   "use this L2 strength instead of the search (sklearn's 1/C)");
   cmd->add_option("--knn-k", flags->knn_k, "kNN neighbours (default: evaluation.knn_k, 20)");
@@ -35,6 +39,8 @@ std::vector<std::string> EvalSettingsArgs(const EvalSettingsFlags& flags) {
     args.insert(args.end(), {"--test-limit", std::to_string(flags.test_limit)});
   if (flags.no_probe) args.push_back("--no-linear-probe");
   if (flags.no_knn) args.push_back("--no-knn");
+  if (flags.no_multi_label) args.push_back("--no-multi-label");
+  if (flags.no_attributes) args.push_back("--no-attributes");
   if (flags.lambda > 0) args.insert(args.end(), {"--lambda", std::to_string(flags.lambda)});
   if (flags.knn_k > 0) args.insert(args.end(), {"--knn-k", std::to_string(flags.knn_k)});
   if (!flags.features.empty()) args.insert(args.end(), {"--features", flags.features});

@@ -124,6 +124,8 @@ StatusOr<EvaluationOptions> EvaluationOptionsFrom(const EvalFlags& flags, const 
   o.test_limit = flags.settings.test_limit;
   if (flags.settings.no_probe) o.run_probe = 0;
   if (flags.settings.no_knn) o.run_knn = 0;
+  if (flags.settings.no_multi_label) o.run_multi_label = 0;
+  if (flags.settings.no_attributes) o.run_attributes = 0;
   o.knn_k = flags.settings.knn_k;
   o.knn_temperature = flags.knn_temperature;
   o.features = flags.settings.features;
@@ -170,6 +172,16 @@ std::string BaselineCacheDir(const EvalFlags& flags) {
   return read.ok() ? read->baseline_cache_dir() : std::string();
 }
 
+// One line of multi-label metrics (docs/evaluation.md, "Multi-label protocol").
+void PrintMultiLabel(const char* what, const v1::MultiLabelMetrics& m) {
+  std::printf(
+      "%-13s mAP %.2f%%, Hamming %.2f%%, example-F1 %.2f%%, macro-F1 %.2f%%, micro-F1 %.2f%%, "
+      "P@1 %.2f%% (%d labels, %d with test positives, threshold %g)\n",
+      what, 100 * m.mean_average_precision(), 100 * m.hamming_accuracy(), 100 * m.example_f1(),
+      100 * m.macro_f1(), 100 * m.micro_f1(), 100 * m.precision_at_1(), m.num_labels(),
+      m.labels_scored(), m.threshold());
+}
+
 // The result as a person reads it (text) or as one JSON document.
 void PrintEvaluation(const EvalFlags& flags, const EvaluationReport& report,
                      const nlohmann::json& evaluation) {
@@ -200,10 +212,21 @@ void PrintEvaluation(const EvalFlags& flags, const EvaluationReport& report,
   if (d.contains("fig3"))
     std::printf("cosines       mean positive %.4f, mean negative %.4f (paper Fig. 3)\n",
                 r.mean_positive_cosine(), r.mean_negative_cosine());
-  for (const auto& b : r.baselines())
+  if (r.has_multi_label()) PrintMultiLabel("multi-label", r.multi_label());
+  if (r.has_model_predictions()) PrintMultiLabel("predictions", r.model_predictions());
+  for (const auto& a : r.attributes())
+    std::printf("attribute     %-12s linear probe %.2f%% (%d classes, lambda %g)\n",
+                a.name().c_str(), 100 * a.linear_probe_accuracy(), a.num_classes(),
+                a.linear_probe_lambda());
+  for (const auto& b : r.baselines()) {
     std::printf("baseline      %-12s linear probe %.2f%%, kNN %.2f%%%s\n", b.name().c_str(),
                 100 * b.linear_probe_accuracy(), 100 * b.knn_accuracy(),
                 b.cached() ? " (cached)" : "");
+    if (b.has_multi_label()) PrintMultiLabel("  multi-label", b.multi_label());
+    for (const auto& a : b.attributes())
+      std::printf("  attribute   %-12s linear probe %.2f%%\n", a.name().c_str(),
+                  100 * a.linear_probe_accuracy());
+  }
   if (!report.outputs.empty()) std::printf("written       %s\n", report.outputs[0].c_str());
   std::printf("time          %.1f s\n", r.seconds());
 }

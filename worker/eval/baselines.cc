@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 
 #include "common/confined_file.h"
@@ -97,6 +98,8 @@ EvaluationOptions BaselineOptions(const EvaluationOptions& job, const v1::JobSpe
   o.test_features.clear();
   o.train_labels.clear();
   o.test_labels.clear();
+  o.annotations.reset();  // read from the dataset, as the model's
+  o.model_test_logits.clear();
   o.on_event = [job, name](const nlohmann::json& event) {
     if (!job.on_event) return;
     nlohmann::json e = event;
@@ -136,13 +139,13 @@ Status WritePixelShard(const ImageDataset& data, int image_size, const std::stri
     std::memcpy(features.row(b), x.data_ptr<float>(), sizeof(float) * n * cols);
     for (int64_t id : batch_ids) {
       ids.push_back(id);
-      labels.push_back(classes[static_cast<size_t>(id)]);
+      if (!classes.empty()) labels.push_back(classes[static_cast<size_t>(id)]);
     }
     if (o.on_event && (b + n == rows))
       o.on_event(
           {{"event", "progress"}, {"phase", phase}, {"rows_done", b + n}, {"rows_total", rows}});
   }
-  return WriteEmbeddingShard(dir, 0, 1, features, ids, &labels);
+  return WriteEmbeddingShard(dir, 0, 1, features, ids, classes.empty() ? nullptr : &labels);
 }
 
 StatusOr<EvaluationReport> EvaluateRawPixels(const EvaluationOptions& o, const v1::JobSpec& spec,
@@ -159,9 +162,10 @@ StatusOr<EvaluationReport> EvaluateRawPixels(const EvaluationOptions& o, const v
   MLCD_ASSIGN_OR_RETURN(
       auto test,
       OpenImageDataset(eval.dataset(), "test", static_cast<int64_t>(test_limit), &spec.model()));
-  if (train->class_labels().empty() || test->class_labels().empty())
-    return Status::FailedPrecondition("the evaluation dataset has no class labels: " +
-                                      train->Describe());
+  MLCD_ASSIGN_OR_RETURN(EvalAnnotations annotations, AnnotationsOf(*train, *test));
+  if ((train->class_labels().empty() || test->class_labels().empty()) && annotations.empty())
+    return Status::FailedPrecondition(
+        "the evaluation dataset has no class labels and no annotations: " + train->Describe());
   const int image_size = spec.model().image_size();
   MLCD_RETURN_IF_ERROR(WritePixelShard(*train, image_size, scratch + "/train", o, "pixels train"));
   MLCD_RETURN_IF_ERROR(WritePixelShard(*test, image_size, scratch + "/test", o, "pixels test"));
@@ -169,6 +173,7 @@ StatusOr<EvaluationReport> EvaluateRawPixels(const EvaluationOptions& o, const v
   features.spec = spec;
   features.train_features = {scratch + "/train"};
   features.test_features = {scratch + "/test"};
+  features.annotations = std::make_shared<const EvalAnnotations>(std::move(annotations));
   features.train_limit = -1;  // the shards hold the limited splits already
   features.test_limit = -1;
   features.spec.mutable_evaluation()->set_train_limit(0);
@@ -203,6 +208,8 @@ StatusOr<std::string> BaselineCacheKey(const EvaluationOptions& job, const std::
   s << "\nprobe " << job.probe.fixed_lambda << ' ' << job.probe.validation_fraction << ' '
     << job.probe.solver.max_iterations << ' ' << job.run_probe << ' ' << job.run_knn << ' '
     << eval.linear_probe() << ' ' << eval.knn();
+  s << "\nannotations " << job.run_multi_label << ' ' << job.run_attributes << ' '
+    << eval.multi_label() << ' ' << eval.attributes();
   s << "\nimage " << spec.model().image_size() << ' ' << spec.model().channels();
   if (name == kRandomInit) {
     s << "\nmodel " << Deterministic(spec.model()) << "\nseed " << spec.training().seed()
@@ -249,6 +256,8 @@ StatusOr<std::vector<v1::BaselineResult>> RunBaselines(const EvaluationOptions& 
     r.set_name(name);
     r.set_linear_probe_accuracy(report->result.linear_probe_accuracy());
     r.set_knn_accuracy(report->result.knn_accuracy());
+    if (report->result.has_multi_label()) *r.mutable_multi_label() = report->result.multi_label();
+    *r.mutable_attributes() = report->result.attributes();
     r.set_seconds(std::chrono::duration<double>(Clock::now() - start).count());
     MLCD_LOG(INFO) << "baseline " << name << ": linear probe " << 100 * r.linear_probe_accuracy()
                    << " %, kNN " << 100 * r.knn_accuracy() << " % (" << r.seconds() << " s)";

@@ -107,14 +107,15 @@ StatusOr<std::vector<std::string>> ExpandFeatureShards(const std::vector<std::st
 }
 
 StatusOr<LabelledFeatures> LoadLabelledFeatures(const std::vector<std::string>& paths,
-                                                const std::vector<std::string>& labels_paths) {
+                                                const std::vector<std::string>& labels_paths,
+                                                bool require_labels) {
   MLCD_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandFeatureShards(paths));
   if (!labels_paths.empty() && labels_paths.size() != 1 && labels_paths.size() != shards.size())
     return Status::InvalidArgument(std::to_string(labels_paths.size()) + " label files for " +
                                    std::to_string(shards.size()) +
                                    " feature shards: give one per shard, or one for all rows");
   LabelledFeatures out;
-  bool all_ids = true;
+  bool all_ids = true, all_labels = true;
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string& shard = shards[s];
     std::vector<int64_t> shape;
@@ -137,16 +138,19 @@ StatusOr<LabelledFeatures> LoadLabelledFeatures(const std::vector<std::string>& 
     out.features.rows += shape[0];
     if (labels_paths.size() != 1) {
       std::string lp = labels_paths.empty() ? Sibling(shard, ".labels.npy") : labels_paths[s];
-      if (!PathExists(lp))
-        return Status::NotFound(
-            lp + ": class labels of " + shard +
-            " not found (give them with --*-labels, one .npy of integers per shard)");
-      MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> labels, ReadNpyAsInt64(lp));
-      if (static_cast<int64_t>(labels.size()) != shape[0])
-        return Status::InvalidArgument(lp + ": " + std::to_string(labels.size()) +
-                                       " labels for the " + std::to_string(shape[0]) + " rows of " +
-                                       shard);
-      out.labels.insert(out.labels.end(), labels.begin(), labels.end());
+      if (!require_labels && labels_paths.empty() && !PathExists(lp)) all_labels = false;
+      if (all_labels) {
+        if (!PathExists(lp))
+          return Status::NotFound(
+              lp + ": class labels of " + shard +
+              " not found (give them with --*-labels, one .npy of integers per shard)");
+        MLCD_ASSIGN_OR_RETURN(std::vector<int64_t> labels, ReadNpyAsInt64(lp));
+        if (static_cast<int64_t>(labels.size()) != shape[0])
+          return Status::InvalidArgument(lp + ": " + std::to_string(labels.size()) +
+                                         " labels for the " + std::to_string(shape[0]) +
+                                         " rows of " + shard);
+        out.labels.insert(out.labels.end(), labels.begin(), labels.end());
+      }
     }
     std::string idp = Sibling(shard, ".ids.npy");
     if (all_ids && PathExists(idp)) {
@@ -160,6 +164,7 @@ StatusOr<LabelledFeatures> LoadLabelledFeatures(const std::vector<std::string>& 
     }
   }
   if (!all_ids) out.ids.clear();
+  if (!all_labels) out.labels.clear();
   if (labels_paths.size() == 1) {
     MLCD_ASSIGN_OR_RETURN(out.labels, ReadNpyAsInt64(labels_paths[0]));
     if (static_cast<int64_t>(out.labels.size()) != out.features.rows)

@@ -73,9 +73,11 @@ StatusOr<std::vector<std::string>> ExpandFeatureShards(const std::vector<std::st
 // rows; when empty, each shard's sibling "<shard>.labels.npy" is used. Ids come from
 // "<shard>.ids.npy" when present (else ids are left empty). Errors name the file: NOT_FOUND
 // for a missing file, INVALID_ARGUMENT for mismatched dimensions or lengths, negative labels
-// or NaN/Inf values.
+// or NaN/Inf values. With `require_labels` false, shards without a labels file load without
+// class labels (labels left empty): features whose rows carry other annotations.
 StatusOr<LabelledFeatures> LoadLabelledFeatures(const std::vector<std::string>& paths,
-                                                const std::vector<std::string>& labels_paths = {});
+                                                const std::vector<std::string>& labels_paths = {},
+                                                bool require_labels = true);
 
 // Number of classes implied by labels (max + 1); 0 for no labels.
 int NumClassesOf(const std::vector<int64_t>& labels);

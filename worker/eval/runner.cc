@@ -20,9 +20,9 @@
 #include "common/log.h"
 #include "common/npy.h"
 #include "common/stopwatch.h"
-#include "worker/eval/embed.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/host_ranks.h"
+#include "worker/eval/embed.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/dataset.h"
 
@@ -208,6 +208,7 @@ struct EvalPlan {
   v1::JobSpec spec;
   bool run_probe = false;
   bool run_knn = false;
+  AnnotationEvalOptions annotations;
   uint64_t train_limit = 0;
   uint64_t test_limit = 0;
   KnnOptions knn;
@@ -218,6 +219,7 @@ struct EvalPlan {
 // The two splits' features and where they came from.
 struct EvalInputs {
   LabelledFeatures train, test;
+  EvalAnnotations annotations;
   // The training images' embeddings for the Fig. 3 cosines when the probe sees other features.
   FeatureMatrix train_embedding;
   std::string checkpoint_dir;
@@ -257,6 +259,11 @@ StatusOr<EvalPlan> PlanEvaluation(const EvaluationOptions& options) {
   const v1::EvaluationSpec& eval = spec.evaluation();
   plan.run_probe = options.run_probe < 0 ? eval.linear_probe() : options.run_probe > 0;
   plan.run_knn = options.run_knn < 0 ? eval.knn() : options.run_knn > 0;
+  plan.annotations.multi_label =
+      options.run_multi_label < 0 ? eval.multi_label() : options.run_multi_label > 0;
+  plan.annotations.attributes =
+      options.run_attributes < 0 ? eval.attributes() : options.run_attributes > 0;
+  plan.annotations.probe = options.probe;
   plan.train_limit =
       options.train_limit >= 0 ? static_cast<uint64_t>(options.train_limit) : eval.train_limit();
   plan.test_limit =
@@ -324,9 +331,11 @@ Status EmbedSplits(const EvaluationOptions& options, EvalPlan* plan, EvalInputs*
   MLCD_ASSIGN_OR_RETURN(auto test_data, OpenImageDataset(eval.dataset(), "test",
                                                          static_cast<int64_t>(plan->test_limit),
                                                          &model.spec.model()));
-  if (train_data->class_labels().empty() || test_data->class_labels().empty())
-    return Status::FailedPrecondition("the evaluation dataset has no class labels: " +
-                                      train_data->Describe());
+  MLCD_ASSIGN_OR_RETURN(in->annotations, AnnotationsOf(*train_data, *test_data));
+  if ((train_data->class_labels().empty() || test_data->class_labels().empty()) &&
+      in->annotations.empty())
+    return Status::FailedPrecondition(
+        "the evaluation dataset has no class labels and no annotations: " + train_data->Describe());
   auto embed = [&](const ImageDataset& data, const char* phase, LabelledFeatures* out,
                    bool with_embedding) -> Status {
     EmbedOptions eo;
@@ -433,6 +442,26 @@ Status KnnSplits(const EvaluationOptions& options, const EvalPlan& plan, const E
   return Status::Ok();
 }
 
+// The multi-label protocol and the attribute probes on the splits' annotations, and the
+// model's own multi-label predictions when given, into the report.
+Status EvaluateAnnotationsOf(const EvaluationOptions& options, const EvalPlan& plan,
+                             const EvalInputs& in, EvaluationReport* report) {
+  AnnotationEvalOptions ao = plan.annotations;
+  ao.on_progress = [&](const std::string& phase, int64_t done, int64_t total) {
+    Emit(options,
+         {{"event", "progress"}, {"phase", phase}, {"rows_done", done}, {"rows_total", total}});
+  };
+  MLCD_RETURN_IF_ERROR(EvaluateAnnotations(in.train.features, in.test.features, in.annotations, ao,
+                                           &report->result, &report->details));
+  if (options.model_test_logits.empty()) return Status::Ok();
+  if (in.annotations.test.label_sets.rows == 0)
+    return Status::InvalidArgument(
+        "the model's label predictions need label sets in the evaluation dataset's test split");
+  return ScoreModelPredictions(options.model_test_logits, in.annotations.test.label_sets,
+                               report->result.mutable_model_predictions())
+      .WithContext("scoring the model's label predictions");
+}
+
 // The Fig. 3 cosines of the training images' embeddings against the checkpoint's centres,
 // with the labels of `label_set` from the label store.
 Status MeasureFig3(const EvaluationOptions& options, const EvalInputs& in,
@@ -537,12 +566,17 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   const bool from_features = plan.from_features;
   EvalInputs in;
   if (from_features) {
-    MLCD_ASSIGN_OR_RETURN(in.train,
-                          LoadLabelledFeatures(options.train_features, options.train_labels));
-    MLCD_ASSIGN_OR_RETURN(in.test,
-                          LoadLabelledFeatures(options.test_features, options.test_labels));
+    const bool annotated = options.annotations && !options.annotations->empty();
+    MLCD_ASSIGN_OR_RETURN(
+        in.train, LoadLabelledFeatures(options.train_features, options.train_labels, !annotated));
+    MLCD_ASSIGN_OR_RETURN(
+        in.test, LoadLabelledFeatures(options.test_features, options.test_labels, !annotated));
     Truncate(&in.train, static_cast<int64_t>(plan.train_limit));
     Truncate(&in.test, static_cast<int64_t>(plan.test_limit));
+    if (annotated) {
+      in.annotations.train = options.annotations->train.Prefix(in.train.features.rows);
+      in.annotations.test = options.annotations->test.Prefix(in.test.features.rows);
+    }
     in.model_description = "precomputed features";
   } else {
     MLCD_RETURN_IF_ERROR(EmbedSplits(options, &plan, &in));
@@ -551,8 +585,9 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
       return report;  // rank 0 evaluates
     }
   }
-  if (in.train.labels.empty() || in.test.labels.empty())
-    return Status::FailedPrecondition("the splits have no class labels");
+  const bool has_classes = !in.train.labels.empty() && !in.test.labels.empty();
+  if (!has_classes && in.annotations.empty())
+    return Status::FailedPrecondition("the splits have no class labels and no annotations");
   const int num_classes = std::max(NumClassesOf(in.train.labels), NumClassesOf(in.test.labels));
 
   v1::EvaluationResult& result = report.result;
@@ -573,8 +608,12 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   details["test_samples"] = in.test.features.rows;
   details["embed_seconds"] = in.embed_seconds;
 
-  if (plan.run_probe) MLCD_RETURN_IF_ERROR(ProbeSplits(options, in, num_classes, &report));
-  if (plan.run_knn) MLCD_RETURN_IF_ERROR(KnnSplits(options, plan, in, num_classes, &report));
+  if (!has_classes) details["single_label_skipped"] = "the splits have no class labels";
+  if (plan.run_probe && has_classes)
+    MLCD_RETURN_IF_ERROR(ProbeSplits(options, in, num_classes, &report));
+  if (plan.run_knn && has_classes)
+    MLCD_RETURN_IF_ERROR(KnnSplits(options, plan, in, num_classes, &report));
+  MLCD_RETURN_IF_ERROR(EvaluateAnnotationsOf(options, plan, in, &report));
   MaybeMeasureFig3(options, plan, in, &report);
 
   result.set_seconds(SecondsSince(start));

@@ -29,11 +29,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "mlcd/v1/job.pb.h"
+#include "worker/eval/annotation_eval.h"
 #include "worker/eval/knn.h"
 #include "worker/eval/linear_probe.h"
 
@@ -74,6 +76,18 @@ struct EvaluationOptions {
   int feature_blocks = 0;
   int run_probe = -1;  // -1 = spec.evaluation.linear_probe, 0 = no, 1 = yes
   int run_knn = -1;
+  int run_multi_label = -1;  // -1 = spec.evaluation.multi_label
+  int run_attributes = -1;   // -1 = spec.evaluation.attributes
+
+  // Label sets and attributes of the precomputed features' rows (worker/eval/annotation_eval.h);
+  // null = none. A model's evaluation reads them from the evaluation dataset instead
+  // (ImageDataset::annotations()). Either way the splits need class labels, annotations, or
+  // both: the single-label probe and kNN run when there are class labels.
+  std::shared_ptr<const EvalAnnotations> annotations;
+  // A model with its own multi-label head (the bce and mulcon objectives): its logits on the
+  // test split (test rows x labels, row-major), scored against the test label sets into
+  // EvaluationResult.model_predictions. Empty = the model has no such head.
+  std::vector<double> model_test_logits;
 
   // Fig. 3 cosines: label set (empty = the checkpoint's) and label store address (empty =
   // skip).

@@ -14,6 +14,7 @@ from .errors import (AlreadyExistsError, ConfigError, DeadlineExceededError,
                      FailedPreconditionError, FieldProblem, InvalidArgumentError,
                      JobNotSucceededError, MlcdError, NotFoundError, PermissionDeniedError,
                      UnauthenticatedError, UnavailableError, field_problems)
+from .evaluation import attribute_rows, evaluation_table, multi_label_rows
 from .labelsets import LabelRows
 from .settings import Settings, read_token_file
 from .v1 import coordinator_pb2, job_pb2, labelstore_pb2
@@ -26,5 +27,5 @@ __all__ = [
     "AlreadyExistsError", "PermissionDeniedError", "UnauthenticatedError",
     "FailedPreconditionError", "UnavailableError", "DeadlineExceededError",
     "JobNotSucceededError", "FieldProblem", "field_problems", "coordinator_pb2", "job_pb2",
-    "labelstore_pb2",
+    "labelstore_pb2", "evaluation_table", "multi_label_rows", "attribute_rows",
 ]
