@@ -75,6 +75,7 @@ void PrintResult(const Context& ctx, const v1::EvaluationResult& e, const std::s
     std::printf("  cosines       positive %.4f, negative %.4f (paper Fig. 3)\n",
                 e.mean_positive_cosine(), e.mean_negative_cosine());
   if (e.baselines_size() > 0) std::printf("%s", EvaluationTable(e, "  ").c_str());
+  std::printf("%s", AnnotationTables(e, "  ").c_str());
   if (!e.checkpoint().empty()) std::printf("  checkpoint    %s\n", e.checkpoint().c_str());
   std::printf("  time          %s\n", FormatDuration(e.seconds()).c_str());
 }

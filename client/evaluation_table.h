@@ -16,4 +16,16 @@ namespace mlcd::cli {
 // The table, each line starting with `indent`, ending in a newline; empty without baselines.
 std::string EvaluationTable(const v1::EvaluationResult& result, const std::string& indent);
 
+// The multi-label metrics (EvaluationResult.multi_label, the model's own predictions, each
+// baseline's) and the attribute probes (one row per attribute, one column per model), as the
+// same commands print them; empty when the result has neither:
+//
+//   multi-label    mAP   Hamming  example-F1  macro-F1  micro-F1     P@1   (10 labels, ...)
+//   trained      71.23 %  92.10 %   70.00 %   63.60 %   68.80 %  91.60 %
+//   predictions  ...                                                       (the model's head)
+//   random init  ...
+//   attribute      trained  random init  raw pixels
+//   shape          81.00 %      40.00 %     60.00 %
+std::string AnnotationTables(const v1::EvaluationResult& result, const std::string& indent);
+
 }  // namespace mlcd::cli

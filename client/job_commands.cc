@@ -211,6 +211,7 @@ void PrintJobText(const v1::Job& job) {
           "            mean cosine to positive / negative centres %.4f / %.4f (paper Fig. 3)\n",
           e.mean_positive_cosine(), e.mean_negative_cosine());
     if (e.baselines_size() > 0) std::printf("%s", EvaluationTable(e, "            ").c_str());
+    std::printf("%s", AnnotationTables(e, "            ").c_str());
   }
   if (!job.phase_seconds().empty()) {
     std::printf("phases     ");
