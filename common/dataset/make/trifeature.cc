@@ -17,7 +17,7 @@ namespace {
 
 // The shape's radius as a fraction of the image side, and texture periods per radius.
 constexpr double kRadiusFraction = 0.34;
-constexpr double kTexturePeriods = 3;
+constexpr double kTexturePeriods = 2;
 constexpr uint8_t kBackground = 40;
 
 struct Point {

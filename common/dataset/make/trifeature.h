@@ -8,7 +8,7 @@
 // by rejection, normalised). Each pixel is sampled once at its centre, mapped into the
 // shape's own frame (unit radius), tested against the shape and given the texture's "on"
 // colour or its "off" shade (the colour at 2/5). Textures are laid out in the shape's frame
-// at 3 periods per radius, so they turn with the shape. Every step is IEEE-exact (+ - * /
+// at 2 periods per radius, so they turn with the shape. Every step is IEEE-exact (+ - * /
 // sqrt floor, compiled without FMA contraction) on integer draws from SplitMix64, so the
 // pixels are the same on every machine.
 #pragma once
