@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "client/cli.h"
+#include "common/dataset/annotation_files.h"
 #include "common/dataset/dataset_index.h"
 #include "common/dataset/make/make_dataset.h"
 #include "common/enums.h"
@@ -37,6 +38,9 @@ void PrintIndex(const Context& ctx, const DatasetIndex& index, const std::string
                         {"classes", index.classes.size()},
                         {"skipped", index.skipped}};
     if (seconds >= 0) j["seconds"] = seconds;
+    if (!index.annotations.empty()) {
+      j["annotations"] = nlohmann::json::parse(AnnotationsJson(index.annotations));
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/dataset/little_endian.h"
 #include "common/format.h"
 #include "common/limits.h"
 
@@ -11,16 +12,6 @@ namespace mlcd {
 namespace {
 
 constexpr int64_t kMaxAttributeMemberBytes = 64;
-
-void PutLe(uint64_t v, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
-uint64_t GetLe(const unsigned char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 // {"count": n, "names": [...]} of the labels or one attribute; `field` names it in errors.
 Status ParseCountAndNames(const nlohmann::json& j, const std::string& field, int64_t max_count,

@@ -12,6 +12,7 @@
 
 #include "common/confined_file.h"
 #include "common/dataset/annotation_files.h"
+#include "common/dataset/little_endian.h"
 #include "common/dataset/image_folder.h"
 #include "common/dataset/webdataset.h"
 #include "common/file_util.h"
@@ -26,16 +27,6 @@ constexpr char kFiles[] = "files.tsv";
 constexpr char kSamples[] = "samples.bin";
 constexpr char kKeys[] = "keys.txt";
 constexpr char kClasses[] = "classes.txt";
-
-void PutLe(uint64_t v, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
-uint64_t GetLe(const unsigned char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 std::string Lines(const std::vector<std::string>& lines) {
   std::string out;

@@ -311,6 +311,12 @@ TEST(MakeDatasetTest, RefusalsSayWhatToChange) {
   rc = testing::RunCommand(mlcdctl, {"dataset", "show", dir.Sub("m/train-index")}, &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("annotations: 10 labels"), std::string::npos) << out;
+  rc = testing::RunCommand(mlcdctl, {"-o", "json", "dataset", "show", dir.Sub("m/test-index")},
+                           &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"annotations\": {\n    \"labels\": {\n      \"count\": 10"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

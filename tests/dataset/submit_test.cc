@@ -215,6 +215,31 @@ TEST_F(SubmitTest, TheCoordinatorIndexesADatasetGivenByPath) {
   EXPECT_NE(missing.message().find("train-00002.tar"), std::string::npos);
 }
 
+// The annotations.json beside the shards is part of what the coordinator's index is built
+// from: a changed one gives a new index, and one the shards do not follow is refused at
+// submit, naming the sample.
+TEST_F(SubmitTest, TheCoordinatorsIndexFollowsTheAnnotationsBesideTheShards) {
+  const std::string yaml =
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  dataset: {format: webdataset, path: '" +
+      dir_.Sub("shards") +
+      "'}\n  clustering: {k: 4, l: 2, features: " + NpyFeatures(dir_.Sub("keys.txt")) +
+      "}\n  training: {batch_size: 8}\n  evaluation: {enabled: false}\n";
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(yaml);
+  auto plain = coordinator::ParseSubmission(request, dir_.Sub("coord"));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  ASSERT_TRUE(WriteFileAtomically(dir_.Sub("shards/annotations.json"), "{}\n").ok());
+  auto with_file = coordinator::ParseSubmission(request, dir_.Sub("coord"));
+  ASSERT_TRUE(with_file.ok()) << with_file.status().ToString();
+  EXPECT_NE(with_file->spec.dataset().index(), plain->spec.dataset().index());
+  ASSERT_TRUE(
+      WriteFileAtomically(dir_.Sub("shards/annotations.json"), R"({"labels": {"count": 3}})").ok());
+  Status refused = coordinator::ParseSubmission(request, dir_.Sub("coord")).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  EXPECT_NE(refused.message().find("has no .labels member"), std::string::npos)
+      << refused.message();
+}
+
 // The coordinator indexes an image folder only when every link in it stays under its data
 // roots: a class folder holding a link to a file outside them is refused at submit, with the
 // same message as a dangling link, before any index is written.
