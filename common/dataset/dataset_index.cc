@@ -12,8 +12,8 @@
 
 #include "common/confined_file.h"
 #include "common/dataset/annotation_files.h"
-#include "common/dataset/little_endian.h"
 #include "common/dataset/image_folder.h"
+#include "common/dataset/little_endian.h"
 #include "common/dataset/webdataset.h"
 #include "common/file_util.h"
 #include "common/format.h"
@@ -218,10 +218,15 @@ Status LoadAnnotations(const std::string& dir, const DataRoots* roots, DatasetIn
   if (!declared.ok()) {
     return Status::DataLoss(declared.status().message() + "; the index is damaged: rebuild it");
   }
-  MLCD_ASSIGN_OR_RETURN(std::string values,
-                        ReadConfinedFile(dir + "/" + kAnnotationsBin, "dataset index", roots));
+  StatusOr<std::string> values =
+      ReadConfinedFile(dir + "/" + kAnnotationsBin, "dataset index", roots);
+  if (values.status().code() == StatusCode::kNotFound) {
+    return Status::DataLoss(dir + " has " + kAnnotationsJson + " but no " + kAnnotationsBin +
+                            "; the index is damaged: rebuild it");
+  }
+  if (!values.ok()) return values.status();
   MLCD_RETURN_IF_ERROR(
-      DecodeAnnotationValues(values, index->size(), dir + "/" + kAnnotationsBin, &*declared));
+      DecodeAnnotationValues(*values, index->size(), dir + "/" + kAnnotationsBin, &*declared));
   index->annotations = std::move(*declared);
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 // the WebDataset members `.labels` and `.<attribute>.cls` read while indexing real shards
 // (written by ShardWriter with libpng images), the index's annotations.bin, and each refusal.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -241,6 +242,11 @@ TEST(AnnotatedShardsTest, IndexedPersistedAndLoaded) {
   Status s = LoadDatasetIndex(dir.Sub("idx")).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("colour = 7"), std::string::npos) << s.message();
+
+  ::unlink(dir.Sub("idx/annotations.bin").c_str());
+  s = LoadDatasetIndex(dir.Sub("idx")).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("no annotations.bin"), std::string::npos) << s.message();
 
   // Rewriting the index without annotations removes them.
   index->annotations = DatasetAnnotations();
