@@ -11,6 +11,7 @@
 #include "common/dataset/feature_keys.h"
 #include "common/dataset/webdataset.h"
 #include "common/enums.h"
+#include "common/file_util.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/spec_defaults.h"
@@ -87,7 +88,8 @@ Status CheckFeatures(const v1::JobSpec& spec, const DatasetIndex& index, const D
 }
 
 // The files of a dataset given by paths, stat'ed (image-folder: indexed, which only lists and
-// stats; webdataset: the expanded shards).
+// stats; webdataset: the expanded shards, and the annotations.json beside them when there is
+// one, so that changed annotations make a new index).
 StatusOr<std::vector<IndexedFile>> DatasetFiles(DatasetFormat format,
                                                 const std::vector<std::string>& paths,
                                                 DatasetIndex* folder_index,
@@ -100,6 +102,11 @@ StatusOr<std::vector<IndexedFile>> DatasetFiles(DatasetFormat format,
   std::vector<IndexedFile> files;
   for (const auto& s : shards) {
     MLCD_ASSIGN_OR_RETURN(IndexedFile f, StatIndexedFile(s));
+    files.push_back(std::move(f));
+  }
+  const std::string annotations = AnnotationsPathBeside(shards);
+  if (PathExists(annotations)) {
+    MLCD_ASSIGN_OR_RETURN(IndexedFile f, StatIndexedFile(annotations));
     files.push_back(std::move(f));
   }
   return files;

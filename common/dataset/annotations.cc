@@ -19,8 +19,11 @@ std::string DatasetAnnotations::Describe() const {
   std::string out;
   if (!labels.empty()) {
     const int64_t n = labels.num_samples();
-    const double mean = n > 0 ? static_cast<double>(labels.ids.size()) / static_cast<double>(n) : 0;
-    out = std::to_string(labels.num_labels) + " labels (" + Fixed(mean, 2) + " per sample)";
+    out = std::to_string(labels.num_labels) + " labels";
+    if (n > 0) {
+      out += " (" + Fixed(static_cast<double>(labels.ids.size()) / static_cast<double>(n), 2) +
+             " per sample)";
+    }
   }
   if (!attributes.empty()) {
     if (!out.empty()) out += "; ";

@@ -11,7 +11,9 @@
 #include <sstream>
 
 #include "common/confined_file.h"
+#include "common/dataset/annotation_files.h"
 #include "common/dataset/image_folder.h"
+#include "common/dataset/little_endian.h"
 #include "common/dataset/webdataset.h"
 #include "common/file_util.h"
 #include "common/format.h"
@@ -25,16 +27,6 @@ constexpr char kFiles[] = "files.tsv";
 constexpr char kSamples[] = "samples.bin";
 constexpr char kKeys[] = "keys.txt";
 constexpr char kClasses[] = "classes.txt";
-
-void PutLe(uint64_t v, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
-uint64_t GetLe(const unsigned char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 std::string Lines(const std::vector<std::string>& lines) {
   std::string out;
@@ -92,6 +84,7 @@ std::string DatasetIndex::Describe() const {
   s << DatasetFormatName(format) << ", " << samples.size() << " samples in " << files.size()
     << (files.size() == 1 ? " file" : " files");
   if (!classes.empty()) s << ", " << classes.size() << " classes";
+  if (!annotations.empty()) s << ", annotations: " << annotations.Describe();
   return s.str();
 }
 
@@ -161,6 +154,16 @@ Status WriteDatasetIndex(const DatasetIndex& index, const std::string& dir) {
   MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + kSamples, samples));
   MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + kKeys, Lines(index.keys)));
   MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + kClasses, Lines(index.classes)));
+  if (index.annotations.empty()) {
+    ::unlink((dir + "/" + kAnnotationsJson).c_str());
+    ::unlink((dir + "/" + kAnnotationsBin).c_str());
+  } else {
+    MLCD_RETURN_IF_ERROR(index.annotations.Check(index.size()).WithContext("dataset index"));
+    MLCD_RETURN_IF_ERROR(
+        WriteFileAtomically(dir + "/" + kAnnotationsJson, AnnotationsJson(index.annotations)));
+    MLCD_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + kAnnotationsBin,
+                                             EncodeAnnotationValues(index.annotations)));
+  }
   nlohmann::json manifest = {
       {"version", kDatasetIndexVersion},
       {"format", DatasetFormatName(index.format)},
@@ -203,6 +206,29 @@ Status CountMismatch(const std::string& path, const std::string& what, uint64_t 
   return Status::DataLoss(path + " holds " + std::to_string(got) + " " + what +
                           " but manifest.json says " + std::to_string(want) +
                           "; the index is damaged: rebuild it");
+}
+
+// The index's annotations.json and annotations.bin, when it has them.
+Status LoadAnnotations(const std::string& dir, const DataRoots* roots, DatasetIndex* index) {
+  const std::string json_path = dir + "/" + kAnnotationsJson;
+  StatusOr<std::string> text = ReadConfinedFile(json_path, "dataset index", roots);
+  if (text.status().code() == StatusCode::kNotFound) return Status::Ok();
+  if (!text.ok()) return text.status();
+  StatusOr<DatasetAnnotations> declared = ParseAnnotationsJson(*text, json_path);
+  if (!declared.ok()) {
+    return Status::DataLoss(declared.status().message() + "; the index is damaged: rebuild it");
+  }
+  StatusOr<std::string> values =
+      ReadConfinedFile(dir + "/" + kAnnotationsBin, "dataset index", roots);
+  if (values.status().code() == StatusCode::kNotFound) {
+    return Status::DataLoss(dir + " has " + kAnnotationsJson + " but no " + kAnnotationsBin +
+                            "; the index is damaged: rebuild it");
+  }
+  if (!values.ok()) return values.status();
+  MLCD_RETURN_IF_ERROR(
+      DecodeAnnotationValues(*values, index->size(), dir + "/" + kAnnotationsBin, &*declared));
+  index->annotations = std::move(*declared);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -253,6 +279,7 @@ StatusOr<DatasetIndex> LoadDatasetIndex(const std::string& dir, bool check_finge
     MLCD_ASSIGN_OR_RETURN(std::string classes,
                           ReadConfinedFile(dir + "/" + kClasses, "dataset index", roots));
     index.classes = SplitLines(classes);
+    MLCD_RETURN_IF_ERROR(LoadAnnotations(dir, roots, &index));
   } catch (const nlohmann::json::exception& e) {
     return Status::DataLoss(dir + "/" + kManifest + ": " + e.what());
   }

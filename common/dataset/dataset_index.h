@@ -11,6 +11,8 @@
 //                  file u32 (line of files.tsv), class i32 (-1 = none)
 //   keys.txt       one sample key per line, in sample order
 //   classes.txt    class names, class i on line i (may be empty)
+//   annotations.json, annotations.bin   label sets and attributes, when the dataset has them
+//                  (common/dataset/annotation_files.h)
 // Loading checks the fingerprint against the files: a dataset that changed after the index
 // was built is refused (FAILED_PRECONDITION naming the file and what changed), never read
 // wrongly.

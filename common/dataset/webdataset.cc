@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "common/confined_file.h"
+#include "common/dataset/annotation_files.h"
 #include "common/file_util.h"
 #include "common/format.h"
 
@@ -182,8 +183,15 @@ struct FdCloser {
 // Indexes shards one after another into one DatasetIndex.
 class ShardIndexer {
  public:
-  // Shards are opened confined to `roots` (null: the process's, if any).
-  ShardIndexer(DatasetIndex* index, const DataRoots* roots) : index_(index), roots_(roots) {}
+  // Shards are opened confined to `roots` (null: the process's, if any). `declared` (the
+  // annotations.json beside the shards; null = none) says which annotation members to read.
+  ShardIndexer(DatasetIndex* index, const DataRoots* roots, const DatasetAnnotations* declared)
+      : index_(index), roots_(roots) {
+    if (declared != nullptr && !declared->empty()) {
+      members_ = std::make_unique<AnnotationMembers>(declared);
+      index_->annotations = *declared;
+    }
+  }
   Status IndexShard(const std::string& path);
 
  private:
@@ -202,6 +210,7 @@ class ShardIndexer {
   DatasetIndex* index_;
   const DataRoots* roots_;
   std::unordered_map<std::string, std::string> seen_;  // key -> shard it was in
+  std::unique_ptr<AnnotationMembers> members_;         // null: no annotations declared
   Pending pending_;
   bool active_ = false;
 };
@@ -209,6 +218,12 @@ class ShardIndexer {
 Status ShardIndexer::Flush(const std::string& shard) {
   if (!active_) return Status::Ok();
   active_ = false;
+  if (members_) {
+    MLCD_RETURN_IF_ERROR(members_->Finish(pending_.has_image,
+                                          "shard '" + EscapeControlChars(shard) + "' sample '" +
+                                              EscapeControlChars(pending_.key) + "'",
+                                          &index_->annotations));
+  }
   if (!pending_.has_image) {
     ++index_->skipped;
     return Status::Ok();
@@ -261,12 +276,15 @@ Status ShardIndexer::OnMember(struct archive* a, struct archive_entry* entry, in
   // The whole extension names the field: "seg.png" is another field than "png".
   const bool image =
       (ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp") && !pending_.has_image;
-  if (!image && ext != "cls") return Status::Ok();
+  const bool annotation = members_ && members_->Wants(ext);
+  if (!image && ext != "cls" && !annotation) return Status::Ok();
   const int64_t size = archive_entry_size(entry);
-  if (size < 0 || static_cast<uint64_t>(size) > kMaxSampleBytes ||
-      (!image && size > kMaxClsBytes)) {
+  const int64_t max_size = image        ? static_cast<int64_t>(kMaxSampleBytes)
+                           : annotation ? members_->MaxBytes(ext)
+                                        : kMaxClsBytes;
+  if (size < 0 || size > max_size) {
     return Status::InvalidArgument(where + " is " + std::to_string(size) + " bytes, more than " +
-                                   std::to_string(image ? kMaxSampleBytes : kMaxClsBytes));
+                                   std::to_string(max_size));
   }
   const uint64_t header_pos = static_cast<uint64_t>(archive_read_header_position(a));
   std::string data(static_cast<size_t>(size), '\0');
@@ -278,6 +296,7 @@ Status ShardIndexer::OnMember(struct archive* a, struct archive_entry* entry, in
                  : std::to_string(got) + " of " + std::to_string(size) + " bytes)") +
         "; the shard is damaged: re-download or rewrite it");
   }
+  if (annotation) return members_->Add(ext, data, where);
   if (!image) {
     std::string text = data;
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
@@ -345,13 +364,29 @@ Status ShardIndexer::IndexShard(const std::string& path) {
 
 }  // namespace
 
+std::string AnnotationsPathBeside(const std::vector<std::string>& shards) {
+  if (shards.empty()) return "";
+  return std::filesystem::path(shards[0]).parent_path().append(kAnnotationsJson).string();
+}
+
+StatusOr<std::optional<DatasetAnnotations>> ReadDeclaredAnnotations(
+    const std::vector<std::string>& shards, const DataRoots* roots) {
+  const std::string path = AnnotationsPathBeside(shards);
+  if (path.empty() || !PathExists(path)) return std::optional<DatasetAnnotations>();
+  MLCD_ASSIGN_OR_RETURN(std::string text, ReadConfinedFile(path, "dataset annotations", roots));
+  MLCD_ASSIGN_OR_RETURN(DatasetAnnotations declared, ParseAnnotationsJson(text, "'" + path + "'"));
+  return std::optional<DatasetAnnotations>(std::move(declared));
+}
+
 StatusOr<DatasetIndex> BuildWebDatasetIndex(const std::vector<std::string>& paths,
                                             const DataRoots* roots) {
   MLCD_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandShardPaths(paths, roots));
+  MLCD_ASSIGN_OR_RETURN(std::optional<DatasetAnnotations> declared,
+                        ReadDeclaredAnnotations(shards, roots));
   DatasetIndex index;
   index.format = DatasetFormat::kWebDataset;
   index.paths = paths;
-  ShardIndexer indexer(&index, roots);
+  ShardIndexer indexer(&index, roots, declared ? &*declared : nullptr);
   for (const std::string& shard : shards) MLCD_RETURN_IF_ERROR(indexer.IndexShard(shard));
   if (index.samples.empty()) {
     return Status::InvalidArgument("the " + std::to_string(shards.size()) +

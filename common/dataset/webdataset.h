@@ -7,12 +7,16 @@
 //   extension are ignored; a sample is a run of consecutive members sharing a key;
 // - the sample's image is its first .jpg/.jpeg/.png/.webp member (any case); an optional
 //   .cls member (a non-negative integer as text) gives its class; other members (.txt,
-//   .json, ...) are not indexed.
+//   .json, ...) are not indexed;
+// - with an annotations.json in the directory of the first shard, each sample's `.labels`
+//   and `<attribute>.cls` members are read into the index's annotations
+//   (common/dataset/annotation_files.h).
 // libarchive walks the tar; each image member's data offset is verified by reading the
 // bytes back with pread and comparing them with what libarchive extracted, so a reader can
 // later get the image with one positioned read.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,9 +46,18 @@ StatusOr<std::vector<std::string>> ExpandShardPaths(const std::vector<std::strin
 // Splits a member name into key and extension (false when it has no extension).
 bool SplitMemberName(const std::string& name, std::string* key, std::string* extension);
 
+// The annotations.json that declares the annotations of `shards` (expanded): the one in the
+// directory of the first shard ("" for no shard).
+std::string AnnotationsPathBeside(const std::vector<std::string>& shards);
+// Its declarations, or nullopt when it does not exist; INVALID_ARGUMENT naming the file and
+// field when it is malformed (ParseAnnotationsJson). Read confined to `roots`.
+StatusOr<std::optional<DatasetAnnotations>> ReadDeclaredAnnotations(
+    const std::vector<std::string>& shards, const DataRoots* roots = nullptr);
+
 // Indexes the shards of `paths` (see above). FAILED_PRECONDITION for a compressed or
 // unreadable shard, DATA_LOSS naming the shard and member where a tar is damaged or cut
-// short, INVALID_ARGUMENT for a key seen twice, a bad .cls, or no image at all. Each shard is
+// short, INVALID_ARGUMENT for a key seen twice, a bad .cls, or no image at all, and for a bad
+// annotation member or a sample missing a declared one. Each shard is
 // opened confined to `roots` (else the process's; common/confined_file.h) and libarchive
 // reads that verified descriptor.
 StatusOr<DatasetIndex> BuildWebDatasetIndex(const std::vector<std::string>& paths,

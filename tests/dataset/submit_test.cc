@@ -66,6 +66,15 @@ class SubmitTest : public ::testing::Test {
     return "{kind: npy, paths: ['" + dir_.Sub("feats") + "']" +
            (keys.empty() ? "" : ", keys: '" + keys + "'") + "}";
   }
+  // A submission naming the webdataset by `path` (no index: the coordinator builds one).
+  v1::SubmitJobRequest ByPath(const std::string& path) const {
+    v1::SubmitJobRequest request;
+    request.set_spec_yaml(
+        "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  dataset: {format: webdataset, path: '" +
+        path + "'}\n  clustering: {k: 4, l: 2, features: " + NpyFeatures(dir_.Sub("keys.txt")) +
+        "}\n  training: {batch_size: 8}\n  evaluation: {enabled: false}\n");
+    return request;
+  }
   Status Submit(const std::string& yaml) const {
     v1::SubmitJobRequest request;
     request.set_spec_yaml(yaml);
@@ -183,13 +192,7 @@ TEST_F(SubmitTest, SpecRulesOfTheImageFormats) {
 }
 
 TEST_F(SubmitTest, TheCoordinatorIndexesADatasetGivenByPath) {
-  const std::string yaml =
-      "apiVersion: mlcd/v1\nkind: TrainingJob\nspec:\n  dataset: {format: webdataset, path: '" +
-      dir_.Sub("shards/train-{00000..00002}.tar") +
-      "'}\n  clustering: {k: 4, l: 2, features: " + NpyFeatures(dir_.Sub("keys.txt")) +
-      "}\n  training: {batch_size: 8}\n  evaluation: {enabled: false}\n";
-  v1::SubmitJobRequest request;
-  request.set_spec_yaml(yaml);
+  const v1::SubmitJobRequest request = ByPath(dir_.Sub("shards/train-{00000..00002}.tar"));
   auto first = coordinator::ParseSubmission(request, dir_.Sub("coord"));
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   const std::string index = first->spec.dataset().index();
@@ -213,6 +216,25 @@ TEST_F(SubmitTest, TheCoordinatorIndexesADatasetGivenByPath) {
   EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
   EXPECT_NE(missing.message().find("spec.dataset.path"), std::string::npos);
   EXPECT_NE(missing.message().find("train-00002.tar"), std::string::npos);
+}
+
+// The annotations.json beside the shards is part of what the coordinator's index is built
+// from: a changed one gives a new index, and one the shards do not follow is refused at
+// submit, naming the sample.
+TEST_F(SubmitTest, TheCoordinatorsIndexFollowsTheAnnotationsBesideTheShards) {
+  const v1::SubmitJobRequest request = ByPath(dir_.Sub("shards"));
+  auto plain = coordinator::ParseSubmission(request, dir_.Sub("coord"));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  ASSERT_TRUE(WriteFileAtomically(dir_.Sub("shards/annotations.json"), "{}\n").ok());
+  auto with_file = coordinator::ParseSubmission(request, dir_.Sub("coord"));
+  ASSERT_TRUE(with_file.ok()) << with_file.status().ToString();
+  EXPECT_NE(with_file->spec.dataset().index(), plain->spec.dataset().index());
+  ASSERT_TRUE(
+      WriteFileAtomically(dir_.Sub("shards/annotations.json"), R"({"labels": {"count": 3}})").ok());
+  Status refused = coordinator::ParseSubmission(request, dir_.Sub("coord")).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  EXPECT_NE(refused.message().find("has no .labels member"), std::string::npos)
+      << refused.message();
 }
 
 // The coordinator indexes an image folder only when every link in it stays under its data

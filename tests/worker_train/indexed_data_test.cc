@@ -1,16 +1,18 @@
 // The worker's image-folder / WebDataset datasets (worker/train/indexed_dataset.h) on real
 // PNG/JPEG/WebP files made at test time: the same input tensors as the built-in Fashion-MNIST
 // reader, bit for bit; augmentation independent of the decode threads; bad images skipped,
-// counted and replaced, and too many of them failing with their keys; changed shards refused.
+// counted and replaced, and too many of them failing with their keys; changed shards refused;
+// the annotations of generated datasets (label sets, attributes) handed out by the dataset.
 #include <gtest/gtest.h>
 #include <sys/time.h>
 
 #include <filesystem>
 
 #include "common/dataset/dataset_index.h"
+#include "common/dataset/make/make_dataset.h"
+#include "common/file_util.h"
 #include "common/spec_defaults.h"
 #include "tests/dataset/image_data.h"
-#include "common/file_util.h"
 #include "tests/testing/process.h"
 #include "tests/worker_data/image_testing.h"
 #include "worker/train/dataset.h"
@@ -200,7 +202,8 @@ TEST_F(IndexedDataTest, AnImageLargerThanTheDecodeMemoryBudgetIsABadSample) {
   for (const char* name : {"000000.png", "000001.png"})
     std::filesystem::copy(Sub("good", "flat") + "/" + name, d.Sub(std::string("flat/") + name));
   ASSERT_TRUE(
-      WriteFileAtomically(d.Sub("flat/bomb.png"), worker::testing::EncodeZeroPng(9990, 9990, 1)).ok());
+      WriteFileAtomically(d.Sub("flat/bomb.png"), worker::testing::EncodeZeroPng(9990, 9990, 1))
+          .ok());
   auto index = BuildDatasetIndex(DatasetFormat::kImageFolder, {d.Sub("flat")});
   ASSERT_TRUE(index.ok()) << index.status().ToString();
   ASSERT_TRUE(WriteDatasetIndex(*index, d.Sub("idx")).ok());
@@ -248,6 +251,65 @@ TEST_F(IndexedDataTest, ChangedShardsAreRefusedWhenTheWorkerOpensTheDataset) {
   auto test =
       OpenImageDataset(Spec("webdataset", d.Sub("idx")).dataset(), "test", 0, &spec.model());
   EXPECT_EQ(test.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(IndexedDataTest, GeneratedDatasetsHandOutTheirAnnotations) {
+  TempDir d;
+  MakeDatasetOptions make;
+  make.kind = GeneratedKind::kFashionMosaic;
+  make.out = d.Sub("mosaics");
+  make.train = 12;
+  make.test = 6;
+  make.samples_per_shard = 5;
+  ASSERT_TRUE(MakeDataset(make).ok());
+  v1::JobSpec spec = Spec("webdataset", d.Sub("mosaics/train-index"));
+  spec.mutable_dataset()->set_test_index(d.Sub("mosaics/test-index"));
+  spec.mutable_dataset()->set_limit(8);
+  spec.mutable_dataset()->set_resize_size(56);
+  spec.mutable_model()->set_image_size(56);
+  auto train = OpenImageDataset(spec.dataset(), "train", 0, &spec.model());
+  ASSERT_TRUE(train.ok()) << train.status().ToString();
+  auto index = LoadDatasetIndex(d.Sub("mosaics/train-index"));
+  ASSERT_TRUE(index.ok());
+  // dataset.limit keeps the first 8 samples, and their label sets.
+  const DatasetAnnotations& a = (*train)->annotations();
+  ASSERT_EQ(a.labels.num_labels, 10);
+  ASSERT_EQ(a.labels.num_samples(), 8);
+  EXPECT_TRUE(a.Check(8).ok());
+  const LabelSets& all = index->annotations.labels;
+  EXPECT_EQ(a.labels.ids, std::vector<int32_t>(all.ids.begin(), all.ids.begin() + all.offsets[8]));
+  EXPECT_EQ(a.labels.names, all.names);
+  auto batch = (*train)->Prepare({0, 7}, AugmentOptions{}, 0, 0, 56);
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  EXPECT_EQ(batch->images.sizes(), (std::vector<int64_t>{2, 1, 56, 56}));
+  auto test = OpenImageDataset(spec.dataset(), "test", 0, &spec.model());
+  ASSERT_TRUE(test.ok());
+  EXPECT_EQ((*test)->annotations().labels.num_samples(), 6);
+
+  make.kind = GeneratedKind::kTrifeature;
+  make.out = d.Sub("trifeature");
+  ASSERT_TRUE(MakeDataset(make).ok());
+  spec = Spec("webdataset", d.Sub("trifeature/train-index"));
+  spec.mutable_model()->set_channels(3);
+  spec.mutable_dataset()->clear_mean();  // CLIP's, one per channel
+  spec.mutable_dataset()->clear_stddev();
+  auto tri = OpenImageDataset(spec.dataset(), "train", 0, &spec.model());
+  ASSERT_TRUE(tri.ok()) << tri.status().ToString();
+  const DatasetAnnotations& t = (*tri)->annotations();
+  EXPECT_TRUE(t.labels.empty());
+  ASSERT_NE(t.FindAttribute("texture"), nullptr);
+  EXPECT_EQ(t.FindAttribute("texture")->values.size(), 12u);
+  EXPECT_EQ((*tri)->class_labels(), t.FindAttribute("shape")->values);  // .cls is the shape
+
+  // Datasets without annotations hand out empty ones.
+  const v1::JobSpec plain = Spec("webdataset", Sub("good", "wds.idx"));
+  auto good = OpenImageDataset(plain.dataset(), "train", 0, &plain.model());
+  ASSERT_TRUE(good.ok());
+  EXPECT_TRUE((*good)->annotations().empty());
+  const v1::JobSpec mnist = Spec("fashion-mnist", "");
+  auto fm = OpenImageDataset(mnist.dataset(), "train", 0, &mnist.model());
+  ASSERT_TRUE(fm.ok());
+  EXPECT_TRUE((*fm)->annotations().empty());
 }
 
 }  // namespace
