@@ -33,6 +33,7 @@ EvaluationOptions TinyEvaluation(const std::string& dir, int image_size, int cha
   o.spec.mutable_training()->set_seed(3);
   o.spec.mutable_evaluation()->set_knn_k(5);
   o.batch_size = 32;
+  o.probe.fixed_lambda = 0.1;  // no λ search: the protocol's plumbing is under test here
   return o;
 }
 
@@ -42,8 +43,8 @@ TEST(GeneratedEvalTest, TrifeatureProbesEveryAttributeBesideTheBaselines) {
   make.kind = GeneratedKind::kTrifeature;
   make.out = dir.Sub("tri");
   make.seed = 1;
-  make.train = 40;
-  make.test = 20;
+  make.train = 80;
+  make.test = 40;
   make.image_size = 24;
   ASSERT_TRUE(MakeDataset(make).ok());
   EvaluationOptions o = TinyEvaluation(dir.Sub("tri"), 24, 3);
@@ -71,7 +72,7 @@ TEST(GeneratedEvalTest, TrifeatureProbesEveryAttributeBesideTheBaselines) {
     EXPECT_EQ(b.attributes(2).name(), "colour");
   }
   // Colour is a per-image mean away in raw pixels: the pixel probe finds it well above the
-  // 10 % of chance even on 40 images.
+  // 10 % of chance even on 80 images.
   EXPECT_GT((*baselines)[1].attributes(2).linear_probe_accuracy(), 0.3);
   // The random-init baseline is this very evaluation (same seed, same features).
   EXPECT_DOUBLE_EQ((*baselines)[0].attributes(1).linear_probe_accuracy(),
@@ -84,8 +85,8 @@ TEST(GeneratedEvalTest, FashionMosaicsRunTheMultiLabelProtocol) {
   make.kind = GeneratedKind::kFashionMosaic;
   make.out = dir.Sub("mosaics");
   make.seed = 2;
-  make.train = 40;
-  make.test = 20;
+  make.train = 120;
+  make.test = 60;
   ASSERT_TRUE(MakeDataset(make).ok());
   EvaluationOptions o = TinyEvaluation(dir.Sub("mosaics"), 56, 1);
   o.spec.mutable_dataset()->add_mean(0.2860);
@@ -105,9 +106,9 @@ TEST(GeneratedEvalTest, FashionMosaicsRunTheMultiLabelProtocol) {
     ASSERT_TRUE(b.has_multi_label()) << b.name();
     EXPECT_EQ(b.multi_label().num_labels(), 10);
   }
-  // The pixels show which items a mosaic holds better than chance: a label's AP is its
-  // frequency (about 0.34) for random scores.
-  EXPECT_GT((*baselines)[1].multi_label().mean_average_precision(), 0.45);
+  // The pixels show which items a mosaic holds better than chance: a label's AP is about its
+  // frequency (0.34) for random scores.
+  EXPECT_GT((*baselines)[1].multi_label().mean_average_precision(), 0.5);
 }
 
 }  // namespace
