@@ -107,15 +107,24 @@ void WriteSplit(const testing::TempDir& dir, const std::string& name, int64_t n,
       WriteEmbeddingShard(dir.Sub(name), 0, 1, x, ids, with_classes ? &classes : nullptr).ok());
 }
 
-TEST(AnnotationEvalTest, RunEvaluationScoresLabelSetsAndAttributes) {
-  testing::TempDir dir;
-  auto annotations = std::make_shared<EvalAnnotations>();
-  WriteSplit(dir, "train", 60, 1, false, &annotations->train);
-  WriteSplit(dir, "test", 30, 2, false, &annotations->test);
+// The evaluation of both splits written by WriteSplit (seeds `seed` and seed + 1), with their
+// annotations in *annotations.
+EvaluationOptions AnnotatedFeatures(const testing::TempDir& dir, int64_t train, int64_t test,
+                                    uint64_t seed, bool with_classes,
+                                    const std::shared_ptr<EvalAnnotations>& annotations) {
+  WriteSplit(dir, "train", train, seed, with_classes, &annotations->train);
+  WriteSplit(dir, "test", test, seed + 1, with_classes, &annotations->test);
   EvaluationOptions o;
   o.train_features = {dir.Sub("train")};
   o.test_features = {dir.Sub("test")};
   o.annotations = annotations;
+  return o;
+}
+
+TEST(AnnotationEvalTest, RunEvaluationScoresLabelSetsAndAttributes) {
+  testing::TempDir dir;
+  auto annotations = std::make_shared<EvalAnnotations>();
+  EvaluationOptions o = AnnotatedFeatures(dir, 60, 30, 1, false, annotations);
   auto r = RunEvaluation(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const v1::EvaluationResult& e = r->result;
@@ -155,12 +164,7 @@ TEST(AnnotationEvalTest, RunEvaluationScoresLabelSetsAndAttributes) {
 TEST(AnnotationEvalTest, ModelPredictionsHookAndSingleLabelSideBySide) {
   testing::TempDir dir;
   auto annotations = std::make_shared<EvalAnnotations>();
-  WriteSplit(dir, "train", 40, 3, true, &annotations->train);
-  WriteSplit(dir, "test", 20, 4, true, &annotations->test);
-  EvaluationOptions o;
-  o.train_features = {dir.Sub("train")};
-  o.test_features = {dir.Sub("test")};
-  o.annotations = annotations;
+  EvaluationOptions o = AnnotatedFeatures(dir, 40, 20, 3, true, annotations);
   // A "head" that predicts the test labels exactly, but for label 1 of sample 0.
   const LabelMatrix& y = annotations->test.label_sets;
   for (size_t k = 0; k < y.values.size(); ++k) o.model_test_logits.push_back(y.values[k] ? 3 : -3);

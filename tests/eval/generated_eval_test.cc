@@ -9,6 +9,7 @@
 #include "tests/testing/process.h"
 #include "worker/eval/baselines.h"
 #include "worker/eval/runner.h"
+#include "worker/train/dataset.h"
 
 namespace mlcd::worker {
 namespace {
@@ -37,16 +38,21 @@ EvaluationOptions TinyEvaluation(const std::string& dir, int image_size, int cha
   return o;
 }
 
+Status Make(GeneratedKind kind, const std::string& out, uint64_t seed, int64_t train, int64_t test,
+            int image_size) {
+  MakeDatasetOptions make;
+  make.kind = kind;
+  make.out = out;
+  make.seed = seed;
+  make.train = train;
+  make.test = test;
+  make.image_size = image_size;
+  return MakeDataset(make).status();
+}
+
 TEST(GeneratedEvalTest, TrifeatureProbesEveryAttributeBesideTheBaselines) {
   testing::TempDir dir;
-  MakeDatasetOptions make;
-  make.kind = GeneratedKind::kTrifeature;
-  make.out = dir.Sub("tri");
-  make.seed = 1;
-  make.train = 80;
-  make.test = 40;
-  make.image_size = 24;
-  ASSERT_TRUE(MakeDataset(make).ok());
+  ASSERT_TRUE(Make(GeneratedKind::kTrifeature, dir.Sub("tri"), 1, 80, 40, 24).ok());
   EvaluationOptions o = TinyEvaluation(dir.Sub("tri"), 24, 3);
   auto r = RunEvaluation(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -81,16 +87,21 @@ TEST(GeneratedEvalTest, TrifeatureProbesEveryAttributeBesideTheBaselines) {
 
 TEST(GeneratedEvalTest, FashionMosaicsRunTheMultiLabelProtocol) {
   testing::TempDir dir;
-  MakeDatasetOptions make;
-  make.kind = GeneratedKind::kFashionMosaic;
-  make.out = dir.Sub("mosaics");
-  make.seed = 2;
-  make.train = 120;
-  make.test = 60;
-  ASSERT_TRUE(MakeDataset(make).ok());
+  ASSERT_TRUE(Make(GeneratedKind::kFashionMosaic, dir.Sub("mosaics"), 2, 120, 60, 0).ok());
   EvaluationOptions o = TinyEvaluation(dir.Sub("mosaics"), 56, 1);
   o.spec.mutable_dataset()->add_mean(0.2860);
   o.spec.mutable_dataset()->add_stddev(0.3530);
+  // A multi-label head that knows the answer, but for label 0 of test sample 0.
+  o.predict_test_labels = [](const EmbeddingModel&,
+                             const ImageDataset& test) -> StatusOr<std::vector<double>> {
+    const LabelSets& sets = test.annotations().labels;
+    const int64_t L = sets.num_labels;
+    std::vector<double> z(static_cast<size_t>(test.size() * L), -1.0);
+    for (int64_t i = 0; i < test.size(); ++i)
+      for (int64_t k = 0; k < sets.count(i); ++k) z[i * L + sets.begin(i)[k]] = 1.0;
+    z[0] = -z[0];
+    return z;
+  };
   auto r = RunEvaluation(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const v1::EvaluationResult& e = r->result;
@@ -99,6 +110,8 @@ TEST(GeneratedEvalTest, FashionMosaicsRunTheMultiLabelProtocol) {
   EXPECT_GT(e.multi_label().mean_average_precision(), 0);
   EXPECT_EQ(e.attributes_size(), 0);
   EXPECT_TRUE(r->details.contains("single_label_skipped"));  // mosaics have no single class
+  ASSERT_TRUE(e.has_model_predictions());
+  EXPECT_DOUBLE_EQ(e.model_predictions().hamming_accuracy(), 1.0 - 1.0 / (60 * 10));
 
   auto baselines = RunBaselines(o, "");
   ASSERT_TRUE(baselines.ok()) << baselines.status().ToString();

@@ -7,7 +7,8 @@
 //
 // Hook for models with their own multi-label head (the bce and mulcon objectives):
 // ScoreModelPredictions scores the head's test-split logits with the same metrics into
-// EvaluationResult.model_predictions; EvaluationOptions::model_test_logits carries them into
+// EvaluationResult.model_predictions; EvaluationOptions::model_test_logits (logits given) or
+// EvaluationOptions::predict_test_labels (computed from the loaded model) brings them into
 // RunEvaluation.
 #pragma once
 

@@ -100,6 +100,7 @@ EvaluationOptions BaselineOptions(const EvaluationOptions& job, const v1::JobSpe
   o.test_labels.clear();
   o.annotations.reset();  // read from the dataset, as the model's
   o.model_test_logits.clear();
+  o.predict_test_labels = nullptr;
   o.on_event = [job, name](const nlohmann::json& event) {
     if (!job.on_event) return;
     nlohmann::json e = event;

@@ -220,6 +220,8 @@ struct EvalPlan {
 struct EvalInputs {
   LabelledFeatures train, test;
   EvalAnnotations annotations;
+  // The model's own multi-label logits on the test split (EvaluationOptions).
+  std::vector<double> model_test_logits;
   // The training images' embeddings for the Fig. 3 cosines when the probe sees other features.
   FeatureMatrix train_embedding;
   std::string checkpoint_dir;
@@ -368,6 +370,9 @@ Status EmbedSplits(const EvaluationOptions& options, EvalPlan* plan, EvalInputs*
     SplitOffEmbedding(model.model->FeatureDim(plan->features, plan->feature_blocks), &in->train,
                       &in->train_embedding);
   }
+  if (options.predict_test_labels && options.rank == 0) {
+    MLCD_ASSIGN_OR_RETURN(in->model_test_logits, options.predict_test_labels(model, *test_data));
+  }
   return Status::Ok();
 }
 
@@ -453,11 +458,13 @@ Status EvaluateAnnotationsOf(const EvaluationOptions& options, const EvalPlan& p
   };
   MLCD_RETURN_IF_ERROR(EvaluateAnnotations(in.train.features, in.test.features, in.annotations, ao,
                                            &report->result, &report->details));
-  if (options.model_test_logits.empty()) return Status::Ok();
+  const std::vector<double>& logits =
+      in.model_test_logits.empty() ? options.model_test_logits : in.model_test_logits;
+  if (logits.empty()) return Status::Ok();
   if (in.annotations.test.label_sets.rows == 0)
     return Status::InvalidArgument(
         "the model's label predictions need label sets in the evaluation dataset's test split");
-  return ScoreModelPredictions(options.model_test_logits, in.annotations.test.label_sets,
+  return ScoreModelPredictions(logits, in.annotations.test.label_sets,
                                report->result.mutable_model_predictions())
       .WithContext("scoring the model's label predictions");
 }

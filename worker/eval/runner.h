@@ -41,6 +41,9 @@
 
 namespace mlcd::worker {
 
+struct EmbeddingModel;
+class ImageDataset;
+
 struct EvaluationOptions {
   // The model: a checkpoint, or (empty) a random initialisation from `spec`.
   std::string checkpoint;
@@ -86,8 +89,13 @@ struct EvaluationOptions {
   std::shared_ptr<const EvalAnnotations> annotations;
   // A model with its own multi-label head (the bce and mulcon objectives): its logits on the
   // test split (test rows x labels, row-major), scored against the test label sets into
-  // EvaluationResult.model_predictions. Empty = the model has no such head.
+  // EvaluationResult.model_predictions. Either given here, or computed by
+  // `predict_test_labels` from the loaded model and the opened test split (rank 0, after the
+  // embedding; the head reads its own weights from model.checkpoint). Neither = no such head.
   std::vector<double> model_test_logits;
+  std::function<StatusOr<std::vector<double>>(const EmbeddingModel& model,
+                                              const ImageDataset& test)>
+      predict_test_labels;
 
   // Fig. 3 cosines: label set (empty = the checkpoint's) and label store address (empty =
   // skip).
