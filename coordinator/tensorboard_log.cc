@@ -57,9 +57,19 @@ Status WriteEvaluationScalars(const std::string& tensorboard_dir, int64_t step,
       {"eval/linear_probe_accuracy/model", F(evaluation.linear_probe_accuracy())},
       {"eval/knn_accuracy/model", F(evaluation.knn_accuracy())},
   };
+  // The multi-label mAP and each attribute's probe, model and baselines in one chart each.
+  auto annotations = [&s](const std::string& who, const v1::MultiLabelMetrics* m,
+                          const google::protobuf::RepeatedPtrField<v1::AttributeProbeResult>& a) {
+    if (m) s.push_back({"eval/multi_label_map/" + who, F(m->mean_average_precision())});
+    for (const auto& p : a)
+      s.push_back({"eval/attribute_" + p.name() + "/" + who, F(p.linear_probe_accuracy())});
+  };
+  annotations("model", evaluation.has_multi_label() ? &evaluation.multi_label() : nullptr,
+              evaluation.attributes());
   for (const auto& b : evaluation.baselines()) {
     s.push_back({"eval/linear_probe_accuracy/" + b.name(), F(b.linear_probe_accuracy())});
     s.push_back({"eval/knn_accuracy/" + b.name(), F(b.knn_accuracy())});
+    annotations(b.name(), b.has_multi_label() ? &b.multi_label() : nullptr, b.attributes());
   }
   return WriteOnce(tensorboard_dir, step, s);
 }
