@@ -65,9 +65,11 @@ void PrintResult(const Context& ctx, const v1::EvaluationResult& e, const std::s
     return;
   }
   std::printf("evaluation of %s\n", source.c_str());
-  std::printf("  linear probe  %.2f%% (lambda %g)\n", 100 * e.linear_probe_accuracy(),
-              e.linear_probe_lambda());
-  std::printf("  kNN           %.2f%%\n", 100 * e.knn_accuracy());
+  if (HasSingleLabelResult(e)) {
+    std::printf("  linear probe  %.2f%% (lambda %g)\n", 100 * e.linear_probe_accuracy(),
+                e.linear_probe_lambda());
+    std::printf("  kNN           %.2f%%\n", 100 * e.knn_accuracy());
+  }
   std::printf("  samples       %llu train, %llu test\n",
               static_cast<unsigned long long>(e.train_samples()),
               static_cast<unsigned long long>(e.test_samples()));

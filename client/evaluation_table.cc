@@ -85,8 +85,12 @@ std::string AnnotationTables(const v1::EvaluationResult& e, const std::string& i
   return out;
 }
 
+bool HasSingleLabelResult(const v1::EvaluationResult& e) {
+  return e.linear_probe_lambda() > 0 || e.knn_accuracy() > 0;
+}
+
 std::string EvaluationTable(const v1::EvaluationResult& e, const std::string& indent) {
-  if (e.baselines_size() == 0) return "";
+  if (e.baselines_size() == 0 || !HasSingleLabelResult(e)) return "";
   std::string out = indent + "model          linear probe       kNN";
   if (!e.features().empty() && e.features() != "precomputed") {
     out += "       features: " + e.features();

@@ -13,7 +13,12 @@
 
 namespace mlcd::cli {
 
-// The table, each line starting with `indent`, ending in a newline; empty without baselines.
+// Whether the result has single-label figures (a linear probe, which always picks λ > 0, or
+// kNN): not for a dataset with annotations and no class labels.
+bool HasSingleLabelResult(const v1::EvaluationResult& result);
+
+// The table, each line starting with `indent`, ending in a newline; empty without baselines
+// or without single-label figures.
 std::string EvaluationTable(const v1::EvaluationResult& result, const std::string& indent);
 
 // The multi-label metrics (EvaluationResult.multi_label, the model's own predictions, each

@@ -202,10 +202,16 @@ void PrintJobText(const v1::Job& job) {
   }
   if (job.has_evaluation()) {
     const auto& e = job.evaluation();
-    std::printf("evaluation  linear probe %.2f%% (lambda %g), kNN %.2f%% on %llu test images%s\n",
-                100 * e.linear_probe_accuracy(), e.linear_probe_lambda(), 100 * e.knn_accuracy(),
-                static_cast<unsigned long long>(e.test_samples()),
-                e.features().empty() ? "" : (", " + Shown(e.features()) + " features").c_str());
+    if (HasSingleLabelResult(e)) {
+      std::printf("evaluation  linear probe %.2f%% (lambda %g), kNN %.2f%% on %llu test images%s\n",
+                  100 * e.linear_probe_accuracy(), e.linear_probe_lambda(),
+                  100 * e.knn_accuracy(), static_cast<unsigned long long>(e.test_samples()),
+                  e.features().empty() ? "" : (", " + Shown(e.features()) + " features").c_str());
+    } else {
+      std::printf("evaluation  %llu test images without classes%s\n",
+                  static_cast<unsigned long long>(e.test_samples()),
+                  e.features().empty() ? "" : (", " + Shown(e.features()) + " features").c_str());
+    }
     if (e.mean_positive_cosine() != 0 || e.mean_negative_cosine() != 0)
       std::printf(
           "            mean cosine to positive / negative centres %.4f / %.4f (paper Fig. 3)\n",

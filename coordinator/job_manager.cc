@@ -289,9 +289,16 @@ void JobManager::FinishGang(JobEntry* job) {
                                          job->round()->checkpoint_global_step(), e);
   if (!curves.ok())
     MLCD_LOG(WARNING) << "TensorBoard scalars of the evaluation: " << curves.ToString();
-  Transition(job, v1::JOB_STATE_SUCCEEDED,
-             "linear probe accuracy " + Fixed(100 * e.linear_probe_accuracy()) +
-                 "%, kNN accuracy " + Fixed(100 * e.knn_accuracy()) + "%");
+  // The single-label figures when the dataset has classes (a probe picks λ > 0), and the
+  // multi-label mAP when it has label sets.
+  std::string summary;
+  if (e.linear_probe_lambda() > 0 || e.knn_accuracy() > 0)
+    summary = "linear probe accuracy " + Fixed(100 * e.linear_probe_accuracy()) +
+              "%, kNN accuracy " + Fixed(100 * e.knn_accuracy()) + "%";
+  if (e.has_multi_label())
+    summary += (summary.empty() ? "" : ", ") + std::string("multi-label mAP ") +
+               Fixed(100 * e.multi_label().mean_average_precision()) + "%";
+  Transition(job, v1::JOB_STATE_SUCCEEDED, summary.empty() ? "evaluated" : summary);
 }
 
 void JobManager::AfterRoundTrained(JobEntry* job) {

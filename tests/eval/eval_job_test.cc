@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "common/dataset/make/make_dataset.h"
 #include "common/file_util.h"
 #include "tests/coordinator/harness.h"
 #include "worker/eval/features.h"
@@ -134,6 +135,62 @@ TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
             0);
   EXPECT_NE(out.find("outside [1, model depth 1]"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(BinPath("mlcdctl"), {flag, "eval", "--job", "no-such-job"}, &out), 3) << out;
+}
+
+// A job evaluated on an annotated dataset (generated Fashion mosaics, label sets and no single
+// class): EVALUATING runs the multi-label protocol for the model and both baselines, the job
+// stores it, and `mlcdctl get` prints the table.
+TEST(EvalJobTest, MultiLabelEvaluationIsStoredAndShown) {
+  TempDir dir;
+  MakeDatasetOptions make;
+  make.kind = GeneratedKind::kFashionMosaic;
+  make.out = dir.Sub("mosaics");
+  make.seed = 4;
+  make.train = 80;
+  make.test = 40;
+  ASSERT_TRUE(MakeDataset(make).ok());
+  TestCluster cluster(dir);
+  ASSERT_TRUE(cluster.StartServices().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartWorker(0).ok());
+  ASSERT_TRUE(cluster.StartWorker(1).ok());
+  ASSERT_TRUE(cluster.WaitForIdleWorkers(2, seconds(60)).ok()) << cluster.Logs();
+
+  TinyJob spec;
+  spec.name = "tiny-multi-label-eval";
+  spec.evaluation = true;
+  std::string yaml = spec.Yaml();
+  // The evaluation dataset: the mosaics, decoded at the model's 28 x 28.
+  yaml.insert(yaml.rfind('}'),
+              ", dataset: {format: webdataset, index: " + dir.Sub("mosaics/train-index") +
+                  ", test_index: " + dir.Sub("mosaics/test-index") +
+                  ", mean: [0.286], stddev: [0.353]}");
+  auto submitted = cluster.Submit(yaml, "multi-label-eval-job-test");
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString() << "\n" << yaml;
+  auto done = cluster.WaitForJob(
+      submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(400));
+  ASSERT_TRUE(done.ok()) << done.status().ToString() << cluster.Logs();
+  ASSERT_EQ(done->state(), v1::JOB_STATE_SUCCEEDED) << done->message() << cluster.Logs();
+  ASSERT_TRUE(done->has_evaluation());
+  const auto& e = done->evaluation();
+  EXPECT_EQ(e.test_samples(), 40u);
+  ASSERT_TRUE(e.has_multi_label());
+  EXPECT_EQ(e.multi_label().num_labels(), 10);
+  EXPECT_GT(e.multi_label().mean_average_precision(), 0);
+  EXPECT_EQ(e.linear_probe_accuracy(), 0);  // no single class
+  ASSERT_EQ(e.baselines_size(), 2);
+  for (const auto& b : e.baselines()) EXPECT_TRUE(b.has_multi_label()) << b.name();
+
+  std::string out;
+  EXPECT_EQ(RunCommand(BinPath("mlcdctl"),
+                       {"--coordinator=" + cluster.coordinator_address(), "get", done->id()}, &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("multi-label"), std::string::npos) << out;
+  EXPECT_NE(out.find("10 labels"), std::string::npos) << out;
+  EXPECT_NE(out.find("raw pixels"), std::string::npos) << out;
+  // No single-label figures where the dataset has no classes.
+  EXPECT_EQ(out.find("linear probe"), std::string::npos) << out;
+  EXPECT_NE(out.find("multi-label mAP"), std::string::npos) << out;  // the job's message
 }
 
 }  // namespace
