@@ -13,7 +13,8 @@ def _metrics(base):
 
 
 def _result():
-    r = job_pb2.EvaluationResult(linear_probe_accuracy=0.8, knn_accuracy=0.75)
+    r = job_pb2.EvaluationResult(linear_probe_accuracy=0.8, linear_probe_lambda=0.1,
+                                 knn_accuracy=0.75)
     r.multi_label.CopyFrom(_metrics(0.7))
     r.model_predictions.CopyFrom(_metrics(0.65))
     r.attributes.add(name="shape", num_classes=10, linear_probe_accuracy=0.81)
@@ -56,6 +57,13 @@ def test_the_table_has_each_part():
     assert lines[8].split() == ["attribute", "trained", "random", "init", "raw", "pixels"]
     assert lines[9].split() == ["shape", "81.00", "%", "30.00", "%", "-", "(10", "classes)"]
     assert len(lines) == 11
+
+
+def test_no_single_label_rows_without_classes():
+    r = _result()
+    r.linear_probe_accuracy = r.linear_probe_lambda = r.knn_accuracy = 0
+    lines = mlcd.evaluation_table(r).splitlines()
+    assert lines[0].startswith("multi-label") and len(lines) == 7
 
 
 def test_an_empty_result_has_no_table():

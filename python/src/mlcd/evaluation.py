@@ -63,7 +63,9 @@ def _percent(value) -> str:
 def evaluation_table(result: job_pb2.EvaluationResult) -> str:
     """The whole evaluation as text, one line per model or attribute."""
     lines = []
-    if result.baselines or result.linear_probe_accuracy or result.knn_accuracy:
+    # Single-label figures exist when a probe ran (it always picks lambda > 0) or kNN did: not
+    # for a dataset with annotations and no classes.
+    if result.linear_probe_lambda > 0 or result.knn_accuracy > 0:
         lines.append(f"{'model':<14}{'linear probe':>14}{'kNN':>11}")
         lines.append(f"{'trained':<14}{_percent(result.linear_probe_accuracy):>14}"
                      f"{_percent(result.knn_accuracy):>11}")
