@@ -9,9 +9,9 @@
 
 #include <cmath>
 
-#include "common/dataset/make/make_dataset.h"
 #include "common/file_util.h"
 #include "tests/coordinator/harness.h"
+#include "tests/eval/make_generated.h"
 #include "worker/eval/features.h"
 
 namespace mlcd::testing {
@@ -19,13 +19,18 @@ namespace {
 
 using std::chrono::seconds;
 
+// The services and two idle worker slots.
+void StartCluster(TestCluster* cluster) {
+  ASSERT_TRUE(cluster->StartServices().ok()) << cluster->Logs();
+  ASSERT_TRUE(cluster->StartWorker(0).ok());
+  ASSERT_TRUE(cluster->StartWorker(1).ok());
+  ASSERT_TRUE(cluster->WaitForIdleWorkers(2, seconds(60)).ok()) << cluster->Logs();
+}
+
 TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
   TempDir dir;
   TestCluster cluster(dir);
-  ASSERT_TRUE(cluster.StartServices().ok()) << cluster.Logs();
-  ASSERT_TRUE(cluster.StartWorker(0).ok());
-  ASSERT_TRUE(cluster.StartWorker(1).ok());
-  ASSERT_TRUE(cluster.WaitForIdleWorkers(2, seconds(60)).ok()) << cluster.Logs();
+  ASSERT_NO_FATAL_FAILURE(StartCluster(&cluster));
 
   TinyJob spec;
   spec.name = "tiny-eval";
@@ -142,18 +147,9 @@ TEST(EvalJobTest, TwoRoundJobExtractsFeaturesAndStoresItsEvaluation) {
 // stores it, and `mlcdctl get` prints the table.
 TEST(EvalJobTest, MultiLabelEvaluationIsStoredAndShown) {
   TempDir dir;
-  MakeDatasetOptions make;
-  make.kind = GeneratedKind::kFashionMosaic;
-  make.out = dir.Sub("mosaics");
-  make.seed = 4;
-  make.train = 80;
-  make.test = 40;
-  ASSERT_TRUE(MakeDataset(make).ok());
+  ASSERT_TRUE(MakeGenerated(GeneratedKind::kFashionMosaic, dir.Sub("mosaics"), 4, 80, 40).ok());
   TestCluster cluster(dir);
-  ASSERT_TRUE(cluster.StartServices().ok()) << cluster.Logs();
-  ASSERT_TRUE(cluster.StartWorker(0).ok());
-  ASSERT_TRUE(cluster.StartWorker(1).ok());
-  ASSERT_TRUE(cluster.WaitForIdleWorkers(2, seconds(60)).ok()) << cluster.Logs();
+  ASSERT_NO_FATAL_FAILURE(StartCluster(&cluster));
 
   TinyJob spec;
   spec.name = "tiny-multi-label-eval";

@@ -4,8 +4,8 @@
 // random-init and raw-pixel baselines beside it, through the real WebDataset shards and index.
 #include <gtest/gtest.h>
 
-#include "common/dataset/make/make_dataset.h"
 #include "common/spec_defaults.h"
+#include "tests/eval/make_generated.h"
 #include "tests/testing/process.h"
 #include "worker/eval/baselines.h"
 #include "worker/eval/runner.h"
@@ -38,21 +38,10 @@ EvaluationOptions TinyEvaluation(const std::string& dir, int image_size, int cha
   return o;
 }
 
-Status Make(GeneratedKind kind, const std::string& out, uint64_t seed, int64_t train, int64_t test,
-            int image_size) {
-  MakeDatasetOptions make;
-  make.kind = kind;
-  make.out = out;
-  make.seed = seed;
-  make.train = train;
-  make.test = test;
-  make.image_size = image_size;
-  return MakeDataset(make).status();
-}
-
 TEST(GeneratedEvalTest, TrifeatureProbesEveryAttributeBesideTheBaselines) {
   testing::TempDir dir;
-  ASSERT_TRUE(Make(GeneratedKind::kTrifeature, dir.Sub("tri"), 1, 80, 40, 24).ok());
+  ASSERT_TRUE(
+      testing::MakeGenerated(GeneratedKind::kTrifeature, dir.Sub("tri"), 1, 80, 40, 24).ok());
   EvaluationOptions o = TinyEvaluation(dir.Sub("tri"), 24, 3);
   auto r = RunEvaluation(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -87,7 +76,9 @@ TEST(GeneratedEvalTest, TrifeatureProbesEveryAttributeBesideTheBaselines) {
 
 TEST(GeneratedEvalTest, FashionMosaicsRunTheMultiLabelProtocol) {
   testing::TempDir dir;
-  ASSERT_TRUE(Make(GeneratedKind::kFashionMosaic, dir.Sub("mosaics"), 2, 120, 60, 0).ok());
+  ASSERT_TRUE(
+      testing::MakeGenerated(GeneratedKind::kFashionMosaic, dir.Sub("mosaics"), 2, 120, 60, 0)
+          .ok());
   EvaluationOptions o = TinyEvaluation(dir.Sub("mosaics"), 56, 1);
   o.spec.mutable_dataset()->add_mean(0.2860);
   o.spec.mutable_dataset()->add_stddev(0.3530);
