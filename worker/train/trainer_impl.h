@@ -27,6 +27,7 @@
 #include "worker/train/label_prefetcher.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/objective.h"
+#include "worker/train/objective_factory.h"
 #include "worker/train/partial_fc_objective.h"
 #include "worker/train/round_layer.h"
 #include "worker/train/sample_order.h"
@@ -58,6 +59,11 @@ struct Trainer::Impl {
   // PartialFc layer (null otherwise).
   std::unique_ptr<TrainObjective> objective;
   PartialFcObjective* classification = nullptr;
+  // The objective reads labels (a label set and the prefetcher); rows per image (views).
+  bool needs_labels = true;
+  int views = 1;
+  // The objective is the PartialFc layer (class centres: memory, centroids, checkpoint sizes).
+  bool class_centres = true;
   std::unique_ptr<TrainMetrics> metrics;
   LrScheduleOptions lr;
   ScheduleOptions schedule;
@@ -92,6 +98,8 @@ struct Trainer::Impl {
   }
   Status Init();
   Status ResolveSpec();
+  Status CheckLabelSet();
+  Status JoinAndBuild();
   Status SetUpSchedule();
   Status RestoreOrInitialise();
   // CheckModelMemory for this rank's training (worker/model/model_memory.h), its host's free
@@ -104,6 +112,7 @@ struct Trainer::Impl {
   Status Run();
   LabelPrefetcherOptions PrefetcherOptions() const;
   BatchLoaderOptions LoaderOptions() const;
+  std::string ObjectiveFigures(const StepReport& report) const;
   void AnnounceStep(const StepPosition& pos, const StepReport& report, double loss,
                     bool last_batch);
   StatusOr<std::string> Checkpoint(const StepPosition& position, int64_t steps_done_in_epoch,
