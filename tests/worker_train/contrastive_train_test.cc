@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,20 +26,26 @@ namespace {
 using mlcd::testing::TempDir;
 using nlohmann::json;
 
+// The suite's scratch directory and label store, with the k-means set "con/r0" (96 images,
+// 8 clusters, 2 labels each), made once.
+struct Shared {
+  TempDir dir;
+  train_testing::LabelStoreProcess store;
+};
+
 class ContrastiveTrainTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    store_ = new train_testing::LabelStoreProcess();
-    Status st = store_->Start(*dir_);
-    ASSERT_TRUE(st.ok()) << st.ToString() << store_->process().Log();
-    st = train_testing::WriteKMeansLabelSet(store_->address(), "con/r0", 96, 8, 2);
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    shared_ = std::make_unique<Shared>();
+    Status started = shared_->store.Start(shared_->dir);
+    ASSERT_TRUE(started.ok()) << started.ToString() << shared_->store.process().Log();
+    Status written =
+        train_testing::WriteKMeansLabelSet(shared_->store.address(), "con/r0", 96, 8, 2);
+    ASSERT_TRUE(written.ok()) << written.ToString();
   }
-  static void TearDownTestSuite() {
-    delete store_;
-    delete dir_;
-  }
+  static void TearDownTestSuite() { shared_.reset(); }
+  static const TempDir& dir() { return shared_->dir; }
+  static const std::string& store() { return shared_->store.address(); }
 
   // 96 images, 16 per global batch (32 views): 6 steps per epoch, `epochs` epochs.
   static v1::JobSpec Spec(const std::string& variant, int epochs = 2) {
@@ -55,7 +62,7 @@ class ContrastiveTrainTest : public ::testing::Test {
     return spec;
   }
   std::string SpecFile(const std::string& name, const v1::JobSpec& spec) {
-    const std::string path = dir_->Sub(name + ".spec.json");
+    const std::string path = dir().Sub(name + ".spec.json");
     EXPECT_TRUE(train_testing::WriteSpecJson(path, spec).ok());
     return path;
   }
@@ -63,21 +70,19 @@ class ContrastiveTrainTest : public ::testing::Test {
   std::vector<std::string> Args(const std::string& spec, bool labels,
                                 std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {"--spec", spec, "--log-every", "1"};
-    if (labels) a.insert(a.end(), {"--labelstore", store_->address(), "--label-set", "con/r0"});
+    if (labels) a.insert(a.end(), {"--labelstore", store(), "--label-set", "con/r0"});
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
   std::vector<json> Progress(const std::string& name, int rank = 0) {
     return train_testing::EventsOf(
-        train_testing::ReadEvents(dir_->Sub(name) + ".r" + std::to_string(rank) + ".jsonl"),
+        train_testing::ReadEvents(dir().Sub(name) + ".r" + std::to_string(rank) + ".jsonl"),
         "progress");
   }
 
-  static TempDir* dir_;
-  static train_testing::LabelStoreProcess* store_;
+  static std::unique_ptr<Shared> shared_;
 };
-TempDir* ContrastiveTrainTest::dir_ = nullptr;
-train_testing::LabelStoreProcess* ContrastiveTrainTest::store_ = nullptr;
+std::unique_ptr<Shared> ContrastiveTrainTest::shared_;
 
 double MeanLoss(const std::vector<json>& events, size_t begin, size_t end) {
   double s = 0;
@@ -92,7 +97,7 @@ TEST_F(ContrastiveTrainTest, EveryVariantTrainsAndTwoRanksGiveTheLossesOfOne) {
     const std::string spec = SpecFile(variant, Spec(variant, 3));
     for (int world : {1, 2}) {
       const std::string name = variant + ".w" + std::to_string(world);
-      Status st = train_testing::RunTrainGang(Args(spec, labels), world, dir_->Sub(name));
+      Status st = train_testing::RunTrainGang(Args(spec, labels), world, dir().Sub(name));
       ASSERT_TRUE(st.ok()) << st.ToString();
     }
     const auto one = Progress(variant + ".w1"), two = Progress(variant + ".w2");
@@ -139,14 +144,14 @@ TEST_F(ContrastiveTrainTest, ResumeEndsWithTheParametersOfAnUninterruptedRun) {
   v1::JobSpec s = Spec("mulsupcon");
   s.mutable_training()->set_checkpoint_every_steps(2);
   const std::string spec = SpecFile("resume", s);
-  const std::string full = dir_->Sub("resume.full.ckpt"), part = dir_->Sub("resume.part.ckpt");
+  const std::string full = dir().Sub("resume.full.ckpt"), part = dir().Sub("resume.part.ckpt");
   Status st = train_testing::RunTrainGang(
       Args(spec, true, {"--checkpoint-dir", full, "--keep-checkpoints", "0"}), 2,
-      dir_->Sub("resume.full"));
+      dir().Sub("resume.full"));
   ASSERT_TRUE(st.ok()) << st.ToString();
   st = train_testing::RunTrainGang(
       Args(spec, true, {"--checkpoint-dir", part, "--resume", full + "/ckpt-r0-e0-s4"}), 2,
-      dir_->Sub("resume.part"));
+      dir().Sub("resume.part"));
   ASSERT_TRUE(st.ok()) << st.ToString();
   const auto a = Progress("resume.full"), b = Progress("resume.part");
   ASSERT_EQ(a.size(), 12u);

@@ -467,6 +467,19 @@ void Trainer::Impl::AnnounceStep(const StepPosition& pos, const StepReport& repo
   }
 }
 
+// The labels of `batch` as [rows, l] int32 viewing `labels` (the batch's replacements of bad
+// images applied, one row per view); undefined when no labels are read.
+StatusOr<torch::Tensor> Trainer::Impl::LabelRows(const LoadedBatch& batch, BatchLabels* labels) {
+  if (labels == nullptr) return torch::Tensor();
+  if (labels->ids != batch.ids) return Status::Internal("label and image batches are out of step");
+  ApplyReplacements(batch.replaced, labels->labels_per_sample, &labels->labels);  // bad images
+  const int64_t n = static_cast<int64_t>(labels->ids.size());
+  torch::Tensor rows =
+      torch::from_blob(labels->labels.data(), {n, labels->labels_per_sample}, torch::kInt);
+  // Rows 2k and 2k+1 are image k's views.
+  return views > 1 ? rows.repeat_interleave(views, 0) : rows;
+}
+
 Status Trainer::Impl::Run() {
   const auto run_start = Clock::now();
   BatchSchedule plan(schedule);
@@ -508,17 +521,8 @@ Status Trainer::Impl::Run() {
     const auto data_start = Clock::now();
     MLCD_ASSIGN_OR_RETURN(LoadedBatch batch, loader.Next());
     const double data_wait = SecondsBetween(data_start, Clock::now());
-    torch::Tensor label_tensor;
-    if (prefetcher) {
-      if (labels.ids != batch.ids)
-        return Status::Internal("label and image batches are out of step");
-      ApplyReplacements(batch.replaced, labels.labels_per_sample, &labels.labels);  // bad images
-      const int64_t n = static_cast<int64_t>(labels.ids.size());
-      label_tensor =
-          torch::from_blob(labels.labels.data(), {n, labels.labels_per_sample}, torch::kInt);
-      // One row of labels per view (rows 2k and 2k+1 are image k's views).
-      if (views > 1) label_tensor = label_tensor.repeat_interleave(views, 0);
-    }
+    MLCD_ASSIGN_OR_RETURN(torch::Tensor label_tensor,
+                          LabelRows(batch, prefetcher ? &labels : nullptr));
     const StepPosition pos = batch.position;
     const int64_t global_step = GlobalStep(pos.epoch, pos.step_in_epoch);
     const double step_lr = LearningRateAt(lr, LrStep(pos.epoch, pos.step_in_epoch));

@@ -112,6 +112,7 @@ struct Trainer::Impl {
   Status Run();
   LabelPrefetcherOptions PrefetcherOptions() const;
   BatchLoaderOptions LoaderOptions() const;
+  StatusOr<torch::Tensor> LabelRows(const LoadedBatch& batch, BatchLabels* labels);
   std::string ObjectiveFigures(const StepReport& report) const;
   void AnnounceStep(const StepPosition& pos, const StepReport& report, double loss,
                     bool last_batch);
