@@ -258,7 +258,9 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
                   "HOST:PORT of rank 0's c10d TCPStore (rank 0 serves it)")
       ->envname("MLCD_RENDEZVOUS");
   AddPeerFlag(*cmd, "labelstore", &flags->labelstore, "127.0.0.1:7610");
-  cmd->add_option("--label-set", flags->label_set, "label set to train on, e.g. job/<id>/r<round>");
+  cmd->add_option("--label-set", flags->label_set,
+                  "label set to train on, e.g. job/<id>/r<round> (not read with loss.variant "
+                  "infonce)");
   cmd->add_option(
       "--centroids", flags->centroids,
       "the round's k-means centroids (.npy, k x embed_dim) for training.centre_init (auto: used in "
