@@ -251,13 +251,16 @@ Status Trainer::Impl::RestoreOrInitialise() {
   MLCD_ASSIGN_OR_RETURN(
       PartialFcOptions popts,
       LayerOptionsFromSpec(spec, vit_options.embed_dim, options.round, device, precision));
-  MLCD_ASSIGN_OR_RETURN(partial_fc, PartialFc::Create(popts, comm.get()));
+  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFcObjective> layer,
+                        PartialFcObjective::Create(popts, comm.get()));
+  classification = layer.get();
+  objective = std::move(layer);
   TrainStepParts parts;
   parts.model = model;
   parts.flat = flat.get();
   parts.optimizer = optimizer.get();
   parts.grad_sync = grad_sync.get();
-  parts.partial_fc = partial_fc.get();
+  parts.objective = objective.get();
   step = std::make_unique<TrainStep>(parts, device, precision);
 
   if (resume && meta.round == options.round) {
@@ -267,7 +270,7 @@ Status Trainer::Impl::RestoreOrInitialise() {
           " class centres of size " + std::to_string(meta.embedding_dim) + "; this run needs " +
           std::to_string(popts.num_classes) + " of size " + std::to_string(popts.embedding_dim));
     }
-    MLCD_RETURN_IF_ERROR(partial_fc->Load(resumed_from));
+    MLCD_RETURN_IF_ERROR(objective->Load(resumed_from));
     schedule.first_epoch = meta.next_epoch();
     schedule.first_step = meta.next_step_in_epoch();
     if (schedule.first_epoch != options.first_epoch || schedule.first_step != 0) {
@@ -280,7 +283,7 @@ Status Trainer::Impl::RestoreOrInitialise() {
   } else {
     bool from_centroids = false;
     MLCD_RETURN_IF_ERROR(InitCentresFromCentroids(spec, options.round, options.centroids_path,
-                                                  partial_fc.get(), &from_centroids));
+                                                  &classification->layer(), &from_centroids));
     const std::string centres =
         from_centroids ? "class centres from the k-means centroids " + options.centroids_path
                        : "random class centres";
@@ -301,10 +304,8 @@ Status Trainer::Impl::RestoreOrInitialise() {
                  << comm->backend_name() << "), " << device << ", " << PrecisionName(precision)
                  << ", " << at::get_num_threads() << " threads; model "
                  << DescribeVitOptions(vit_options) << " (" << model->NumParameters()
-                 << " parameters); " << dataset->Describe() << "; classes "
-                 << partial_fc->class_range().begin << ".." << partial_fc->class_range().end
-                 << " of " << spec.clustering().k() << "; " << steps_per_epoch
-                 << " steps per epoch, " << job_total_steps << " in the job";
+                 << " parameters); " << dataset->Describe() << "; " << objective->Describe() << "; "
+                 << steps_per_epoch << " steps per epoch, " << job_total_steps << " in the job";
   return Status::Ok();
 }
 
@@ -330,7 +331,7 @@ StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
   state.model = model;
   state.flat = flat.get();
   state.optimizer = optimizer.get();
-  state.partial_fc = partial_fc.get();
+  state.objective = objective.get();
   state.job_id = options.job_id;
   // Pruning keeps the coordinator's last commit and everything after it (the agent's file names
   // it; until then the checkpoint this run resumed from is the last commit).
@@ -465,7 +466,7 @@ Status Trainer::Impl::Run() {
                                          std::to_string(pos.step_in_epoch) + " (global step " +
                                          std::to_string(global_step) + ")");
     }
-    const PartialFcStep* fc = &result->fc;
+    const ObjectiveStep* fc = &result->objective;
     const BackboneStepStats& bstats = result->backbone;
     const TrainStepTimings& t = result->timings;
     const auto step_end = Clock::now();

@@ -18,7 +18,6 @@
 #include "common/log.h"
 #include "common/npy.h"
 #include "worker/dist/collectives.h"
-#include "worker/loss/partial_fc.h"
 #include "worker/model/model_memory.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
@@ -27,6 +26,8 @@
 #include "worker/train/grad_sync.h"
 #include "worker/train/label_prefetcher.h"
 #include "worker/train/lr_schedule.h"
+#include "worker/train/objective.h"
+#include "worker/train/partial_fc_objective.h"
 #include "worker/train/round_layer.h"
 #include "worker/train/sample_order.h"
 #include "worker/train/step_budget.h"
@@ -53,7 +54,10 @@ struct Trainer::Impl {
   std::unique_ptr<FlatParameters> flat;
   std::unique_ptr<BackboneAdamW> optimizer;
   std::unique_ptr<GradSync> grad_sync;
-  std::unique_ptr<PartialFc> partial_fc;
+  // What the step optimises (worker/train/objective.h); `classification` is it when it is the
+  // PartialFc layer (null otherwise).
+  std::unique_ptr<TrainObjective> objective;
+  PartialFcObjective* classification = nullptr;
   std::unique_ptr<TrainMetrics> metrics;
   LrScheduleOptions lr;
   ScheduleOptions schedule;
