@@ -268,7 +268,8 @@ TEST(LabelHeadsTest, PatchTokensComeFromForwardsPass) {
     torch::NoGradGuard no_grad;
     const at::Tensor images = at::randn({2, 1, 28, 28});
     at::Tensor tokens;
-    const at::Tensor e = vit->ForwardWithPatchTokens(images, &tokens);
+    at::Tensor e;
+    vit->Features(images, VitFeatures::kEmbedding, 4, &e, &tokens);
     EXPECT_LT((e - vit->forward(images)).abs().max().item<double>(), 1e-5);
     const VitOptions& o = vit->options();
     ASSERT_EQ(tokens.sizes(), (at::IntArrayRef{2, o.num_patches(), o.width}));

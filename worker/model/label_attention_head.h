@@ -3,7 +3,7 @@
 // D-dimensional embedding per label and image, a classifier per label, and the projector of
 // the label-level contrastive loss (worker/loss/llcl.h).
 //
-// With r_i [P, C] the image's patch tokens (VisionTransformerImpl::ForwardWithPatchTokens),
+// With r_i [P, C] the image's patch tokens (VisionTransformerImpl::Features(..., patch_tokens)),
 // U [L, C] the learned label embeddings, h heads:
 //   MultiAtt(Q, K, V) = concat_h(softmax(Q W_h^q (K W_h^k)ᵀ / sqrt(d/h)) V W_h^v) W^o
 //   MAB(Q, K)         = LN(Q' + ReLU(Q' W^f + b^f)),  Q' = LN(Q W^q + MultiAtt(Q, K, K))

@@ -512,21 +512,6 @@ torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
   return Features(images, VitFeatures::kEmbedding);
 }
 
-torch::Tensor VisionTransformerImpl::ForwardWithPatchTokens(const torch::Tensor& images,
-                                                            torch::Tensor* patch_tokens) {
-  const auto& o = options_;
-  const int64_t batch = images.size(0), d = o.width, t = o.tokens();
-  const bool cls = o.pooling == VitPooling::kCls;
-  torch::Tensor x = Tokens(images);
-  for (const Block& b : blocks_) x = BlockForward(b, x, batch);
-  // The LayerNorm is per token, so the class token's row of the normalised tokens is the
-  // pooled row forward() normalises.
-  const torch::Tensor normed = LayerNorm(x, norm_).view({batch, t, d});
-  *patch_tokens = normed.narrow(1, cls ? 1 : 0, o.num_patches());
-  const torch::Tensor pooled = cls ? normed.select(1, 0) : LayerNorm(Pool(x, batch), norm_);
-  return Linear(pooled, head_, torch::Tensor());
-}
-
 int64_t VisionTransformerImpl::FeatureDim(VitFeatures features, int blocks) const {
   switch (features) {
     case VitFeatures::kEmbedding:

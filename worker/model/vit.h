@@ -136,13 +136,6 @@ class VisionTransformerImpl : public torch::nn::Module {
   // Columns of Features(.., features, blocks).
   int64_t FeatureDim(VitFeatures features, int blocks = 4) const;
 
-  // forward()'s embedding [B, embed_dim] from the same pass that gives the patch tokens of the
-  // last block through the final LayerNorm, [B, num_patches, width] in raster order (the
-  // class token left out): the image features r_i a label-attention head reads
-  // (worker/model/label_attention_head.h). Both keep their autograd graph; forward() itself
-  // is unchanged and does not compute the tokens' LayerNorm.
-  torch::Tensor ForwardWithPatchTokens(const torch::Tensor& images, torch::Tensor* patch_tokens);
-
   // The hidden states as Hugging Face's output_hidden_states gives them, [B, tokens, width]
   // each: [0] the block input (embeddings, after the CLIP layout's LayerNorm), [i] the output
   // of block i (no final LayerNorm); depth + 1 tensors. A LLaVA-style tower takes the patch
