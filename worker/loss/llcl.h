@@ -10,7 +10,7 @@
 //   L = (1/M) Σ L_ij over the M anchors with P(i,j) ≠ ∅      (L = 0 when M = 0)
 // An anchor whose label no other image carries has no positive and contributes nothing (the
 // paper's Eq. 8 would divide by zero). The paper sums over the anchors; the mean keeps the
-// loss's scale independent of the batch, and its weight γ (MulConOptions) scales it.
+// loss's scale independent of the batch, and its weight γ (loss.mulcon.llcl_weight) scales it.
 //
 // This is the supcon-all loss of worker/loss/contrastive_loss.h with one view, on the active
 // rows, each labelled with its one label j: the active rows of every rank are the rows that

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "common/file_util.h"
+
 namespace mlcd::worker {
 namespace {
 
@@ -69,6 +71,26 @@ StatusOr<LabelAttentionHead> ReadMulconHead(const SafetensorsFile& file) {
   LabelAttentionHead head(o);
   MLCD_RETURN_IF_ERROR(LoadHeadTensors(*head, file, kMulconHeadPrefix));
   return head;
+}
+
+StatusOr<std::string> ExportCheckpointHead(const std::string& checkpoint_dir,
+                                           const std::string& out, bool directory) {
+  const std::string source = checkpoint_dir + "/" + kLabelHeadFile;
+  if (!PathExists(source)) return std::string();
+  MLCD_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(source));
+  std::string target;
+  if (directory) {
+    target = out + "/" + kLabelHeadFile;
+  } else {
+    const size_t slash = out.find_last_of('/');
+    const size_t dot = out.find_last_of('.');
+    const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+    target = (has_ext ? out.substr(0, dot) : out) + ".head.safetensors";
+  }
+  std::vector<SafetensorsTensor> views;
+  for (const auto& [name, t] : file.tensors) views.push_back({name, t.shape, t.values.data()});
+  MLCD_RETURN_IF_ERROR(WriteSafetensors(target, views, file.metadata));
+  return target;
 }
 
 Status LoadHeadTensors(torch::nn::Module& head, const SafetensorsFile& file,

@@ -28,6 +28,8 @@ namespace mlcd::worker {
 inline constexpr char kBceHeadPrefix[] = "bce_head.";
 inline constexpr char kMulconHeadPrefix[] = "mulcon_head.";
 inline constexpr char kMulconHeadsKey[] = "mulcon_head.heads";
+// The file a checkpoint keeps a trained label head in (worker/train/label_head_objective.h).
+inline constexpr char kLabelHeadFile[] = "label_head.safetensors";
 
 // The head's parameters as float32 CPU tensors named prefix + named_parameters() name, in
 // that order.
@@ -44,6 +46,14 @@ Status WriteHeadSafetensors(const std::string& path, const std::vector<ExportTen
 // shapes, h from the metadata. INVALID_ARGUMENT naming a missing tensor or key, a wrong shape,
 // or options ValidateLabelAttentionOptions refuses.
 StatusOr<LabelAttentionHead> ReadMulconHead(const SafetensorsFile& file);
+
+// `mlcd-worker export`'s head: when `checkpoint_dir` holds a trained label head
+// (kLabelHeadFile), writes its tensors and metadata, read back and checked, beside the export
+// `out`: <out>/label_head.safetensors for a directory format (`directory`), else
+// <out without its extension>.head.safetensors. Returns the path written, or "" when the
+// checkpoint has no head (an MLCD or contrastive job).
+StatusOr<std::string> ExportCheckpointHead(const std::string& checkpoint_dir,
+                                           const std::string& out, bool directory);
 
 // Copies the file's prefix + name tensors into the head's parameters (every parameter must
 // be there with its shape; INVALID_ARGUMENT naming the first that is not).

@@ -12,7 +12,7 @@
 namespace mlcd::worker {
 namespace {
 
-constexpr char kHeadFile[] = "label_head.safetensors";
+constexpr const char* kHeadFile = kLabelHeadFile;
 constexpr char kOptimizerFile[] = "label_head.optimizer.pt";
 constexpr char kStepKey[] = "label_head.step";
 

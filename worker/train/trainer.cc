@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/stopwatch.h"
+#include "worker/train/label_head_spec.h"
 #include "worker/train/trainer_impl.h"
 
 #include "worker/dist/host_ranks.h"
@@ -248,13 +249,23 @@ Status Trainer::Impl::RestoreOrInitialise() {
   // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
   MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
 
-  MLCD_ASSIGN_OR_RETURN(
-      PartialFcOptions popts,
-      LayerOptionsFromSpec(spec, vit_options.embed_dim, options.round, device, precision));
-  MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFcObjective> layer,
-                        PartialFcObjective::Create(popts, comm.get()));
-  classification = layer.get();
-  objective = std::move(layer);
+  MLCD_ASSIGN_OR_RETURN(const LossFamily family, LossFamilyOf(spec.loss().variant()));
+  PartialFcOptions popts;
+  if (family == LossFamily::kLabelHead) {
+    MLCD_ASSIGN_OR_RETURN(LabelHeadObjectiveOptions hopts,
+                          LabelHeadOptionsFromSpec(spec, vit_options, job_total_steps));
+    MLCD_ASSIGN_OR_RETURN(std::unique_ptr<LabelHeadObjective> head,
+                          LabelHeadObjective::Create(hopts, comm.get()));
+    label_head = head.get();
+    objective = std::move(head);
+  } else {
+    MLCD_ASSIGN_OR_RETURN(
+        popts, LayerOptionsFromSpec(spec, vit_options.embed_dim, options.round, device, precision));
+    MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFcObjective> layer,
+                          PartialFcObjective::Create(popts, comm.get()));
+    classification = layer.get();
+    objective = std::move(layer);
+  }
   TrainStepParts parts;
   parts.model = model;
   parts.flat = flat.get();
@@ -264,7 +275,8 @@ Status Trainer::Impl::RestoreOrInitialise() {
   step = std::make_unique<TrainStep>(parts, device, precision);
 
   if (resume && meta.round == options.round) {
-    if (meta.num_classes != popts.num_classes || meta.embedding_dim != popts.embedding_dim) {
+    if (classification &&
+        (meta.num_classes != popts.num_classes || meta.embedding_dim != popts.embedding_dim)) {
       return Status::FailedPrecondition(
           "checkpoint " + resumed_from + " has " + std::to_string(meta.num_classes) +
           " class centres of size " + std::to_string(meta.embedding_dim) + "; this run needs " +
@@ -280,7 +292,7 @@ Status Trainer::Impl::RestoreOrInitialise() {
     }
     if (schedule.first_epoch > schedule.end_epoch) schedule.first_epoch = schedule.end_epoch;
     if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
-  } else {
+  } else if (classification) {
     bool from_centroids = false;
     MLCD_RETURN_IF_ERROR(InitCentresFromCentroids(spec, options.round, options.centroids_path,
                                                   &classification->layer(), &from_centroids));
@@ -459,7 +471,10 @@ Status Trainer::Impl::Run() {
     const int64_t n = static_cast<int64_t>(labels.ids.size());
     torch::Tensor label_tensor =
         torch::from_blob(labels.labels.data(), {n, labels.labels_per_sample}, torch::kInt);
-    auto result = step->Run(batch.images, label_tensor, step_lr, step_lr * centre_lr_multiplier);
+    // MulCon's step 2 runs at a smaller learning rate, the backbone's and the head's alike.
+    const double head_factor = label_head ? label_head->lr_multiplier() : 1.0;
+    auto result = step->Run(batch.images, label_tensor, step_lr * head_factor,
+                            label_head ? step_lr * head_factor : step_lr * centre_lr_multiplier);
     if (!result.ok()) {
       return result.status().WithContext("training step at round " + std::to_string(pos.round) +
                                          " epoch " + std::to_string(pos.epoch) + " step " +

@@ -24,6 +24,7 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/dataset.h"
 #include "worker/train/grad_sync.h"
+#include "worker/train/label_head_objective.h"
 #include "worker/train/label_prefetcher.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/objective.h"
@@ -58,6 +59,8 @@ struct Trainer::Impl {
   // PartialFc layer (null otherwise).
   std::unique_ptr<TrainObjective> objective;
   PartialFcObjective* classification = nullptr;
+  // The same for a label head (loss.variant bce or mulcon; worker/train/label_head_objective.h).
+  LabelHeadObjective* label_head = nullptr;
   std::unique_ptr<TrainMetrics> metrics;
   LrScheduleOptions lr;
   ScheduleOptions schedule;
