@@ -42,6 +42,10 @@ const std::vector<std::string>& ContrastiveVariantNames() {
                                                  "supcon-any"};
   return names;
 }
+const std::vector<std::string>& LabelHeadVariantNames() {
+  static const std::vector<std::string> names = {"bce", "mulcon"};
+  return names;
+}
 const std::vector<std::string>& MarginTypeNames() {
   static const std::vector<std::string> names = {"arc", "cos", "none"};
   return names;
@@ -72,11 +76,16 @@ StatusOr<ContrastiveVariant> ParseContrastiveVariant(const std::string& name) {
   return ParseByName<ContrastiveVariant>(ContrastiveVariantNames(), "contrastive loss variant",
                                          name);
 }
+StatusOr<LabelHeadVariant> ParseLabelHeadVariant(const std::string& name) {
+  return ParseByName<LabelHeadVariant>(LabelHeadVariantNames(), "label head variant", name);
+}
 StatusOr<LossFamily> LossFamilyOf(const std::string& name) {
   if (ParseLossVariant(name).ok()) return LossFamily::kClassification;
   if (ParseContrastiveVariant(name).ok()) return LossFamily::kContrastive;
+  if (ParseLabelHeadVariant(name).ok()) return LossFamily::kLabelHead;
   std::vector<std::string> all = LossVariantNames();
   for (const std::string& n : ContrastiveVariantNames()) all.push_back(n);
+  for (const std::string& n : LabelHeadVariantNames()) all.push_back(n);
   return UnknownName(all, "loss variant", name);
 }
 StatusOr<MarginType> ParseMarginType(const std::string& name) {
@@ -98,6 +107,9 @@ StatusOr<ClusteringEngine> ParseClusteringEngine(const std::string& name) {
 const char* LossVariantName(LossVariant value) { return NameOf(LossVariantNames(), value); }
 const char* ContrastiveVariantName(ContrastiveVariant value) {
   return NameOf(ContrastiveVariantNames(), value);
+}
+const char* LabelHeadVariantName(LabelHeadVariant value) {
+  return NameOf(LabelHeadVariantNames(), value);
 }
 const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
 const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }

@@ -18,9 +18,14 @@ enum class LossVariant { kMlcd, kMlc, kSoftmax };
 // LossVariant's, so one `loss.variant` field can name either family: LossFamilyOf tells which
 // parser to call next.
 enum class ContrastiveVariant { kInfoNce, kMulSupCon, kSupConAll, kSupConAny };
-// The family of a loss variant's name: LossVariant's (classification layer) or
-// ContrastiveVariant's.
-enum class LossFamily { kClassification, kContrastive };
+// An objective trained through a head on the backbone, with per-sample label sets as
+// multi-hot targets (docs/loss.md, "Label heads"): "bce" (image-level BCE over a linear head,
+// worker/loss/bce_head.h) | "mulcon" (label-level embeddings, BCE and the label-level
+// contrastive loss, worker/model/label_attention_head.h). Spellings disjoint from the others.
+enum class LabelHeadVariant { kBce, kMulCon };
+// The family of a loss variant's name: LossVariant's (classification layer),
+// ContrastiveVariant's or LabelHeadVariant's.
+enum class LossFamily { kClassification, kContrastive, kLabelHead };
 // The margin on positive logits: "arc" | "cos" | "none".
 enum class MarginType { kArc, kCos, kNone };
 // How clusterd finds an embedding's nearest centres: "exact" | "hnsw" | "ivf".
@@ -37,7 +42,8 @@ enum class ClusteringEngine { kClusterd, kGang };
 
 StatusOr<LossVariant> ParseLossVariant(const std::string& name);
 StatusOr<ContrastiveVariant> ParseContrastiveVariant(const std::string& name);
-// The family `name` belongs to; INVALID_ARGUMENT listing the spellings of both families.
+StatusOr<LabelHeadVariant> ParseLabelHeadVariant(const std::string& name);
+// The family `name` belongs to; INVALID_ARGUMENT listing the spellings of every family.
 StatusOr<LossFamily> LossFamilyOf(const std::string& name);
 StatusOr<MarginType> ParseMarginType(const std::string& name);
 StatusOr<SearchMethod> ParseSearchMethod(const std::string& name);
@@ -47,6 +53,7 @@ StatusOr<ClusteringEngine> ParseClusteringEngine(const std::string& name);
 
 const char* LossVariantName(LossVariant value);
 const char* ContrastiveVariantName(ContrastiveVariant value);
+const char* LabelHeadVariantName(LabelHeadVariant value);
 const char* MarginTypeName(MarginType value);
 const char* SearchMethodName(SearchMethod value);
 const char* PrecisionName(Precision value);
@@ -56,6 +63,7 @@ const char* ClusteringEngineName(ClusteringEngine value);
 // Every spelling, in declaration order (for validation messages and CLI choices).
 const std::vector<std::string>& LossVariantNames();
 const std::vector<std::string>& ContrastiveVariantNames();
+const std::vector<std::string>& LabelHeadVariantNames();
 const std::vector<std::string>& MarginTypeNames();
 const std::vector<std::string>& SearchMethodNames();
 const std::vector<std::string>& PrecisionNames();

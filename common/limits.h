@@ -33,6 +33,8 @@ constexpr int32_t kMaxProjectionDim = 4096;
 constexpr int32_t kMaxModelWidth = 8192;
 constexpr int32_t kMaxModelDepth = 128;
 constexpr int32_t kMaxModelHeads = 256;
+// MulCon's label-level embedding size D and projection d_z (loss.mulcon), each.
+constexpr int32_t kMaxMulconDim = 8192;
 constexpr int32_t kMaxEmbedDim = 16384;
 // dataset.jitter_brightness / _contrast / _saturation: the largest colour-jitter strength.
 constexpr double kMaxJitterStrength = 10;

@@ -129,6 +129,16 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (loss->scale() == 0) loss->set_scale(32);
   if (!loss->has_margin()) loss->set_margin(0.3);
   if (loss->margin_type().empty()) loss->set_margin_type(MarginTypeName(MarginType::kArc));
+  if (loss->variant() == LabelHeadVariantName(LabelHeadVariant::kMulCon)) {
+    auto* mulcon = loss->mutable_mulcon();
+    if (mulcon->label_dim() == 0) mulcon->set_label_dim(256);
+    if (mulcon->heads() == 0) mulcon->set_heads(4);
+    if (mulcon->projection_dim() == 0) mulcon->set_projection_dim(128);
+    if (!mulcon->has_pretrain_fraction()) mulcon->set_pretrain_fraction(0.5);
+    if (mulcon->contrastive_lr_multiplier() == 0) mulcon->set_contrastive_lr_multiplier(0.1);
+    if (mulcon->llcl_weight() == 0) mulcon->set_llcl_weight(0.1);
+    if (mulcon->temperature() == 0) mulcon->set_temperature(0.2);
+  }
 
   auto* model = spec->mutable_model();
   if (model->preset().empty()) model->set_preset("vit-tiny");

@@ -8,6 +8,7 @@
 #include "common/enums.h"
 #include "common/idx.h"
 #include "common/limits.h"
+#include "common/mulcon_memory.h"
 #include "common/spec_defaults.h"
 
 namespace mlcd {
@@ -271,6 +272,7 @@ void CheckLoss(const SectionContext& s, std::vector<SpecProblem>* problems) {
   if (!family.ok()) {
     std::vector<std::string> names = LossVariantNames();
     for (const std::string& n : ContrastiveVariantNames()) names.push_back(n);
+    for (const std::string& n : LabelHeadVariantNames()) names.push_back(n);
     c.OneOf("variant", loss.variant(), names);
   }
   if (family.ok() && *family == LossFamily::kContrastive) {
@@ -299,6 +301,59 @@ void CheckLoss(const SectionContext& s, std::vector<SpecProblem>* problems) {
   if (!(loss.margin() >= 0 && loss.margin() <= 1))
     c.Add("margin", Checker::Num(loss.margin()) + " is not in [0, 1]");
   c.OneOf("margin_type", loss.margin_type(), MarginTypeNames());
+}
+
+// loss.mulcon (variant "mulcon" only): the head's sizes, heads dividing the backbone's width
+// and label_dim, the schedule, and the head's activation memory on one worker's batch
+// (common/mulcon_memory.h) against kMaxActivationBytes, with the numbers.
+void CheckMulcon(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  const auto& loss = s.spec.loss();
+  if (loss.variant() != LabelHeadVariantName(LabelHeadVariant::kMulCon)) return;
+  const auto& mc = loss.mulcon();
+  const auto& m = s.spec.model();
+  Checker c(problems, s.prefix + "loss.mulcon");
+  c.InRange("label_dim", mc.label_dim(), 1, kMaxMulconDim);
+  c.InRange("projection_dim", mc.projection_dim(), 1, kMaxMulconDim);
+  c.InRange("heads", mc.heads(), 1, kMaxModelHeads);
+  if (mc.heads() >= 1 && mc.label_dim() >= 1 &&
+      (mc.label_dim() % mc.heads() != 0 || (m.width() >= 1 && m.width() % mc.heads() != 0))) {
+    c.Add("heads", Checker::Num(mc.heads()) + " must divide label_dim (" +
+                       Checker::Num(mc.label_dim()) + ") and model.width (" +
+                       Checker::Num(m.width()) + ")");
+  }
+  if (!(mc.pretrain_fraction() >= 0 && mc.pretrain_fraction() < 1))
+    c.Add("pretrain_fraction", Checker::Num(mc.pretrain_fraction()) + " is not in [0, 1)");
+  if (!(mc.contrastive_lr_multiplier() > 0 && mc.contrastive_lr_multiplier() <= 1)) {
+    c.Add("contrastive_lr_multiplier",
+          Checker::Num(mc.contrastive_lr_multiplier()) + " is not in (0, 1]");
+  }
+  c.Positive("llcl_weight", mc.llcl_weight());
+  c.Positive("temperature", mc.temperature());
+  const auto& t = s.spec.training();
+  const int64_t k = s.spec.clustering().k();  // 0 until a given label set's k is known
+  if (k < 1 || t.world_size() < 1 || m.patch_size() < 1 || m.image_size() < m.patch_size() ||
+      mc.label_dim() < 1 || mc.heads() < 1)
+    return;
+  const int64_t side = m.image_size() / m.patch_size();
+  MulconHeadShape shape;
+  shape.images = (int64_t{t.batch_size()} + t.world_size() - 1) / t.world_size();
+  shape.patches = side * side;
+  shape.token_dim = m.width();
+  shape.labels = k;
+  shape.label_dim = mc.label_dim();
+  shape.heads = mc.heads();
+  shape.projection_dim = mc.projection_dim();
+  const double bytes = MulconHeadActivationBytes(shape);
+  if (bytes > kMaxActivationBytes) {
+    c.Add("label_dim",
+          "the label-level embeddings of one worker's batch would take about " +
+              Checker::Num(bytes / 1e9) + " GB (" + Checker::Num(shape.images) +
+              " images per worker x L = " + Checker::Num(k) + " labels x D = " +
+              Checker::Num(mc.label_dim()) + ", with the attention over " +
+              Checker::Num(shape.patches) + " patch tokens; common/mulcon_memory.h); at most " +
+              Checker::Num(kMaxActivationBytes / 1e9) +
+              " GB: use a smaller label_dim or batch_size, or more workers (world_size)");
+  }
 }
 
 // The images of a format with fixed channels (Fashion-MNIST: 1) must match model.channels;
@@ -550,6 +605,7 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
   CheckDataset(s, &problems);
   CheckClustering(s, &problems);
   CheckLoss(s, &problems);
+  CheckMulcon(s, &problems);
   CheckModel(s, &problems);
   CheckActivations(s, &problems);
   CheckOptimizer(s, &problems);

@@ -21,6 +21,7 @@
 #include "worker/command_io.h"
 #include "worker/eval/embed.h"
 #include "worker/model/export.h"
+#include "worker/model/head_export.h"
 #include "worker/train/checkpoint.h"
 
 namespace mlcd::worker {
@@ -67,6 +68,10 @@ int RunExport(const ExportFlags& flags) {
   auto result = ExportModel(*model->model, settings, flags.out, source);
   if (!result.ok()) return fail(result.status());
   MLCD_LOG(INFO) << "exported " << model->description << " to " << result->weights_path;
+  // A bce or mulcon job's head goes beside the encoder (docs/export.md, "The label heads'
+  // tensors").
+  auto head = ExportCheckpointHead(model->checkpoint, flags.out, IsHuggingFaceFormat(*format));
+  if (!head.ok()) return fail(head.status().WithContext("exporting the label head"));
   nlohmann::json event = {{"event", "finished"},
                           {"weights", result->weights_path},
                           {"config", result->config_path},
@@ -78,6 +83,7 @@ int RunExport(const ExportFlags& flags) {
                           {"parameters", result->parameters},
                           {"model", model->description}};
   if (!result->hf_class.empty()) event["hf_class"] = result->hf_class;
+  if (!head->empty()) event["head"] = *head;
   if (result->torchvision_names) {
     event["torchvision_args"] = TorchvisionArgsJson(result->torchvision_args);
     event["torchvision_call"] = TorchvisionArgsCall(result->torchvision_args);
@@ -89,6 +95,7 @@ int RunExport(const ExportFlags& flags) {
     if (result->torchvision_names)
       std::cout << "torchvision: torchvision.models."
                 << TorchvisionArgsCall(result->torchvision_args) << "\n";
+    if (!head->empty()) std::cout << "label head: " << *head << "\n";
     if (!result->hf_class.empty())
       std::cout << "transformers: " << result->hf_class << ".from_pretrained(\"" << flags.out
                 << "\")\n";

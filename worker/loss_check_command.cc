@@ -24,6 +24,9 @@
 // row (< 0 = padding; infonce needs none). Writes DIR/loss.npy and DIR/grad_embeddings.npy
 // (N x D). With --world-size N rank ρ holds images [floor(Iρ/N), floor(I(ρ+1)/N)) of I = rows /
 // views and the batch is gathered (worker/loss/contrastive_loss.h).
+//   mlcd-worker loss-check --variant bce|mulcon ... --out DIR
+//
+// The label heads' losses: worker/loss/label_head_check.h lists their inputs and outputs.
 // Exit codes: 0 success, 2 invalid input or usage, 1 any other failure; a rank started by
 // hand (--rank) exits 3 when another process holds its rendezvous port (the parent, which
 // chose the port, starts its ranks again on another one).
@@ -43,6 +46,7 @@
 #include "worker/dist/collectives.h"
 #include "worker/dist/local_ranks.h"
 #include "worker/loss/contrastive_loss.h"
+#include "worker/loss/label_head_check.h"
 #include "worker/loss/partial_fc.h"
 #include "worker/train/train_step.h"
 
@@ -55,8 +59,10 @@ struct LossCheckArgs {
   std::string layer = "host", device = "auto";  // classification variants
   double scale = 32.0;
   double margin = 0.3;
-  double temperature = 0.1;  // contrastive variants
-  int views = 2;             // contrastive variants: rows per image
+  double temperature = 0.1;        // contrastive variants and mulcon
+  std::string tokens, bias, head;  // label heads (bce, mulcon)
+  double llcl_weight = 0.1;        // mulcon: γ
+  int views = 2;                   // contrastive variants: rows per image
   int world_size = 1;
   double timeout_seconds = 120;
   // Set by the parent for its child ranks only.
@@ -69,43 +75,12 @@ struct LossCheckInputs {
   PartialFcOptions options;
 };
 
-StatusOr<at::Tensor> ReadTensor(const std::string& flag, const std::string& path, bool want_float,
-                                int min_dim, int max_dim) {
-  if (path.empty()) return Status::InvalidArgument(flag + " is required");
-  auto map = MappedNpy::Open(path);
-  if (!map.ok()) return map.status().WithContext(flag);
-  const NpyHeader& h = map->header();
-  const int dims = static_cast<int>(h.shape.size());
-  std::string shape;
-  for (size_t i = 0; i < h.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(h.shape[i]);
-  if (dims < min_dim || dims > max_dim) {
-    return Status::InvalidArgument(
-        flag + " " + path + ": expected a " +
-        (min_dim == max_dim ? std::to_string(min_dim)
-                            : std::to_string(min_dim) + "- or " + std::to_string(max_dim)) +
-        "-d array, got shape (" + shape + ")");
-  }
-  if (want_float) {
-    if (h.dtype != NpyDtype::kFloat32) {
-      return Status::InvalidArgument(flag + " " + path + ": expected float32, got " +
-                                     NpyDtypeName(h.dtype) + " (convert with .astype(np.float32))");
-    }
-    return at::from_blob(const_cast<void*>(map->data()), h.shape, at::kFloat).clone();
-  }
-  if (h.dtype != NpyDtype::kInt64 && h.dtype != NpyDtype::kInt32) {
-    return Status::InvalidArgument(flag + " " + path + ": expected int64, got " +
-                                   NpyDtypeName(h.dtype));
-  }
-  at::ScalarType type = h.dtype == NpyDtype::kInt64 ? at::kLong : at::kInt;
-  return at::from_blob(const_cast<void*>(map->data()), h.shape, type).to(at::kLong).clone();
-}
-
 StatusOr<LossCheckInputs> ReadInputs(const LossCheckArgs& a) {
   LossCheckInputs in;
-  MLCD_ASSIGN_OR_RETURN(in.E, ReadTensor("--embeddings", a.embeddings, true, 2, 2));
-  MLCD_ASSIGN_OR_RETURN(in.W, ReadTensor("--weights", a.weights, true, 2, 2));
-  MLCD_ASSIGN_OR_RETURN(in.Y, ReadTensor("--labels", a.labels, false, 1, 2));
-  MLCD_ASSIGN_OR_RETURN(in.N, ReadTensor("--negatives", a.negatives, false, 1, 1));
+  MLCD_ASSIGN_OR_RETURN(in.E, ReadCheckArray("--embeddings", a.embeddings, true, 2, 2));
+  MLCD_ASSIGN_OR_RETURN(in.W, ReadCheckArray("--weights", a.weights, true, 2, 2));
+  MLCD_ASSIGN_OR_RETURN(in.Y, ReadCheckArray("--labels", a.labels, false, 1, 2));
+  MLCD_ASSIGN_OR_RETURN(in.N, ReadCheckArray("--negatives", a.negatives, false, 1, 1));
   if (in.Y.dim() == 1) in.Y = in.Y.unsqueeze(1);
   const int64_t B = in.E.size(0), D = in.E.size(1), K = in.W.size(0);
   auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
@@ -265,7 +240,7 @@ StatusOr<ContrastiveCheckInputs> ReadContrastiveInputs(const LossCheckArgs& a) {
         a.variant + " compares the batch with itself");
   if (a.layer != "host" || a.device != "auto")
     return bad("--layer and --device are for the classification variants (mlcd, mlc, softmax)");
-  MLCD_ASSIGN_OR_RETURN(in.E, ReadTensor("--embeddings", a.embeddings, true, 2, 2));
+  MLCD_ASSIGN_OR_RETURN(in.E, ReadCheckArray("--embeddings", a.embeddings, true, 2, 2));
   const int64_t N = in.E.size(0);
   if (N < 2 || in.E.size(1) < 1)
     return bad("--embeddings " + a.embeddings + ": needs at least two rows and one column");
@@ -283,7 +258,7 @@ StatusOr<ContrastiveCheckInputs> ReadContrastiveInputs(const LossCheckArgs& a) {
       return bad("--labels is required for variant " + a.variant);
     return in;
   }
-  MLCD_ASSIGN_OR_RETURN(in.Y, ReadTensor("--labels", a.labels, false, 1, 2));
+  MLCD_ASSIGN_OR_RETURN(in.Y, ReadCheckArray("--labels", a.labels, false, 1, 2));
   if (in.Y.dim() == 1) in.Y = in.Y.unsqueeze(1);
   if (in.Y.size(0) != N)
     return bad("--labels " + a.labels + " has " + std::to_string(in.Y.size(0)) +
@@ -341,13 +316,14 @@ std::vector<std::string> ChildArgs(const LossCheckArgs& a, int rank,
     std::snprintf(buf, sizeof(buf), "%.17g", v);
     return std::string(buf);
   };
-  std::vector<std::string> args = {"mlcd-worker", "loss-check", "--embeddings", a.embeddings,
-                                   "--variant",   a.variant,    "--out",        a.out};
+  std::vector<std::string> args = {"mlcd-worker", "loss-check", "--variant",
+                                   a.variant,     "--out",      a.out};
   auto add = [&args](const std::string& flag, const std::string& value) {
     if (value.empty()) return;
     args.push_back(flag);
     args.push_back(value);
   };
+  add("--embeddings", a.embeddings);
   add("--weights", a.weights);
   add("--labels", a.labels);
   add("--negatives", a.negatives);
@@ -357,12 +333,54 @@ std::vector<std::string> ChildArgs(const LossCheckArgs& a, int rank,
   add("--layer", a.layer);
   add("--device", a.device);
   add("--temperature", num(a.temperature));
+  add("--tokens", a.tokens);
+  add("--bias", a.bias);
+  add("--head", a.head);
+  add("--llcl-weight", num(a.llcl_weight));
   add("--views", std::to_string(a.views));
   add("--world-size", std::to_string(a.world_size));
   add("--timeout", num(a.timeout_seconds));
   add("--rank", std::to_string(rank));
   add("--rendezvous", rendezvous);
   return args;
+}
+
+// The label heads' check (worker/loss/label_head_check.h), after RunLossCheck's flag checks.
+int RunLabelHeadCheck(const LossCheckArgs& a) {
+  LabelHeadCheckRequest q;
+  q.variant = *ParseLabelHeadVariant(a.variant);
+  q.embeddings = a.embeddings;
+  q.tokens = a.tokens;
+  q.labels = a.labels;
+  q.weights = a.weights;
+  q.bias = a.bias;
+  q.head = a.head;
+  q.out = a.out;
+  q.temperature = a.temperature;
+  q.llcl_weight = a.llcl_weight;
+  StatusOr<LabelHeadCheckInputs> inputs = ReadLabelHeadCheckInputs(q);
+  if (!inputs.ok() || !a.negatives.empty() || a.layer != "host" || a.device != "auto") {
+    std::cerr << "loss-check: "
+              << (inputs.ok() ? "--negatives, --layer and --device are for the classification "
+                                "variants (mlcd, mlc, softmax)"
+                              : inputs.status().ToString())
+              << "\n";
+    return 2;
+  }
+  if (a.world_size > 1 && a.rank < 0) {
+    return RunLocalRanks("loss-check", a.world_size, [&a](int rank, const std::string& rdv) {
+      return ChildArgs(a, rank, rdv);
+    });
+  }
+  const int rank = std::max(a.rank, 0);
+  Status s = [&]() -> Status {
+    MLCD_ASSIGN_OR_RETURN(
+        std::unique_ptr<Collectives> comm,
+        ConnectLocalRank(rank, a.world_size, a.rendezvous, a.timeout_seconds, "loss-check"));
+    return RunLabelHeadCheckRank(q, *inputs, *comm);
+  }();
+  return FinishLocalRank(
+      "loss-check" + (a.rank >= 0 ? " rank " + std::to_string(a.rank) : std::string()), s);
 }
 
 int RunLossCheck(const LossCheckArgs& a) {
@@ -388,6 +406,7 @@ int RunLossCheck(const LossCheckArgs& a) {
     std::cerr << "loss-check: --variant: " << family.status().ToString() << "\n";
     return 2;
   }
+  if (*family == LossFamily::kLabelHead) return RunLabelHeadCheck(a);
   const bool contrastive = *family == LossFamily::kContrastive;
   StatusOr<LossCheckInputs> inputs = LossCheckInputs{};
   StatusOr<ContrastiveCheckInputs> contrastive_inputs = ContrastiveCheckInputs{};
@@ -421,21 +440,33 @@ static CommandRegistration registration(20, [](CLI::App& app, int* exit_code) {
       "layer\n(mlcd, mlc, softmax; S = negatives ∪ positives, no random sampling) writes "
       "DIR/loss.npy,\nDIR/grad_embeddings.npy, DIR/grad_weights.npy; the contrastive losses "
       "(infonce, mulsupcon,\nsupcon-all, supcon-any; docs/loss.md) DIR/loss.npy and "
-      "DIR/grad_embeddings.npy (float32;\ngradients of the batch-mean loss).");
+      "DIR/grad_embeddings.npy (float32;\ngradients of the batch-mean loss); the label heads "
+      "(bce, mulcon) their loss and gradients\n(docs/loss.md, \"Label heads\").");
   cmd->add_option("--embeddings", args->embeddings,
-                  "B x D float32 .npy of embeddings (normalised inside)")
-      ->required();
-  cmd->add_option("--weights", args->weights,
-                  "classification: K x D float32 .npy of class centres (normalised inside)");
+                  "B x D float32 .npy of embeddings (normalised inside; bce: as given); "
+                  "mulcon: B x L x d_z projected label-level embeddings");
+  cmd->add_option("--tokens", args->tokens,
+                  "mulcon: B x P x C float32 .npy of patch tokens (with --head)");
+  cmd->add_option("--head", args->head,
+                  "mulcon: .safetensors of the head's mulcon_head.* tensors (docs/export.md)");
+  cmd->add_option("--bias", args->bias, "bce: K float32 .npy of the head's bias (default 0)");
+  cmd->add_option("--llcl-weight", args->llcl_weight,
+                  "mulcon with --head: γ in L = BCE + γ·LLCL (0 = BCE alone)")
+      ->capture_default_str();
+  cmd->add_option(
+      "--weights", args->weights,
+      "classification: K x D float32 .npy of class centres (normalised inside); bce: the "
+      "head's K x D weights");
   cmd->add_option("--labels", args->labels,
                   "B x l int64 .npy of labels (classification: positive class ids), -1 (any "
                   "negative) = padding; not needed by infonce");
   cmd->add_option("--negatives", args->negatives,
                   "classification: 1-d int64 .npy of negative class ids; S = these ∪ all labels");
-  cmd->add_option("--variant", args->variant,
-                  "mlcd | mlc | softmax | infonce | mulsupcon | supcon-all | supcon-any")
+  cmd->add_option(
+         "--variant", args->variant,
+         "mlcd | mlc | softmax | infonce | mulsupcon | supcon-all | supcon-any | bce | mulcon")
       ->capture_default_str();
-  cmd->add_option("--temperature", args->temperature, "contrastive: temperature τ")
+  cmd->add_option("--temperature", args->temperature, "contrastive and mulcon: temperature τ")
       ->capture_default_str();
   cmd->add_option("--views", args->views,
                   "contrastive: rows per image (2: rows 2k and 2k+1 are image k's two views)")

@@ -58,11 +58,20 @@ TEST(Enums, ContrastiveVariantsAndTheFamilyOfALossName) {
   }
   for (const std::string& name : LossVariantNames())
     EXPECT_EQ(*LossFamilyOf(name), LossFamily::kClassification);
+  EXPECT_EQ(LabelHeadVariantNames(), (std::vector<std::string>{"bce", "mulcon"}));
+  for (const std::string& name : LabelHeadVariantNames()) {
+    auto v = ParseLabelHeadVariant(name);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(LabelHeadVariantName(*v), name);
+    EXPECT_EQ(*LossFamilyOf(name), LossFamily::kLabelHead);
+    EXPECT_FALSE(ParseLossVariant(name).ok());
+    EXPECT_FALSE(ParseContrastiveVariant(name).ok());
+  }
   auto f = LossFamilyOf("simclr");
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().message(),
             "unknown loss variant 'simclr'; expected mlcd, mlc, softmax, infonce, mulsupcon, "
-            "supcon-all or supcon-any");
+            "supcon-all, supcon-any, bce or mulcon");
 }
 
 }  // namespace

@@ -177,6 +177,41 @@ TEST(JobSpecYaml, ModelStemDefaultsToPatchAndConvNeedsAReachableGrid) {
       << unreachable.status().message();
 }
 
+TEST(JobSpecYaml, LabelHeadVariantsAndMulconFieldsAreDefaultedAndChecked) {
+  auto bce = LoadJobSpecYaml(std::string(kMinimal) + "  loss: {variant: bce}\n");
+  ASSERT_TRUE(bce.ok()) << bce.status().ToString();
+  EXPECT_FALSE(bce->spec.loss().has_mulcon());
+  auto mulcon = LoadJobSpecYaml(std::string(kMinimal) + "  loss: {variant: mulcon}\n");
+  ASSERT_TRUE(mulcon.ok()) << mulcon.status().ToString();
+  const auto& m = mulcon->spec.loss().mulcon();
+  EXPECT_EQ(m.label_dim(), 256);
+  EXPECT_EQ(m.heads(), 4);
+  EXPECT_EQ(m.projection_dim(), 128);
+  EXPECT_EQ(m.pretrain_fraction(), 0.5);
+  EXPECT_EQ(m.contrastive_lr_multiplier(), 0.1);
+  EXPECT_EQ(m.llcl_weight(), 0.1);
+  EXPECT_EQ(m.temperature(), 0.2);
+  auto bad = LoadJobSpecYaml(std::string(kMinimal) +
+                             "  loss: {variant: mulcon, mulcon: {heads: 5, pretrain_fraction: 1, "
+                             "temperature: -1}}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(HasProblem(bad.status(), "spec.loss.mulcon.heads: 5 must divide label_dim (256)"))
+      << bad.status().ToString();
+  EXPECT_TRUE(HasProblem(bad.status(), "spec.loss.mulcon.pretrain_fraction: 1 is not in [0, 1)"));
+  EXPECT_TRUE(HasProblem(bad.status(), "spec.loss.mulcon.temperature"));
+  // L x D per image for the batch: refused at submit with the numbers.
+  auto huge = LoadJobSpecYaml(
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata: {name: t1}\nspec:\n"
+      "  dataset: {limit: 5000}\n  clustering: {k: 1000, l: 4}\n"
+      "  training: {world_size: 1, batch_size: 4096}\n"
+      "  loss: {variant: mulcon, mulcon: {label_dim: 8192}}\n");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_TRUE(HasProblem(huge.status(), "spec.loss.mulcon.label_dim: the label-level embeddings "
+                                        "of one worker's batch would take about"))
+      << huge.status().ToString();
+  EXPECT_TRUE(HasProblem(huge.status(), "4096 images per worker x L = 1000 labels x D = 8192"));
+}
+
 TEST(JobSpecYaml, ReportsEveryProblemAtOnce) {
   auto job = LoadJobSpecYaml(R"(apiVersion: mlcd/v2
 kind: TrainingJob

@@ -117,10 +117,6 @@ Status ExchangeShapes(const ContrastiveOptions& o, Collectives& comm, const at::
   b->n_max = *std::max_element(b->sizes.begin(), b->sizes.end());
   b->D = mv[1];
   b->l = mv[2];
-  if (b->N < 2) {
-    return Status::InvalidArgument("the global batch has " + std::to_string(b->N) +
-                                   " row(s); a contrastive loss needs at least 2");
-  }
   return Status::Ok();
 }
 
@@ -264,6 +260,19 @@ StatusOr<ContrastiveStep> ContrastiveForwardBackward(const ContrastiveOptions& o
   };
   Batch b;
   MLCD_RETURN_IF_ERROR(ExchangeShapes(options, comm, local_embeddings, local_labels, timed, &b));
+  if (b.N < 2) {
+    if (!options.small_batch_is_zero) {
+      return Status::InvalidArgument("the global batch has " + std::to_string(b.N) +
+                                     " row(s); a contrastive loss needs at least 2");
+    }
+    ContrastiveStep step;  // no pair: no anchor has a positive
+    step.stats.global_batch_size = b.N;
+    step.stats.anchors_without_positives = b.N;
+    step.grad_embeddings = at::zeros_like(local_embeddings);
+    step.collective_seconds = collective_seconds;
+    step.compute_seconds = SecondsBetween(t_start, Clock::now()) - collective_seconds;
+    return step;
+  }
   MLCD_RETURN_IF_ERROR(GatherBatch(comm, local_embeddings, local_labels, timed, &b));
   const at::TensorOptions opts = b.E.options();
   const double inv_tau = 1.0 / options.temperature;

@@ -72,6 +72,10 @@ struct ContrastiveOptions {
   // Rows per image: 1, or 2 (rows 2k and 2k+1 of each rank are one image's two views).
   // infonce needs 2.
   int views = 2;
+  // A global batch of fewer than 2 rows: INVALID_ARGUMENT (false), or L = 0 with zero
+  // gradients (true; for callers whose rows are a selection that may be that small, as the
+  // label-level contrastive loss's active embeddings, worker/loss/llcl.h).
+  bool small_batch_is_zero = false;
 };
 
 // INVALID_ARGUMENT naming the field: temperature not finite or <= 0, views outside
@@ -101,7 +105,7 @@ struct ContrastiveStep {
 // own rows). local_embeddings: float32 or float64 [n_local, D], n_local >= 0 (even with two
 // views), D and the dtype the same on every rank. local_labels: int64 or int32 [n_local, l]
 // (1-d: l = 1), l >= 1 and the same on every rank; not read by infonce (may be undefined).
-// The global batch needs at least 2 rows.
+// The global batch needs at least 2 rows (see small_batch_is_zero).
 StatusOr<ContrastiveStep> ContrastiveForwardBackward(const ContrastiveOptions& options,
                                                      Collectives& comm,
                                                      const at::Tensor& local_embeddings,

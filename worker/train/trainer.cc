@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/stopwatch.h"
+#include "worker/train/label_head_spec.h"
 #include "worker/train/trainer_impl.h"
 
 #include "worker/dist/host_ranks.h"
@@ -273,8 +274,18 @@ Status Trainer::Impl::RestoreOrInitialise() {
   // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
   MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
 
-  MLCD_ASSIGN_OR_RETURN(objective, ObjectiveFromSpec(spec, vit_options.embed_dim, options.round,
-                                                     device, precision, comm.get()));
+  MLCD_ASSIGN_OR_RETURN(const LossFamily family, LossFamilyOf(spec.loss().variant()));
+  if (family == LossFamily::kLabelHead) {
+    MLCD_ASSIGN_OR_RETURN(LabelHeadObjectiveOptions hopts,
+                          LabelHeadOptionsFromSpec(spec, vit_options, job_total_steps));
+    MLCD_ASSIGN_OR_RETURN(std::unique_ptr<LabelHeadObjective> head,
+                          LabelHeadObjective::Create(hopts, comm.get()));
+    label_head = head.get();
+    objective = std::move(head);
+  } else {
+    MLCD_ASSIGN_OR_RETURN(objective, ObjectiveFromSpec(spec, vit_options.embed_dim, options.round,
+                                                       device, precision, comm.get()));
+  }
   classification = dynamic_cast<PartialFcObjective*>(objective.get());
   TrainStepParts parts;
   parts.model = model;
@@ -527,7 +538,10 @@ Status Trainer::Impl::Run() {
     const int64_t global_step = GlobalStep(pos.epoch, pos.step_in_epoch);
     const double step_lr = LearningRateAt(lr, LrStep(pos.epoch, pos.step_in_epoch));
 
-    auto result = step->Run(batch.images, label_tensor, step_lr, step_lr * objective_lr_multiplier);
+    // MulCon's step 2 runs at a smaller learning rate, the backbone's and the head's alike.
+    const double head_factor = label_head ? label_head->lr_multiplier() : 1.0;
+    auto result = step->Run(batch.images, label_tensor, step_lr * head_factor,
+                            step_lr * head_factor * objective_lr_multiplier);
     if (!result.ok()) {
       return result.status().WithContext("training step at round " + std::to_string(pos.round) +
                                          " epoch " + std::to_string(pos.epoch) + " step " +

@@ -24,6 +24,7 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/dataset.h"
 #include "worker/train/grad_sync.h"
+#include "worker/train/label_head_objective.h"
 #include "worker/train/label_prefetcher.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/objective.h"
@@ -64,6 +65,8 @@ struct Trainer::Impl {
   int views = 1;
   // The objective is the PartialFc layer (class centres: memory, centroids, checkpoint sizes).
   bool class_centres = true;
+  // The same for a label head (loss.variant bce or mulcon; worker/train/label_head_objective.h).
+  LabelHeadObjective* label_head = nullptr;
   std::unique_ptr<TrainMetrics> metrics;
   LrScheduleOptions lr;
   ScheduleOptions schedule;
