@@ -154,8 +154,8 @@ v1::Assignment GangScheduler::NewAssignment(const JobEntry& job, const v1::GangA
     for (int j = 0; j < attempt.round(); ++j)
       a.add_pseudo_label_sets(job.job().rounds(j).label_set());
   }
-  if (IsMcl(spec) && (attempt.kind() == v1::ASSIGNMENT_KIND_EVALUATE ||
-                      attempt.kind() == v1::ASSIGNMENT_KIND_EXTRACT)) {
+  // EXTRACT embeds the stage just trained alone: the paper clusters each stage's own.
+  if (IsMcl(spec) && attempt.kind() == v1::ASSIGNMENT_KIND_EVALUATE) {
     for (int j = 0; j <= attempt.round(); ++j)
       a.add_stage_checkpoints(job.job().rounds(j).checkpoint());
   }
