@@ -34,6 +34,10 @@ constexpr int32_t kMaxModelWidth = 8192;
 constexpr int32_t kMaxModelDepth = 128;
 constexpr int32_t kMaxModelHeads = 256;
 constexpr int32_t kMaxEmbedDim = 16384;
+// dataset.jitter_brightness / _contrast / _saturation: the largest colour-jitter strength.
+constexpr double kMaxJitterStrength = 10;
+// loss.projection_dim / projection_hidden_dim: the contrastive projection head's sizes.
+constexpr int32_t kMaxProjectionHeadDim = 16384;
 constexpr double kMaxMlpRatio = 16;
 constexpr int32_t kMaxImageSize = 4096;
 constexpr int32_t kMaxChannels = 16;

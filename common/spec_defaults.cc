@@ -25,6 +25,7 @@ void ApplyDatasetDefaults(v1::DatasetSpec* data) {
   if (data->format().empty()) data->set_format("fashion-mnist");
   if (data->path().empty() && data->format() == "fashion-mnist") data->set_path(kFashionMnistDir);
   if (!data->has_augment()) data->set_augment(true);
+  if (!data->has_horizontal_flip()) data->set_horizontal_flip(true);
   if (!data->has_max_bad_fraction()) data->set_max_bad_fraction(0.001);
   if (data->format() != "fashion-mnist") {
     if (data->loader_threads() == 0) data->set_loader_threads(2);
@@ -164,6 +165,15 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (model->stem().empty()) model->set_stem("patch");
   if (model->layout().empty()) model->set_layout("vit");
   if (model->activation().empty()) model->set_activation("gelu");
+  // The contrastive variants' temperature and projection head (the head's hidden width is the
+  // embedding's); classification specs keep these fields unset.
+  auto family = LossFamilyOf(loss->variant());
+  if (family.ok() && *family == LossFamily::kContrastive) {
+    if (loss->temperature() == 0) loss->set_temperature(0.1);
+    if (!loss->has_projection_dim()) loss->set_projection_dim(128);
+    if (loss->projection_dim() > 0 && loss->projection_hidden_dim() == 0)
+      loss->set_projection_hidden_dim(model->embed_dim());
+  }
 
   auto* opt = spec->mutable_optimizer();
   if (opt->name().empty()) opt->set_name("adamw");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <sstream>
 
 #include "common/enums.h"
@@ -89,14 +90,13 @@ void CheckDecodeMemory(Checker& c, const v1::DatasetSpec& d) {
   const int64_t budget = d.decode_memory_mb() > 0 ? d.decode_memory_mb() : kDefaultDecodeMemoryMb;
   const int64_t needed = int64_t{d.loader_threads()} * kDecodeMemoryPerLoaderThreadMb;
   if (d.decode_memory_mb() >= 0 && needed > budget) {
-    c.Add("loader_threads", Checker::Num(d.loader_threads()) + " threads need at least " +
-                                Checker::Num(d.loader_threads()) + " x " +
-                                Checker::Num(kDecodeMemoryPerLoaderThreadMb) + " MiB = " +
-                                Checker::Num(needed) + " MiB of decode memory, more than " +
-                                "decode_memory_mb " + Checker::Num(budget) +
-                                "; use at most " +
-                                Checker::Num(budget / kDecodeMemoryPerLoaderThreadMb) +
-                                " threads or raise decode_memory_mb");
+    c.Add("loader_threads",
+          Checker::Num(d.loader_threads()) + " threads need at least " +
+              Checker::Num(d.loader_threads()) + " x " +
+              Checker::Num(kDecodeMemoryPerLoaderThreadMb) + " MiB = " + Checker::Num(needed) +
+              " MiB of decode memory, more than " + "decode_memory_mb " + Checker::Num(budget) +
+              "; use at most " + Checker::Num(budget / kDecodeMemoryPerLoaderThreadMb) +
+              " threads or raise decode_memory_mb");
   }
 }
 
@@ -166,6 +166,25 @@ void CheckAugmentation(Checker& c, const v1::DatasetSpec& d) {
   }
   if ((lo >= 0 && lo <= 1) && !(hi > 0 && hi <= 1 && hi >= lo))
     c.Add("crop_max_scale", Checker::Num(hi) + " must be in [crop_min_scale, 1]");
+  for (const auto& [field, p] :
+       {std::pair<const char*, double>{"color_jitter_prob", d.color_jitter_prob()},
+        {"grayscale_prob", d.grayscale_prob()}}) {
+    if (!(p >= 0 && p <= 1)) c.Add(field, Checker::Num(p) + " is not a probability in [0, 1]");
+  }
+  for (const auto& [field, x] :
+       {std::pair<const char*, double>{"jitter_brightness", d.jitter_brightness()},
+        {"jitter_contrast", d.jitter_contrast()},
+        {"jitter_saturation", d.jitter_saturation()}}) {
+    if (!(x >= 0 && x <= kMaxJitterStrength)) {
+      c.Add(field, Checker::Num(x) + " is not in [0, " + Checker::Num(kMaxJitterStrength) +
+                       "]: factors are drawn from [max(0, 1 - x), 1 + x] (SimCLR 0.8)");
+    }
+  }
+  if (!(d.jitter_hue() >= 0 && d.jitter_hue() <= 0.5)) {
+    c.Add("jitter_hue", Checker::Num(d.jitter_hue()) +
+                            " is not in [0, 0.5]: the hue shift is a fraction of the colour "
+                            "wheel (SimCLR 0.2)");
+  }
   if (!(d.crop_min_ratio() > 0 && d.crop_max_ratio() >= d.crop_min_ratio()))
     c.Add("crop_min_ratio",
           "the aspect ratio range must satisfy 0 < crop_min_ratio <= "
@@ -235,9 +254,11 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
   if (cl.engine() == ClusteringEngineName(ClusteringEngine::kGang)) {
     // Every feature kind is the gang's: it reads shards of rows or computes round-0 features.
     if (cl.search() != SearchMethodName(SearchMethod::kExact)) {
-      c.Add("search", "'" + cl.search() + "' is an approximate search of mlcd-clusterd; engine "
-                      "'gang' searches exactly (GEMM + top-l on every rank): use search 'exact' "
-                      "or engine 'clusterd'");
+      c.Add("search",
+            "'" + cl.search() +
+                "' is an approximate search of mlcd-clusterd; engine "
+                "'gang' searches exactly (GEMM + top-l on every rank): use search 'exact' "
+                "or engine 'clusterd'");
     }
   }
 }
@@ -246,7 +267,28 @@ void CheckClustering(const SectionContext& s, std::vector<SpecProblem>* problems
 void CheckLoss(const SectionContext& s, std::vector<SpecProblem>* problems) {
   const auto& loss = s.spec.loss();
   Checker c(problems, s.prefix + "loss");
-  c.OneOf("variant", loss.variant(), LossVariantNames());
+  const auto family = LossFamilyOf(loss.variant());
+  if (!family.ok()) {
+    std::vector<std::string> names = LossVariantNames();
+    for (const std::string& n : ContrastiveVariantNames()) names.push_back(n);
+    c.OneOf("variant", loss.variant(), names);
+  }
+  if (family.ok() && *family == LossFamily::kContrastive) {
+    if (!(loss.temperature() > 0 && std::isfinite(loss.temperature()))) {
+      c.Add("temperature", Checker::Num(loss.temperature()) +
+                               " must be finite and > 0 (SupCon and MulSupCon use 0.1, SimCLR "
+                               "0.1 to 0.5)");
+    }
+    c.InRange("projection_dim", loss.projection_dim(), 0, kMaxProjectionHeadDim);
+    if (loss.projection_dim() > 0)
+      c.InRange("projection_hidden_dim", loss.projection_hidden_dim(), 1, kMaxProjectionHeadDim);
+    if (loss.queue_size() != 0) {
+      c.Add("queue_size", Checker::Num(loss.queue_size()) +
+                              ": a MoCo-style queue with a momentum key encoder is not built; "
+                              "set 0 (the gathered global batch's in-batch negatives; "
+                              "docs/loss.md says why)");
+    }
+  }
   if (!(loss.sample_ratio() > 0 && loss.sample_ratio() <= 1)) {
     c.Add("sample_ratio", Checker::Num(loss.sample_ratio()) + " is not in (0, 1]");
   }
@@ -313,11 +355,13 @@ void CheckModel(const SectionContext& s, std::vector<SpecProblem>* problems) {
   c.OneOf("layout", m.layout(), {"vit", "clip"});
   c.OneOf("activation", m.activation(), {"gelu", "quick_gelu"});
   if (m.layout() == "clip" && m.pooling() == "mean")
-    c.Add("pooling", "\"mean\" with layout \"clip\": CLIP's vision tower pools its class token; "
-                     "use pooling \"cls\" or layout \"vit\"");
+    c.Add("pooling",
+          "\"mean\" with layout \"clip\": CLIP's vision tower pools its class token; "
+          "use pooling \"cls\" or layout \"vit\"");
   if (m.layout() == "clip" && m.stem() == "conv")
-    c.Add("stem", "\"conv\" with layout \"clip\": CLIP's vision tower embeds patches with one "
-                  "convolution; use stem \"patch\" or layout \"vit\"");
+    c.Add("stem",
+          "\"conv\" with layout \"clip\": CLIP's vision tower embeds patches with one "
+          "convolution; use stem \"patch\" or layout \"vit\"");
   if (m.stem() == "conv" && m.patch_size() >= 1 && m.image_size() >= 1 &&
       m.image_size() % m.patch_size() == 0 && ConvStemLayers(m.image_size(), m.patch_size()) < 0) {
     c.Add("stem", "\"conv\" halves the image side with each layer and cannot reach " +
@@ -353,15 +397,15 @@ void CheckActivations(const SectionContext& s, std::vector<SpecProblem>* problem
   const int64_t local_batch =
       t.world_size() >= 1 ? (int64_t{t.batch_size()} + t.world_size() - 1) / t.world_size() : 0;
   const double length = static_cast<double>(tokens + 1);
-  const double per_block = (8 + 2 * m.mlp_ratio()) * length * m.width() +
-                           2.0 * m.heads() * length * length;
+  const double per_block =
+      (8 + 2 * m.mlp_ratio()) * length * m.width() + 2.0 * m.heads() * length * length;
   const double bytes = static_cast<double>(local_batch) * m.depth() * per_block * 4;
   if (local_batch > 0 && bytes > kMaxActivationBytes) {
     Checker(problems, s.prefix + "training")
         .Add("batch_size",
-             "the activations of one worker's batch would take about " +
-                 Checker::Num(bytes / 1e9) + " GB (" + Checker::Num(local_batch) +
-                 " images per worker x depth " + Checker::Num(m.depth()) + " x ((8 + 2 * " +
+             "the activations of one worker's batch would take about " + Checker::Num(bytes / 1e9) +
+                 " GB (" + Checker::Num(local_batch) + " images per worker x depth " +
+                 Checker::Num(m.depth()) + " x ((8 + 2 * " +
                  "mlp_ratio) * L * width + 2 * heads * L^2) x 4 bytes, L = " +
                  Checker::Num(tokens + 1) + " tokens); at most " +
                  Checker::Num(kMaxActivationBytes / 1e9) +
@@ -405,10 +449,14 @@ void CheckTraining(const SectionContext& s, std::vector<SpecProblem>* problems) 
     c.Add("batch_size", Checker::Num(t.batch_size()) + " > the " + s.images_text +
                             "; an epoch drops its last partial batch, so it would have no step");
   }
-  // A contrastive loss keeps no class centres (an MCL job's k is its clusters per stage).
-  const StatusOr<LossFamily> family = LossFamilyOf(s.spec.loss().variant());
-  const bool centres = !family.ok() || *family == LossFamily::kClassification;
-  if (centres && s.spec.clustering().k() > 0 && t.world_size() > s.spec.clustering().k()) {
+  const auto family = LossFamilyOf(s.spec.loss().variant());
+  const bool contrastive = family.ok() && *family == LossFamily::kContrastive;
+  if (contrastive && t.batch_size() == 1) {
+    c.Add("batch_size",
+          "1: a contrastive loss.variant needs at least 2 images per global batch "
+          "(one image's two views have no negative to contrast with)");
+  }
+  if (!contrastive && s.spec.clustering().k() > 0 && t.world_size() > s.spec.clustering().k()) {
     c.Add("world_size", Checker::Num(t.world_size()) +
                             " > clustering.k: " + Checker::Num(s.spec.clustering().k()) +
                             "; every rank holds a shard of the class centres");

@@ -32,6 +32,7 @@
 #include "worker/torch_compat.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/grad_sync.h"
+#include "worker/train/partial_fc_objective.h"
 #include "worker/train/train_step.h"
 #include "worker/train/trainer.h"
 #include "worker/train/training_curves.h"
@@ -171,7 +172,7 @@ int Run(const BenchFlags& f) {
   popts.layer = which;
   popts.device = which == PartialFcLayer::kDevice ? *device : torch::Device(torch::kCPU);
   popts.bf16_gemm = which == PartialFcLayer::kDevice && *precision == Precision::kBf16;
-  auto fc = PartialFc::Create(popts, comm->get());
+  auto fc = PartialFcObjective::Create(popts, comm->get());
   if (!fc.ok()) return Fail(fc.status());
   TrainStepParts parts{model, &flat, &optimizer, &grad_sync, fc->get()};
   TrainStep step(parts, *device, *precision);
@@ -191,8 +192,8 @@ int Run(const BenchFlags& f) {
     const auto start = std::chrono::steady_clock::now();
     auto r = step.Run(images, labels, 1e-4, 1e-4);
     if (!r.ok()) return Fail(r.status());
-    last_loss = r->fc.loss;
-    const nlohmann::json event = ProgressEvent(i + 1, r->fc.loss, r->timings.total, batch);
+    last_loss = r->objective.loss;
+    const nlohmann::json event = ProgressEvent(i + 1, r->objective.loss, r->timings.total, batch);
     const bool write = curves && i % 2 == 1;
     const auto before_curves = std::chrono::steady_clock::now();
     if (write) curves->OnEvent(event);

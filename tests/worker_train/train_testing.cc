@@ -1,5 +1,7 @@
 #include "tests/worker_train/train_testing.h"
 
+#include <sys/wait.h>
+
 #include <faiss/Clustering.h>
 #include <faiss/IndexFlat.h>
 #include <google/protobuf/util/json_util.h>
@@ -7,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <memory>
 #include <set>
 
 #include "clients/labelstore_client.h"
@@ -102,6 +105,37 @@ Status WriteSpecJson(const std::string& path, const v1::JobSpec& spec) {
   auto st = google::protobuf::util::MessageToJsonString(spec, &text);
   if (!st.ok()) return Status::Internal(st.ToString());
   return WriteFileAtomically(path, text);
+}
+
+Status RunTrainGang(const std::vector<std::string>& args, int world, const std::string& prefix,
+                    std::chrono::seconds timeout) {
+  const std::string store = "127.0.0.1:" + std::to_string(PickFreePort());
+  std::vector<std::unique_ptr<mlcd::testing::ChildProcess>> gang;
+  for (int rank = 0; rank < world; ++rank) {
+    const std::string me = prefix + ".r" + std::to_string(rank);
+    std::vector<std::string> argv = {"train",
+                                     "--rank",
+                                     std::to_string(rank),
+                                     "--world-size",
+                                     std::to_string(world),
+                                     "--progress-jsonl",
+                                     me + ".jsonl"};
+    if (world > 1) argv.insert(argv.end(), {"--rendezvous", store});
+    argv.insert(argv.end(), args.begin(), args.end());
+    gang.push_back(std::make_unique<mlcd::testing::ChildProcess>());
+    MLCD_RETURN_IF_ERROR(
+        gang.back()->Start(mlcd::testing::BinPath("mlcd-worker"), argv, me + ".log"));
+  }
+  Status result;
+  for (int rank = 0; rank < world; ++rank) {
+    auto& p = *gang[static_cast<size_t>(rank)];
+    const int status = p.Wait(timeout);
+    if (result.ok() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      result = Status::Internal("rank " + std::to_string(rank) + " of " + prefix + " ended with " +
+                                std::to_string(status) + ":\n" + p.Log());
+    }
+  }
+  return result;
 }
 
 std::vector<nlohmann::json> ReadEvents(const std::string& path) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,6 +38,13 @@ Status WriteKMeansLabelSet(const std::string& address, const std::string& name, 
 v1::JobSpec TinySpec(int64_t n, int k, int l, int batch, int epochs, double sample_ratio = 0.5);
 
 Status WriteSpecJson(const std::string& path, const v1::JobSpec& spec);
+
+// Runs `mlcd-worker train` as `world` processes (ranks 0..world-1 over a rendezvous on a free
+// loopback port), each with `args` plus --rank, --world-size (and --rendezvous) and
+// --progress-jsonl <prefix>.r<rank>.jsonl, output in <prefix>.r<rank>.log. OK when every rank
+// exits 0; otherwise INTERNAL with the failing rank's log.
+Status RunTrainGang(const std::vector<std::string>& args, int world, const std::string& prefix,
+                    std::chrono::seconds timeout = std::chrono::seconds(240));
 
 // The JSON objects of a progress file, in order.
 std::vector<nlohmann::json> ReadEvents(const std::string& path);

@@ -14,12 +14,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The augmentation stream of one sample: SplitMix64 seeded by a hash of (seed, tag, round,
-// epoch, id), so draws never depend on which thread or batch handles the sample.
+// epoch, id, and the view when > 0), so draws never depend on which thread or batch handles the sample.
 SplitMix SampleStream(uint64_t seed, const SampleKey& key) {
   uint64_t h = seed;
   for (uint64_t v : {uint64_t{0x52524332} /* "RRC2" */, static_cast<uint64_t>(key.round),
                      static_cast<uint64_t>(key.epoch), static_cast<uint64_t>(key.id)})
     h = Mix64(h ^ Mix64(v + 0x9E3779B97F4A7C15ull));
+  if (key.view > 0) h = Mix64(h ^ Mix64(static_cast<uint64_t>(key.view) + 0x9E3779B97F4A7C15ull));
   return SplitMix(h);
 }
 
@@ -328,9 +329,8 @@ ResampleRegion IntoWindow(ResampleRegion r, const Image& image) {
 
 // "a 9990 x 9990 gray PNG" for messages.
 std::string DescribeImage(const ImageHeader& header) {
-  return std::string("a ") + std::to_string(header.width) + " x " +
-         std::to_string(header.height) + (header.channels == 1 ? " gray " : " colour ") +
-         ImageFormatName(header.format);
+  return std::string("a ") + std::to_string(header.width) + " x " + std::to_string(header.height) +
+         (header.channels == 1 ? " gray " : " colour ") + ImageFormatName(header.format);
 }
 
 }  // namespace

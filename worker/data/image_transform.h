@@ -76,11 +76,13 @@ int EffectiveResizeSize(const TransformParams& params);
 std::vector<float> EffectiveMean(const TransformParams& params);
 std::vector<float> EffectiveStd(const TransformParams& params);
 
-// Whose augmentation draws these are: the same key gives the same crop and flip.
+// Whose augmentation draws these are: the same key gives the same crop and flip. `view`
+// (two-view contrastive batches): view 0 draws what a one-view run draws, view v > 0 its own.
 struct SampleKey {
   int round = 0;
   int epoch = 0;
   int64_t id = 0;
+  int view = 0;
 };
 
 // A crop in pixels of the full-size source: rows [top, top + height), columns

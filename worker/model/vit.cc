@@ -459,8 +459,7 @@ torch::Tensor VisionTransformerImpl::MlpOut(const Block& b, const torch::Tensor&
   const bool quick = options_.activation == VitActivation::kQuickGelu;
   if (Fused(hidden) && ForwardOnly())
     return LinearCompute(GeluInference(hidden, quick), b.fc2->weight, b.fc2->bias, x);
-  if (Fused(hidden))
-    return GeluLinearFunction::apply(hidden, b.fc2->weight, b.fc2->bias, x, quick);
+  if (Fused(hidden)) return GeluLinearFunction::apply(hidden, b.fc2->weight, b.fc2->bias, x, quick);
   torch::Tensor act = ReferenceActivation(hidden, options_.activation);
   return AddResidual(torch::linear(act, b.fc2->weight, b.fc2->bias), x);
 }
@@ -529,7 +528,8 @@ int64_t VisionTransformerImpl::FeatureDim(VitFeatures features, int blocks) cons
 }
 
 torch::Tensor VisionTransformerImpl::Features(const torch::Tensor& images, VitFeatures features,
-                                              int blocks, torch::Tensor* embedding) {
+                                              int blocks, torch::Tensor* embedding,
+                                              torch::Tensor* patch_tokens) {
   const auto& o = options_;
   TORCH_CHECK(features != VitFeatures::kBlocks || (blocks >= 1 && blocks <= o.depth),
               "feature blocks ", blocks, " outside [1, ", o.depth, "]");
@@ -541,6 +541,10 @@ torch::Tensor VisionTransformerImpl::Features(const torch::Tensor& images, VitFe
     x = BlockForward(blocks_[static_cast<size_t>(i)], x, batch);
     if (features == VitFeatures::kBlocks && i >= first_kept)
       parts.push_back(LayerNorm(Pool(x, batch), norm_));
+  }
+  if (patch_tokens) {
+    const int64_t first_patch = o.pooling == VitPooling::kCls ? 1 : 0;
+    *patch_tokens = LayerNorm(x, norm_).view({batch, t, d}).narrow(1, first_patch, o.num_patches());
   }
   torch::Tensor pooled = LayerNorm(Pool(x, batch), norm_);
   if (embedding || features == VitFeatures::kEmbedding) {

@@ -128,9 +128,11 @@ class VisionTransformerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& images);
 
   // Features of `images` for evaluation (see VitFeatures); `blocks` (kBlocks only) in
-  // [1, depth]. With `embedding`, also stores forward()'s output there from the same pass.
+  // [1, depth]. With `embedding`, also stores forward()'s output there from the same pass;
+  // with `patch_tokens`, the last block's patch tokens through the final LayerNorm,
+  // [B, num_patches, width] (the class token left out; autograd graph kept).
   torch::Tensor Features(const torch::Tensor& images, VitFeatures features, int blocks = 4,
-                         torch::Tensor* embedding = nullptr);
+                         torch::Tensor* embedding = nullptr, torch::Tensor* patch_tokens = nullptr);
   // Columns of Features(.., features, blocks).
   int64_t FeatureDim(VitFeatures features, int blocks = 4) const;
 
@@ -189,7 +191,7 @@ class VisionTransformerImpl : public torch::nn::Module {
     torch::nn::Conv2d conv{nullptr};
     torch::nn::GroupNorm norm{nullptr};
   };
-  std::vector<StemLayer> stem_;  // conv stem only
+  std::vector<StemLayer> stem_;             // conv stem only
   torch::nn::LayerNorm pre_norm_{nullptr};  // the CLIP layout's LayerNorm after the embeddings
   torch::nn::LayerNorm norm_{nullptr};
   torch::Tensor head_;  // [embed_dim, width]

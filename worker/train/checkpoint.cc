@@ -244,9 +244,10 @@ StatusOr<std::string> WriteCheckpoint(const std::string& root, const CheckpointS
   }
   MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "preparing the checkpoint directory"));
 
-  // 2. Every rank writes its class-centre range; rank 0 also the backbone. Each file is
+  // 2. Every rank writes its part of the objective (its class-centre range); rank 0 also the
+  // backbone. Each file is
   // written inside its directory opened and verified again (WriteNpy, WriteConfinedFile).
-  local = state.partial_fc ? state.partial_fc->Save(tmp) : Status::Ok();
+  local = state.objective ? state.objective->Save(tmp) : Status::Ok();
   if (local.ok() && leader) local = WriteBackbone(tmp, state);
   MLCD_RETURN_IF_ERROR(AgreeOnSuccess(comm, local, "writing checkpoint " + name));
 

@@ -13,6 +13,7 @@
 //       rng_state.npy                   uint8: torch's default CPU generator (the training
 //                                       RNG itself is counter-based: (seed, position))
 //       class_centres.<b>-<e>.*         PartialFc shards by class range (worker/loss/partial_fc.h)
+//       <objective files>               other objectives' state (worker/train/objective.h)
 //   <root>/.tmp-ckpt-...                a checkpoint being written (never read)
 //
 // A root holds one job's checkpoints: rank 0 claims it for the job (OWNER, made once, linked
@@ -42,10 +43,10 @@
 #include "common/status.h"
 #include "mlcd/v1/job.pb.h"
 #include "worker/dist/collectives.h"
-#include "worker/loss/partial_fc.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/checkpoint_retention.h"
+#include "worker/train/objective.h"
 
 namespace mlcd::worker {
 
@@ -85,7 +86,8 @@ struct CheckpointState {
   VisionTransformer model{nullptr};
   FlatParameters* flat = nullptr;
   BackboneAdamW* optimizer = nullptr;
-  PartialFc* partial_fc = nullptr;
+  // Writes its part of the checkpoint on every rank (TrainObjective::Save); may be null.
+  const TrainObjective* objective = nullptr;
   // The job writing (the owner the root is claimed for); empty = a run by hand, which claims
   // nothing and may not write into a root a job claimed.
   std::string job_id;

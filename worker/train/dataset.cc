@@ -10,6 +10,7 @@
 #include "common/idx.h"
 #include "common/log.h"
 #include "common/spec_defaults.h"
+#include "worker/train/colour_augment.h"
 #include "worker/train/indexed_dataset.h"
 
 namespace mlcd::worker {
@@ -125,14 +126,22 @@ int EffectivePadding(const AugmentOptions& options, int image_height) {
   return std::clamp(static_cast<int>(std::lround(image_height / 10.0)), 2, 4);
 }
 
+uint64_t AugmentHash(const AugmentOptions& options, uint64_t tag, int round, int epoch,
+                     int64_t id) {
+  if (options.view == 0) {
+    return HashValues({options.seed, tag, static_cast<uint64_t>(round),
+                       static_cast<uint64_t>(epoch), static_cast<uint64_t>(id)});
+  }
+  return HashValues({options.seed, tag, static_cast<uint64_t>(round), static_cast<uint64_t>(epoch),
+                     static_cast<uint64_t>(id), static_cast<uint64_t>(options.view)});
+}
+
 AugmentDraw DrawAugmentation(const AugmentOptions& options, int padding, int round, int epoch,
                              int64_t id) {
   AugmentDraw d;
   d.offset_y = d.offset_x = padding;
   if (!options.enabled) return d;
-  const uint64_t h =
-      HashValues({options.seed, 0x41554721ull /* "AUG!" */, static_cast<uint64_t>(round),
-                  static_cast<uint64_t>(epoch), static_cast<uint64_t>(id)});
+  const uint64_t h = AugmentHash(options, 0x41554721ull /* "AUG!" */, round, epoch, id);
   const uint64_t span = static_cast<uint64_t>(2 * padding + 1);
   d.offset_y = static_cast<int>((h & 0xFFFF) % span);
   d.offset_x = static_cast<int>(((h >> 16) & 0xFFFF) % span);
@@ -146,9 +155,7 @@ ResizedCropDraw DrawResizedCrop(const AugmentOptions& options, int image_height,
   d.height = image_height;
   d.width = image_width;
   if (!options.enabled) return d;
-  const uint64_t h =
-      HashValues({options.seed, 0x52524321ull /* "RRC!" */, static_cast<uint64_t>(round),
-                  static_cast<uint64_t>(epoch), static_cast<uint64_t>(id)});
+  const uint64_t h = AugmentHash(options, 0x52524321ull /* "RRC!" */, round, epoch, id);
   // Four uniforms in [0, 1) from 15 bits each of the hash (bits 0..59), the flip from bit 63.
   auto uniform = [h](int k) { return static_cast<double>((h >> (15 * k)) & 0x7FFF) / 32768.0; };
   const double scale = options.crop_min_scale + (1.0 - options.crop_min_scale) * uniform(0);
@@ -273,15 +280,30 @@ StatusOr<LoadedBatch> LoadBatch(const BatchLoaderOptions& options, BatchSchedule
   batch.position = schedule.Position(index);
   schedule.LocalIds(index, &batch.ids);
   try {
-    MLCD_ASSIGN_OR_RETURN(PreparedImages prepared,
-                          options.dataset->Prepare(batch.ids, options.augment, batch.position.round,
-                                                   batch.position.epoch, options.image_size));
-    for (const BadSample& b : prepared.bad) MLCD_RETURN_IF_ERROR(bad->Record(b));
-    batch.images = std::move(prepared.images);
+    // Each view is prepared with its own draws; a sample bad in one is bad in every view (the
+    // same bytes), so the first view's bad samples and replacements stand for all.
+    std::vector<torch::Tensor> views;
+    for (int view = 0; view < options.views; ++view) {
+      AugmentOptions augment = options.augment;
+      augment.view = view;
+      const StepPosition& pos = batch.position;
+      MLCD_ASSIGN_OR_RETURN(
+          PreparedImages prepared,
+          options.dataset->Prepare(batch.ids, augment, pos.round, pos.epoch, options.image_size));
+      if (ColourAugmentationOn(augment)) {
+        ApplyColourAugmentation(prepared.images, batch.ids, augment, pos.round, pos.epoch,
+                                options.dataset->mean(), options.dataset->stddev());
+      }
+      views.push_back(std::move(prepared.images));
+      if (view > 0) continue;
+      for (const BadSample& b : prepared.bad) MLCD_RETURN_IF_ERROR(bad->Record(b));
+      batch.bad_samples = static_cast<int64_t>(prepared.bad.size());
+      batch.replaced = std::move(prepared.replaced);
+    }
+    // Interleaved: row 2k and 2k + 1 are image k's two views.
+    batch.images = views.size() == 1 ? std::move(views[0]) : torch::stack(views, 1).flatten(0, 1);
     if (options.pin_memory) batch.images = batch.images.pin_memory();
-    batch.bad_samples = static_cast<int64_t>(prepared.bad.size());
     batch.bad_so_far = bad->so_far();
-    batch.replaced = std::move(prepared.replaced);
   } catch (const std::exception& e) {
     return Status::Internal(std::string("preparing batch images failed: ") + e.what());
   }

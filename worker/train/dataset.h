@@ -126,7 +126,22 @@ struct AugmentOptions {
   // resized bilinearly to the output size. 0 = pad-and-crop. In (0, 1].
   double crop_min_scale = 0;
   uint64_t seed = 0;
+  // Which view of the sample the draws are for (two-view batches, BatchLoaderOptions::views):
+  // view 0 draws what a one-view run draws, view v > 0 from (seed, round, epoch, id, v).
+  int view = 0;
+  // Colour jitter and random grayscale (worker/train/colour_augment.h): the probability of
+  // jitter and its strengths, the probability of grayscale. 0 = off.
+  double color_jitter_prob = 0;
+  double jitter_brightness = 0;
+  double jitter_contrast = 0;
+  double jitter_saturation = 0;
+  double jitter_hue = 0;
+  double grayscale_prob = 0;
 };
+
+// The hash a sample's augmentation draws of kind `tag` come from: (seed, tag, round, epoch,
+// id), plus the view when it is > 0.
+uint64_t AugmentHash(const AugmentOptions& options, uint64_t tag, int round, int epoch, int64_t id);
 
 int EffectivePadding(const AugmentOptions& options, int image_height);
 
@@ -162,7 +177,7 @@ struct LoadedBatch {
   int64_t index = 0;  // position in the schedule
   StepPosition position;
   std::vector<int64_t> ids;
-  torch::Tensor images;  // float [n, C, S, S]
+  torch::Tensor images;  // float [n * views, C, S, S]
   // Bad samples of this batch (already logged and counted) and the slots that replaced them:
   // apply `replaced` to the batch's labels (ApplyReplacements).
   int64_t bad_samples = 0;
@@ -181,6 +196,10 @@ struct BatchLoaderOptions {
   // Page-lock each batch in the loader's thread (training on CUDA: the step's host-to-device
   // copy is then asynchronous and the pinning costs the training thread nothing).
   bool pin_memory = false;
+  // Augmented views per image (1 or 2). With 2 a batch of n images holds 2n rows, rows 2k and
+  // 2k+1 image k's views 0 and 1 (the contrastive losses' layout); `ids`, bad samples and
+  // `replaced` stay per image.
+  int views = 1;
 };
 
 // Prepares the batches of a BatchSchedule in a background thread (single-threaded ATen

@@ -38,6 +38,7 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenIndexedImageDataset(const v1::Datase
   if (dataset.crop_max_scale() > 0) t.max_scale = dataset.crop_max_scale();
   if (dataset.crop_min_ratio() > 0) t.min_ratio = dataset.crop_min_ratio();
   if (dataset.crop_max_ratio() > 0) t.max_ratio = dataset.crop_max_ratio();
+  if (dataset.has_horizontal_flip() && !dataset.horizontal_flip()) t.flip_probability = 0;
   t.mean.assign(dataset.mean().begin(), dataset.mean().end());
   t.stddev.assign(dataset.stddev().begin(), dataset.stddev().end());
   MLCD_RETURN_IF_ERROR(ValidateTransformParams(t).WithContext(field));
@@ -146,7 +147,7 @@ StatusOr<PreparedImages> IndexedImageDataset::Prepare(const std::vector<int64_t>
                                        Describe());
       }
       DecodeJob job;
-      job.key = SampleKey{round, epoch, id};
+      job.key = SampleKey{round, epoch, id, augment.view};
       job.fetch = [this, id]() -> StatusOr<std::string> {
         std::string bytes;
         MLCD_RETURN_IF_ERROR(reader_->Read(id, &bytes));

@@ -39,6 +39,12 @@ TrainMetrics::TrainMetrics(prometheus::Registry& r, const std::string& job_id, i
   negative_cosine_ = MakeGauge(
       r, "mlcd_worker_mean_negative_cosine",
       "Mean cosine between embeddings and sampled negative class centres (last step).", l);
+  mean_positives_ = MakeGauge(
+      r, "mlcd_worker_mean_positives",
+      "Contrastive variants: mean number of positives per anchor (last step; 0 otherwise).", l);
+  anchors_without_positives_ = MakeGauge(
+      r, "mlcd_worker_anchors_without_positives",
+      "Contrastive variants: anchors of the global batch without a positive (last step).", l);
   learning_rate_ =
       MakeGauge(r, "mlcd_worker_learning_rate", "Backbone learning rate of the last step.", l);
   grad_norm_ = MakeGauge(r, "mlcd_worker_grad_norm",
@@ -51,12 +57,14 @@ TrainMetrics::TrainMetrics(prometheus::Registry& r, const std::string& job_id, i
   step_seconds_ = MakeHistogram(r, "mlcd_worker_step_seconds", "Wall time of a training step.", l);
   backbone_seconds_ = MakeHistogram(r, "mlcd_worker_backbone_seconds",
                                     "ViT forward, backward and optimizer time per step.", l);
-  classification_seconds_ =
-      MakeHistogram(r, "mlcd_worker_classification_layer_seconds",
-                    "Classification layer (PartialFc) compute per step, without collectives.", l);
-  collective_seconds_ =
-      MakeHistogram(r, "mlcd_worker_collective_seconds",
-                    "Collectives per step: PartialFc exchanges and the gradient allreduce.", l);
+  classification_seconds_ = MakeHistogram(
+      r, "mlcd_worker_classification_layer_seconds",
+      "The objective's compute per step (the PartialFc layer, or the contrastive loss "
+      "and its head), without collectives.",
+      l);
+  collective_seconds_ = MakeHistogram(
+      r, "mlcd_worker_collective_seconds",
+      "Collectives per step: the objective's exchanges and the gradient allreduce.", l);
   label_wait_seconds_ =
       MakeHistogram(r, "mlcd_worker_label_wait_seconds",
                     "Time a step waited for its labels from the label store (prefetch stall).", l);
@@ -84,6 +92,8 @@ void TrainMetrics::RecordStep(const StepReport& s) {
   samples_per_second_->Set(s.samples_per_second);
   positive_cosine_->Set(s.mean_positive_cosine);
   negative_cosine_->Set(s.mean_negative_cosine);
+  mean_positives_->Set(s.mean_positives);
+  anchors_without_positives_->Set(static_cast<double>(s.anchors_without_positives));
   learning_rate_->Set(s.learning_rate);
   grad_norm_->Set(s.grad_norm);
   global_step_->Set(static_cast<double>(s.global_step));

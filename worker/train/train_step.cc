@@ -60,14 +60,39 @@ torch::Tensor TrainStep::Embed(const torch::Tensor& images) {
   return emb.scalar_type() == torch::kFloat ? emb : emb.to(torch::kFloat);
 }
 
-StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torch::Tensor& labels,
-                                         double lr, double centre_lr) {
-  // Both learning rates are checked before anything runs, so a bad one changes nothing.
-  if (!(lr >= 0.0) || !std::isfinite(lr) || !(centre_lr >= 0.0) || !std::isfinite(centre_lr)) {
-    return Status::InvalidArgument("learning rates must be finite and >= 0 (backbone " +
-                                   std::to_string(lr) + ", class centres " +
-                                   std::to_string(centre_lr) + ")");
+StatusOr<BackboneOutput> TrainStep::Forward(const torch::Tensor& images,
+                                            const ObjectiveNeeds& needs) {
+  if (!needs.patch_tokens) return BackboneOutput{Embed(images), torch::Tensor()};
+  compat::AutocastScope autocast(device_.type(), torch::kBFloat16, precision_ == Precision::kBf16);
+  BackboneOutput out;
+  parts_.model->Features(images, VitFeatures::kEmbedding, 4, &out.embeddings, &out.patch_tokens);
+  for (torch::Tensor* t : {&out.embeddings, &out.patch_tokens}) {
+    if (t->scalar_type() != torch::kFloat) *t = t->to(torch::kFloat);
   }
+  return out;
+}
+
+namespace {
+
+// `t` detached, on `device` (a copy only when it lives elsewhere); undefined stays undefined.
+torch::Tensor DetachedOn(const torch::Tensor& t, torch::Device device) {
+  if (!t.defined()) return t;
+  return t.device() == device ? t.detach() : t.detach().to(device);
+}
+
+}  // namespace
+
+StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torch::Tensor& labels,
+                                         double lr, double objective_lr) {
+  // Both learning rates are checked before anything runs, so a bad one changes nothing.
+  if (!(lr >= 0.0) || !std::isfinite(lr) || !(objective_lr >= 0.0) ||
+      !std::isfinite(objective_lr)) {
+    return Status::InvalidArgument("learning rates must be finite and >= 0 (backbone " +
+                                   std::to_string(lr) + ", objective " +
+                                   std::to_string(objective_lr) + ")");
+  }
+  TrainObjective& objective = *parts_.objective;
+  const ObjectiveNeeds needs = objective.needs();
   TrainStepResult r;
   TrainStepTimings& t = r.timings;
   // Part times from events on the device's stream (wall clock on the CPU): marking does not
@@ -79,22 +104,28 @@ StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torc
                                                : images.to(torch::TensorOptions().device(device_),
                                                            /*non_blocking=*/images.is_pinned());
   const int t1 = timer.Mark();
-  torch::Tensor emb = Embed(x);
-  // The device layer takes the embeddings where they are; the host layer needs them in host
-  // memory (this copy waits for the forward).
-  const bool layer_on_device = parts_.partial_fc->options().device == device_;
-  torch::Tensor emb_in = layer_on_device ? emb.detach() : emb.detach().cpu();
+  MLCD_ASSIGN_OR_RETURN(BackboneOutput out, Forward(x, needs));
+  // The objective takes the outputs on its device: the PartialFc device layer where they are,
+  // the host layer a host copy (which waits for the forward).
+  const torch::Device input_device = objective.input_device();
+  BackboneOutput in{DetachedOn(out.embeddings, input_device),
+                    DetachedOn(out.patch_tokens, input_device)};
   const int t2 = timer.Mark();
-  auto fc = parts_.partial_fc->ForwardBackward(emb_in, labels);
-  if (!fc.ok()) return fc.status();
+  auto step = objective.ForwardBackward(in, needs.labels ? labels : torch::Tensor());
+  if (!step.ok()) return step.status();
   const int t3 = timer.Mark();
   parts_.grad_sync->BeginBackward();
-  emb.backward(layer_on_device ? fc->grad_embeddings
-                               : fc->grad_embeddings.to(torch::TensorOptions().device(device_)));
+  std::vector<torch::Tensor> outputs{out.embeddings}, grads{step->grad_embeddings.to(device_)};
+  if (out.patch_tokens.defined() && step->grad_patch_tokens.defined()) {
+    outputs.push_back(out.patch_tokens);
+    grads.push_back(step->grad_patch_tokens.to(device_));
+  }
+  torch::autograd::backward(outputs, grads);
   const int t4 = timer.Mark();
   Status synced = parts_.grad_sync->AllReduceGradients();
+  if (synced.ok()) synced = objective.AllReduceGradients();
   if (!synced.ok()) {
-    parts_.partial_fc->DiscardGradient();
+    objective.DiscardGradient();
     return synced;
   }
   const int t5 = timer.Mark();
@@ -103,19 +134,18 @@ StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torc
   // it was.
   StatusOr<BackboneStepStats> backbone = parts_.optimizer->CheckedStep(lr, 1.0);
   if (!backbone.ok()) {
-    parts_.partial_fc->DiscardGradient();
-    return backbone.status().WithContext("loss " + std::to_string(fc->loss));
+    objective.DiscardGradient();
+    return backbone.status().WithContext("loss " + std::to_string(step->loss));
   }
   r.backbone = *backbone;
   const int t6 = timer.Mark();
-  Status centres = parts_.partial_fc->OptimizerStep(centre_lr);
-  if (!centres.ok()) return centres;
+  MLCD_RETURN_IF_ERROR(objective.OptimizerStep(objective_lr));
   const int t7 = timer.Mark();
-  r.fc = std::move(*fc);
+  r.objective = std::move(*step);
   t.host_to_device = timer.Seconds(t0, t1);
   t.backbone_forward = timer.Seconds(t1, t2);
-  t.classification_collectives = r.fc.collective_seconds;
-  t.classification_layer = r.fc.compute_seconds;
+  t.classification_collectives = r.objective.collective_seconds;
+  t.classification_layer = r.objective.compute_seconds;
   t.backbone_backward = timer.Seconds(t3, t4);
   t.grad_sync = timer.Seconds(t4, t5);
   t.backbone_optimizer = timer.Seconds(t5, t6);

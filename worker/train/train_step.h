@@ -2,18 +2,20 @@
 //
 //   images (host, float32)  --pinned, non-blocking copy-->  device
 //   emb   = ViT(images)                 under the precision policy, float32 out
-//   r     = PartialFc.ForwardBackward   where the layer lives: on a CUDA device the device
-//                                       layer takes emb where it is and reads only the loss;
+//   r     = objective.ForwardBackward   on the objective's input device (worker/train/
+//                                       objective.h): the PartialFc device layer on a CUDA
+//                                       device takes emb where it is and reads only the loss;
 //                                       the fused host layer (the CPU default) takes a host
-//                                       copy and returns dL/d emb to the device
+//                                       copy; the gradient comes back to the device
 //   emb.backward(r.grad_embeddings)     backbone backward on the device
-//   GradSync (NCCL for CUDA, Gloo for CPU)  ->  BackboneAdamW  ->  PartialFc.OptimizerStep
+//   GradSync (NCCL for CUDA, Gloo for CPU), objective.AllReduceGradients
+//     ->  BackboneAdamW  ->  objective.OptimizerStep
 //
 // The precision policy (Precision::kBf16): the backbone's forward runs under autocast for its
 // device with bfloat16 -- matmuls (Linear, attention through scaled_dot_product_attention)
 // in bf16, LayerNorm / softmax / GELU as autocast decides (float32) -- and the embedding is
 // cast to float32 before it leaves the backbone. Parameters, their gradients, the optimizer
-// state, the class centres, the logits and the loss are float32 in every mode (as insightface's
+// state, the objective's parameters (class centres, heads), the logits and the loss are float32 in every mode (as insightface's
 // PartialFC and the paper's successors do). With kBf16 the fused CPU kernels step aside for
 // ATen's own (they are float32 kernels).
 #pragma once
@@ -22,10 +24,10 @@
 
 #include "common/enums.h"
 #include "common/status.h"
-#include "worker/loss/partial_fc.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/grad_sync.h"
+#include "worker/train/objective.h"
 
 namespace mlcd::worker {
 
@@ -44,31 +46,31 @@ StatusOr<torch::Device> ResolveDevice(const std::string& name, int local_rank);
 struct TrainStepTimings {
   double host_to_device = 0;
   double backbone_forward = 0;
-  double classification_layer = 0;  // PartialFc ForwardBackward, collectives excluded
-  double classification_collectives = 0;
+  double classification_layer = 0;        // the objective's ForwardBackward, collectives excluded
+  double classification_collectives = 0;  // the objective's collectives
   double backbone_backward = 0;
-  double grad_sync = 0;
+  double grad_sync = 0;  // the backbone's and the objective's gradient all-reduce
   double backbone_optimizer = 0;
-  double centre_optimizer = 0;
+  double centre_optimizer = 0;  // the objective's OptimizerStep
   double total = 0;
 };
 
 struct TrainStepResult {
-  PartialFcStep fc;
+  ObjectiveStep objective;
   BackboneStepStats backbone;
   TrainStepTimings timings;
 };
 
 // The parts a step works on (owned by the caller, which must keep them alive). model,
 // flat's buffers and the optimizer's state live on `device`; `grad_sync` uses collectives
-// that take tensors of that device (NCCL for CUDA); `partial_fc` lives on `device` (the
-// device layer) or in host memory (the host layer).
+// that take tensors of that device (NCCL for CUDA); `objective` takes the backbone's outputs
+// on its input_device() (the PartialFc device layer: `device`; the host layer: the host).
 struct TrainStepParts {
   VisionTransformer model{nullptr};
   FlatParameters* flat = nullptr;
   BackboneAdamW* optimizer = nullptr;
   GradSync* grad_sync = nullptr;
-  PartialFc* partial_fc = nullptr;
+  TrainObjective* objective = nullptr;
 };
 
 class TrainStep {
@@ -79,14 +81,19 @@ class TrainStep {
   // embeddings [B, embed_dim] on the device (autograd graph kept).
   torch::Tensor Embed(const torch::Tensor& images);
 
-  // One step: images float32 [B_local, C, S, S] on the host (pinned when it came from
-  // PinnedCopy, then the copy overlaps), labels int32/int64 [B_local, l] on the host.
-  // Errors of the classification layer and the collectives are returned (every rank gets the
-  // same for bad input), as are a learning rate that is not finite and >= 0 and a non-finite
-  // backbone gradient (INVALID_ARGUMENT); then no parameter, optimizer moment or step count
-  // changed.
+  // The backbone's forward for an objective: the embedding (autograd graph kept) and, when
+  // `needs.patch_tokens`, the last block's patch tokens of the same pass.
+  StatusOr<BackboneOutput> Forward(const torch::Tensor& images, const ObjectiveNeeds& needs);
+
+  // One step: images float32 [rows, C, S, S] on the host (pinned when it came from
+  // PinnedCopy, then the copy overlaps), labels int32/int64 [rows, l] on the host (undefined
+  // when the objective reads none). `lr` is the backbone's learning rate, `objective_lr` the
+  // objective's. Errors of the objective and the collectives are returned (every rank gets
+  // the same for bad input), as are a learning rate that is not finite and >= 0 and a
+  // non-finite backbone gradient (INVALID_ARGUMENT); then no parameter, optimizer moment or
+  // step count changed.
   StatusOr<TrainStepResult> Run(const torch::Tensor& images, const torch::Tensor& labels, double lr,
-                                double centre_lr);
+                                double objective_lr);
 
   torch::Device device() const { return device_; }
   Precision precision() const { return precision_; }

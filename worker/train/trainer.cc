@@ -53,8 +53,24 @@ Status Trainer::Impl::ResolveSpec() {
                                    std::to_string(epochs_per_round) +
                                    " epochs (training.epochs_per_round)");
   }
+  needs_labels = NeedsLabels(spec);
+  views = ViewsPerImage(spec);
+  MLCD_ASSIGN_OR_RETURN(const LossFamily family, LossFamilyOf(spec.loss().variant()));
+  class_centres = family == LossFamily::kClassification;
+  if (!needs_labels) {
+    // infonce: every image is its own class; a label set given anyway is not read.
+    if (!options.label_set.empty()) {
+      MLCD_LOG(INFO) << "loss.variant " << spec.loss().variant() << " reads no labels; label set '"
+                     << options.label_set << "' is not used";
+    }
+    options.label_set.clear();
+    return Status::Ok();
+  }
   if (options.label_set.empty()) {
-    return Status::InvalidArgument("no label set: pass --label-set NAME (e.g. job/<id>/r<round>)");
+    return Status::InvalidArgument(
+        "no label set: pass --label-set NAME (e.g. job/<id>/r<round>); "
+        "loss.variant " +
+        spec.loss().variant() + " trains on per-sample labels (only infonce needs none)");
   }
   if (options.labelstore_address.empty())
     return Status::InvalidArgument("no label store: pass --labelstore HOST:PORT");
@@ -123,7 +139,12 @@ Status Trainer::Impl::Init() {
 
   MLCD_RETURN_IF_ERROR(SetUpSchedule());
 
-  // The label set must be the one the spec describes.
+  if (needs_labels) MLCD_RETURN_IF_ERROR(CheckLabelSet());
+  return JoinAndBuild();
+}
+
+// The label set must be the one the spec describes.
+Status Trainer::Impl::CheckLabelSet() {
   labelstore::LabelStoreClientOptions client_options;
   client_options.timeout =
       std::chrono::seconds(std::max(30, spec.training().collective_timeout_seconds()));
@@ -149,8 +170,11 @@ Status Trainer::Impl::Init() {
     MLCD_LOG(WARNING) << "label set '" << options.label_set
                       << "' is not sealed; it may still change";
   }
+  return Status::Ok();
+}
 
-  // Join the gang.
+// Joins the gang, then builds or restores the model and the objective.
+Status Trainer::Impl::JoinAndBuild() {
   CollectivesOptions copts;
   copts.rank = options.rank;
   copts.world_size = options.world_size;
@@ -191,9 +215,10 @@ Status Trainer::Impl::CheckTrainingMemory(int ranks_on_host) const {
   plan.vit = vit_options;
   plan.use = ModelUse::kTraining;
   plan.world = options.world_size;
-  plan.global_batch = spec.training().batch_size();
+  // Rows: every view of an image is a row of the forward.
+  plan.global_batch = static_cast<int64_t>(spec.training().batch_size()) * views;
   plan.batch = (plan.global_batch + plan.world - 1) / plan.world;
-  plan.num_classes = spec.clustering().k();
+  plan.num_classes = class_centres ? spec.clustering().k() : 0;
   plan.sample_ratio = spec.loss().sample_ratio();
   plan.labels_per_sample = spec.clustering().l();
   plan.ranks_on_host = ranks_on_host;
@@ -261,26 +286,28 @@ Status Trainer::Impl::RestoreOrInitialise() {
   // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
   MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
 
-  MLCD_ASSIGN_OR_RETURN(
-      PartialFcOptions popts,
-      LayerOptionsFromSpec(spec, vit_options.embed_dim, options.round, device, precision));
-  MLCD_ASSIGN_OR_RETURN(partial_fc, PartialFc::Create(popts, comm.get()));
+  MLCD_ASSIGN_OR_RETURN(objective, ObjectiveFromSpec(spec, vit_options.embed_dim, options.round,
+                                                     device, precision, comm.get()));
+  classification = dynamic_cast<PartialFcObjective*>(objective.get());
   TrainStepParts parts;
   parts.model = model;
   parts.flat = flat.get();
   parts.optimizer = optimizer.get();
   parts.grad_sync = grad_sync.get();
-  parts.partial_fc = partial_fc.get();
+  parts.objective = objective.get();
   step = std::make_unique<TrainStep>(parts, device, precision);
 
   if (resume && meta.round == options.round) {
-    if (meta.num_classes != popts.num_classes || meta.embedding_dim != popts.embedding_dim) {
-      return Status::FailedPrecondition(
-          "checkpoint " + resumed_from + " has " + std::to_string(meta.num_classes) +
-          " class centres of size " + std::to_string(meta.embedding_dim) + "; this run needs " +
-          std::to_string(popts.num_classes) + " of size " + std::to_string(popts.embedding_dim));
+    if (classification) {
+      const PartialFcOptions& popts = classification->layer().options();
+      if (meta.num_classes != popts.num_classes || meta.embedding_dim != popts.embedding_dim) {
+        return Status::FailedPrecondition(
+            "checkpoint " + resumed_from + " has " + std::to_string(meta.num_classes) +
+            " class centres of size " + std::to_string(meta.embedding_dim) + "; this run needs " +
+            std::to_string(popts.num_classes) + " of size " + std::to_string(popts.embedding_dim));
+      }
     }
-    MLCD_RETURN_IF_ERROR(partial_fc->Load(resumed_from));
+    MLCD_RETURN_IF_ERROR(objective->Load(resumed_from));
     schedule.first_epoch = meta.next_epoch();
     schedule.first_step = meta.next_step_in_epoch();
     if (schedule.first_epoch != options.first_epoch || schedule.first_step != 0) {
@@ -290,10 +317,10 @@ Status Trainer::Impl::RestoreOrInitialise() {
     }
     if (schedule.first_epoch > schedule.end_epoch) schedule.first_epoch = schedule.end_epoch;
     if (schedule.first_epoch >= schedule.end_epoch) schedule.first_step = 0;
-  } else {
+  } else if (classification) {
     bool from_centroids = false;
     MLCD_RETURN_IF_ERROR(InitCentresFromCentroids(spec, options.round, options.centroids_path,
-                                                  partial_fc.get(), &from_centroids));
+                                                  &classification->layer(), &from_centroids));
     const std::string centres =
         from_centroids ? "class centres from the k-means centroids " + options.centroids_path
                        : "random class centres";
@@ -318,10 +345,8 @@ Status Trainer::Impl::RestoreOrInitialise() {
                  << comm->backend_name() << "), " << device << ", " << PrecisionName(precision)
                  << ", " << at::get_num_threads() << " threads; model "
                  << DescribeVitOptions(vit_options) << " (" << model->NumParameters()
-                 << " parameters); " << dataset->Describe() << "; classes "
-                 << partial_fc->class_range().begin << ".." << partial_fc->class_range().end
-                 << " of " << spec.clustering().k() << "; " << steps_per_epoch
-                 << " steps per epoch, " << job_total_steps << " in the job";
+                 << " parameters); " << dataset->Describe() << "; " << objective->Describe() << "; "
+                 << steps_per_epoch << " steps per epoch, " << job_total_steps << " in the job";
   return Status::Ok();
 }
 
@@ -337,7 +362,7 @@ StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
   state.meta.epoch_complete = steps_done_in_epoch >= steps_per_epoch || round_end;
   state.meta.global_step = GlobalStep(position.epoch, steps_done_in_epoch);
   state.meta.world_size = options.world_size;
-  state.meta.num_classes = spec.clustering().k();
+  state.meta.num_classes = class_centres ? spec.clustering().k() : 0;
   state.meta.embedding_dim = vit_options.embed_dim;
   state.meta.label_set = options.label_set;
   state.meta.seed = spec.training().seed();
@@ -347,7 +372,7 @@ StatusOr<std::string> Trainer::Impl::Checkpoint(const StepPosition& position,
   state.model = model;
   state.flat = flat.get();
   state.optimizer = optimizer.get();
-  state.partial_fc = partial_fc.get();
+  state.objective = objective.get();
   state.job_id = options.job_id;
   // Pruning keeps the coordinator's last commit and everything after it (the agent's file names
   // it; until then the checkpoint this run resumed from is the last commit).
@@ -391,38 +416,66 @@ BatchLoaderOptions Trainer::Impl::LoaderOptions() const {
   lopts.schedule = schedule;
   lopts.augment.enabled = spec.dataset().augment();
   lopts.augment.seed = spec.training().seed();
-  lopts.augment.crop_min_scale = spec.dataset().crop_min_scale();
+  const v1::DatasetSpec& d = spec.dataset();
+  lopts.augment.crop_min_scale = d.crop_min_scale();
+  lopts.augment.horizontal_flip = d.horizontal_flip();
+  lopts.augment.color_jitter_prob = d.color_jitter_prob();
+  lopts.augment.jitter_brightness = d.jitter_brightness();
+  lopts.augment.jitter_contrast = d.jitter_contrast();
+  lopts.augment.jitter_saturation = d.jitter_saturation();
+  lopts.augment.jitter_hue = d.jitter_hue();
+  lopts.augment.grayscale_prob = d.grayscale_prob();
+  lopts.views = views;
   lopts.image_size = vit_options.image_size;
   lopts.queue_depth = 2;
   lopts.pin_memory = device.is_cuda();
   return lopts;
 }
 
+// The objective's figures in the step's log line.
+std::string Trainer::Impl::ObjectiveFigures(const StepReport& report) const {
+  std::ostringstream out;
+  out << std::setprecision(5);
+  if (class_centres) {
+    out << " pos/neg cos " << report.mean_positive_cosine << "/" << report.mean_negative_cosine;
+  } else {
+    out << " positives/anchor " << report.mean_positives << ", anchors without "
+        << report.anchors_without_positives;
+  }
+  return out.str();
+}
+
 // The progress event of a finished step and, every options.log_every steps, its log line.
 void Trainer::Impl::AnnounceStep(const StepPosition& pos, const StepReport& report, double loss,
                                  bool last_batch) {
-  Emit(json{{"event", "progress"},
-            {"round", pos.round},
-            {"epoch", pos.epoch},
-            {"step_in_epoch", pos.step_in_epoch + 1},
-            {"steps_per_epoch", steps_per_epoch},
-            {"global_step", report.global_step},
-            {"loss", loss},
-            {"samples_per_second", report.samples_per_second},
-            {"mean_positive_cosine", report.mean_positive_cosine},
-            {"mean_negative_cosine", report.mean_negative_cosine},
-            {"learning_rate", report.learning_rate},
-            {"label_wait_seconds", report.timings.label_wait},
-            {"step_seconds", report.timings.step},
-            {"bad_samples", report.bad_so_far.distinct},
-            {"bad_sample_keys", report.bad_so_far.first_keys}});
+  json event{{"event", "progress"},
+             {"round", pos.round},
+             {"epoch", pos.epoch},
+             {"step_in_epoch", pos.step_in_epoch + 1},
+             {"steps_per_epoch", steps_per_epoch},
+             {"global_step", report.global_step},
+             {"loss", loss},
+             {"samples_per_second", report.samples_per_second},
+             {"learning_rate", report.learning_rate},
+             {"label_wait_seconds", report.timings.label_wait},
+             {"step_seconds", report.timings.step},
+             {"bad_samples", report.bad_so_far.distinct},
+             {"bad_sample_keys", report.bad_so_far.first_keys}};
+  // The objective's own figures: the class centres' cosines, or the contrastive positives.
+  if (class_centres) {
+    event["mean_positive_cosine"] = report.mean_positive_cosine;
+    event["mean_negative_cosine"] = report.mean_negative_cosine;
+  } else {
+    event["mean_positives"] = report.mean_positives;
+    event["anchors_without_positives"] = report.anchors_without_positives;
+  }
+  Emit(event);
   if (options.log_every > 0 && (summary.steps_run % options.log_every == 0 || last_batch)) {
     MLCD_LOG(INFO) << "round " << pos.round << " epoch " << pos.epoch << " step "
                    << pos.step_in_epoch + 1 << "/" << steps_per_epoch << " global "
                    << report.global_step << "/" << job_total_steps << " loss "
                    << std::setprecision(5) << loss << " lr " << report.learning_rate
-                   << " pos/neg cos " << report.mean_positive_cosine << "/"
-                   << report.mean_negative_cosine << ", " << std::setprecision(4)
+                   << ObjectiveFigures(report) << ", " << std::setprecision(4)
                    << report.samples_per_second << " samples/s (backbone "
                    << report.timings.backbone << " s, classification "
                    << report.timings.classification_layer << " s, collectives "
@@ -446,7 +499,8 @@ Status Trainer::Impl::Run() {
             {"global_step", summary.first_global_step},
             {"resumed_from", resumed_from}});
 
-  LabelPrefetcher prefetcher(PrefetcherOptions());
+  std::unique_ptr<LabelPrefetcher> prefetcher;
+  if (needs_labels) prefetcher = std::make_unique<LabelPrefetcher>(PrefetcherOptions());
   BatchLoader loader(LoaderOptions());
   if (budgeted && round_steps == 0) {
     StepBudgetOptions bopts;
@@ -457,40 +511,53 @@ Status Trainer::Impl::Run() {
     budget->Start(setup_start);
   }
 
-  const double centre_lr_multiplier = spec.optimizer().centre_lr_multiplier();
+  // The class centres take their own multiplier; a head trains with the backbone's rate.
+  const double objective_lr_multiplier =
+      classification ? spec.optimizer().centre_lr_multiplier() : 1.0;
   const int64_t every = spec.training().checkpoint_every_steps();
   for (int64_t index = 0; index < batches; ++index) {
     const auto step_start = Clock::now();
-    MLCD_ASSIGN_OR_RETURN(BatchLabels labels, prefetcher.Next());
-    const double label_wait = prefetcher.last_wait_seconds();
+    BatchLabels labels;
+    if (prefetcher) {
+      MLCD_ASSIGN_OR_RETURN(labels, prefetcher->Next());
+    }
+    const double label_wait = prefetcher ? prefetcher->last_wait_seconds() : 0.0;
     const auto data_start = Clock::now();
     MLCD_ASSIGN_OR_RETURN(LoadedBatch batch, loader.Next());
     const double data_wait = SecondsBetween(data_start, Clock::now());
-    if (labels.ids != batch.ids) return Status::Internal("label and image batches are out of step");
-    ApplyReplacements(batch.replaced, labels.labels_per_sample, &labels.labels);  // bad images
+    torch::Tensor label_tensor;
+    if (prefetcher) {
+      if (labels.ids != batch.ids)
+        return Status::Internal("label and image batches are out of step");
+      ApplyReplacements(batch.replaced, labels.labels_per_sample, &labels.labels);  // bad images
+      const int64_t n = static_cast<int64_t>(labels.ids.size());
+      label_tensor =
+          torch::from_blob(labels.labels.data(), {n, labels.labels_per_sample}, torch::kInt);
+      // One row of labels per view (rows 2k and 2k+1 are image k's views).
+      if (views > 1) label_tensor = label_tensor.repeat_interleave(views, 0);
+    }
     const StepPosition pos = batch.position;
     const int64_t global_step = GlobalStep(pos.epoch, pos.step_in_epoch);
     const double step_lr = LearningRateAt(lr, LrStep(pos.epoch, pos.step_in_epoch));
 
-    const int64_t n = static_cast<int64_t>(labels.ids.size());
-    torch::Tensor label_tensor =
-        torch::from_blob(labels.labels.data(), {n, labels.labels_per_sample}, torch::kInt);
-    auto result = step->Run(batch.images, label_tensor, step_lr, step_lr * centre_lr_multiplier);
+    auto result = step->Run(batch.images, label_tensor, step_lr, step_lr * objective_lr_multiplier);
     if (!result.ok()) {
       return result.status().WithContext("training step at round " + std::to_string(pos.round) +
                                          " epoch " + std::to_string(pos.epoch) + " step " +
                                          std::to_string(pos.step_in_epoch) + " (global step " +
                                          std::to_string(global_step) + ")");
     }
-    const PartialFcStep* fc = &result->fc;
+    const ObjectiveStep& out = result->objective;
     const BackboneStepStats& bstats = result->backbone;
     const TrainStepTimings& t = result->timings;
     const auto step_end = Clock::now();
 
     StepReport report;
-    report.loss = fc->loss;
-    report.mean_positive_cosine = fc->stats.mean_positive_cosine;
-    report.mean_negative_cosine = fc->stats.mean_negative_cosine;
+    report.loss = out.loss;
+    report.mean_positive_cosine = out.stats.mean_positive_cosine;
+    report.mean_negative_cosine = out.stats.mean_negative_cosine;
+    report.mean_positives = out.stats.mean_positives;
+    report.anchors_without_positives = out.stats.anchors_without_positives;
     report.learning_rate = step_lr;
     report.grad_norm = bstats.grad_norm;
     report.global_step = global_step + 1;
@@ -507,14 +574,14 @@ Status Trainer::Impl::Run() {
     report.samples_per_second = schedule.global_batch_size / std::max(1e-9, report.timings.step);
     if (metrics) metrics->RecordStep(report);
 
-    if (summary.steps_run == 0) summary.first_loss = fc->loss;
-    summary.last_loss = fc->loss;
+    if (summary.steps_run == 0) summary.first_loss = out.loss;
+    summary.last_loss = out.loss;
     ++summary.steps_run;
     summary.global_step = global_step + 1;
     if (budget && round_steps == 0) MLCD_RETURN_IF_ERROR(TimeStep());
     const int64_t done = pos.step_in_epoch + 1;
     const bool round_end = round_steps > 0 && RoundStep(pos.epoch, done) >= round_steps;
-    AnnounceStep(pos, report, fc->loss, index + 1 == batches || round_end);
+    AnnounceStep(pos, report, out.loss, index + 1 == batches || round_end);
 
     const bool epoch_end = done == steps_per_epoch;
     const bool periodic = every > 0 && done % every == 0;
@@ -530,7 +597,7 @@ Status Trainer::Impl::Run() {
     if (round_end) break;
   }
   if (checkpoint_root.empty()) MLCD_LOG(WARNING) << "no checkpoint directory: nothing was saved";
-  summary.label_wait_seconds = prefetcher.total_wait_seconds();
+  summary.label_wait_seconds = prefetcher ? prefetcher->total_wait_seconds() : 0.0;
   summary.data_wait_seconds = loader.wait_seconds();
   summary.seconds = SecondsBetween(run_start, Clock::now());
   if (summary.stopped) return Status::Ok();

@@ -1,14 +1,21 @@
 // The training loop of one rank (`mlcd-worker train`; docs/worker.md).
 //
 // Per step, on every rank of the gang:
-//   labels  <- LabelPrefetcher (background GetLabels from mlcd-labelstore, `depth` ahead)
-//   images  <- BatchLoader (background gather + augmentation; pinned when training on CUDA)
-//   TrainStep (worker/train/train_step.h) on the rank's device and training.precision:
+//   labels  <- LabelPrefetcher (background GetLabels from mlcd-labelstore, `depth` ahead; not
+//              run for infonce, which reads no labels)
+//   images  <- BatchLoader (background gather + augmentation; pinned when training on CUDA;
+//              two interleaved views per image for the contrastive variants)
+//   TrainStep (worker/train/train_step.h) on the rank's device and training.precision, with
+//   the objective loss.variant names (worker/train/objective_factory.h):
 //     emb      = ViT(images)                               backbone forward
-//     r        = PartialFc.ForwardBackward(emb, labels)   sharded MLCD loss (collectives inside)
+//     r        = objective.ForwardBackward(emb, labels)   the PartialFc layer's sharded MLCD
+//                                                          loss, or the contrastive loss on the
+//                                                          projection head (collectives inside)
 //     emb.backward(r.grad_embeddings)                      backbone backward (flat gradient buffer)
-//     GradSync: bucketed allreduce (sum) of the backbone gradient (NCCL on CUDA, else Gloo)
-//     BackboneAdamW.Step(lr)  (clipping folded in);  PartialFc.OptimizerStep(lr * centre_mult)
+//     GradSync: bucketed allreduce (sum) of the backbone gradient (NCCL on CUDA, else Gloo),
+//       then the objective's replicated parameters' (the projection head)
+//     BackboneAdamW.Step(lr)  (clipping folded in);  objective.OptimizerStep(lr * centre_mult
+//       for the class centres, lr for a head)
 // with lr from the job-wide warmup + cosine schedule of the global step. Checkpoints at
 // every epoch end and every checkpoint_every_steps (a collective; worker/train/checkpoint.h).
 // With training.time_budget_minutes the round's step count is fixed after its first steps
@@ -40,6 +47,7 @@ struct TrainerOptions {
   int world_size = 1;
   // HOST:PORT of rank 0's TCPStore (may be empty at world size 1).
   std::string rendezvous;
+  // The label store and the round's label set (both unused, and may be empty, for infonce).
   std::string labelstore_address;
   std::string label_set;
   // The round's k-means centroids (.npy, k x d) for training.centre_init (may be empty).

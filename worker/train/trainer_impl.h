@@ -18,7 +18,6 @@
 #include "common/log.h"
 #include "common/npy.h"
 #include "worker/dist/collectives.h"
-#include "worker/loss/partial_fc.h"
 #include "worker/model/model_memory.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
@@ -27,6 +26,9 @@
 #include "worker/train/grad_sync.h"
 #include "worker/train/label_prefetcher.h"
 #include "worker/train/lr_schedule.h"
+#include "worker/train/objective.h"
+#include "worker/train/objective_factory.h"
+#include "worker/train/partial_fc_objective.h"
 #include "worker/train/round_layer.h"
 #include "worker/train/sample_order.h"
 #include "worker/train/step_budget.h"
@@ -53,7 +55,15 @@ struct Trainer::Impl {
   std::unique_ptr<FlatParameters> flat;
   std::unique_ptr<BackboneAdamW> optimizer;
   std::unique_ptr<GradSync> grad_sync;
-  std::unique_ptr<PartialFc> partial_fc;
+  // What the step optimises (worker/train/objective.h); `classification` is it when it is the
+  // PartialFc layer (null otherwise).
+  std::unique_ptr<TrainObjective> objective;
+  PartialFcObjective* classification = nullptr;
+  // The objective reads labels (a label set and the prefetcher); rows per image (views).
+  bool needs_labels = true;
+  int views = 1;
+  // The objective is the PartialFc layer (class centres: memory, centroids, checkpoint sizes).
+  bool class_centres = true;
   std::unique_ptr<TrainMetrics> metrics;
   LrScheduleOptions lr;
   ScheduleOptions schedule;
@@ -90,6 +100,8 @@ struct Trainer::Impl {
   }
   Status Init();
   Status ResolveSpec();
+  Status CheckLabelSet();
+  Status JoinAndBuild();
   Status SetUpSchedule();
   Status RestoreOrInitialise();
   // CheckModelMemory for this rank's training (worker/model/model_memory.h), its host's free
@@ -105,6 +117,7 @@ struct Trainer::Impl {
   Status Run();
   LabelPrefetcherOptions PrefetcherOptions() const;
   BatchLoaderOptions LoaderOptions() const;
+  std::string ObjectiveFigures(const StepReport& report) const;
   void AnnounceStep(const StepPosition& pos, const StepReport& report, double loss,
                     bool last_batch);
   StatusOr<std::string> Checkpoint(const StepPosition& position, int64_t steps_done_in_epoch,
