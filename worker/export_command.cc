@@ -171,9 +171,9 @@ CommandRegistration export_registration(45, [](CLI::App& app, int* exit_code) {
       "safetensors;\nthe config (constructor arguments, model options) goes beside it as JSON. "
       "--format hf-vit / hf-vit-classifier / hf-clip:\na directory transformers' ViTModel / "
       "ViTForImageClassification / CLIPVisionModelWithProjection loads strictly.");
+  // Checked in RunExport: --checkpoint, or --stage-checkpoint for an MCL job's stages.
   cmd->add_option("--checkpoint", flags->checkpoint,
-                  "checkpoint directory, or a checkpoint root with LATEST")
-      ->required();
+                  "checkpoint directory, or a checkpoint root with LATEST");
   cmd->add_option("--stage-checkpoint", flags->stage_checkpoints,
                   "MCL: a stage's checkpoint, once per stage in stage order; writes "
                   "<out>/stage<j>/ per stage and <out>/mcl-manifest.json (docs/mcl.md)");
