@@ -109,6 +109,16 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
 
   auto* clustering = spec->mutable_clustering();
   auto* features = clustering->mutable_features();
+  if (spec->has_mcl()) {
+    // MCL clusters each stage's own embeddings into K clusters, top-1 (docs/mcl.md).
+    auto* mcl = spec->mutable_mcl();
+    if (mcl->stages() == 0) mcl->set_stages(2);
+    if (mcl->stage_init().empty()) mcl->set_stage_init("scratch");
+    if (features->kind().empty()) features->set_kind("model");
+    if (clustering->k() == 0) clustering->set_k(10);
+    if (clustering->l() == 0) clustering->set_l(1);
+    if (spec->training().rounds() == 0) spec->mutable_training()->set_rounds(mcl->stages());
+  }
   if (features->kind().empty()) features->set_kind("pixels");
   if (features->kind() == "random-projection" && features->dim() == 0) features->set_dim(256);
   // A given label set brings its own k and l: left 0, the coordinator fills them from it.

@@ -566,7 +566,79 @@ void CheckEvaluation(const SectionContext& s, std::vector<SpecProblem>* problems
   }
 }
 
+// mcl (when present): the stages and their start, and what MCL decides itself (the loss,
+// the rounds, the clustering's features and l); Eq. 4 when the training split's size is known.
+void CheckMcl(const SectionContext& s, std::vector<SpecProblem>* problems) {
+  const std::string infonce = ContrastiveVariantName(ContrastiveVariant::kInfoNce);
+  if (!s.spec.has_mcl()) {
+    // InfoNCE needs no labels: a later round would have nothing to cluster for.
+    if (s.spec.loss().variant() == infonce && s.spec.training().rounds() > 1) {
+      Checker t(problems, s.prefix + "training");
+      t.Add("rounds", Checker::Num(s.spec.training().rounds()) +
+                          " rounds of loss.variant infonce: InfoNCE trains on no labels, so "
+                          "there is nothing to re-cluster between rounds; set rounds: 1, or "
+                          "make it an MCL job (spec.mcl, docs/mcl.md)");
+    }
+    return;
+  }
+  const auto& m = s.spec.mcl();
+  Checker c(problems, s.prefix + "mcl");
+  c.InRange("stages", m.stages(), 1, kMaxMclStages);
+  c.OneOf("stage_init", m.stage_init(), {"scratch", "previous"});
+  if (s.spec.loss().variant() != infonce) {
+    c.Add("stages", "an MCL job trains every stage with InfoNCE, but loss.variant is '" +
+                        s.spec.loss().variant() + "'; set loss.variant: " + infonce);
+  }
+  if (s.spec.training().rounds() != m.stages()) {
+    c.Add("stages", Checker::Num(m.stages()) + " stages, but training.rounds is " +
+                        Checker::Num(s.spec.training().rounds()) +
+                        "; an MCL stage is a round: leave training.rounds out");
+  }
+  const auto& cl = s.spec.clustering();
+  if (!cl.label_set().empty()) {
+    c.Add("stages", "MCL clusters its own stages; clustering.label_set '" + cl.label_set() +
+                        "' cannot be used with it: remove one of them");
+  }
+  if (cl.features().kind() != "model" || !cl.features().paths().empty()) {
+    c.Add("stages", "MCL clusters each stage's own embeddings, but clustering.features.kind is '" +
+                        cl.features().kind() + "'; remove clustering.features");
+  }
+  if (cl.l() != 1) {
+    c.Add("stages", "MCL keeps each sample's top-1 cluster, but clustering.l is " +
+                        Checker::Num(cl.l()) + "; remove clustering.l or set it to 1");
+  }
+  const std::string prefix = s.prefix.empty() ? "" : s.prefix.substr(0, s.prefix.size() - 1);
+  for (SpecProblem& p : MclClusterBudgetProblems(s.spec, s.images, prefix)) {
+    p.message += " (" + s.images_text + ")";
+    problems->push_back(std::move(p));
+  }
+}
+
 }  // namespace
+
+std::vector<SpecProblem> MclClusterBudgetProblems(const v1::JobSpec& spec, uint64_t samples,
+                                                  const std::string& path_prefix) {
+  std::vector<SpecProblem> problems;
+  const int64_t k = spec.clustering().k();
+  const int32_t n = spec.mcl().stages();
+  const int64_t b = spec.training().batch_size();
+  if (!spec.has_mcl() || samples == 0 || k < 1 || n < 1 || b < 1) return problems;
+  // K^N, saturated above M (so it never overflows): K^N * b <= M is Eq. 4 in integers.
+  uint64_t groups = 1;
+  for (int i = 0; i < n && groups <= samples; ++i) groups *= static_cast<uint64_t>(k);
+  if (groups <= samples / static_cast<uint64_t>(b)) return problems;
+  const std::string power = std::to_string(k) + "^" + std::to_string(n);
+  Checker c(&problems, path_prefix.empty() ? "mcl" : path_prefix + ".mcl");
+  c.Add("stages",
+        "K^N = clustering.k^stages = " + power + " = " +
+            (groups > samples ? "more than " + std::to_string(samples) : std::to_string(groups)) +
+            " > M / b = " + std::to_string(samples) + " samples / batch_size " + std::to_string(b) +
+            " = " + Checker::Num(double(samples) / double(b)) +
+            ": the pseudo-labels of the last stage could not each fill a global "
+            "batch (the paper's Eq. 4); lower clustering.k, mcl.stages or "
+            "training.batch_size, or train on more samples");
+  return problems;
+}
 
 std::vector<SpecProblem> JobMetadataProblems(const v1::JobMetadata& metadata,
                                              const std::string& path_prefix) {
@@ -611,6 +683,7 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec, const std::str
   CheckOptimizer(s, &problems);
   CheckTraining(s, &problems);
   CheckEvaluation(s, &problems);
+  CheckMcl(s, &problems);
   return problems;
 }
 

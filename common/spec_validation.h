@@ -30,6 +30,8 @@ constexpr double kMaxLossScale = 128;
 constexpr int32_t kMaxWorldSize = 1024;
 // training.rounds: the most cluster-and-train rounds of one job.
 constexpr int32_t kMaxRounds = 100;
+// mcl.stages: the most stages of one multistage contrastive job.
+constexpr int32_t kMaxMclStages = 16;
 // clustering.l is limited by kMaxLabelsPerSample (common/limits.h).
 
 // The problems of a defaulted spec; paths start with `path_prefix` ("spec" for submitted
@@ -39,6 +41,13 @@ std::vector<SpecProblem> JobSpecProblems(const v1::JobSpec& spec,
 // The problems of a job's metadata (name, labels).
 std::vector<SpecProblem> JobMetadataProblems(const v1::JobMetadata& metadata,
                                              const std::string& path_prefix = "metadata");
+
+// The paper's Eq. 4 for an MCL job (spec.mcl present): K^N <= M / b, with K = clustering.k,
+// N = mcl.stages, M = `samples` (the training split) and b = training.batch_size, so that
+// the K^N pseudo-labels of the last stage can each fill a global batch on average. The
+// problem names the numbers; none when it holds, the spec is no MCL job or `samples` is 0.
+std::vector<SpecProblem> MclClusterBudgetProblems(const v1::JobSpec& spec, uint64_t samples,
+                                                  const std::string& path_prefix = "spec");
 
 // INVALID_ARGUMENT listing every problem ("invalid job spec (N problems):\n  path: what");
 // OK when `problems` is empty.

@@ -93,6 +93,10 @@ Status CheckCheckpointDirUnshared(const v1::JobSpec& spec, const std::string& ow
   return Status::Ok();
 }
 
+std::string StageCheckpointDir(const std::string& root, int j) {
+  return root + "/stage" + std::to_string(j);
+}
+
 bool CheckpointLiesIn(const std::string& reported, const std::string& dir) {
   const std::string r = Normal(reported);
   const std::string d = Normal(dir);

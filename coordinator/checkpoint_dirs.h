@@ -40,6 +40,10 @@ StatusOr<std::string> CheckpointDirOwner(const v1::JobSpec& spec, const std::str
 Status CheckCheckpointDirUnshared(const v1::JobSpec& spec, const std::string& owner,
                                   const std::string& data_dir, const JobTable& jobs);
 
+// MCL: the folder of stage j's checkpoints under the job's root, "<root>/stage<j>" (each
+// stage prunes only its own, so every stage's encoder stays; docs/mcl.md).
+std::string StageCheckpointDir(const std::string& root, int j);
+
 // True when `reported` lies strictly inside `dir`, both lexically normalised; a path with a
 // ".." component never does.
 bool CheckpointLiesIn(const std::string& reported, const std::string& dir);

@@ -103,11 +103,11 @@ void JobManager::FinishClusteringGang(JobEntry* job, const v1::GangAttempt& atte
   job->job().mutable_progress()->set_gang_size(0);
   *round->mutable_assign() = rank0->assign();
   round->set_labels_written(true);
-  auto entry = jobs_.NewHistory(job, "labels_written",
-                                round_text + ": " + std::to_string(rank0->assign().num_samples()) +
-                                    " samples written into " +
-                                    RoundLabelSet(job->job().id(), attempt.round()) + " by " +
-                                    std::to_string(attempt.world_size()) + " workers; sealing it");
+  auto entry =
+      jobs_.NewHistory(job, "labels_written",
+                       round_text + ": " + std::to_string(rank0->assign().num_samples()) +
+                           " samples written into " + RoundLabelSet(job->job(), attempt.round()) +
+                           " by " + std::to_string(attempt.world_size()) + " workers; sealing it");
   entry.set_attempt_id(attempt.id());
   jobs_.Persist(job, {entry});
   jobs_.Touch(job);

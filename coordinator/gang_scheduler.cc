@@ -85,11 +85,20 @@ v1::GangAttempt GangScheduler::NewAttempt(JobEntry* job, v1::AssignmentKind kind
       attempt.set_resume_checkpoint(round->checkpoint());
       attempt.set_start_global_step(round->checkpoint_global_step());
     } else if (previous) {
-      attempt.set_resume_checkpoint(previous->checkpoint());
+      // An MCL stage starts from scratch unless mcl.stage_init says "previous"; its global
+      // steps go on after the previous stage's either way.
+      if (!IsMcl(spec) || spec.mcl().stage_init() == "previous")
+        attempt.set_resume_checkpoint(previous->checkpoint());
       attempt.set_start_global_step(previous->checkpoint_global_step());
     }
   } else if (kind == v1::ASSIGNMENT_KIND_EXTRACT) {
-    if (previous) attempt.set_resume_checkpoint(previous->checkpoint());
+    // MLCD extracts the previous round's model for this round's clustering; MCL extracts the
+    // stage just trained, whose clustering its next stage trains on.
+    if (IsMcl(spec)) {
+      attempt.set_resume_checkpoint(round->checkpoint());
+    } else if (previous) {
+      attempt.set_resume_checkpoint(previous->checkpoint());
+    }
     attempt.set_output_dir(job_dir + "/r" + std::to_string(r) + "/features-a" + std::to_string(n));
   } else if (kind == v1::ASSIGNMENT_KIND_EVALUATE) {
     attempt.set_resume_checkpoint(round->checkpoint());
@@ -137,7 +146,19 @@ v1::Assignment GangScheduler::NewAssignment(const JobEntry& job, const v1::GangA
   a.set_centroids_path(round.centroids_path());
   a.set_labelstore_address(options_.labelstore_address);
   a.set_resume_checkpoint(attempt.resume_checkpoint());
-  a.set_checkpoint_dir(checkpoint_dir);
+  // Each MCL stage checkpoints into a folder of its own, so that pruning a stage's old
+  // checkpoints never removes an earlier stage's encoder (the job's model is all of them).
+  a.set_checkpoint_dir(IsMcl(spec) ? StageCheckpointDir(checkpoint_dir, attempt.round())
+                                   : checkpoint_dir);
+  if (IsMcl(spec) && attempt.kind() == v1::ASSIGNMENT_KIND_TRAIN) {
+    for (int j = 0; j < attempt.round(); ++j)
+      a.add_pseudo_label_sets(job.job().rounds(j).label_set());
+  }
+  // EXTRACT embeds the stage just trained alone: the paper clusters each stage's own.
+  if (IsMcl(spec) && attempt.kind() == v1::ASSIGNMENT_KIND_EVALUATE) {
+    for (int j = 0; j <= attempt.round(); ++j)
+      a.add_stage_checkpoints(job.job().rounds(j).checkpoint());
+  }
   a.set_output_dir(attempt.output_dir());
   a.set_attempt_id(attempt.id());
   a.set_heartbeat_interval_ms(static_cast<int32_t>(options_.heartbeat_interval.count()));
@@ -156,7 +177,7 @@ v1::Assignment GangScheduler::NewAssignment(const JobEntry& job, const v1::GangA
       *a.mutable_generated_features() = round.generated_features();
   }
   if (attempt.kind() == v1::ASSIGNMENT_KIND_ASSIGN_LABELS) {
-    a.set_label_set(RoundLabelSet(job.job().id(), attempt.round()));
+    a.set_label_set(RoundLabelSet(job.job(), attempt.round()));
     a.set_label_write_capability(LabelWriteCapability(job, a));
   }
   return a;

@@ -62,8 +62,18 @@ std::string JobDir(const std::string& data_dir, const std::string& job_id) {
   return data_dir + "/jobs/" + job_id;
 }
 
-std::string RoundLabelSet(const std::string& job_id, int r) {
-  return "job/" + job_id + "/r" + std::to_string(r);
+std::string RoundLabelSet(const v1::Job& job, int r) {
+  return "job/" + job.id() + (IsMcl(job.spec()) ? "/s" : "/r") + std::to_string(r);
+}
+
+bool IsMcl(const v1::JobSpec& spec) { return spec.has_mcl(); }
+
+bool TrainsWithoutLabels(const v1::JobSpec& spec) {
+  return spec.loss().variant() == ContrastiveVariantName(ContrastiveVariant::kInfoNce);
+}
+
+std::string StageText(int j, int stages) {
+  return "stage " + std::to_string(j + 1) + "/" + std::to_string(stages);
 }
 
 bool GangClusters(const v1::JobSpec& spec) {

@@ -114,8 +114,18 @@ std::string RestartsExhausted(int restarts, int max_restarts, const std::string&
 // Per-job files: <data_dir>/jobs/<job_id> (centroids, extracted features, default
 // checkpoints, evaluation).
 std::string JobDir(const std::string& data_dir, const std::string& job_id);
-// The label set of round r of a job: "job/<job_id>/r<r>" (owned by job:<job_id>).
-std::string RoundLabelSet(const std::string& job_id, int r);
+// The label set a job's round r writes (owned by job:<job_id>): "job/<job_id>/r<r>", the
+// labels round r trains on; for an MCL job "job/<job_id>/s<r>", the clustering of stage r's
+// embeddings after it trained (docs/mcl.md).
+std::string RoundLabelSet(const v1::Job& job, int r);
+// The spec is an MCL job (spec.mcl present): round r is stage r, trained first and then
+// clustered; the next stage trains on the earlier stages' sets (Assignment.pseudo_label_sets).
+bool IsMcl(const v1::JobSpec& spec);
+// The job's loss needs no labels (loss.variant "infonce", MCL or not): round 0 trains without
+// CLUSTERING and ASSIGNING.
+bool TrainsWithoutLabels(const v1::JobSpec& spec);
+// "stage 2/3" (people count from 1).
+std::string StageText(int j, int stages);
 // The kind of gang the job's state needs (NONE for states without workers).
 v1::AssignmentKind KindFor(const JobEntry& job);
 // The spec's clustering.engine is "gang": CLUSTERING and ASSIGNING run on the job's workers

@@ -12,6 +12,8 @@
 #include "common/format.h"
 #include "common/job_spec.h"
 #include "common/log.h"
+#include "common/spec_defaults.h"
+#include "common/spec_validation.h"
 #include "coordinator/caller_checks.h"
 #include "coordinator/checkpoint_dirs.h"
 #include "coordinator/given_label_set.h"
@@ -186,7 +188,7 @@ void JobManager::Transition(JobEntry* job, v1::JobState state, const std::string
   if (old == v1::JOB_STATE_ASSIGNING && IsTerminal(state) && state != v1::JOB_STATE_SUCCEEDED &&
       GangClusters(job->spec()))
     phases_.DeletePartialSet(job->job().id(),
-                             RoundLabelSet(job->job().id(), job->job().rounds_size() - 1));
+                             RoundLabelSet(job->job(), job->job().rounds_size() - 1));
   MLCD_LOG(INFO) << "job " << job->job().id() << ": " << old_name << " -> " << StateName(state)
                  << (message.empty() ? "" : ": " + message);
   UpdateGauges();
@@ -305,7 +307,13 @@ void JobManager::AfterRoundTrained(JobEntry* job) {
   const int r = job->job().rounds_size() - 1;
   const auto& spec = job->spec();
   const int64_t steps = job->round()->checkpoint_global_step();
-  if (r + 1 < spec.training().rounds()) {
+  if (IsMcl(spec)) {
+    // Every stage is clustered after it trained: the next stage trains on it, and the last
+    // one's clustering completes the record (cluster sizes, agreement between stages).
+    Transition(job, v1::JOB_STATE_EXTRACTING,
+               StageText(r, spec.mcl().stages()) + " trained to global step " +
+                   std::to_string(steps) + "; extracting its embeddings to cluster them");
+  } else if (r + 1 < spec.training().rounds()) {
     auto* next = job->job().add_rounds();
     next->set_round(r + 1);
     job->job().mutable_progress()->set_round(r + 1);
@@ -338,6 +346,12 @@ StatusOr<v1::Job> JobManager::SubmitJob(const v1::SubmitJobRequest& request,
     MLCD_ASSIGN_OR_RETURN(given, DescribeGivenLabelSet(options_.labelstore_address, name));
     MLCD_ASSIGN_OR_RETURN(const uint64_t samples, TrainingSampleCount(parsed.spec));
     MLCD_RETURN_IF_ERROR(ApplyGivenLabelSet(*given, samples, &parsed.spec));
+  }
+  // MCL's Eq. 4 on an indexed dataset, whose size validation could not know.
+  if (parsed.spec.has_mcl() && DatasetTrainingImages(parsed.spec.dataset()) == 0) {
+    MLCD_ASSIGN_OR_RETURN(const uint64_t samples, TrainingSampleCount(parsed.spec));
+    MLCD_RETURN_IF_ERROR(
+        SpecProblemsToStatus(MclClusterBudgetProblems(parsed.spec, samples, "spec")));
   }
   // Read outside the mutex; decided below, where the job table is known.
   MLCD_ASSIGN_OR_RETURN(const std::string checkpoint_owner,
@@ -594,6 +608,13 @@ void JobManager::AdvanceJobs(Clock::time_point now) {
                      RoundText(0, job->spec().training().rounds()) + ": training on the given " +
                          "label set " + cl.label_set() + " (k " + std::to_string(cl.k()) + ", l " +
                          std::to_string(cl.l()) + ")");
+        } else if (TrainsWithoutLabels(job->spec())) {
+          // InfoNCE needs no labels: round 0 (MCL's stage 0) trains at once.
+          Transition(job, v1::JOB_STATE_TRAINING,
+                     (IsMcl(job->spec()) ? StageText(0, job->spec().mcl().stages())
+                                         : RoundText(0, job->spec().training().rounds())) +
+                         ": training with " + job->spec().loss().variant() +
+                         " (no labels: nothing to cluster first)");
         } else if (cl.features().kind() == "model") {
           Transition(job, v1::JOB_STATE_EXTRACTING,
                      RoundText(0, job->spec().training().rounds()) +

@@ -5,7 +5,11 @@
 //   PENDING -> CLUSTERING -> ASSIGNING -> TRAINING -> [EXTRACTING -> CLUSTERING -> ...]
 //           -> EVALUATING -> SUCCEEDED | FAILED | CANCELLED
 // (round 0 with features.kind "model" starts with EXTRACTING; a job with a given label set,
-// clustering.label_set, goes from PENDING straight to TRAINING on it, one round). Every transition, gang start
+// clustering.label_set, goes from PENDING straight to TRAINING on it, one round; so does a
+// job of loss.variant infonce, which needs no labels. An MCL job (spec.mcl, docs/mcl.md) runs
+//   PENDING -> TRAINING (stage 0) -> EXTRACTING -> CLUSTERING -> ASSIGNING (its set s0)
+//           -> TRAINING (stage 1) -> ... -> ASSIGNING (the last stage's set) -> EVALUATING ...
+// with round j = stage j: each stage is clustered after it trained). Every transition, gang start
 // and abort and epoch commit is written to the store (synced) before the coordinator acts on
 // it. After a restart, jobs are reloaded: phases without workers (clustering, assignment)
 // are redone from their start (their outputs are replaced, never duplicated); a running gang

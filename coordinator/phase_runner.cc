@@ -18,6 +18,7 @@
 #include "common/spec_defaults.h"
 #include "coordinator/dataset_checks.h"
 #include "coordinator/gang_clustering.h"
+#include "coordinator/given_label_set.h"
 #include "coordinator/tensorboard_log.h"
 
 namespace mlcd::coordinator {
@@ -417,7 +418,7 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
   const v1::JobSpec& spec = snapshot.job().spec();
   const int r = out->round;
   const v1::RoundStatus& round = snapshot.job().rounds(r);
-  const std::string label_set = RoundLabelSet(snapshot.job().id(), r);
+  const std::string label_set = RoundLabelSet(snapshot.job(), r);
   out->label_set = label_set;
   v1::AssignRequest request;
   for (const auto& p : round.feature_paths()) request.mutable_features()->add_paths(p);
@@ -450,6 +451,7 @@ void PhaseRunner::RunAssigning(const v1::JobRecord& snapshot, clusterd::CallCont
       control);
   if (result.ok()) {
     out->assign = *result;
+    SummariseStage(snapshot, out);
   } else {
     out->status = result.status();
   }
@@ -459,7 +461,7 @@ void PhaseRunner::RunPreparingSet(const v1::JobRecord& snapshot, PhaseOutcome* o
   const v1::JobSpec& spec = snapshot.job().spec();
   const int r = out->round;
   const v1::RoundStatus& round = snapshot.job().rounds(r);
-  out->label_set = RoundLabelSet(snapshot.job().id(), r);
+  out->label_set = RoundLabelSet(snapshot.job(), r);
   Publish(*out, "creating " + out->label_set + " for the gang's labels");
   labelstore::LabelStoreClient client =
       JobLabelStore(options_.labelstore_address, snapshot.job().id());
@@ -497,7 +499,7 @@ void PhaseRunner::RunPreparingSet(const v1::JobRecord& snapshot, PhaseOutcome* o
 void PhaseRunner::RunSealing(const v1::JobRecord& snapshot, PhaseOutcome* out) {
   const int r = out->round;
   const v1::RoundStatus& round = snapshot.job().rounds(r);
-  out->label_set = RoundLabelSet(snapshot.job().id(), r);
+  out->label_set = RoundLabelSet(snapshot.job(), r);
   out->assign = round.assign();
   Publish(*out, "sealing " + out->label_set + " (written by the gang)");
   labelstore::LabelStoreClient client =
@@ -518,6 +520,32 @@ void PhaseRunner::RunSealing(const v1::JobRecord& snapshot, PhaseOutcome* out) {
   }
   out->assign.set_label_set(out->label_set);
   out->assign.set_label_set_samples(info->num_samples());
+  SummariseStage(snapshot, out);
+}
+
+void PhaseRunner::SummariseStage(const v1::JobRecord& snapshot, PhaseOutcome* out) {
+  const v1::JobSpec& spec = snapshot.job().spec();
+  if (!IsMcl(spec)) return;
+  const int r = out->round;
+  StageClusteringQuery query;
+  query.label_set = out->label_set;
+  if (r > 0) query.previous_label_set = snapshot.job().rounds(r - 1).label_set();
+  query.k = spec.clustering().k();
+  StatusOr<uint64_t> samples = TrainingSampleCount(spec);
+  if (!samples.ok()) {
+    out->status = samples.status();
+    return;
+  }
+  query.samples = *samples;
+  Publish(*out, "reading " + out->label_set + " back for its cluster sizes" +
+                    (r > 0 ? " and its agreement with " + query.previous_label_set : ""));
+  StatusOr<StageClustering> stage = SummariseStageClustering(
+      JobLabelStore(options_.labelstore_address, snapshot.job().id()), query);
+  if (!stage.ok()) {
+    out->status = stage.status();
+    return;
+  }
+  out->stage = std::move(*stage);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -560,6 +588,7 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
   if (!curves.ok())
     MLCD_LOG(WARNING) << "TensorBoard scalars of " << round_text << ": " << curves.ToString();
   job->job().set_label_set(live->label_set());
+  if (IsMcl(job->spec())) return AfterStageClustered(job, outcome);
   std::string quality;
   if (result.has_quality()) {
     quality = "; true class among top-1 / top-l clusters: " +
@@ -568,6 +597,35 @@ PhaseNext PhaseRunner::Apply(JobEntry* job, const PhaseOutcome& outcome) {
   }
   return {v1::JOB_STATE_TRAINING, round_text + ": " + std::to_string(result.num_samples()) +
                                       " samples labelled in " + live->label_set() + quality};
+}
+
+PhaseNext PhaseRunner::AfterStageClustered(JobEntry* job, const PhaseOutcome& outcome) {
+  const int r = outcome.round;
+  const int stages = job->spec().mcl().stages();
+  v1::RoundStatus* live = job->job().mutable_rounds(r);
+  std::string summary = StageText(r, stages) + ": " + std::to_string(outcome.assign.num_samples()) +
+                        " samples clustered into " + live->label_set();
+  if (outcome.stage) {
+    live->clear_cluster_sizes();
+    for (uint64_t size : outcome.stage->sizes) live->add_cluster_sizes(size);
+    if (outcome.stage->adjusted_mutual_info) {
+      live->set_adjusted_mutual_info(*outcome.stage->adjusted_mutual_info);
+      summary += " (adjusted mutual information with " + StageText(r - 1, stages) + ": " +
+                 Fixed(*outcome.stage->adjusted_mutual_info, 3) + ")";
+    }
+  }
+  if (r + 1 < stages) {
+    auto* next = job->job().add_rounds();
+    next->set_round(r + 1);
+    job->job().mutable_progress()->set_round(r + 1);
+    job->job().mutable_progress()->set_epoch(0);
+    return {v1::JOB_STATE_TRAINING,
+            summary + "; training " + StageText(r + 1, stages) + " on its pseudo-labels"};
+  }
+  if (job->spec().evaluation().enabled())
+    return {v1::JOB_STATE_EVALUATING, summary + "; evaluating the stages' concatenation"};
+  return {v1::JOB_STATE_SUCCEEDED,
+          summary + "; the job's model is its " + std::to_string(stages) + " stage encoders"};
 }
 
 }  // namespace mlcd::coordinator

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "common/status.h"
 #include "coordinator/job_entry.h"
 #include "coordinator/job_table.h"
+#include "coordinator/stage_clustering.h"
 #include "mlcd/v1/clusterd.pb.h"
 
 namespace mlcd::coordinator {
@@ -86,6 +88,9 @@ struct PhaseOutcome {
   // ASSIGNING: the label set asked for, and the result.
   std::string label_set;
   v1::AssignResult assign;
+  // MCL, ASSIGNING done: the stage's cluster sizes and its agreement with the previous stage,
+  // read back from the sealed sets (stage_clustering.h).
+  std::optional<StageClustering> stage;
 };
 
 // The transition an applied outcome leads to.
@@ -169,6 +174,11 @@ class PhaseRunner {
   void RunPreparingSet(const v1::JobRecord& snapshot, PhaseOutcome* outcome);
   // Gang engine, ASSIGNING: seals the set the gang wrote and checks that it holds every row.
   void RunSealing(const v1::JobRecord& snapshot, PhaseOutcome* outcome);
+  // MCL, after a successful ASSIGNING: fills outcome->stage from the stage's sealed set and
+  // the previous stage's (a failure fails the phase like a failed read of the set).
+  void SummariseStage(const v1::JobRecord& snapshot, PhaseOutcome* outcome);
+  // MCL, the stage's clustering applied: the next stage's round (TRAINING), or the end.
+  PhaseNext AfterStageClustered(JobEntry* job, const PhaseOutcome& outcome) REQUIRES(mu_);
   // The feature source of round r's ClusterRequest; fills the round's feature paths, class
   // labels and source description when the round had none.
   Status PlanFeatures(const v1::JobSpec& spec, int r, const std::string& round_dir,

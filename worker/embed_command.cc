@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "common/blas_env.h"
 #include "common/job_spec.h"
@@ -27,6 +28,7 @@
 #include "worker/command.h"
 #include "worker/command_io.h"
 #include "worker/eval/embed.h"
+#include "worker/eval/stage_concat.h"
 #include "worker/train/dataset.h"
 #include "worker/train/trainer.h"
 
@@ -38,6 +40,8 @@ struct EmbedFlags {
   WorkerRootFlags data_roots;
   std::string spec;
   std::string checkpoint;
+  // MCL: the stage encoders, in stage order; the embedding is their concatenation.
+  std::vector<std::string> stage_checkpoints;
   std::string split = "train";
   int64_t limit = -1;
   std::string out;
@@ -118,7 +122,11 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
     have_spec = true;
   }
   if (out.empty()) return fail(Status::InvalidArgument("no output directory: pass --out DIR"));
-  if (checkpoint.empty() && !have_spec)
+  if (!flags.stage_checkpoints.empty() && (!checkpoint.empty() || !flags.images.empty()))
+    return fail(Status::InvalidArgument(
+        "--stage-checkpoint embeds a dataset split with the stages' concatenation: pass it "
+        "without --checkpoint and --images"));
+  if (checkpoint.empty() && flags.stage_checkpoints.empty() && !have_spec)
     return fail(
         Status::InvalidArgument("no model: pass --checkpoint DIR (a trained model) or --spec FILE "
                                 "(a random initialisation of its model)"));
@@ -132,7 +140,15 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
   // The gang's ranks on this host share its memory (they form no process group to count
   // themselves; the coordinator counts them from the workers' registered hosts).
   load.ranks_on_host = ranks_on_host;
-  auto model = LoadEmbeddingModel(checkpoint, have_spec ? &spec : nullptr, load);
+  std::vector<EmbeddingModel> stages;
+  if (!flags.stage_checkpoints.empty()) {
+    auto loaded = LoadStageModels(flags.stage_checkpoints, load);
+    if (!loaded.ok()) return fail(loaded.status());
+    stages = std::move(*loaded);
+  }
+  // With stages, stage 0 stands for the model where one is described (its input, spec).
+  auto model = stages.empty() ? LoadEmbeddingModel(checkpoint, have_spec ? &spec : nullptr, load)
+                              : StatusOr<EmbeddingModel>(stages[0]);
   if (!model.ok()) return fail(model.status());
   if (!have_spec) spec = model->spec;
   ApplyJobSpecDefaults(&spec);
@@ -168,7 +184,8 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
                   {"world_size", world_size},
                   {"split", flags.split},
                   {"rows_total", e - b},
-                  {"model", model->description}});
+                  {"model", stages.empty() ? model->description
+                                           : std::to_string(stages.size()) + " MCL stages"}});
   auto last = std::chrono::steady_clock::now();
   const std::string phase = "embed " + flags.split;
   eo.on_progress = [&](int64_t done, int64_t total) {
@@ -179,7 +196,7 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
           {{"event", "progress"}, {"phase", phase}, {"rows_done", done}, {"rows_total", total}});
     }
   };
-  auto part = EmbedDataset(*model, **data, eo);
+  auto part = stages.empty() ? EmbedDataset(*model, **data, eo) : EmbedStages(stages, **data, eo);
   if (!part.ok()) return fail(part.status());
   const std::vector<int64_t>* labels =
       part->features.labels.empty() ? nullptr : &part->features.labels;
@@ -217,6 +234,10 @@ CommandRegistration embed_registration(30, [](CLI::App& app, int* exit_code) {
   cmd->add_option(
       "--checkpoint", flags->checkpoint,
       "checkpoint directory, or a checkpoint root with LATEST (default: random init from --spec)");
+  cmd->add_option("--stage-checkpoint", flags->stage_checkpoints,
+                  "MCL: a stage's checkpoint, once per stage in stage order; rows are the "
+                  "concatenation of the stages' embeddings, each L2-normalised and scaled by "
+                  "1/sqrt(stages) (docs/mcl.md)");
   cmd->add_option("--images", flags->images,
                   "embed these model inputs instead of a dataset split: an .npy of float32 [N, "
                   "C, S, S], already preprocessed (compares the model alone with other code)");

@@ -29,6 +29,7 @@
 #include "worker/command_io.h"
 #include "worker/eval/baselines.h"
 #include "worker/eval/runner.h"
+#include "worker/eval/stage_evaluation.h"
 #include "worker/train/trainer.h"
 
 namespace mlcd::worker {
@@ -39,6 +40,7 @@ struct EvalFlags {
   WorkerRootFlags data_roots;
   std::string spec;
   std::string checkpoint;
+  std::vector<std::string> stage_checkpoints;
   bool random_init = false;
   std::vector<std::string> train_features, test_features, train_labels, test_labels;
   EvalSettingsFlags settings;  // --train-limit ... --feature-blocks (common/eval_flags.h)
@@ -73,6 +75,8 @@ Status ApplyAssignment(const EvalFlags& flags, const CLI::App& cmd, EvaluationOp
     o->has_spec = true;
   }
   if (o->checkpoint.empty()) o->checkpoint = a.resume_checkpoint();
+  if (o->stage_checkpoints.empty())
+    o->stage_checkpoints.assign(a.stage_checkpoints().begin(), a.stage_checkpoints().end());
   if (o->output_dir.empty()) o->output_dir = a.output_dir();
   if (o->label_set.empty()) o->label_set = a.label_set();
   if (o->labelstore_address.empty()) o->labelstore_address = a.labelstore_address();
@@ -90,6 +94,7 @@ Status ApplyAssignment(const EvalFlags& flags, const CLI::App& cmd, EvaluationOp
 StatusOr<EvaluationOptions> EvaluationOptionsFrom(const EvalFlags& flags, const CLI::App& cmd) {
   EvaluationOptions o;
   o.checkpoint = flags.checkpoint;
+  o.stage_checkpoints = flags.stage_checkpoints;
   o.rank = flags.rank;
   o.world_size = flags.world_size;
   o.rendezvous = flags.rendezvous;
@@ -254,7 +259,7 @@ int RunEval(const EvalFlags& flags, const CLI::App& cmd) {
                   {"model", features ? "precomputed features"
                                      : (o.checkpoint.empty() ? "random init" : o.checkpoint)}});
 
-  auto report = RunEvaluation(o);
+  auto report = o.stage_checkpoints.empty() ? RunEvaluation(o) : RunStageEvaluation(o);
   if (!report.ok()) return fail(report.status());
   if (report->has_result && !features && WantBaselines(flags, o)) {
     // Rank 0 runs the baselines alone: the gang's other ranks are done, so on a machine the
@@ -314,6 +319,9 @@ CommandRegistration eval_registration(40, [](CLI::App& app, int* exit_code) {
       "--random-init (default: the checkpoint's spec)");
   cmd->add_option("--checkpoint", flags->checkpoint,
                   "checkpoint directory, or a checkpoint root with LATEST");
+  cmd->add_option("--stage-checkpoint", flags->stage_checkpoints,
+                  "MCL: a stage's checkpoint, once per stage in stage order: scores every stage "
+                  "alone and their concatenation (docs/mcl.md)");
   cmd->add_flag(
       "--random-init", flags->random_init,
       "evaluate the spec's model as initialised before training (the random-ViT baseline)");

@@ -15,7 +15,9 @@
 //   {"event":"error","message":"FAILED_PRECONDITION: ..."}  (then exit status 1)
 #include <iostream>
 #include <memory>
+#include <vector>
 
+#include "common/file_util.h"
 #include "common/log.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
@@ -29,12 +31,67 @@ namespace {
 
 struct ExportFlags {
   std::string checkpoint;
+  // MCL: the stage encoders in stage order (--out is then a directory).
+  std::vector<std::string> stage_checkpoints;
   std::string format;
   std::string out;
   bool grey_as_rgb = false;
   std::string progress_jsonl;
   std::string log_level = "info";
 };
+
+// MCL: every stage's encoder under <out>/stage<j>/ (model.pt, model.safetensors, or the
+// transformers directory itself) and <out>/mcl-manifest.json saying how to concatenate them.
+int RunStageExport(const ExportFlags& flags, ExportFormat format, cli::JsonLines& progress) {
+  ModelLoadOptions load;
+  load.use = ModelUse::kExport;
+  nlohmann::json stages = nlohmann::json::array();
+  int64_t width = 0;
+  const size_t n = flags.stage_checkpoints.size();
+  for (size_t j = 0; j < n; ++j) {
+    auto model = LoadEmbeddingModel(flags.stage_checkpoints[j], nullptr, load);
+    if (!model.ok()) return progress.Fail(model.status().WithContext("stage " + std::to_string(j)));
+    const std::string dir = flags.out + "/stage" + std::to_string(j);
+    const std::string out = IsHuggingFaceFormat(format)            ? dir
+                            : format == ExportFormat::kTorchvision ? dir + "/model.pt"
+                                                                   : dir + "/model.safetensors";
+    ExportSettings settings;
+    settings.format = format;
+    settings.grey_as_rgb = flags.grey_as_rgb;
+    auto result = ExportModel(*model->model, settings, out,
+                              {{"checkpoint", model->checkpoint}, {"mcl_stage", j}});
+    if (!result.ok())
+      return progress.Fail(result.status().WithContext("stage " + std::to_string(j)));
+    const int64_t dim = model->spec.model().embed_dim();
+    width += dim;
+    stages.push_back({{"stage", j},
+                      {"checkpoint", model->checkpoint},
+                      {"weights", result->weights_path},
+                      {"config", result->config_path},
+                      {"embed_dim", dim}});
+  }
+  const nlohmann::json manifest = {
+      {"kind", "mcl-stage-encoders"},
+      {"format", ExportFormatName(format)},
+      {"stages", stages},
+      {"width", width},
+      {"concatenate",
+       "embed the image with every stage's encoder, L2-normalise each embedding, multiply it by "
+       "1/sqrt(" +
+           std::to_string(n) + ") and concatenate them in stage order (width " +
+           std::to_string(width) + ")"}};
+  const std::string manifest_path = flags.out + "/mcl-manifest.json";
+  Status st = WriteFileAtomically(manifest_path, manifest.dump(2) + "\n");
+  if (!st.ok()) return progress.Fail(st);
+  progress.Write({{"event", "finished"},
+                  {"weights", manifest_path},
+                  {"format", ExportFormatName(format)},
+                  {"stages", n},
+                  {"width", width}});
+  if (!progress.to_stdout())
+    std::cout << "wrote " << n << " stage encoders and " << manifest_path << "\n";
+  return 0;
+}
 
 int RunExport(const ExportFlags& flags) {
   cli::JsonLines progress;
@@ -43,6 +100,15 @@ int RunExport(const ExportFlags& flags) {
   Status st = progress.Open(flags.progress_jsonl);
   if (!st.ok()) return fail(st);
   SetLogComponent("export");
+  if (!flags.stage_checkpoints.empty()) {
+    if (!flags.checkpoint.empty() || flags.out.empty())
+      return fail(Status::InvalidArgument(
+          "--stage-checkpoint exports an MCL job's stages: give every stage's checkpoint with it "
+          "(no --checkpoint) and --out DIR"));
+    auto format = ParseExportFormat(flags.format);
+    if (!format.ok()) return fail(format.status().WithContext("--format"));
+    return RunStageExport(flags, *format, progress);
+  }
   if (flags.checkpoint.empty())
     return fail(Status::InvalidArgument(
         "no model: pass --checkpoint DIR (a checkpoint, or a checkpoint root with LATEST)"));
@@ -112,9 +178,12 @@ CommandRegistration export_registration(45, [](CLI::App& app, int* exit_code) {
       "safetensors;\nthe config (constructor arguments, model options) goes beside it as JSON. "
       "--format hf-vit / hf-vit-classifier / hf-clip:\na directory transformers' ViTModel / "
       "ViTForImageClassification / CLIPVisionModelWithProjection loads strictly.");
+  // Checked in RunExport: --checkpoint, or --stage-checkpoint for an MCL job's stages.
   cmd->add_option("--checkpoint", flags->checkpoint,
-                  "checkpoint directory, or a checkpoint root with LATEST")
-      ->required();
+                  "checkpoint directory, or a checkpoint root with LATEST");
+  cmd->add_option("--stage-checkpoint", flags->stage_checkpoints,
+                  "MCL: a stage's checkpoint, once per stage in stage order; writes "
+                  "<out>/stage<j>/ per stage and <out>/mcl-manifest.json (docs/mcl.md)");
   cmd->add_option("--format", flags->format,
                   "torchvision | safetensors | hf-vit | hf-vit-classifier | hf-clip")
       ->required();

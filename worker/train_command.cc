@@ -166,6 +166,8 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
     o.resume = a.resume_checkpoint();
     o.checkpoint_dir = a.checkpoint_dir();
     o.round_steps = a.round_steps();
+    o.pseudo_label_sets.assign(a.pseudo_label_sets().begin(), a.pseudo_label_sets().end());
+    o.start_global_step = a.start_global_step();
     if (tensorboard_dir.empty()) tensorboard_dir = a.tensorboard_dir();
   }
   if (!flags.spec_path.empty()) {

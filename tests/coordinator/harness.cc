@@ -268,7 +268,7 @@ std::string TinyJob::Yaml() const {
        (k > 0 ? ", k: " + std::to_string(k) : std::string()) +
        (l > 0 ? ", l: " + std::to_string(l) : std::string()) + ", niter: " + std::to_string(niter) +
        (clustering_fields.empty() ? "" : ", " + clustering_fields) + "}\n";
-  y += "  loss: {variant: mlcd, sample_ratio: 0.5}\n";
+  y += "  loss: " + loss + "\n";
   y += "  model: {width: 32, depth: 1, heads: 2, embed_dim: 32" +
        (model_fields.empty() ? "" : ", " + model_fields) + "}\n";
   y += "  training:\n";
@@ -289,7 +289,20 @@ std::string TinyJob::Yaml() const {
   y += std::string("  evaluation: {enabled: ") + (evaluation ? "true" : "false") +
        ", train_limit: " + std::to_string(eval_train_limit) +
        ", test_limit: " + std::to_string(eval_test_limit) + "}\n";
+  y += more_spec;
   return y;
+}
+
+TinyJob TinyMclJob() {
+  TinyJob spec;
+  spec.name = "mcl";
+  spec.k = 2;
+  spec.l = 0;
+  spec.rounds = 2;
+  spec.features = "{kind: model}";
+  spec.loss = "{variant: infonce, temperature: 0.5}";
+  spec.more_spec = "  mcl: {stages: 2}\n";
+  return spec;
 }
 
 int64_t TinyJob::TotalSteps() const {

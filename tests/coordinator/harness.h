@@ -116,10 +116,18 @@ struct TinyJob {
   std::string features = "{kind: pixels}";
   std::string clustering_fields;
   int niter = 4;
+  // The loss section (a YAML flow map), and more sections of the spec (YAML lines indented
+  // under `spec:`, e.g. "  mcl: {stages: 2}\n").
+  std::string loss = "{variant: mlcd, sample_ratio: 0.5}";
+  std::string more_spec;
   std::string Yaml() const;
   // Optimizer steps of the whole job.
   int64_t TotalSteps() const;
 };
+
+// The tiny job as multistage contrastive learning (spec.mcl): two InfoNCE stages of K = 2
+// clusters over its 384 images in batches of 64 (K^N = 4 <= 384 / 64 = 6).
+TinyJob TinyMclJob();
 
 bool IsTerminal(v1::JobState state);
 

@@ -5,9 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <map>
 #include <set>
 #include <vector>
+
+#include "worker/train/sample_order.h"
+#include "worker/train/stage_pseudo_labels.h"
 
 namespace mlcd::worker {
 namespace {
@@ -131,6 +136,103 @@ TEST(PseudoLabelOrderTest, BadInputIsRefused) {
   const PseudoLabelOrder one = Make({9, 9, 9}, 100, 0, 0);
   EXPECT_EQ(one.num_batches(), 1);
   EXPECT_EQ(one.GlobalBatch(0).size(), 3u);
+}
+
+// The loader's and prefetcher's schedule (sample_order.h) with pseudo-labels: every global
+// batch (the ranks' shares together) is one pseudo-label, every sample once an epoch, the
+// same batches at 1 and 4 ranks, and a run resumed mid-epoch visits what the full run did.
+ScheduleOptions PseudoLabelSchedule(int world, int rank) {
+  ScheduleOptions o;
+  o.seed = 11;
+  o.num_samples = 103;
+  o.global_batch_size = 8;
+  o.round = 1;
+  o.first_epoch = 0;
+  o.end_epoch = 2;
+  o.world_size = world;
+  o.rank = rank;
+  o.pseudo_labels = std::make_shared<const std::vector<int64_t>>(Labels());
+  return o;
+}
+
+// The global batches of a schedule: the ranks' shares concatenated, batch by batch.
+std::vector<std::vector<int64_t>> GlobalBatches(const ScheduleOptions& base) {
+  std::vector<std::vector<int64_t>> batches;
+  for (int rank = 0; rank < base.world_size; ++rank) {
+    ScheduleOptions o = base;
+    o.rank = rank;
+    EXPECT_TRUE(ValidateSchedule(o).ok()) << ValidateSchedule(o).ToString();
+    BatchSchedule schedule(o);
+    batches.resize(static_cast<size_t>(schedule.num_batches()));
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < schedule.num_batches(); ++i) {
+      schedule.LocalIds(i, &ids);
+      batches[static_cast<size_t>(i)].insert(batches[static_cast<size_t>(i)].end(), ids.begin(),
+                                             ids.end());
+    }
+  }
+  return batches;
+}
+
+TEST(PseudoLabelScheduleTest, BatchesOfOnePseudoLabelEverySampleOnce) {
+  const std::vector<int64_t> labels = Labels();
+  const ScheduleOptions o = PseudoLabelSchedule(4, 0);
+  EXPECT_EQ(ScheduleStepsPerEpoch(o), 16);  // 5 + 4 + 3 + 2 + 1 + 1
+  const auto batches = GlobalBatches(o);
+  ASSERT_EQ(batches.size(), 32u);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::multiset<int64_t> seen;
+    for (int s = 0; s < 16; ++s) {
+      const auto& batch = batches[static_cast<size_t>(epoch * 16 + s)];
+      ASSERT_FALSE(batch.empty());
+      EXPECT_LE(batch.size(), 8u);
+      for (int64_t id : batch) {
+        EXPECT_EQ(labels[static_cast<size_t>(id)], labels[static_cast<size_t>(batch[0])]);
+        seen.insert(id);
+      }
+    }
+    EXPECT_EQ(seen.size(), 103u);
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 103u);
+  }
+  // The same global batches on one rank; another round orders them differently.
+  EXPECT_EQ(GlobalBatches(PseudoLabelSchedule(1, 0)), batches);
+  ScheduleOptions other = o;
+  other.round = 2;
+  EXPECT_NE(GlobalBatches(other), batches);
+}
+
+TEST(PseudoLabelScheduleTest, ResumesMidEpochAndCapsSteps) {
+  const auto full = GlobalBatches(PseudoLabelSchedule(2, 0));
+  ScheduleOptions resumed = PseudoLabelSchedule(4, 0);
+  resumed.first_epoch = 1;
+  resumed.first_step = 5;
+  const auto rest = GlobalBatches(resumed);
+  ASSERT_EQ(rest.size(), 11u);
+  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], full[16 + 5 + i]) << i;
+  ScheduleOptions capped = PseudoLabelSchedule(1, 0);
+  capped.max_steps_per_epoch = 3;
+  EXPECT_EQ(ScheduleStepsPerEpoch(capped), 3);
+  EXPECT_EQ(BatchSchedule(capped).num_batches(), 6);
+  // One pseudo-label per sample, or the schedule is refused.
+  ScheduleOptions wrong = PseudoLabelSchedule(1, 0);
+  wrong.num_samples = 100;
+  EXPECT_NE(ValidateSchedule(wrong).message().find("103 pseudo-labels for 100 training samples"),
+            std::string::npos);
+}
+
+// Pseudo-labels of earlier stages' clusterings (stage_pseudo_labels.h): equal exactly when
+// every stage agrees, numbered by first appearance; a missing row (-1) is a cluster of its own.
+TEST(StagePseudoLabelsTest, CombinesStagesByHand) {
+  auto one = CombineStageLabels({{3, 1, 3, 0}});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, (std::vector<int64_t>{0, 1, 0, 2}));
+  auto two = CombineStageLabels({{0, 0, 1, 1, 0, -1}, {5, 6, 5, 5, 5, 6}});
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(*two, (std::vector<int64_t>{0, 1, 2, 2, 0, 3}));
+  EXPECT_EQ(CombineStageLabels({}).status().code(), StatusCode::kInvalidArgument);
+  auto uneven = CombineStageLabels({{0, 1}, {0}});
+  EXPECT_NE(uneven.status().message().find("stage 1 labels 1 samples, stage 0 2"),
+            std::string::npos);
 }
 
 }  // namespace

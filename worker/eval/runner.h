@@ -56,6 +56,9 @@ struct EvaluationOptions {
   std::vector<std::string> train_features, test_features;
   std::vector<std::string> train_labels, test_labels;
 
+  // MCL: the stage encoders in stage order (RunStageEvaluation, stage_evaluation.h); the
+  // checkpoint above is then unused.
+  std::vector<std::string> stage_checkpoints;
   // Gang (model inputs only).
   int rank = 0;
   int world_size = 1;

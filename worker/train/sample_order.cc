@@ -33,7 +33,39 @@ std::vector<int64_t> EpochPermutation(uint64_t seed, int round, int epoch, int64
   return perm;
 }
 
+namespace {
+
+// The pseudo-label order of an epoch (options validated), seeded by (seed, round).
+StatusOr<PseudoLabelOrder> EpochPseudoLabelOrder(const ScheduleOptions& o, int epoch) {
+  PseudoLabelOrderOptions po;
+  po.global_batch_size = o.global_batch_size;
+  po.seed = HashValues({o.seed, 0x4D434Cull /* "MCL" */, static_cast<uint64_t>(o.round)});
+  po.epoch = epoch;
+  return PseudoLabelOrder::Make(*o.pseudo_labels, po);
+}
+
+}  // namespace
+
+int64_t ScheduleStepsPerEpoch(const ScheduleOptions& o) {
+  if (!o.pseudo_labels)
+    return StepsPerEpoch(o.num_samples, o.global_batch_size, o.max_steps_per_epoch);
+  if (static_cast<int64_t>(o.pseudo_labels->size()) != o.num_samples || o.num_samples < 1 ||
+      o.global_batch_size < 1)
+    return 0;
+  // Every epoch has the same number of batches: sum over groups of ceil(size / B).
+  StatusOr<PseudoLabelOrder> order = EpochPseudoLabelOrder(o, 0);
+  if (!order.ok()) return 0;
+  int64_t steps = order->num_batches();
+  if (o.max_steps_per_epoch > 0) steps = std::min(steps, o.max_steps_per_epoch);
+  return steps;
+}
+
 Status ValidateSchedule(const ScheduleOptions& o) {
+  if (o.pseudo_labels && static_cast<int64_t>(o.pseudo_labels->size()) != o.num_samples) {
+    return Status::InvalidArgument(std::to_string(o.pseudo_labels->size()) + " pseudo-labels for " +
+                                   std::to_string(o.num_samples) +
+                                   " training samples; there must be one per sample");
+  }
   if (o.world_size < 1) return Status::InvalidArgument("world size must be >= 1");
   if (o.rank < 0 || o.rank >= o.world_size) {
     return Status::InvalidArgument("rank " + std::to_string(o.rank) +
@@ -57,7 +89,7 @@ Status ValidateSchedule(const ScheduleOptions& o) {
     return Status::InvalidArgument("epochs [" + std::to_string(o.first_epoch) + ", " +
                                    std::to_string(o.end_epoch) + ") are not a valid range");
   }
-  const int64_t spe = StepsPerEpoch(o.num_samples, o.global_batch_size, o.max_steps_per_epoch);
+  const int64_t spe = ScheduleStepsPerEpoch(o);
   if (o.first_step < 0 || (o.first_step > 0 && o.first_step >= spe)) {
     return Status::InvalidArgument("first step " + std::to_string(o.first_step) +
                                    " is outside the epoch's " + std::to_string(spe) + " steps");
@@ -66,9 +98,7 @@ Status ValidateSchedule(const ScheduleOptions& o) {
 }
 
 BatchSchedule::BatchSchedule(const ScheduleOptions& options)
-    : options_(options),
-      steps_per_epoch_(StepsPerEpoch(options.num_samples, options.global_batch_size,
-                                     options.max_steps_per_epoch)) {}
+    : options_(options), steps_per_epoch_(ScheduleStepsPerEpoch(options)) {}
 
 int64_t BatchSchedule::num_batches() const {
   const int64_t epochs = options_.end_epoch - options_.first_epoch;
@@ -87,6 +117,16 @@ StepPosition BatchSchedule::Position(int64_t index) const {
 
 void BatchSchedule::LocalIds(int64_t index, std::vector<int64_t>* ids) {
   const StepPosition p = Position(index);
+  if (options_.pseudo_labels) {
+    if (p.epoch != cached_epoch_) {
+      // Validated options make a valid order (ValidateSchedule).
+      StatusOr<PseudoLabelOrder> order = EpochPseudoLabelOrder(options_, p.epoch);
+      pseudo_order_.emplace(std::move(order.value()));
+      cached_epoch_ = p.epoch;
+    }
+    *ids = pseudo_order_->RankShare(p.step_in_epoch, options_.world_size, options_.rank);
+    return;
+  }
   if (p.epoch != cached_epoch_) {
     permutation_ = EpochPermutation(options_.seed, options_.round, p.epoch, options_.num_samples);
     cached_epoch_ = p.epoch;

@@ -7,15 +7,22 @@
 //   * rank p of W takes the p-th contiguous B/W ids of the global batch (B % W == 0).
 // So a run resumed at (r, e, s) on any world size continues with the same samples.
 // Augmentation draws (crop offset, flip) come from (seed, r, e, sample id) alone.
+// With pseudo-labels (MCL's stages after the first, docs/mcl.md) the epoch's order is instead
+// the feature-aware one of pseudo_label_order.h, seeded by (seed, r): every global batch holds
+// one pseudo-label, a group's last batch may be smaller than B, an epoch has
+// sum over groups of ceil(size / B) steps (capped by max_steps_per_epoch), and rank p takes
+// its contiguous share of each batch (shares of a batch of s samples differ by at most one).
 // No torch here.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/status.h"
+#include "worker/train/pseudo_label_order.h"
 
 namespace mlcd::worker {
 
@@ -48,7 +55,14 @@ struct ScheduleOptions {
   int64_t first_step = 0;
   int rank = 0;
   int world_size = 1;
+  // One pseudo-label per sample id (num_samples of them), shared by every copy of the
+  // options; null = the permutation order above.
+  std::shared_ptr<const std::vector<int64_t>> pseudo_labels;
 };
+
+// Steps of one epoch of `options`: StepsPerEpoch, or the pseudo-label order's batches (capped
+// by max_steps_per_epoch). 0 for options ValidateSchedule refuses.
+int64_t ScheduleStepsPerEpoch(const ScheduleOptions& options);
 
 // INVALID_ARGUMENT when sizes do not fit (B % W, B > N, first_step >= steps per epoch, ...).
 Status ValidateSchedule(const ScheduleOptions& options);
@@ -65,6 +79,7 @@ class BatchSchedule {
   // The i-th batch (0 <= i < num_batches()): its position, and this rank's sample ids.
   StepPosition Position(int64_t index) const;
   void LocalIds(int64_t index, std::vector<int64_t>* ids);
+  // The share of a full global batch (a pseudo-label order's batches may be smaller).
   int64_t local_batch_size() const { return options_.global_batch_size / options_.world_size; }
   const ScheduleOptions& options() const { return options_; }
 
@@ -73,6 +88,7 @@ class BatchSchedule {
   int64_t steps_per_epoch_ = 0;
   int cached_epoch_ = -1;
   std::vector<int64_t> permutation_;
+  std::optional<PseudoLabelOrder> pseudo_order_;  // with pseudo_labels: cached_epoch_'s order
 };
 
 }  // namespace mlcd::worker

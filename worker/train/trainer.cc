@@ -12,7 +12,9 @@
 #include "worker/train/label_head_spec.h"
 #include "worker/train/trainer_impl.h"
 
+#include "common/random.h"
 #include "worker/dist/host_ranks.h"
+#include "worker/train/stage_pseudo_labels.h"
 
 namespace mlcd::worker {
 namespace {
@@ -88,9 +90,15 @@ Status Trainer::Impl::SetUpSchedule() {
   schedule.end_epoch = options.end_epoch;
   schedule.rank = options.rank;
   schedule.world_size = options.world_size;
+  if (!options.pseudo_label_sets.empty()) {
+    labelstore::LabelStoreClient client(options.labelstore_address);
+    MLCD_ASSIGN_OR_RETURN(
+        std::vector<int64_t> pseudo,
+        ReadStagePseudoLabels(client, options.pseudo_label_sets, schedule.num_samples));
+    schedule.pseudo_labels = std::make_shared<const std::vector<int64_t>>(std::move(pseudo));
+  }
   MLCD_RETURN_IF_ERROR(ValidateSchedule(schedule));
-  steps_per_epoch =
-      StepsPerEpoch(schedule.num_samples, schedule.global_batch_size, schedule.max_steps_per_epoch);
+  steps_per_epoch = ScheduleStepsPerEpoch(schedule);
   job_total_steps =
       static_cast<int64_t>(spec.training().rounds()) * epochs_per_round * steps_per_epoch;
   round_base = static_cast<int64_t>(options.round) * epochs_per_round * steps_per_epoch;
@@ -193,7 +201,8 @@ Status Trainer::Impl::JoinAndBuild() {
   const auto& o = spec.optimizer();
   lr.peak_lr = o.lr();
   lr.warmup_fraction = o.warmup_fraction();
-  lr.total_steps = budgeted ? MaxRoundSteps() : job_total_steps;  // provisional with a budget
+  // Provisional with a budget; an MCL stage runs a schedule of its own.
+  lr.total_steps = budgeted || spec.has_mcl() ? MaxRoundSteps() : job_total_steps;
   MLCD_ASSIGN_OR_RETURN(lr.decay, ParseLrDecay(o.schedule()));
   if (o.name() != "adamw") {
     return Status::InvalidArgument("optimizer.name \"" + o.name() +
@@ -222,7 +231,11 @@ Status Trainer::Impl::RestoreOrInitialise() {
   MLCD_ASSIGN_OR_RETURN(int ranks_on_host, RanksOnThisHost(comm.get()));
   if (ranks_on_host > 1) MLCD_RETURN_IF_ERROR(CheckTrainingMemory(ranks_on_host));
   model = VisionTransformer(vit_options);
-  model->ResetParameters(spec.training().seed());
+  // MCL stages after the first start from an initialisation of their own.
+  model->ResetParameters(
+      spec.has_mcl() && options.round > 0
+          ? StreamSeed(spec.training().seed(), static_cast<uint64_t>(options.round))
+          : spec.training().seed());
   CheckpointMeta meta;
   bool resume = !options.resume.empty();
   if (resume) {
@@ -330,7 +343,11 @@ Status Trainer::Impl::RestoreOrInitialise() {
       MLCD_LOG(INFO) << "round " << options.round << " starts with " << centres;
     }
   }
-  if (budgeted) StartBudgetedRound(resume ? &meta : nullptr);
+  if (budgeted) {
+    StartBudgetedRound(resume ? &meta : nullptr);
+  } else if (spec.has_mcl()) {
+    StartStage(resume ? &meta : nullptr);
+  }
   MLCD_RETURN_IF_ERROR(ValidateSchedule(schedule));
   summary.first_global_step = GlobalStep(schedule.first_epoch, schedule.first_step);
   summary.global_step = summary.first_global_step;

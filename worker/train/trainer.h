@@ -86,6 +86,13 @@ struct TrainerOptions {
   // the same step, the gang writes a checkpoint there (unless the step just wrote one),
   // emits "stopped" and Run() returns OK with summary().stopped set.
   const std::atomic<bool>* stop_requested = nullptr;
+  // MCL (spec.mcl), stage `round` >= 1: the sealed sets of stages 0..round-1; the samples are
+  // visited in the feature-aware order of their pseudo-labels (stage_pseudo_labels.h,
+  // sample_order.h). Empty: the usual order.
+  std::vector<std::string> pseudo_label_sets;
+  // MCL: the global step a stage that starts without a checkpoint of its own or of the
+  // previous stage (mcl.stage_init scratch) begins at (Assignment.start_global_step).
+  int64_t start_global_step = 0;
   // training.time_budget_minutes: the round's step count fixed by an earlier gang (the
   // coordinator's Assignment.round_steps); 0 = time the first steps and fix it
   // (worker/train/step_budget.h). Ignored without a budget.

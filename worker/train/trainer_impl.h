@@ -91,9 +91,11 @@ struct Trainer::Impl {
   int64_t GlobalStep(int epoch, int64_t step_in_epoch) const {
     return round_base + RoundStep(epoch, step_in_epoch);
   }
-  // The step the learning-rate schedule is indexed by: global, or the round's with a budget.
+  // The step the learning-rate schedule is indexed by: global, or the round's with a budget
+  // or in an MCL stage (each stage trains an encoder of its own).
   int64_t LrStep(int epoch, int64_t step_in_epoch) const {
-    return budgeted ? RoundStep(epoch, step_in_epoch) : GlobalStep(epoch, step_in_epoch);
+    return budgeted || spec.has_mcl() ? RoundStep(epoch, step_in_epoch)
+                                      : GlobalStep(epoch, step_in_epoch);
   }
   int64_t MaxRoundSteps() const { return spec.training().epochs_per_round() * steps_per_epoch; }
   void Emit(const nlohmann::json& event) {
@@ -109,6 +111,9 @@ struct Trainer::Impl {
   // memory shared by `ranks_on_host` ranks of the gang.
   Status CheckTrainingMemory(int ranks_on_host) const;
   void StartBudgetedRound(const CheckpointMeta* meta);
+  // MCL: where the stage's global steps begin (its own checkpoint's stage start, the previous
+  // stage's end, or options.start_global_step) and the job's estimated total.
+  void StartStage(const CheckpointMeta* meta);
   void SetRoundSteps(int64_t steps);
   Status TimeStep();
   void FixRoundSteps(int64_t steps);

@@ -25,6 +25,18 @@ void Trainer::Impl::StartBudgetedRound(const CheckpointMeta* meta) {
   SetRoundSteps(options.round_steps > 0 ? options.round_steps : 0);
 }
 
+void Trainer::Impl::StartStage(const CheckpointMeta* meta) {
+  if (meta == nullptr) {
+    round_base = options.start_global_step;
+  } else if (meta->round == options.round) {
+    round_base = meta->global_step -
+                 (static_cast<int64_t>(meta->epoch) * meta->steps_per_epoch + meta->step_in_epoch);
+  } else {
+    round_base = meta->global_step;
+  }
+  job_total_steps = round_base + MaxRoundSteps() * (spec.training().rounds() - options.round);
+}
+
 // With a budget: the round's step count (0 = not fixed yet: the provisional schedule over the
 // round's epochs) and what follows from it: the schedule's length, the last epoch, the job's
 // estimated total (later rounds assumed as long as this one).
