@@ -102,38 +102,24 @@ uint64_t ClusteringRoundSeed(const v1::ClusteringSpec& clustering, int round) {
   return clustering.seed() + static_cast<uint64_t>(round);
 }
 
-void ApplyJobSpecDefaults(v1::JobSpec* spec) {
-  auto* data = spec->mutable_dataset();
-  if (data->format().empty()) data->set_format("fashion-mnist");
-  ApplyDatasetDefaults(data);
+namespace {
 
+// MCL clusters each stage's own embeddings into K clusters, top-1 (docs/mcl.md).
+void ApplyMclDefaults(v1::JobSpec* spec) {
+  if (!spec->has_mcl()) return;
   auto* clustering = spec->mutable_clustering();
   auto* features = clustering->mutable_features();
-  if (spec->has_mcl()) {
-    // MCL clusters each stage's own embeddings into K clusters, top-1 (docs/mcl.md).
-    auto* mcl = spec->mutable_mcl();
-    if (mcl->stages() == 0) mcl->set_stages(2);
-    if (mcl->stage_init().empty()) mcl->set_stage_init("scratch");
-    if (features->kind().empty()) features->set_kind("model");
-    if (clustering->k() == 0) clustering->set_k(10);
-    if (clustering->l() == 0) clustering->set_l(1);
-    if (spec->training().rounds() == 0) spec->mutable_training()->set_rounds(mcl->stages());
-  }
-  if (features->kind().empty()) features->set_kind("pixels");
-  if (features->kind() == "random-projection" && features->dim() == 0) features->set_dim(256);
-  // A given label set brings its own k and l: left 0, the coordinator fills them from it.
-  if (clustering->label_set().empty()) {
-    if (clustering->k() == 0) clustering->set_k(1000);
-    if (clustering->l() == 0) clustering->set_l(8);
-  }
-  if (clustering->niter() == 0) clustering->set_niter(20);
-  if (clustering->max_points_per_centroid() == 0) clustering->set_max_points_per_centroid(256);
-  if (clustering->seed() == 0) clustering->set_seed(kDefaultClusteringSeed);
-  if (clustering->search().empty()) clustering->set_search(SearchMethodName(SearchMethod::kExact));
-  if (clustering->engine().empty())
-    clustering->set_engine(ClusteringEngineName(ClusteringEngine::kClusterd));
+  auto* mcl = spec->mutable_mcl();
+  if (mcl->stages() == 0) mcl->set_stages(2);
+  if (mcl->stage_init().empty()) mcl->set_stage_init("scratch");
+  if (features->kind().empty()) features->set_kind("model");
+  if (clustering->k() == 0) clustering->set_k(10);
+  if (clustering->l() == 0) clustering->set_l(1);
+  if (spec->training().rounds() == 0) spec->mutable_training()->set_rounds(mcl->stages());
+}
 
-  auto* loss = spec->mutable_loss();
+// The loss section; the contrastive head's hidden width defaults to the embedding's.
+void ApplyLossDefaults(int embed_dim, v1::LossSpec* loss) {
   if (loss->variant().empty()) loss->set_variant(LossVariantName(LossVariant::kMlcd));
   if (loss->sample_ratio() == 0) loss->set_sample_ratio(0.1);
   if (loss->scale() == 0) loss->set_scale(32);
@@ -149,6 +135,40 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
     if (mulcon->llcl_weight() == 0) mulcon->set_llcl_weight(0.1);
     if (mulcon->temperature() == 0) mulcon->set_temperature(0.2);
   }
+  // The contrastive variants' temperature and projection head (the head's hidden width is the
+  // embedding's); classification specs keep these fields unset.
+  auto family = LossFamilyOf(loss->variant());
+  if (family.ok() && *family == LossFamily::kContrastive) {
+    if (loss->temperature() == 0) loss->set_temperature(0.1);
+    if (!loss->has_projection_dim()) loss->set_projection_dim(128);
+    if (loss->projection_dim() > 0 && loss->projection_hidden_dim() == 0)
+      loss->set_projection_hidden_dim(embed_dim);
+  }
+}
+
+}  // namespace
+
+void ApplyJobSpecDefaults(v1::JobSpec* spec) {
+  auto* data = spec->mutable_dataset();
+  if (data->format().empty()) data->set_format("fashion-mnist");
+  ApplyDatasetDefaults(data);
+
+  auto* clustering = spec->mutable_clustering();
+  auto* features = clustering->mutable_features();
+  ApplyMclDefaults(spec);
+  if (features->kind().empty()) features->set_kind("pixels");
+  if (features->kind() == "random-projection" && features->dim() == 0) features->set_dim(256);
+  // A given label set brings its own k and l: left 0, the coordinator fills them from it.
+  if (clustering->label_set().empty()) {
+    if (clustering->k() == 0) clustering->set_k(1000);
+    if (clustering->l() == 0) clustering->set_l(8);
+  }
+  if (clustering->niter() == 0) clustering->set_niter(20);
+  if (clustering->max_points_per_centroid() == 0) clustering->set_max_points_per_centroid(256);
+  if (clustering->seed() == 0) clustering->set_seed(kDefaultClusteringSeed);
+  if (clustering->search().empty()) clustering->set_search(SearchMethodName(SearchMethod::kExact));
+  if (clustering->engine().empty())
+    clustering->set_engine(ClusteringEngineName(ClusteringEngine::kClusterd));
 
   auto* model = spec->mutable_model();
   if (model->preset().empty()) model->set_preset("vit-tiny");
@@ -175,15 +195,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (model->stem().empty()) model->set_stem("patch");
   if (model->layout().empty()) model->set_layout("vit");
   if (model->activation().empty()) model->set_activation("gelu");
-  // The contrastive variants' temperature and projection head (the head's hidden width is the
-  // embedding's); classification specs keep these fields unset.
-  auto family = LossFamilyOf(loss->variant());
-  if (family.ok() && *family == LossFamily::kContrastive) {
-    if (loss->temperature() == 0) loss->set_temperature(0.1);
-    if (!loss->has_projection_dim()) loss->set_projection_dim(128);
-    if (loss->projection_dim() > 0 && loss->projection_hidden_dim() == 0)
-      loss->set_projection_hidden_dim(model->embed_dim());
-  }
+  ApplyLossDefaults(model->embed_dim(), spec->mutable_loss());
 
   auto* opt = spec->mutable_optimizer();
   if (opt->name().empty()) opt->set_name("adamw");

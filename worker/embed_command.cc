@@ -88,6 +88,23 @@ int EmbedImagesFile(const EmbedFlags& flags, const EmbeddingModel& model, int ra
   return Finished(progress, files, *part);
 }
 
+// The inputs RunEmbed needs once the assignment and the spec file are read.
+Status CheckEmbedInputs(const EmbedFlags& flags, const std::string& checkpoint, bool have_spec,
+                        const std::string& out) {
+  if (out.empty()) return Status::InvalidArgument("no output directory: pass --out DIR");
+  if (!flags.stage_checkpoints.empty() && (!checkpoint.empty() || !flags.images.empty()))
+    return Status::InvalidArgument(
+        "--stage-checkpoint embeds a dataset split with the stages' concatenation: pass it "
+        "without --checkpoint and --images");
+  if (checkpoint.empty() && flags.stage_checkpoints.empty() && !have_spec)
+    return Status::InvalidArgument(
+        "no model: pass --checkpoint DIR (a trained model) or --spec FILE "
+        "(a random initialisation of its model)");
+  if (flags.split != "train" && flags.split != "test")
+    return Status::InvalidArgument("--split must be train or test, got \"" + flags.split + "\"");
+  return Status::Ok();
+}
+
 int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
   cli::JsonLines progress;
   auto fail = [&progress](const Status& st) { return progress.Fail(st); };
@@ -121,18 +138,8 @@ int RunEmbed(const EmbedFlags& flags, const CLI::App& cmd) {
     spec = *s;
     have_spec = true;
   }
-  if (out.empty()) return fail(Status::InvalidArgument("no output directory: pass --out DIR"));
-  if (!flags.stage_checkpoints.empty() && (!checkpoint.empty() || !flags.images.empty()))
-    return fail(Status::InvalidArgument(
-        "--stage-checkpoint embeds a dataset split with the stages' concatenation: pass it "
-        "without --checkpoint and --images"));
-  if (checkpoint.empty() && flags.stage_checkpoints.empty() && !have_spec)
-    return fail(
-        Status::InvalidArgument("no model: pass --checkpoint DIR (a trained model) or --spec FILE "
-                                "(a random initialisation of its model)"));
-  if (flags.split != "train" && flags.split != "test")
-    return fail(
-        Status::InvalidArgument("--split must be train or test, got \"" + flags.split + "\""));
+  st = CheckEmbedInputs(flags, checkpoint, have_spec, out);
+  if (!st.ok()) return fail(st);
   SetLogComponent("embed r" + std::to_string(rank));
 
   ModelLoadOptions load;

@@ -22,6 +22,24 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+// The figures of a finished step that come from the step itself (the loop adds the rest).
+StepReport StepFigures(const TrainStepResult& r) {
+  const ObjectiveStep& out = r.objective;
+  const TrainStepTimings& t = r.timings;
+  StepReport report;
+  report.loss = out.loss;
+  report.mean_positive_cosine = out.stats.mean_positive_cosine;
+  report.mean_negative_cosine = out.stats.mean_negative_cosine;
+  report.mean_positives = out.stats.mean_positives;
+  report.anchors_without_positives = out.stats.anchors_without_positives;
+  report.grad_norm = r.backbone.grad_norm;
+  report.timings.backbone =
+      t.host_to_device + t.backbone_forward + t.backbone_backward + t.backbone_optimizer;
+  report.timings.classification_layer = t.classification_layer + t.centre_optimizer;
+  report.timings.collectives = t.classification_collectives + t.grad_sync;
+  return report;
+}
+
 }  // namespace
 
 // The job spec with defaults, this gang's world size and the options checked against it.
@@ -226,6 +244,47 @@ Status Trainer::Impl::CheckTrainingMemory(int ranks_on_host) const {
   return CheckModelMemory(plan, device);
 }
 
+// A checkpoint of this run's own round continues only the same sample order and label set.
+Status Trainer::Impl::CheckSameRoundCheckpoint(const CheckpointMeta& meta) const {
+  if (meta.num_samples != schedule.num_samples ||
+      meta.global_batch_size != schedule.global_batch_size ||
+      meta.steps_per_epoch != steps_per_epoch) {
+    return Status::FailedPrecondition(
+        "checkpoint " + resumed_from + " was written for " + std::to_string(meta.num_samples) +
+        " samples, global batch " + std::to_string(meta.global_batch_size) + ", " +
+        std::to_string(meta.steps_per_epoch) + " steps per epoch; this run has " +
+        std::to_string(schedule.num_samples) + ", " + std::to_string(schedule.global_batch_size) +
+        ", " + std::to_string(steps_per_epoch) +
+        ": the sample order would not continue (dataset.limit, " +
+        "training.batch_size and training.max_steps_per_epoch must match)");
+  }
+  if (meta.label_set != options.label_set) {
+    return Status::FailedPrecondition("checkpoint " + resumed_from + " trained on label set '" +
+                                      meta.label_set + "' but this run of the same round uses '" +
+                                      options.label_set + "'");
+  }
+  return Status::Ok();
+}
+
+// The objective of the spec's loss family (worker/train/objective_factory.h; label heads:
+// worker/train/label_head_spec.h).
+Status Trainer::Impl::MakeObjective() {
+  MLCD_ASSIGN_OR_RETURN(const LossFamily family, LossFamilyOf(spec.loss().variant()));
+  if (family == LossFamily::kLabelHead) {
+    MLCD_ASSIGN_OR_RETURN(LabelHeadObjectiveOptions hopts,
+                          LabelHeadOptionsFromSpec(spec, vit_options, job_total_steps));
+    MLCD_ASSIGN_OR_RETURN(std::unique_ptr<LabelHeadObjective> head,
+                          LabelHeadObjective::Create(hopts, comm.get()));
+    label_head = head.get();
+    objective = std::move(head);
+  } else {
+    MLCD_ASSIGN_OR_RETURN(objective, ObjectiveFromSpec(spec, vit_options.embed_dim, options.round,
+                                                       device, precision, comm.get()));
+  }
+  classification = dynamic_cast<PartialFcObjective*>(objective.get());
+  return Status::Ok();
+}
+
 Status Trainer::Impl::RestoreOrInitialise() {
   // The gang's ranks on this host share its free memory (model_memory.h).
   MLCD_ASSIGN_OR_RETURN(int ranks_on_host, RanksOnThisHost(comm.get()));
@@ -246,25 +305,7 @@ Status Trainer::Impl::RestoreOrInitialise() {
                                         std::to_string(meta.round) + ", after this run's round " +
                                         std::to_string(options.round));
     }
-    if (meta.round == options.round) {
-      if (meta.num_samples != schedule.num_samples ||
-          meta.global_batch_size != schedule.global_batch_size ||
-          meta.steps_per_epoch != steps_per_epoch) {
-        return Status::FailedPrecondition(
-            "checkpoint " + resumed_from + " was written for " + std::to_string(meta.num_samples) +
-            " samples, global batch " + std::to_string(meta.global_batch_size) + ", " +
-            std::to_string(meta.steps_per_epoch) + " steps per epoch; this run has " +
-            std::to_string(schedule.num_samples) + ", " +
-            std::to_string(schedule.global_batch_size) + ", " + std::to_string(steps_per_epoch) +
-            ": the sample order would not continue (dataset.limit, " +
-            "training.batch_size and training.max_steps_per_epoch must match)");
-      }
-      if (meta.label_set != options.label_set) {
-        return Status::FailedPrecondition(
-            "checkpoint " + resumed_from + " trained on label set '" + meta.label_set +
-            "' but this run of the same round uses '" + options.label_set + "'");
-      }
-    }
+    if (meta.round == options.round) MLCD_RETURN_IF_ERROR(CheckSameRoundCheckpoint(meta));
     MLCD_RETURN_IF_ERROR(LoadBackboneWeights(resumed_from, model));
     MLCD_RETURN_IF_ERROR(LoadRngState(resumed_from));
   }
@@ -287,19 +328,7 @@ Status Trainer::Impl::RestoreOrInitialise() {
   // Every rank initialised (or loaded) the same weights; the broadcast makes sure of it.
   MLCD_RETURN_IF_ERROR(grad_sync->BroadcastParameters());
 
-  MLCD_ASSIGN_OR_RETURN(const LossFamily family, LossFamilyOf(spec.loss().variant()));
-  if (family == LossFamily::kLabelHead) {
-    MLCD_ASSIGN_OR_RETURN(LabelHeadObjectiveOptions hopts,
-                          LabelHeadOptionsFromSpec(spec, vit_options, job_total_steps));
-    MLCD_ASSIGN_OR_RETURN(std::unique_ptr<LabelHeadObjective> head,
-                          LabelHeadObjective::Create(hopts, comm.get()));
-    label_head = head.get();
-    objective = std::move(head);
-  } else {
-    MLCD_ASSIGN_OR_RETURN(objective, ObjectiveFromSpec(spec, vit_options.embed_dim, options.round,
-                                                       device, precision, comm.get()));
-  }
-  classification = dynamic_cast<PartialFcObjective*>(objective.get());
+  MLCD_RETURN_IF_ERROR(MakeObjective());
   TrainStepParts parts;
   parts.model = model;
   parts.flat = flat.get();
@@ -566,27 +595,15 @@ Status Trainer::Impl::Run() {
                                          std::to_string(global_step) + ")");
     }
     const ObjectiveStep& out = result->objective;
-    const BackboneStepStats& bstats = result->backbone;
-    const TrainStepTimings& t = result->timings;
     const auto step_end = Clock::now();
 
-    StepReport report;
-    report.loss = out.loss;
-    report.mean_positive_cosine = out.stats.mean_positive_cosine;
-    report.mean_negative_cosine = out.stats.mean_negative_cosine;
-    report.mean_positives = out.stats.mean_positives;
-    report.anchors_without_positives = out.stats.anchors_without_positives;
+    StepReport report = StepFigures(*result);
     report.learning_rate = step_lr;
-    report.grad_norm = bstats.grad_norm;
     report.global_step = global_step + 1;
     report.global_batch_size = schedule.global_batch_size;
     report.bad_samples = batch.bad_samples;
     report.bad_so_far = batch.bad_so_far;
     report.timings.step = SecondsBetween(step_start, step_end);
-    report.timings.backbone =
-        t.host_to_device + t.backbone_forward + t.backbone_backward + t.backbone_optimizer;
-    report.timings.classification_layer = t.classification_layer + t.centre_optimizer;
-    report.timings.collectives = t.classification_collectives + t.grad_sync;
     report.timings.label_wait = label_wait;
     report.timings.data_wait = data_wait;
     report.samples_per_second = schedule.global_batch_size / std::max(1e-9, report.timings.step);

@@ -107,6 +107,8 @@ struct Trainer::Impl {
   Status JoinAndBuild();
   Status SetUpSchedule();
   Status RestoreOrInitialise();
+  Status CheckSameRoundCheckpoint(const CheckpointMeta& meta) const;
+  Status MakeObjective();
   // CheckModelMemory for this rank's training (worker/model/model_memory.h), its host's free
   // memory shared by `ranks_on_host` ranks of the gang.
   Status CheckTrainingMemory(int ranks_on_host) const;
