@@ -73,7 +73,7 @@ struct Rank {
   }
   // One step as the trainer runs it: both learning rates times the objective's multiplier.
   StatusOr<TrainStepResult> Run(const torch::Tensor& x, const torch::Tensor& y) {
-    const double m = objective->lr_multiplier();
+    const double m = objective->learning_rate_multiplier();
     return step->Run(x, y, 1e-3 * m, 1e-2 * m);
   }
 };
@@ -183,7 +183,7 @@ TEST(LabelHeadObjectiveTest, MulconPretrainsWithBceThenAddsTheContrastiveLoss) {
   Rank rank(comm.get(), LabelHeadVariant::kMulCon);
   EXPECT_TRUE(rank.objective->needs().patch_tokens);
   EXPECT_FALSE(rank.objective->contrastive());
-  EXPECT_EQ(rank.objective->lr_multiplier(), 1.0);
+  EXPECT_EQ(rank.objective->learning_rate_multiplier(), 1.0);
   auto extra = [](const TrainStepResult& r, const std::string& name) {
     for (const auto& [key, value] : r.objective.stats.extra)
       if (key == name) return value;
@@ -194,7 +194,7 @@ TEST(LabelHeadObjectiveTest, MulconPretrainsWithBceThenAddsTheContrastiveLoss) {
   EXPECT_EQ(extra(*first, "llcl_loss"), 0.0);
   EXPECT_DOUBLE_EQ(first->objective.loss, extra(*first, "bce_loss"));
   EXPECT_TRUE(rank.objective->contrastive());
-  EXPECT_EQ(rank.objective->lr_multiplier(), 0.5);
+  EXPECT_EQ(rank.objective->learning_rate_multiplier(), 0.5);
   auto second = rank.Run(Images(), Labels());
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_GT(extra(*second, "llcl_loss"), 0.0);

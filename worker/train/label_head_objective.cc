@@ -50,6 +50,8 @@ LabelHeadObjective::LabelHeadObjective(const LabelHeadObjectiveOptions& options,
     mulcon_->ResetParameters(options_.seed);
     module_ = mulcon_.ptr();
   }
+  // Initialised on the host (the same values on every device), then moved.
+  module_->to(options_.device);
   torch::optim::AdamWOptions adam(1e-3);
   adam.betas({options_.beta1, options_.beta2}).weight_decay(options_.weight_decay);
   optimizer_ = std::make_unique<torch::optim::AdamW>(module_->parameters(), adam);
@@ -65,7 +67,7 @@ bool LabelHeadObjective::contrastive() const {
   return options_.variant == LabelHeadVariant::kMulCon && steps_ >= options_.pretrain_steps;
 }
 
-double LabelHeadObjective::lr_multiplier() const {
+double LabelHeadObjective::learning_rate_multiplier() const {
   return contrastive() ? options_.contrastive_lr_multiplier : 1.0;
 }
 
@@ -138,10 +140,12 @@ Status LabelHeadObjective::AllReduceGradients() {
     grads.push_back(p.grad());
   }
   MLCD_RETURN_IF_ERROR(comm_->AllReduce(grads, ReduceOp::kSum));
-  for (const torch::Tensor& g : grads) {
-    if (!torch::isfinite(g).all().item<bool>())
-      return Status::InvalidArgument("the label head's summed gradient is not finite");
-  }
+  // One reduction and one read for all of them: the contract's check costs one host sync.
+  std::vector<torch::Tensor> finite;
+  finite.reserve(grads.size());
+  for (const torch::Tensor& g : grads) finite.push_back(torch::isfinite(g).all());
+  if (!torch::stack(finite).all().item<bool>())
+    return Status::InvalidArgument("the label head's summed gradient is not finite");
   return Status::Ok();
 }
 

@@ -45,6 +45,9 @@ struct LabelHeadObjectiveOptions {
   double weight_decay = 0.0;               // AdamW of the head
   double beta1 = 0.9, beta2 = 0.999;
   uint64_t seed = 0;  // the head's initialisation
+  // Where the head, its optimizer state and its inputs live: the step's device, so the
+  // backbone's outputs reach it without a copy.
+  torch::Device device{torch::kCPU};
 };
 
 class LabelHeadObjective : public TrainObjective {
@@ -55,7 +58,7 @@ class LabelHeadObjective : public TrainObjective {
 
   ObjectiveFamily family() const override { return ObjectiveFamily::kHead; }
   ObjectiveNeeds needs() const override;
-  torch::Device input_device() const override { return torch::Device(torch::kCPU); }
+  torch::Device input_device() const override { return options_.device; }
   std::string Describe() const override;
 
   StatusOr<ObjectiveStep> ForwardBackward(const BackboneOutput& out,
@@ -69,9 +72,8 @@ class LabelHeadObjective : public TrainObjective {
 
   // Whether the next step is MulCon's step 2 (BCE + γ·LLCL); false for bce.
   bool contrastive() const;
-  // The factor the trainer applies to its learning rates for the next step (1 but in
-  // MulCon's step 2).
-  double lr_multiplier() const;
+  // contrastive_lr_multiplier in MulCon's step 2, else 1.
+  double learning_rate_multiplier() const override;
   int64_t step_count() const { return steps_; }
   torch::nn::Module& head() const { return *module_; }
 

@@ -99,6 +99,9 @@ class TrainObjective {
                                                   const torch::Tensor& labels) = 0;
   // Step 3: sums the replicated parameters' gradients over the ranks (a collective).
   virtual Status AllReduceGradients() { return Status::Ok(); }
+  // The factor the trainer applies to the backbone's and the objective's learning rates for
+  // the next step: 1 unless the objective's own schedule says otherwise (MulCon's step 2).
+  virtual double learning_rate_multiplier() const { return 1.0; }
   // Step 4: applies the pending gradient with learning rate `lr`. FAILED_PRECONDITION when no
   // gradient is pending. Local.
   virtual Status OptimizerStep(double lr) = 0;

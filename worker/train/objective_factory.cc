@@ -1,5 +1,6 @@
 #include "worker/train/objective_factory.h"
 
+#include "worker/train/label_head_spec.h"
 #include "worker/train/partial_fc_objective.h"
 #include "worker/train/round_layer.h"
 #include "worker/train/sample_order.h"
@@ -44,21 +45,34 @@ StatusOr<ContrastiveObjectiveOptions> ContrastiveOptionsFromSpec(const v1::JobSp
 }
 
 StatusOr<std::unique_ptr<TrainObjective>> ObjectiveFromSpec(const v1::JobSpec& spec,
-                                                            int64_t embedding_dim, int round,
-                                                            const torch::Device& device,
-                                                            Precision precision,
-                                                            Collectives* comm) {
-  if (IsContrastive(spec)) {
-    MLCD_ASSIGN_OR_RETURN(ContrastiveObjectiveOptions o,
-                          ContrastiveOptionsFromSpec(spec, embedding_dim, round, device));
-    MLCD_ASSIGN_OR_RETURN(std::unique_ptr<ContrastiveObjective> made,
-                          ContrastiveObjective::Create(o, comm));
-    return std::unique_ptr<TrainObjective>(std::move(made));
+                                                            const ObjectiveContext& context) {
+  MLCD_ASSIGN_OR_RETURN(const LossFamily family, LossFamilyOf(spec.loss().variant()));
+  const int64_t embedding_dim = context.vit.embed_dim;
+  switch (family) {
+    case LossFamily::kContrastive: {
+      MLCD_ASSIGN_OR_RETURN(
+          ContrastiveObjectiveOptions o,
+          ContrastiveOptionsFromSpec(spec, embedding_dim, context.round, context.device));
+      MLCD_ASSIGN_OR_RETURN(std::unique_ptr<ContrastiveObjective> made,
+                            ContrastiveObjective::Create(o, context.comm));
+      return std::unique_ptr<TrainObjective>(std::move(made));
+    }
+    case LossFamily::kLabelHead: {
+      MLCD_ASSIGN_OR_RETURN(LabelHeadObjectiveOptions o,
+                            LabelHeadOptionsFromSpec(spec, context.vit, context.job_total_steps));
+      o.device = context.device;
+      MLCD_ASSIGN_OR_RETURN(std::unique_ptr<LabelHeadObjective> made,
+                            LabelHeadObjective::Create(o, context.comm));
+      return std::unique_ptr<TrainObjective>(std::move(made));
+    }
+    case LossFamily::kClassification:
+      break;
   }
   MLCD_ASSIGN_OR_RETURN(PartialFcOptions popts,
-                        LayerOptionsFromSpec(spec, embedding_dim, round, device, precision));
+                        LayerOptionsFromSpec(spec, embedding_dim, context.round, context.device,
+                                             context.precision));
   MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFcObjective> made,
-                        PartialFcObjective::Create(popts, comm));
+                        PartialFcObjective::Create(popts, context.comm));
   return std::unique_ptr<TrainObjective>(std::move(made));
 }
 

@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "common/stopwatch.h"
-#include "worker/train/label_head_spec.h"
 #include "worker/train/trainer_impl.h"
 
 #include "common/random.h"
@@ -266,21 +265,16 @@ Status Trainer::Impl::CheckSameRoundCheckpoint(const CheckpointMeta& meta) const
   return Status::Ok();
 }
 
-// The objective of the spec's loss family (worker/train/objective_factory.h; label heads:
-// worker/train/label_head_spec.h).
+// The objective of the spec's loss family (worker/train/objective_factory.h).
 Status Trainer::Impl::MakeObjective() {
-  MLCD_ASSIGN_OR_RETURN(const LossFamily family, LossFamilyOf(spec.loss().variant()));
-  if (family == LossFamily::kLabelHead) {
-    MLCD_ASSIGN_OR_RETURN(LabelHeadObjectiveOptions hopts,
-                          LabelHeadOptionsFromSpec(spec, vit_options, job_total_steps));
-    MLCD_ASSIGN_OR_RETURN(std::unique_ptr<LabelHeadObjective> head,
-                          LabelHeadObjective::Create(hopts, comm.get()));
-    label_head = head.get();
-    objective = std::move(head);
-  } else {
-    MLCD_ASSIGN_OR_RETURN(objective, ObjectiveFromSpec(spec, vit_options.embed_dim, options.round,
-                                                       device, precision, comm.get()));
-  }
+  ObjectiveContext context;
+  context.vit = vit_options;
+  context.round = options.round;
+  context.device = device;
+  context.precision = precision;
+  context.job_total_steps = job_total_steps;
+  context.comm = comm.get();
+  MLCD_ASSIGN_OR_RETURN(objective, ObjectiveFromSpec(spec, context));
   classification = dynamic_cast<PartialFcObjective*>(objective.get());
   return Status::Ok();
 }
@@ -585,7 +579,7 @@ Status Trainer::Impl::Run() {
     const double step_lr = LearningRateAt(lr, LrStep(pos.epoch, pos.step_in_epoch));
 
     // MulCon's step 2 runs at a smaller learning rate, the backbone's and the head's alike.
-    const double head_factor = label_head ? label_head->lr_multiplier() : 1.0;
+    const double head_factor = objective->learning_rate_multiplier();
     auto result = step->Run(batch.images, label_tensor, step_lr * head_factor,
                             step_lr * head_factor * objective_lr_multiplier);
     if (!result.ok()) {

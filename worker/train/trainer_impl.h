@@ -65,8 +65,6 @@ struct Trainer::Impl {
   int views = 1;
   // The objective is the PartialFc layer (class centres: memory, centroids, checkpoint sizes).
   bool class_centres = true;
-  // The same for a label head (loss.variant bce or mulcon; worker/train/label_head_objective.h).
-  LabelHeadObjective* label_head = nullptr;
   std::unique_ptr<TrainMetrics> metrics;
   LrScheduleOptions lr;
   ScheduleOptions schedule;
