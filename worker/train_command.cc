@@ -187,6 +187,8 @@ int RunTrain(const TrainFlags& flags, const CLI::App& cmd) {
   if (Given(cmd.get_option("--labelstore"), "MLCD_LABELSTORE") || o.labelstore_address.empty())
     o.labelstore_address = flags.labelstore;
   if (!flags.label_set.empty()) o.label_set = flags.label_set;
+  // A spec that trains on a given set (clustering.label_set) names it itself.
+  if (o.label_set.empty()) o.label_set = o.spec.clustering().label_set();
   if (!flags.centroids.empty()) o.centroids_path = flags.centroids;
   if (Given(cmd.get_option("--round"), nullptr) || flags.assignment_path.empty())
     o.round = flags.round;
@@ -261,8 +263,8 @@ CommandRegistration train_registration(10, [](CLI::App& app, int* exit_code) {
       ->envname("MLCD_RENDEZVOUS");
   AddPeerFlag(*cmd, "labelstore", &flags->labelstore, "127.0.0.1:7610");
   cmd->add_option("--label-set", flags->label_set,
-                  "label set to train on, e.g. job/<id>/r<round> (not read with loss.variant "
-                  "infonce)");
+                  "label set to train on, e.g. job/<id>/r<round> (default: the spec's "
+                  "clustering.label_set; not read with loss.variant infonce)");
   cmd->add_option(
       "--centroids", flags->centroids,
       "the round's k-means centroids (.npy, k x embed_dim) for training.centre_init (auto: used in "
