@@ -28,6 +28,7 @@
 #include "worker/command.h"
 #include "worker/command_io.h"
 #include "worker/eval/baselines.h"
+#include "worker/eval/head_predictions.h"
 #include "worker/eval/runner.h"
 #include "worker/eval/stage_evaluation.h"
 #include "worker/train/trainer.h"
@@ -113,7 +114,7 @@ StatusOr<EvaluationOptions> EvaluationOptionsFrom(const EvalFlags& flags, const 
   o.train_labels = flags.train_labels;
   o.test_labels = flags.test_labels;
   const bool features = !o.train_features.empty() || !o.test_features.empty();
-  if (!features && o.checkpoint.empty()) {
+  if (!features && o.checkpoint.empty() && o.stage_checkpoints.empty()) {
     if (!o.has_spec)
       return Status::InvalidArgument(
           "nothing to evaluate: pass --checkpoint DIR, --train-features and "
@@ -123,7 +124,7 @@ StatusOr<EvaluationOptions> EvaluationOptionsFrom(const EvalFlags& flags, const 
           "no checkpoint given: pass --checkpoint DIR, or --random-init to evaluate "
           "a randomly initialised model of the spec");
   }
-  if (flags.random_init && !o.checkpoint.empty())
+  if (flags.random_init && (!o.checkpoint.empty() || !o.stage_checkpoints.empty()))
     return Status::InvalidArgument("--random-init and a checkpoint exclude each other");
   o.train_limit = flags.settings.train_limit;
   o.test_limit = flags.settings.test_limit;
@@ -140,6 +141,13 @@ StatusOr<EvaluationOptions> EvaluationOptionsFrom(const EvalFlags& flags, const 
   o.probe.validation_fraction = flags.validation_fraction;
   o.batch_size = flags.batch_size;
   o.keep_embeddings = flags.keep_embeddings;
+  // A checkpoint with a label head (bce, mulcon) also scores the head's own predictions.
+  if (o.run_multi_label) {
+    o.predict_test_labels = [batch = flags.batch_size](const EmbeddingModel& model,
+                                                       const ImageDataset& test) {
+      return PredictTestLabels(model, test, batch);
+    };
+  }
   return o;
 }
 

@@ -20,6 +20,7 @@
 #include "common/npy.h"
 #include "tests/coordinator/harness.h"
 #include "tests/coordinator/two_worker_fixture.h"
+#include "tests/eval/make_generated.h"
 #include "worker/model/safetensors.h"
 
 namespace mlcd::testing {
@@ -178,6 +179,82 @@ TEST_F(MclJobTest, Kill9InStageOneResumesThereWithTheExactSteps) {
   ASSERT_EQ(job->rounds_size(), 2);
   EXPECT_EQ(job->rounds(1).epochs_committed(), 2);
   EXPECT_EQ(job->rounds(1).checkpoint_global_step(), spec.TotalSteps());
+}
+
+// The other clustering engine and more than two ranks: a 2-stage job on a tiny generated
+// Trifeature, clustered by the three workers' gang, evaluated on its three attributes for
+// every stage alone and for the concatenation; `mlcd-worker eval --stage-checkpoint` by hand
+// gives the same figures.
+TEST_F(MclJobTest, GangEngineOnThreeRanksScoresEveryAttributePerStage) {
+  ASSERT_TRUE(cluster_->StartWorker(2, WorkerEnv()).ok());
+  ASSERT_TRUE(cluster_->WaitForIdleWorkers(3, seconds(30)).ok()) << cluster_->Logs();
+  const std::string data = dir_.Sub("trifeature");
+  ASSERT_TRUE(MakeGenerated(GeneratedKind::kTrifeature, data, 2, 240, 90).ok());
+  const std::string dataset = "format: webdataset, index: " + data + "/train-index";
+  std::string yaml = "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata:\n  name: mcl-gang\nspec:\n";
+  yaml += "  dataset: {" + dataset + ", augment: false}\n";
+  yaml += "  loss: {variant: infonce, temperature: 0.5}\n";
+  yaml += "  clustering: {k: 2, engine: gang, niter: 4}\n";
+  yaml += "  model: {image_size: 32, patch_size: 8, channels: 3, width: 32, depth: 1, heads: 2, "
+          "embed_dim: 32}\n";
+  // K^N = 4 <= M / b = 240 / 30 = 8.
+  yaml += "  training: {world_size: 3, batch_size: 30, epochs_per_round: 1, threads_per_worker: 1, "
+          "seed: 4, heartbeat_timeout_seconds: 30, collective_timeout_seconds: 30}\n";
+  yaml += "  mcl: {stages: 2}\n";
+  yaml += "  evaluation: {enabled: true, baselines: false, dataset: {" + dataset +
+          ", test_index: " + data + "/test-index}}\n";
+  auto submitted = cluster_->Submit(yaml);
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  auto job = cluster_->WaitForJob(
+      submitted->id(), [](const v1::Job& j) { return IsTerminal(j.state()); }, seconds(400));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->state(), v1::JOB_STATE_SUCCEEDED) << job->message() << "\n" << cluster_->Logs();
+  // The third worker trained in the gang.
+  EXPECT_FALSE(ProgressEvents(cluster_->WorkerDataDir(2)).empty());
+  ASSERT_EQ(job->rounds_size(), 2);
+  for (const v1::RoundStatus& r : job->rounds()) {
+    // The gang clustered: the set holds every sample, in K clusters.
+    ASSERT_EQ(r.cluster_sizes_size(), 2);
+    EXPECT_EQ(std::accumulate(r.cluster_sizes().begin(), r.cluster_sizes().end(), uint64_t{0}),
+              240u);
+  }
+  const v1::EvaluationResult& e = job->evaluation();
+  auto expect_attributes = [](const v1::EvaluationResult& r, const std::string& what) {
+    ASSERT_EQ(r.attributes_size(), 3) << what;
+    EXPECT_EQ(r.attributes(0).name(), "shape") << what;
+    EXPECT_EQ(r.attributes(1).name(), "texture") << what;
+    EXPECT_EQ(r.attributes(2).name(), "colour") << what;
+    for (const auto& a : r.attributes()) {
+      EXPECT_EQ(a.num_classes(), 10) << what;
+      EXPECT_GT(a.linear_probe_accuracy(), 0.0) << what << " " << a.name();
+    }
+  };
+  expect_attributes(e, "the concatenation");
+  ASSERT_EQ(e.stages_size(), 2);
+  expect_attributes(e.stages(0), "stage 0");
+  expect_attributes(e.stages(1), "stage 1");
+
+  // By hand, from the job's spec and the stage checkpoints.
+  const std::string spec_path = dir_.Sub("mcl-gang.yaml");
+  ASSERT_TRUE(WriteFileAtomically(spec_path, yaml).ok());
+  const std::string out_dir = dir_.Sub("eval-by-hand");
+  std::string out;
+  ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
+                       {"eval", "--spec", spec_path, "--stage-checkpoint", job->rounds(0).checkpoint(),
+                        "--stage-checkpoint", job->rounds(1).checkpoint(), "--out", out_dir},
+                       &out, {}, seconds(300)),
+            0)
+      << out;
+  auto text = ReadFileToString(out_dir + "/evaluation.json");
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  const auto by_hand = nlohmann::json::parse(*text);
+  ASSERT_EQ(by_hand["attributes"].size(), 3u) << *text;
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_NEAR(by_hand["attributes"][a].value("linearProbeAccuracy",
+                                               by_hand["attributes"][a].value("linear_probe_accuracy", -1.0)),
+                e.attributes(a).linear_probe_accuracy(), 1e-9)
+        << *text;
+  }
 }
 
 }  // namespace

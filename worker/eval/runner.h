@@ -123,6 +123,9 @@ struct EvaluationReport {
   nlohmann::json details;
   // Files written (evaluation.json first).
   std::vector<std::string> outputs;
+  // The label sets and attributes of the evaluated splits' rows (rank 0; null when they have
+  // none), for a later evaluation of other features of the same rows (MCL's concatenation).
+  std::shared_ptr<const EvalAnnotations> annotations;
 };
 
 StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options);

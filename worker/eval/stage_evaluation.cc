@@ -36,6 +36,8 @@ StatusOr<EvaluationReport> RunStageEvaluation(const EvaluationOptions& options) 
     return Status::InvalidArgument("an MCL evaluation needs an output directory (--out)");
   std::vector<std::string> dirs;
   std::vector<v1::EvaluationResult> stage_results;
+  // The splits' annotations, the same rows for every stage: the concatenation's probes too.
+  std::shared_ptr<const EvalAnnotations> annotations;
   nlohmann::json details = nlohmann::json::object();
   for (size_t j = 0; j < options.stage_checkpoints.size(); ++j) {
     EvaluationOptions o = options;
@@ -48,6 +50,7 @@ StatusOr<EvaluationReport> RunStageEvaluation(const EvaluationOptions& options) 
     if (!stage.ok()) return stage.status().WithContext("stage " + std::to_string(j));
     if (!stage->has_result) continue;  // a gang's other ranks only embed
     dirs.push_back(o.output_dir);
+    if (!annotations) annotations = stage->annotations;
     stage_results.push_back(stage->result);
     details["stage" + std::to_string(j)] = std::move(stage->details);
   }
@@ -63,6 +66,8 @@ StatusOr<EvaluationReport> RunStageEvaluation(const EvaluationOptions& options) 
   o.rank = 0;
   o.world_size = 1;
   o.labelstore_address.clear();
+  o.annotations = annotations;
+  o.predict_test_labels = nullptr;
   MLCD_ASSIGN_OR_RETURN(EvaluationReport report, RunEvaluation(o));
   for (auto& r : stage_results) *report.result.add_stages() = std::move(r);
   report.result.set_checkpoint(options.stage_checkpoints.back());
