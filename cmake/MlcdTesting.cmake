@@ -12,7 +12,8 @@
 set(MLCD_SANITIZE_TESTS common_test labelstore_storage_test coordinator_state_test)
 # The tests named in MLCD_ASAN_TESTS get the label `asan`: the suites without torch that run
 # the real service binaries (label store, clusterd, coordinator, mlcdctl) over gRPC, and the
-# dataset index (libarchive walking real tars, read back by offset, mlcdctl dataset), which the
+# dataset index (libarchive walking real tars, read back by offset, mlcdctl dataset) and the
+# generated datasets (`mlcdctl dataset make`: the drawing, PNG and tar writing), which the
 # ASan + UBSan build runs too (the binaries they start are built with ASan as well). TSan
 # leaves them out: gRPC's own synchronisation is invisible to it in Debian's uninstrumented
 # library. clusterd_integration_test is not among them: its metrics scrapes overflowed the fixed
@@ -24,9 +25,10 @@ set(MLCD_SANITIZE_TESTS common_test labelstore_storage_test coordinator_state_te
 set(MLCD_TORCH2_TESTS worker_vit_test worker_collectives_test worker_partial_fc_test
     worker_loss_check_test worker_data_test worker_prefetcher_test worker_train_test
     worker_train_step_test worker_contrastive_loss_test worker_partial_fc_device_test
-    worker_grad_sync_test)
+    worker_grad_sync_test worker_label_heads_test worker_label_head_objective_test
+    worker_augment_test worker_pseudo_label_order_test)
 set(MLCD_ASAN_TESTS labelstore_service_test labelstore_cli_test clusterd_test
-    coordinator_job_spec_test coordinator_protocol_test dataset_index_test)
+    coordinator_job_spec_test coordinator_protocol_test dataset_index_test dataset_make_test)
 # Sanitizer runtime options for every test of a sanitizer build: stop at the first report;
 # TSan's suppressions name the uninstrumented libraries whose own synchronisation it cannot
 # see (tests/sanitizers/tsan.supp). The glibc malloc tuning tests are left out there: a

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-120}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(npy idx spec checkpoint_index labelstore_request metrics_http)
+[ ${#targets[@]} -eq 0 ] && targets=(npy idx spec checkpoint_index labelstore_request metrics_http annotations)
 build=build-fuzz
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
