@@ -429,22 +429,26 @@ def markdown(args, results):
     return "\n".join(lines)
 
 
-def write_markdown(args, results):
+def replace_section(marker, section, next_heading=r"\n## "):
+    """Replaces bench/RESULTS.md from the line `marker` up to the next heading that matches
+    `next_heading` with `section` (which starts with `marker`), or appends it."""
     path = os.path.join(ROOT, "bench", "RESULTS.md")
     with open(path) as f:
         text = f.read()
-    section = markdown(args, results)
-    marker = "## Representation quality"
     if marker in text:
         start = text.index(marker)
         rest = text[start + len(marker):]
-        nxt = re.search(r"\n## ", rest)
+        nxt = re.search(next_heading, rest)
         end = start + len(marker) + (nxt.start() + 1 if nxt else len(rest))
         text = text[:start] + section + "\n" + text[end:]
     else:
         text = text.rstrip("\n") + "\n\n" + section
     with open(path, "w") as f:
         f.write(text)
+
+
+def write_markdown(args, results):
+    replace_section("## Representation quality", markdown(args, results))
 
 
 def main():

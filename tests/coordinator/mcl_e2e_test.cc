@@ -195,11 +195,13 @@ TEST_F(MclJobTest, GangEngineOnThreeRanksScoresEveryAttributePerStage) {
   yaml += "  dataset: {" + dataset + ", augment: false}\n";
   yaml += "  loss: {variant: infonce, temperature: 0.5}\n";
   yaml += "  clustering: {k: 2, engine: gang, niter: 4}\n";
-  yaml += "  model: {image_size: 32, patch_size: 8, channels: 3, width: 32, depth: 1, heads: 2, "
-          "embed_dim: 32}\n";
+  yaml +=
+      "  model: {image_size: 32, patch_size: 8, channels: 3, width: 32, depth: 1, heads: 2, "
+      "embed_dim: 32}\n";
   // K^N = 4 <= M / b = 240 / 30 = 8.
-  yaml += "  training: {world_size: 3, batch_size: 30, epochs_per_round: 1, threads_per_worker: 1, "
-          "seed: 4, heartbeat_timeout_seconds: 30, collective_timeout_seconds: 30}\n";
+  yaml +=
+      "  training: {world_size: 3, batch_size: 30, epochs_per_round: 1, threads_per_worker: 1, "
+      "seed: 4, heartbeat_timeout_seconds: 30, collective_timeout_seconds: 30}\n";
   yaml += "  mcl: {stages: 2}\n";
   yaml += "  evaluation: {enabled: true, baselines: false, dataset: {" + dataset +
           ", test_index: " + data + "/test-index}}\n";
@@ -239,20 +241,22 @@ TEST_F(MclJobTest, GangEngineOnThreeRanksScoresEveryAttributePerStage) {
   ASSERT_TRUE(WriteFileAtomically(spec_path, yaml).ok());
   const std::string out_dir = dir_.Sub("eval-by-hand");
   std::string out;
-  ASSERT_EQ(RunCommand(BinPath("mlcd-worker"),
-                       {"eval", "--spec", spec_path, "--stage-checkpoint", job->rounds(0).checkpoint(),
-                        "--stage-checkpoint", job->rounds(1).checkpoint(), "--out", out_dir},
-                       &out, {}, seconds(300)),
-            0)
+  ASSERT_EQ(
+      RunCommand(BinPath("mlcd-worker"),
+                 {"eval", "--spec", spec_path, "--stage-checkpoint", job->rounds(0).checkpoint(),
+                  "--stage-checkpoint", job->rounds(1).checkpoint(), "--out", out_dir},
+                 &out, {}, seconds(300)),
+      0)
       << out;
   auto text = ReadFileToString(out_dir + "/evaluation.json");
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   const auto by_hand = nlohmann::json::parse(*text);
   ASSERT_EQ(by_hand["attributes"].size(), 3u) << *text;
   for (int a = 0; a < 3; ++a) {
-    EXPECT_NEAR(by_hand["attributes"][a].value("linearProbeAccuracy",
-                                               by_hand["attributes"][a].value("linear_probe_accuracy", -1.0)),
-                e.attributes(a).linear_probe_accuracy(), 1e-9)
+    EXPECT_NEAR(
+        by_hand["attributes"][a].value(
+            "linearProbeAccuracy", by_hand["attributes"][a].value("linear_probe_accuracy", -1.0)),
+        e.attributes(a).linear_probe_accuracy(), 1e-9)
         << *text;
   }
 }

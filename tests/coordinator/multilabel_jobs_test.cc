@@ -29,9 +29,10 @@ constexpr int kStepsPerEpoch = kTrain / kBatch;
 // A job on the mosaics under `dir` training `loss` (a YAML flow map) on the set `set`.
 std::string MosaicJob(const std::string& name, const std::string& dir, const std::string& set,
                       const std::string& loss) {
-  const std::string dataset = "format: webdataset, index: " + dir + "/train-index" +
-                              ", mean: [0.286], stddev: [0.353]";
-  std::string y = "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata:\n  name: " + name + "\nspec:\n";
+  const std::string dataset =
+      "format: webdataset, index: " + dir + "/train-index" + ", mean: [0.286], stddev: [0.353]";
+  std::string y =
+      "apiVersion: mlcd/v1\nkind: TrainingJob\nmetadata:\n  name: " + name + "\nspec:\n";
   y += "  dataset: {" + dataset + ", augment: false}\n";
   y += "  clustering: {label_set: " + set + "}\n";
   y += "  loss: " + loss + "\n";

@@ -82,8 +82,7 @@ StatusOr<std::vector<double>> PredictTestLabels(const EmbeddingModel& model,
     MLCD_ASSIGN_OR_RETURN(PreparedImages prepared,
                           test.Prepare(ids, no_augment, 0, 0, vit.image_size));
     torch::Tensor embedding, tokens;
-    net->Features(prepared.images, VitFeatures::kEmbedding, 4, &embedding,
-                  bce ? nullptr : &tokens);
+    net->Features(prepared.images, VitFeatures::kEmbedding, 4, &embedding, bce ? nullptr : &tokens);
     torch::Tensor s = bce ? head.bce->forward(embedding.to(torch::kFloat))
                           : head.mulcon->forward(tokens.to(torch::kFloat)).logits;
     s = s.to(torch::kCPU, torch::kDouble).contiguous();

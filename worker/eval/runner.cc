@@ -621,7 +621,8 @@ StatusOr<EvaluationReport> RunEvaluation(const EvaluationOptions& options) {
   if (plan.run_knn && has_classes)
     MLCD_RETURN_IF_ERROR(KnnSplits(options, plan, in, num_classes, &report));
   MLCD_RETURN_IF_ERROR(EvaluateAnnotationsOf(options, plan, in, &report));
-  if (!in.annotations.empty()) report.annotations = std::make_shared<const EvalAnnotations>(in.annotations);
+  if (!in.annotations.empty())
+    report.annotations = std::make_shared<const EvalAnnotations>(in.annotations);
   MaybeMeasureFig3(options, plan, in, &report);
 
   result.set_seconds(SecondsSince(start));

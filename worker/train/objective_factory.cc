@@ -68,9 +68,9 @@ StatusOr<std::unique_ptr<TrainObjective>> ObjectiveFromSpec(const v1::JobSpec& s
     case LossFamily::kClassification:
       break;
   }
-  MLCD_ASSIGN_OR_RETURN(PartialFcOptions popts,
-                        LayerOptionsFromSpec(spec, embedding_dim, context.round, context.device,
-                                             context.precision));
+  MLCD_ASSIGN_OR_RETURN(
+      PartialFcOptions popts,
+      LayerOptionsFromSpec(spec, embedding_dim, context.round, context.device, context.precision));
   MLCD_ASSIGN_OR_RETURN(std::unique_ptr<PartialFcObjective> made,
                         PartialFcObjective::Create(popts, context.comm));
   return std::unique_ptr<TrainObjective>(std::move(made));
