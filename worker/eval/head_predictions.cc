@@ -69,6 +69,13 @@ StatusOr<std::vector<double>> PredictTestLabels(const EmbeddingModel& model,
                                    ": evaluate on a dataset labelled like the training set");
   }
   const bool bce = static_cast<bool>(head.bce);
+  // The head runs where the backbone's weights are.
+  const torch::Device device = model.model->parameters().front().device();
+  if (bce) {
+    head.bce->to(device);
+  } else {
+    head.mulcon->to(device);
+  }
   AugmentOptions no_augment;
   no_augment.enabled = false;
   torch::NoGradGuard no_grad;
@@ -82,7 +89,8 @@ StatusOr<std::vector<double>> PredictTestLabels(const EmbeddingModel& model,
     MLCD_ASSIGN_OR_RETURN(PreparedImages prepared,
                           test.Prepare(ids, no_augment, 0, 0, vit.image_size));
     torch::Tensor embedding, tokens;
-    net->Features(prepared.images, VitFeatures::kEmbedding, 4, &embedding, bce ? nullptr : &tokens);
+    net->Features(prepared.images.to(device), VitFeatures::kEmbedding, 4, &embedding,
+                  bce ? nullptr : &tokens);
     torch::Tensor s = bce ? head.bce->forward(embedding.to(torch::kFloat))
                           : head.mulcon->forward(tokens.to(torch::kFloat)).logits;
     s = s.to(torch::kCPU, torch::kDouble).contiguous();
