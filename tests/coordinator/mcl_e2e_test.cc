@@ -252,11 +252,14 @@ TEST_F(MclJobTest, GangEngineOnThreeRanksScoresEveryAttributePerStage) {
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   const auto by_hand = nlohmann::json::parse(*text);
   ASSERT_EQ(by_hand["attributes"].size(), 3u) << *text;
+  // The same model on the same rows; the job's gang embedded them in other batches, whose
+  // float rounding may move one test image across a decision boundary.
+  const double one_image = 1.0 / 90;
   for (int a = 0; a < 3; ++a) {
     EXPECT_NEAR(
         by_hand["attributes"][a].value(
             "linearProbeAccuracy", by_hand["attributes"][a].value("linear_probe_accuracy", -1.0)),
-        e.attributes(a).linear_probe_accuracy(), 1e-9)
+        e.attributes(a).linear_probe_accuracy(), one_image + 1e-9)
         << *text;
   }
 }
