@@ -7,6 +7,7 @@
 // and step count.
 #include "worker/train/label_head_objective.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -95,19 +96,25 @@ torch::Tensor HeadVector(const LabelHeadObjective& o) {
   return torch::cat(flat);
 }
 
+// Fixed backbone outputs for the whole batch, drawn from a generator of their own: the ranks
+// run as threads, and the global generator is shared between them.
+BackboneOutput FixedBackboneOutput() {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(2);
+  BackboneOutput all;
+  all.embeddings = at::randn({5, 24}, gen);
+  all.patch_tokens = at::randn({5, 16, 32}, gen);
+  return all;
+}
+
 // The head's gradients summed over the ranks after one ForwardBackward on rows [b, b + n) of
-// fixed backbone outputs (mulcon in its contrastive step from the start), then the gradient of
-// those rows (the embeddings' for bce, the patch tokens' for mulcon).
-std::vector<torch::Tensor> HeadGradients(Collectives* comm, LabelHeadVariant variant, int64_t b,
-                                         int64_t n) {
+// `all` (mulcon in its contrastive step from the start), then the gradient of those rows (the
+// embeddings' for bce, the patch tokens' for mulcon).
+std::vector<torch::Tensor> HeadGradients(Collectives* comm, LabelHeadVariant variant,
+                                         const BackboneOutput& all, int64_t b, int64_t n) {
   LabelHeadObjectiveOptions o = Options(variant);
   o.pretrain_steps = 0;
   auto objective = LabelHeadObjective::Create(o, comm);
   EXPECT_TRUE(objective.ok());
-  torch::manual_seed(2);
-  BackboneOutput all;
-  all.embeddings = torch::randn({5, 24});
-  all.patch_tokens = torch::randn({5, 16, 32});
   BackboneOutput mine;
   mine.embeddings = all.embeddings.narrow(0, b, n);
   mine.patch_tokens = all.patch_tokens.narrow(0, b, n);
@@ -125,6 +132,7 @@ TEST(LabelHeadObjectiveTest, TwoRanksEqualOneProcessInEveryStep) {
   for (LabelHeadVariant variant : {LabelHeadVariant::kBce, LabelHeadVariant::kMulCon}) {
     SCOPED_TRACE(LabelHeadVariantName(variant));
     const torch::Tensor x = Images(), y = Labels();
+    const BackboneOutput outputs = FixedBackboneOutput();
     auto local = Collectives::Local();
     Rank one(local.get(), variant);
     std::vector<double> one_losses;
@@ -148,13 +156,13 @@ TEST(LabelHeadObjectiveTest, TwoRanksEqualOneProcessInEveryStep) {
         std::lock_guard<std::mutex> lock(mu);
         losses[static_cast<size_t>(rank)].push_back(r->objective.loss);
       }
-      std::vector<torch::Tensor> g = HeadGradients(&comm, variant, b, n);
+      std::vector<torch::Tensor> g = HeadGradients(&comm, variant, outputs, b, n);
       std::lock_guard<std::mutex> lock(mu);
       grads[static_cast<size_t>(rank)] = std::move(g);
       backbones[static_cast<size_t>(rank)] = mine.flat->values().clone();
     });
     if (HasFailure()) return;
-    const std::vector<torch::Tensor> one_grads = HeadGradients(local.get(), variant, 0, 5);
+    const std::vector<torch::Tensor> one_grads = HeadGradients(local.get(), variant, outputs, 0, 5);
     for (int r = 0; r < 2; ++r) {
       for (size_t s = 0; s < 2; ++s)
         EXPECT_NEAR(losses[static_cast<size_t>(r)][s], one_losses[s], 1e-5) << "step " << s;
