@@ -3,8 +3,8 @@
 #
 #   bench/security/run_security_bench.sh [BUILD_DIR]
 #
-# 1. security_bench: GetLabels plaintext vs mTLS + token on two real mlcd-labelstore
-#    processes (bench/results/security_tls.json).
+# 1. security_bench: GetLabels plaintext vs mTLS + token on real mlcd-labelstore processes,
+#    and mTLS + token through a worker agent's label gateway (bench/results/security_tls.json).
 #    ownership_bench: label-set ownership checks on WriteLabels / GetLabels, same run
 #    (bench/results/security_ownership.json).
 # 2. worker_step_bench: the main job's step (vit-tiny, 128 images per rank = the main job's
@@ -34,7 +34,13 @@ s = step["median_step_seconds"]
 print(f"step (vit-tiny, 128 images/rank, 1 thread): {s * 1e3:.1f} ms; its GetLabels(128): "
       f"plain {row['plain_seconds_per_call'] * 1e6:.0f} us, mTLS + token "
       f"{row['mtls_token_seconds_per_call'] * 1e6:.0f} us -> {extra / s * 100:+.3f} % of the step")
+gateway = row["gateway_seconds_per_call"] - row["mtls_token_seconds_per_call"]
+print(f"through the agent's label gateway (a training child's path): "
+      f"{row['gateway_seconds_per_call'] * 1e6:.0f} us -> {gateway / s * 100:+.3f} % of the step "
+      f"over mTLS + token")
 tls["step"] = {"median_step_seconds": s, "get_labels_batch": 128,
-               "extra_seconds_per_step": extra, "overhead_fraction_of_step": extra / s}
+               "extra_seconds_per_step": extra, "overhead_fraction_of_step": extra / s,
+               "gateway_extra_seconds_per_step": gateway,
+               "gateway_overhead_fraction_of_step": gateway / s}
 json.dump(tls, open(sys.argv[1], "w"), indent=2)
 PY

@@ -8,6 +8,10 @@
 // alternately in --rounds rounds of --seconds each; the figure per side is the median over
 // rounds of the mean latency per call, and the overhead is B / A - 1. Channels are made once
 // (a worker keeps its channel), so the handshake is not in the figures; it is timed apart.
+// G reads B through a worker agent's label gateway (worker/agent/label_gateway.h), run in
+// this process as the agent runs it: plaintext on a Unix socket to the gateway, which calls B
+// with mTLS and the worker token; that is the path of a worker's training child, and its
+// overhead is G / B - 1.
 // Beside the latency, the CPU time per call of both ends (this process's and the server's, from
 // getrusage and /proc/<pid>/stat over all rounds): latency on a shared machine also carries
 // scheduling delays, CPU time is what the security itself costs.
@@ -34,6 +38,7 @@
 #include "common/security.h"
 #include "tests/testing/process.h"
 #include "tests/testing/security.h"
+#include "worker/agent/label_gateway.h"
 
 namespace mlcd {
 namespace {
@@ -165,11 +170,28 @@ int Run(int argc, char** argv) {
   if (st.ok()) st = Fill(store_b, ids);
   if (st.ok()) st = Fill(store_c, ids);
   if (st.ok()) st = ConfigureSecurity(client);
+  // G: the gateway in front of B, scoped to an assignment that reads "bench".
+  std::unique_ptr<worker::LabelGateway> gateway;
+  if (st.ok()) {
+    auto started = worker::LabelGateway::Start(dir.Sub("gw") + "/labels.sock");
+    st = started.status();
+    if (st.ok()) gateway = std::move(*started);
+  }
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n%s\n%s\n", st.ToString().c_str(), a.Log().c_str(),
                  b.Log().c_str());
     return 1;
   }
+
+  worker::LabelGatewayScope scope;
+  scope.assignment_id = "bench";
+  scope.labelstore_address = secure;
+  scope.readable_sets = {"bench"};
+  gateway->SetScope(scope);
+  labelstore::LabelStoreClient store_g(
+      grpc::CreateCustomChannel(gateway->address(), grpc::InsecureChannelCredentials(),
+                                StoreArgs()),
+      gateway->address());
 
   // Connection set-up (TCP + TLS handshake with client certificate), new channel each time.
   std::vector<double> connect_a, connect_b;
@@ -192,53 +214,66 @@ int Run(int argc, char** argv) {
   for (uint64_t i = 0; i < ids; ++i) pool[i] = i;
   std::shuffle(pool.begin(), pool.end(), std::mt19937(11));
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%8s %14s %14s %10s %18s %10s\n", "batch", "plain us/call", "mtls us/call",
-              "overhead", "mtls+token us/call", "overhead");
+  std::printf("%8s %14s %14s %10s %18s %10s %16s %10s\n", "batch", "plain us/call", "mtls us/call",
+              "overhead", "mtls+token us/call", "overhead", "gateway us/call", "vs m+t");
   for (int batch : batches) {
-    const labelstore::LabelStoreClient* stores[3] = {&store_a, &store_c, &store_b};
-    const pid_t pids[3] = {a.pid(), c.pid(), b.pid()};
-    std::vector<double> lat[3];
-    double cpu[3] = {0, 0, 0};
-    int64_t calls[3] = {0, 0, 0};
-    size_t off[3] = {0, 0, 0};
-    for (int s = 0; s < 3; ++s) TimeCalls(*stores[s], pool, batch, 0.3, &off[s], &calls[s]);
-    for (int s = 0; s < 3; ++s) calls[s] = 0, off[s] = 0;
+    constexpr int kSides = 4;
+    const labelstore::LabelStoreClient* stores[kSides] = {&store_a, &store_c, &store_b, &store_g};
+    const pid_t pids[kSides] = {a.pid(), c.pid(), b.pid(), b.pid()};
+    std::vector<double> lat[kSides];
+    double cpu[kSides] = {0, 0, 0, 0};
+    int64_t calls[kSides] = {0, 0, 0, 0};
+    size_t off[kSides] = {0, 0, 0, 0};
+    for (int s = 0; s < kSides; ++s) TimeCalls(*stores[s], pool, batch, 0.3, &off[s], &calls[s]);
+    for (int s = 0; s < kSides; ++s) calls[s] = 0, off[s] = 0;
     for (int r = 0; r < rounds; ++r) {
       // Rotate which side goes first, so drift on a shared machine hits all of them.
-      for (int k = 0; k < 3; ++k) {
-        const int s = (r + k) % 3;
+      for (int k = 0; k < kSides; ++k) {
+        const int s = (r + k) % kSides;
         const double cpu0 = SelfCpuSeconds() + bench::ProcessCpuSeconds(pids[s]);
         lat[s].push_back(TimeCalls(*stores[s], pool, batch, seconds, &off[s], &calls[s]));
         cpu[s] += SelfCpuSeconds() + bench::ProcessCpuSeconds(pids[s]) - cpu0;
       }
     }
-    const double ma = Median(lat[0]), mc = Median(lat[1]), mb = Median(lat[2]);
-    double cpu_per_call[3];
-    for (int s = 0; s < 3; ++s) cpu_per_call[s] = cpu[s] / std::max<int64_t>(1, calls[s]);
+    const double ma = Median(lat[0]), mc = Median(lat[1]), mb = Median(lat[2]), mg = Median(lat[3]);
+    double cpu_per_call[kSides];
+    for (int s = 0; s < kSides; ++s) cpu_per_call[s] = cpu[s] / std::max<int64_t>(1, calls[s]);
     std::printf(
-        "%8d %14.1f %14.1f %9.1f%% %18.1f %9.1f%%   cpu us/call %.1f / %.1f / %.1f (%+.1f%%)\n",
-        batch, ma * 1e6, mc * 1e6, (mc / ma - 1) * 100, mb * 1e6, (mb / ma - 1) * 100,
-        cpu_per_call[0] * 1e6, cpu_per_call[1] * 1e6, cpu_per_call[2] * 1e6,
-        (cpu_per_call[2] / cpu_per_call[0] - 1) * 100);
-    rows.push_back(
-        {{"batch", batch},
-         {"plain_seconds_per_call", ma},
-         {"mtls_seconds_per_call", mc},
-         {"mtls_token_seconds_per_call", mb},
-         {"overhead_fraction", mb / ma - 1},
-         {"cpu_seconds_per_call",
-          {{"plain", cpu_per_call[0]}, {"mtls", cpu_per_call[1]}, {"mtls_token", cpu_per_call[2]}}},
-         {"cpu_overhead_fraction", cpu_per_call[2] / cpu_per_call[0] - 1},
-         {"mtls_only_overhead_fraction", mc / ma - 1},
-         {"plain_rounds", lat[0]},
-         {"mtls_rounds", lat[1]},
-         {"mtls_token_rounds", lat[2]},
-         {"calls", {{"plain", calls[0]}, {"mtls", calls[1]}, {"mtls_token", calls[2]}}}});
+        "%8d %14.1f %14.1f %9.1f%% %18.1f %9.1f%% %16.1f %9.1f%%   cpu us/call %.1f / %.1f / "
+        "%.1f (%+.1f%%) / %.1f\n",
+        batch, ma * 1e6, mc * 1e6, (mc / ma - 1) * 100, mb * 1e6, (mb / ma - 1) * 100, mg * 1e6,
+        (mg / mb - 1) * 100, cpu_per_call[0] * 1e6, cpu_per_call[1] * 1e6, cpu_per_call[2] * 1e6,
+        (cpu_per_call[2] / cpu_per_call[0] - 1) * 100, cpu_per_call[3] * 1e6);
+    rows.push_back({{"batch", batch},
+                    {"plain_seconds_per_call", ma},
+                    {"mtls_seconds_per_call", mc},
+                    {"mtls_token_seconds_per_call", mb},
+                    {"overhead_fraction", mb / ma - 1},
+                    {"gateway_seconds_per_call", mg},
+                    {"gateway_overhead_fraction", mg / mb - 1},
+                    {"cpu_seconds_per_call",
+                     {{"plain", cpu_per_call[0]},
+                      {"mtls", cpu_per_call[1]},
+                      {"mtls_token", cpu_per_call[2]},
+                      {"gateway", cpu_per_call[3]}}},
+                    {"cpu_overhead_fraction", cpu_per_call[2] / cpu_per_call[0] - 1},
+                    {"mtls_only_overhead_fraction", mc / ma - 1},
+                    {"plain_rounds", lat[0]},
+                    {"mtls_rounds", lat[1]},
+                    {"mtls_token_rounds", lat[2]},
+                    {"gateway_rounds", lat[3]},
+                    {"calls",
+                     {{"plain", calls[0]},
+                      {"mtls", calls[1]},
+                      {"mtls_token", calls[2]},
+                      {"gateway", calls[3]}}}});
   }
   const double ca = Median(connect_a), cb = Median(connect_b);
   std::printf("new connection + first call: plain %.2f ms, mTLS + token %.2f ms\n", ca * 1e3,
               cb * 1e3);
-  nlohmann::json j{{"what", "GetLabels through LabelStoreClient, plaintext vs mTLS + bearer token"},
+  nlohmann::json j{{"what",
+                    "GetLabels through LabelStoreClient, plaintext vs mTLS + bearer token, and "
+                    "mTLS + token through a worker agent's label gateway"},
                    {"ids_in_set", ids},
                    {"labels_per_sample", 8},
                    {"seconds_per_round", seconds},

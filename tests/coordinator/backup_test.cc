@@ -34,10 +34,7 @@ int RunMlcdctl(TestCluster* cluster, const TempDir& dir, const std::vector<std::
 TEST(CoordinatorBackupTest, BackupDuringAJobRestoresIntoAFreshDatabaseAndTheJobFinishes) {
   TempDir dir;
   TestCluster cluster(dir);
-  ASSERT_TRUE(cluster.StartServices().ok()) << cluster.Logs();
-  ASSERT_TRUE(cluster.StartWorker(0).ok());
-  ASSERT_TRUE(cluster.StartWorker(1).ok());
-  ASSERT_TRUE(cluster.WaitForIdleWorkers(2, seconds(30)).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartServicesAndWorkers(2).ok()) << cluster.Logs();
 
   TinyJob spec;
   spec.limit = 2048;

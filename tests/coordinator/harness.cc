@@ -153,6 +153,12 @@ Status TestCluster::StartWorker(int i, const std::vector<std::string>& env,
                             dir_ + "/logs/w" + std::to_string(i) + ".log", worker_env);
 }
 
+Status TestCluster::StartServicesAndWorkers(int n) {
+  MLCD_RETURN_IF_ERROR(StartServices());
+  for (int i = 0; i < n; ++i) MLCD_RETURN_IF_ERROR(StartWorker(i));
+  return WaitForIdleWorkers(n, std::chrono::seconds(30));
+}
+
 Status TestCluster::WaitForIdleWorkers(int n, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   int idle = 0;

@@ -48,6 +48,8 @@ class TestCluster {
   std::string WorkerDataDir(int i) const;
   // Waits until `n` workers are registered and idle.
   Status WaitForIdleWorkers(int n, std::chrono::milliseconds timeout);
+  // The services, then workers 0..n-1 (default flags), waited for until idle (30 s).
+  Status StartServicesAndWorkers(int n);
 
   const std::string& coordinator_address() const { return coordinator_address_; }
   // The services' /metrics addresses (HOST:PORT).

@@ -23,6 +23,8 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/subprocess.h"
+#include "worker/agent/child_environment.h"
+#include "worker/agent/label_gateway.h"
 
 namespace mlcd::worker {
 namespace {
@@ -72,27 +74,6 @@ std::string LastLines(const std::string& path, int lines) {
   while (!tail.empty() && tail.front() == '\n') tail.erase(tail.begin());
   if (tail.size() > 2000) tail = "..." + tail.substr(tail.size() - 2000);
   return tail;
-}
-
-// The variables through which a worker command takes its rank, gang and label store when run
-// by hand (MLCD_RANK, ...). An assignment carries all of them, and such a variable counts as
-// an explicit flag, so one left in the agent's own environment (say from a shell that sourced
-// another cluster's env file) would override the coordinator's values: a child dialling a
-// label store that is gone, or joining the wrong rendezvous. The agent's children run without
-// them.
-const char* const kAssignmentCarriedVariables[] = {"MLCD_RANK", "MLCD_WORLD_SIZE",
-                                                   "MLCD_RENDEZVOUS", "MLCD_LABELSTORE"};
-
-std::vector<std::string> ChildEnvironment() {
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    bool carried = false;
-    for (const char* variable : kAssignmentCarriedVariables) carried = carried || name == variable;
-    if (!carried) env.push_back(entry);
-  }
-  return env;
 }
 
 }  // namespace
@@ -200,6 +181,8 @@ void Agent::Deregister(const std::string& reason) {
 Status Agent::Run() {
   if (options_.name.empty()) return Status::InvalidArgument("--name is required");
   MLCD_RETURN_IF_ERROR(MakeDirs(options_.data_dir + "/assignments"));
+  MLCD_ASSIGN_OR_RETURN(std::string gateway_socket, DefaultGatewaySocket(options_.data_dir));
+  MLCD_ASSIGN_OR_RETURN(gateway_, LabelGateway::Start(gateway_socket));
   MLCD_RETURN_IF_ERROR(Register());
   int backoff_ms = 200;
   while (!stop_) {
@@ -401,11 +384,17 @@ Status Agent::StartAssignment(const v1::Assignment& assignment, const Assignment
                                  v1::AssignmentKind_Name(assignment.kind()) + " assignments");
   }
   MLCD_RETURN_IF_ERROR(MakeDirs(files.dir));
+  // The child reaches the label store through the gateway, scoped to this assignment.
+  v1::Assignment child_assignment = assignment;
+  if (!assignment.labelstore_address().empty()) {
+    gateway_->SetScope(ScopeOf(assignment));
+    child_assignment.set_labelstore_address(gateway_->address());
+  }
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   options.add_whitespace = true;
-  auto js = google::protobuf::util::MessageToJsonString(assignment, &json, options);
+  auto js = google::protobuf::util::MessageToJsonString(child_assignment, &json, options);
   if (!js.ok()) return Status::Internal("assignment to JSON: " + js.ToString());
   // 0600: an ASSIGN_LABELS assignment carries its label-write capability.
   MLCD_RETURN_IF_ERROR(WriteFileAtomically(files.json, json, 0600));
@@ -615,6 +604,7 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   pid_t pid = -1;
   Status s = StartAssignment(assignment, files, &pid);
   if (!s.ok()) {
+    gateway_->ClearScope();
     MLCD_LOG(ERROR) << "assignment " << assignment.id() << ": " << s.ToString();
     report.set_succeeded(false);
     report.set_message(s.ToString());
@@ -660,6 +650,7 @@ void Agent::RunAssignment(const v1::Assignment& assignment) {
   MLCD_LOG(INFO) << "assignment " << assignment.id() << " "
                  << (report.succeeded() ? "succeeded" : "failed") << ": " << report.message();
   PublishStatus(assignment, files.dir, "reporting", 0, progress);
+  gateway_->ClearScope();
   if (proxy_) proxy_->SetTarget("");
   if (metrics_) {
     metrics_->Busy(false);

@@ -21,6 +21,9 @@
 // error event, exit status and the end of its log), retrying until the coordinator has the
 // report, so nothing is lost while the coordinator restarts. Children die with the agent
 // (PR_SET_PDEATHSIG), so kill -9 of an agent never leaves a training process behind.
+// Children hold none of the agent's credentials (worker/agent/child_environment.h): their
+// assignment names the agent's label gateway (worker/agent/label_gateway.h, a Unix socket
+// under <data-dir>/gateway/) as its label store, scoped to that assignment while it runs.
 //
 // Files: <data-dir>/assignments/<assignment id>/{assignment.json, progress.jsonl, worker.log,
 // committed_checkpoint}. committed_checkpoint (TRAIN only) names the checkpoint the
@@ -94,6 +97,7 @@ struct AgentOptions {
 };
 
 class ProgressFollower;
+class LabelGateway;
 
 class Agent {
  public:
@@ -177,6 +181,8 @@ class Agent {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::atomic<bool> stop_{false};
+  // The children's only way to the label store (started by Run()).
+  std::unique_ptr<LabelGateway> gateway_;
 
   Mutex poll_mu_;
   grpc::ClientContext* poll_context_ GUARDED_BY(poll_mu_) = nullptr;

@@ -1,0 +1,26 @@
+// The environment a worker agent starts its children with: its own, less two groups of
+// variables.
+//   - The agent's credentials: the TLS certificate, key and CA (MLCD_TLS_CERT, MLCD_TLS_KEY,
+//     MLCD_TLS_CA), the bearer token file (MLCD_TOKEN_FILE), a tokens file and the plaintext
+//     opt-in. A child decodes data it did not choose; with the agent's certificate an exploit
+//     in a decoder could act as a service. A child reaches the label store only through the
+//     agent's label gateway (worker/agent/label_gateway.h) and needs none of them.
+//   - The variables through which a worker command takes its rank, gang and label store when
+//     run by hand (MLCD_RANK, ...). An assignment carries all of them, and such a variable
+//     counts as an explicit flag, so one left in the agent's own environment (say from a shell
+//     that sourced another cluster's env file) would override the coordinator's values: a
+//     child dialling a label store that is gone, or joining the wrong rendezvous.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mlcd::worker {
+
+// The names of the variables a child never gets.
+const std::vector<std::string>& ChildWithheldVariables();
+
+// This process's environment ("NAME=value" entries) less ChildWithheldVariables().
+std::vector<std::string> ChildEnvironment();
+
+}  // namespace mlcd::worker
