@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "clusterd/kmeans.h"
 #include "common/blas_env.h"
 #include "common/malloc_env.h"
@@ -46,10 +47,7 @@ struct ShapeArgs {
   double seconds = 3;
 };
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using ::mlcd::bench::Median;
 
 // Seconds of one call of `fn`, repeated (after one warm-up call) until `budget` seconds have
 // passed and at least 3 times: the median.
@@ -70,7 +68,8 @@ double TimeMedian(double budget, const std::function<void()>& fn) {
 int64_t ChunkRowsOf(const ShapeArgs& a) {
   namespace cluster = mlcd::worker::cluster;
   if (a.rows > 0) return a.rows;
-  const int64_t workspace = a.workspace_mb > 0 ? a.workspace_mb << 20 : cluster::kDefaultWorkspaceBytes;
+  const int64_t workspace =
+      a.workspace_mb > 0 ? a.workspace_mb << 20 : cluster::kDefaultWorkspaceBytes;
   return cluster::ChunkRows(std::min(workspace, cluster::kCpuScoreBlockBytes), a.k);
 }
 
@@ -87,10 +86,13 @@ int RunSgemm(ShapeArgs a) {
   at::Tensor centroids_t = centroids.t();
   const double s = TimeMedian(a.seconds, [&] { (void)at::mm(rows, centroids_t); });
   const double gflop = 2.0 * a.rows * a.d * a.k / 1e9;
-  nlohmann::json j = {{"rows", a.rows},         {"d", a.d},
-                      {"k", a.k},               {"threads", a.threads},
+  nlohmann::json j = {{"rows", a.rows},
+                      {"d", a.d},
+                      {"k", a.k},
+                      {"threads", a.threads},
                       {"blas_threads", mlcd::BlasThreads()},
-                      {"seconds_per_gemm", s},  {"gflops", gflop / s}};
+                      {"seconds_per_gemm", s},
+                      {"gflops", gflop / s}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -118,12 +120,13 @@ int RunNearestSplits(ShapeArgs a) {
   step("rows_to_double", [&] { (void)chunk.to(at::kDouble); });
   at::Tensor chunk_d = chunk.to(at::kDouble);
   step("sums_index_add", [&] { sums.index_add_(0, index, chunk_d); });
-  step("counts_index_add", [&] { counts.index_add_(0, index, at::ones({a.rows}, counts.options())); });
+  step("counts_index_add",
+       [&] { counts.index_add_(0, index, at::ones({a.rows}, counts.options())); });
   double total = 0;
   for (const auto& [name, v] : steps.items())
     if (name != "aten_max") total += v.get<double>();  // not one of the engine's steps
-  nlohmann::json j = {{"rows", a.rows}, {"d", a.d}, {"k", a.k}, {"threads", a.threads},
-                      {"seconds", steps}, {"seconds_total", total}};
+  nlohmann::json j = {{"rows", a.rows},       {"d", a.d},         {"k", a.k},
+                      {"threads", a.threads}, {"seconds", steps}, {"seconds_total", total}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }
@@ -153,10 +156,15 @@ int RunFaissKMeans(const FaissArgs& a) {
   }
   nlohmann::json its = nlohmann::json::array();
   for (const auto& it : km->iterations)
-    its.push_back({{"iteration", it.iteration}, {"objective", it.objective}, {"seconds", it.seconds}});
-  nlohmann::json j = {{"rows", km->num_points}, {"train_rows", km->num_train_points},
-                      {"k", km->k}, {"d", km->d}, {"threads", a.threads},
-                      {"read_seconds", km->read_seconds}, {"iterations", its}};
+    its.push_back(
+        {{"iteration", it.iteration}, {"objective", it.objective}, {"seconds", it.seconds}});
+  nlohmann::json j = {{"rows", km->num_points},
+                      {"train_rows", km->num_train_points},
+                      {"k", km->k},
+                      {"d", km->d},
+                      {"threads", a.threads},
+                      {"read_seconds", km->read_seconds},
+                      {"iterations", its}};
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "bench/process_cpu.h"
+#include "bench/stats.h"
 #include "clients/labelstore_client.h"
 #include "common/acting_for.h"
 #include "common/grpc_server.h"
@@ -117,8 +118,8 @@ Status WriteRange(const labelstore::LabelStoreClient& client, const std::string&
   const size_t l = static_cast<size_t>(rows.l);
   for (size_t b = begin; b < end; b += batch) {
     const size_t n = std::min(batch, end - b);
-    MLCD_RETURN_IF_ERROR(writer->Write(&rows.ids[b], n, &rows.labels[b * l], n * l,
-                                       &rows.scores[b * l], n * l));
+    MLCD_RETURN_IF_ERROR(
+        writer->Write(&rows.ids[b], n, &rows.labels[b * l], n * l, &rows.scores[b * l], n * l));
   }
   StatusOr<v1::WriteLabelsResponse> done = writer->Finish();
   if (!done.ok()) return done.status();
@@ -322,10 +323,7 @@ StatusOr<RunFigures> InProcessOnce(const std::string& dir, const Rows& rows, int
   return f;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using ::mlcd::bench::Median;
 
 nlohmann::json ToJson(const RunFigures& f, size_t rows) {
   return {{"writers", f.writers},
@@ -366,7 +364,8 @@ int Run(int argc, char** argv) {
   std::vector<int> writer_counts = {1, 2, 4, 8};
   std::string out = "bench/results/labelstore_writers.json";
   CLI::App app{"labelstore_writers_bench: W concurrent WriteLabels streams into one set"};
-  app.add_option("--rows", rows, "rows written per W (sample ids 0..rows-1)")->capture_default_str();
+  app.add_option("--rows", rows, "rows written per W (sample ids 0..rows-1)")
+      ->capture_default_str();
   app.add_option("--writers", writer_counts, "writer counts")->delimiter(',');
   app.add_option("--batch", batch, "rows per WriteLabels message")->capture_default_str();
   app.add_option("--l", l, "labels per row")->capture_default_str();
@@ -397,24 +396,26 @@ int Run(int argc, char** argv) {
       for (int mode = 0; mode < (in_process ? 2 : 1); ++mode) {
         const std::string sub = dir.Sub((mode == 0 ? "grpc_w" : "local_w") + std::to_string(w) +
                                         "r" + std::to_string(rep));
-        StatusOr<RunFigures> f = mode == 0 ? RunOnce(sub, data, w, batch, k)
-                                           : InProcessOnce(sub, data, w, batch, k);
+        StatusOr<RunFigures> f =
+            mode == 0 ? RunOnce(sub, data, w, batch, k) : InProcessOnce(sub, data, w, batch, k);
         if (!f.ok()) {
           std::fprintf(stderr, "error: W=%d: %s\n", w, f.status().ToString().c_str());
           return 1;
         }
-        std::printf("%s W=%d pass %d: %.3f s, %.0f rows/s, cpu %.2f s/M rows; "
-                    "all %zu rows read back identical after sealing\n",
-                    mode == 0 ? "gRPC" : "in-process", w, rep, f->seconds, f->rows_per_second,
-                    1e6 * f->server_cpu_seconds / rows, rows);
+        std::printf(
+            "%s W=%d pass %d: %.3f s, %.0f rows/s, cpu %.2f s/M rows; "
+            "all %zu rows read back identical after sealing\n",
+            mode == 0 ? "gRPC" : "in-process", w, rep, f->seconds, f->rows_per_second,
+            1e6 * f->server_cpu_seconds / rows, rows);
         std::fflush(stdout);
         runs[mode][w].push_back(*f);
       }
     }
   }
-  nlohmann::json j{{"what", "W concurrent WriteLabels streams into one label set, mTLS + "
-                            "tokens, real mlcd-labelstore; every row verified after sealing. "
-                            "cpu = the server's (gRPC) or this process's (in-process)"},
+  nlohmann::json j{{"what",
+                    "W concurrent WriteLabels streams into one label set, mTLS + "
+                    "tokens, real mlcd-labelstore; every row verified after sealing. "
+                    "cpu = the server's (gRPC) or this process's (in-process)"},
                    {"rows", rows},
                    {"batch", batch},
                    {"labels_per_sample", l},

@@ -48,6 +48,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/stats.h"
 #include "clients/write_capability.h"
 #include "common/clock.h"
 #include "common/security.h"
@@ -62,10 +63,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kL = 8;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using ::mlcd::bench::Median;
 
 // How a timed write is checked.
 enum class Check { kNone, kOwner, kCapability };

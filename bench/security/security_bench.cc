@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "bench/process_cpu.h"
+#include "bench/stats.h"
 #include "clients/labelstore_client.h"
 #include "common/grpc_server.h"
 #include "common/net.h"
@@ -104,10 +105,7 @@ double SelfCpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using ::mlcd::bench::Median;
 
 int Run(int argc, char** argv) {
   uint64_t ids = 100000;

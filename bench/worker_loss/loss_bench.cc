@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "common/blas_env.h"
 #include "common/file_util.h"
 #include "common/malloc_env.h"
@@ -65,12 +66,7 @@ double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using ::mlcd::bench::Median;
 
 // ATen's intra-op threads and OpenBLAS's own pool.
 void SetComputeThreads(int threads) {

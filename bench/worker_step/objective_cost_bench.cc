@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "common/blas_env.h"
 #include "common/job_spec.h"
 #include "worker/dist/collectives.h"
@@ -56,11 +57,7 @@ struct CostFlags {
   std::string out;
 };
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using ::mlcd::bench::Median;
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "objective_cost_bench: %s\n", s.ToString().c_str());

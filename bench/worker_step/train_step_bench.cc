@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "common/blas_env.h"
 #include "common/job_spec.h"
 #include "worker/dist/collectives.h"
@@ -79,11 +80,7 @@ nlohmann::json ProgressEvent(int64_t global_step, double loss, double step_secon
           {"step_seconds", step_seconds}};
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using ::mlcd::bench::Median;
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "worker_step_bench: %s\n", s.ToString().c_str());

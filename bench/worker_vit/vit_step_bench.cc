@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "common/blas_env.h"
 #include "common/file_util.h"
 #include "common/job_spec.h"
@@ -32,11 +33,7 @@ namespace {
 
 using mlcd::worker::AttentionImpl;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using ::mlcd::bench::Median;
 
 struct Result {
   std::vector<double> step_seconds;
