@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,6 +107,17 @@ struct ChildPlan {
       ::dup2(devnull, 0);
       ::close(devnull);
     }
+  }
+  if (o.landlock_ruleset_fd >= 0) {
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::syscall(SYS_landlock_restrict_self, o.landlock_ruleset_fd, 0) != 0) {
+      const char* reason = std::strerror(errno);
+      WriteAll(2, "cannot restrict the child with its Landlock ruleset: ");
+      WriteAll(2, reason);
+      WriteAll(2, "\n");
+      ::_exit(kExecFailedExitCode);
+    }
+    ::close(o.landlock_ruleset_fd);
   }
   if (o.working_dir.empty() || ::chdir(o.working_dir.c_str()) == 0) {
     char* const* argv = plan.argv.data();

@@ -5,7 +5,7 @@
 // Spawn() prepares everything the child needs (argv, the environment, the exec-failure
 // message) before fork(), so that the child of a multi-threaded parent makes only
 // async-signal-safe calls between fork and exec (setpgid, prctl, getppid, sigprocmask, signal,
-// open, dup2, close, chdir, exec, write, _exit). When the exec fails the child writes
+// open, dup2, close, chdir, landlock_restrict_self, exec, write, _exit). When the exec fails the child writes
 // "<exec_error_prefix>: <strerror(errno)>" to its (redirected) stderr and exits with
 // kExecFailedExitCode, as a shell does for a command it cannot run.
 #pragma once
@@ -69,6 +69,11 @@ struct SpawnOptions {
   // Restores SIGPIPE's default action in the child (a gRPC parent ignores it, and an ignored
   // signal stays ignored across exec).
   bool default_sigpipe = false;
+
+  // When >= 0, a Landlock ruleset (common/withheld_files.h) the child restricts itself with
+  // before the exec, after setting no_new_privs; a child that cannot exits with
+  // kExecFailedExitCode, as for a failed exec. The parent keeps (and closes) the descriptor.
+  int landlock_ruleset_fd = -1;
 
   // The first part of the message a failed exec writes; "" = "exec <file>".
   std::string exec_error_prefix;

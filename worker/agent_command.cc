@@ -17,6 +17,7 @@
 #include "mlcd/v1/worker.grpc.pb.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/assignment_paths.h"
+#include "worker/agent/child_environment.h"
 #include "worker/command.h"
 #include "worker/command_io.h"
 
@@ -177,12 +178,17 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 60))
       ->capture_default_str();
   cli::AddLogLevelFlag(cmd, log_level.get());
-  // Its status server and its calls to the coordinator; its children read the same settings
-  // from the environment (MLCD_TLS_*, MLCD_TOKEN_FILE).
+  // Its status server and its calls to the coordinator and the label store; its children get
+  // none of it (worker/agent/child_environment.h).
   auto security = std::make_shared<SecurityOptions>();
   AddSecurityFlags(*cmd, security.get(), /*server=*/true);
+  auto withhold = std::make_shared<bool>(true);
+  cmd->add_flag("--withhold-files,!--no-withhold-files", *withhold,
+                "start children unable to read the agent's key and token files (Landlock; on by\n"
+                "default, where the kernel has it; docs/security.md, \"Worker children\")");
   CLI::App* root = &app;
-  cmd->callback([options, log_level, security, exit_code, root, stop_deadline, data_roots] {
+  cmd->callback([options, log_level, security, exit_code, root, stop_deadline, data_roots,
+                 withhold] {
     if (options->name.empty()) options->name = HostName();
     // The data dir is a default root, so it must exist first (Run() would make it anyway).
     Status made = MakeDirs(options->data_dir);
@@ -194,6 +200,7 @@ CommandRegistration reg(90, [](CLI::App& app, int* exit_code) {
       return;
     }
     options->data_roots = *roots;
+    if (*withhold) options->withheld_files = ChildWithheldFiles(*security, options->data_dir);
     options->stop_deadline = std::chrono::seconds(*stop_deadline);
     // The kinds this executable runs follow from its subcommands.
     options->kinds.clear();

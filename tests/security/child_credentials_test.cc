@@ -1,8 +1,10 @@
 // A worker agent's children hold none of its credentials (docs/security.md, "Worker
 // children"): on a real cluster with TLS and tokens on, a job whose labels the gang writes
 // (engine gang: ASSIGN_LABELS children write with their capability, TRAIN children read)
-// succeeds while no child's environment names a certificate, key or token, and every
-// child's assignment names the agent's label gateway instead of the label store. The gateway
+// succeeds while no child's environment names a certificate, key or token, every child runs
+// under the Landlock ruleset that withholds the agent's key and token files (where the
+// kernel has Landlock), and every child's assignment names the agent's label gateway
+// instead of the label store. The gateway
 // itself, in front of a real label store, lets a child read its assignment's sets and write
 // its set with a capability, and nothing else, even though the agent behind it is an admin.
 #include <dirent.h>
@@ -21,6 +23,7 @@
 #include "common/clock.h"
 #include "common/grpc_server.h"
 #include "common/security.h"
+#include "common/withheld_files.h"
 #include "mlcd/v1/labelstore.grpc.pb.h"
 #include "tests/coordinator/harness.h"
 #include "tests/testing/security.h"
@@ -52,6 +55,7 @@ struct SeenChild {
   std::string command;                   // train, assign-labels, ...
   std::vector<std::string> credentials;  // environment entries naming a credential
   std::string labelstore_address;        // from its assignment file
+  bool no_new_privs = false;             // set by the agent with the child's Landlock ruleset
 };
 
 // Every process whose command line names an assignment file under `dir`.
@@ -71,6 +75,8 @@ void LookForChildren(const std::string& dir, std::map<std::string, SeenChild>* s
                                  "MLCD_TOKEN_FILE=", "MLCD_TOKENS_FILE="})
           if (v.rfind(name, 0) == 0) child.credentials.push_back(v);
       }
+      child.no_new_privs =
+          ReadAll("/proc/" + pid + "/status").find("NoNewPrivs:\t1") != std::string::npos;
       auto json = nlohmann::json::parse(ReadAll(argv[i + 1]), nullptr, false);
       if (json.is_object()) child.labelstore_address = json.value("labelstore_address", "");
       (*seen)[pid] = child;
@@ -110,6 +116,11 @@ TEST(ChildCredentialsTest, AGangJobRunsWithNoCredentialInAnyChild) {
         << child.command << " child " << pid << " got " << child.credentials.front();
     EXPECT_EQ(child.labelstore_address.rfind("unix:", 0), 0u)
         << child.command << " child " << pid << " dials " << child.labelstore_address;
+    // Restricted by the ruleset that withholds the agent's key and token files
+    // (tests/common/withheld_files_test.cc shows what it withholds).
+    if (LandlockAbi() >= kWithheldFilesMinLandlockAbi) {
+      EXPECT_TRUE(child.no_new_privs) << child.command << " child " << pid;
+    }
   }
   // The gang's label writers and the trainers were both seen.
   EXPECT_TRUE(commands.count("train")) << seen.size() << " children seen";

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/subprocess.h"
+#include "common/withheld_files.h"
 #include "worker/agent/child_environment.h"
 #include "worker/agent/label_gateway.h"
 
@@ -183,6 +184,15 @@ Status Agent::Run() {
   MLCD_RETURN_IF_ERROR(MakeDirs(options_.data_dir + "/assignments"));
   MLCD_ASSIGN_OR_RETURN(std::string gateway_socket, DefaultGatewaySocket(options_.data_dir));
   MLCD_ASSIGN_OR_RETURN(gateway_, LabelGateway::Start(gateway_socket));
+  if (!options_.withheld_files.empty()) {
+    withhold_files_ = LandlockAbi() >= kWithheldFilesMinLandlockAbi;
+    if (!withhold_files_) {
+      MLCD_LOG(WARNING) << "this kernel offers Landlock ABI " << LandlockAbi()
+                        << " (needed: " << kWithheldFilesMinLandlockAbi
+                        << "): children run without the agent's credentials in their "
+                           "environment but could read its key and token files from disk";
+    }
+  }
   MLCD_RETURN_IF_ERROR(Register());
   int backoff_ms = 200;
   while (!stop_) {
@@ -237,6 +247,14 @@ Status Agent::StartChild(const std::vector<std::string>& argv, const std::string
   spawn.parent_death_signal = SIGKILL;
   spawn.clear_signal_mask = true;
   spawn.default_sigpipe = true;
+  // Made afresh for every child: the rules name the entries that exist now.
+  std::optional<WithheldFiles> withheld;
+  if (withhold_files_) {
+    StatusOr<WithheldFiles> built = WithheldFiles::Build(options_.withheld_files);
+    if (!built.ok()) return built.status().WithContext("withholding the agent's credentials");
+    withheld.emplace(std::move(*built));
+    spawn.landlock_ruleset_fd = withheld->fd();
+  }
   MLCD_ASSIGN_OR_RETURN(*pid_out, Spawn(spawn));
   return Status::Ok();
 }

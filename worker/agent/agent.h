@@ -21,7 +21,8 @@
 // error event, exit status and the end of its log), retrying until the coordinator has the
 // report, so nothing is lost while the coordinator restarts. Children die with the agent
 // (PR_SET_PDEATHSIG), so kill -9 of an agent never leaves a training process behind.
-// Children hold none of the agent's credentials (worker/agent/child_environment.h): their
+// Children hold none of the agent's credentials (worker/agent/child_environment.h): they
+// cannot read its key and token files (Landlock, where the kernel has it), and their
 // assignment names the agent's label gateway (worker/agent/label_gateway.h, a Unix socket
 // under <data-dir>/gateway/) as its label store, scoped to that assignment while it runs.
 //
@@ -79,6 +80,9 @@ struct AgentOptions {
   // decode memory its loader threads share, whatever the spec's dataset.decode_memory_mb asks
   // (worker/data/decode_budget.h).
   int max_decode_memory_mb = kDefaultMaxDecodeMemoryMb;
+  // Files the children may not read (worker/agent/child_environment.h ChildWithheldFiles),
+  // enforced with Landlock where the kernel has it (common/withheld_files.h); empty = none.
+  std::vector<std::string> withheld_files;
   // Reported capacity (0 = the machine's cores).
   int cpu_threads = 0;
   int gpus = 0;
@@ -183,6 +187,9 @@ class Agent {
   std::atomic<bool> stop_{false};
   // The children's only way to the label store (started by Run()).
   std::unique_ptr<LabelGateway> gateway_;
+  // Whether children are started under a ruleset withholding options_.withheld_files (Run()
+  // finds out once whether the kernel can).
+  bool withhold_files_ = false;
 
   Mutex poll_mu_;
   grpc::ClientContext* poll_context_ GUARDED_BY(poll_mu_) = nullptr;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
 namespace mlcd::worker {
 
@@ -25,6 +26,20 @@ std::vector<std::string> ChildEnvironment() {
     if (std::find(withheld.begin(), withheld.end(), name) == withheld.end()) env.push_back(entry);
   }
   return env;
+}
+
+std::vector<std::string> ChildWithheldFiles(const SecurityOptions& agent_security,
+                                            const std::string& data_dir) {
+  std::vector<std::string> files;
+  for (const std::string& path :
+       {agent_security.tls.key, agent_security.token_file, agent_security.tokens_file,
+        data_dir.empty() ? std::string() : data_dir + "/tls-private"}) {
+    if (path.empty()) continue;
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+    files.push_back(ec ? path : absolute.lexically_normal().string());
+  }
+  return files;
 }
 
 }  // namespace mlcd::worker

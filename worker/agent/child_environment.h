@@ -1,5 +1,5 @@
-// The environment a worker agent starts its children with: its own, less two groups of
-// variables.
+// What a worker agent's children get of its environment: its variables less two groups, and
+// none of its credential files.
 //   - The agent's credentials: the TLS certificate, key and CA (MLCD_TLS_CERT, MLCD_TLS_KEY,
 //     MLCD_TLS_CA), the bearer token file (MLCD_TOKEN_FILE), a tokens file and the plaintext
 //     opt-in. A child decodes data it did not choose; with the agent's certificate an exploit
@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "common/security.h"
+
 namespace mlcd::worker {
 
 // The names of the variables a child never gets.
@@ -22,5 +24,11 @@ const std::vector<std::string>& ChildWithheldVariables();
 
 // This process's environment ("NAME=value" entries) less ChildWithheldVariables().
 std::vector<std::string> ChildEnvironment();
+
+// The files a child may not read (common/withheld_files.h), as absolute paths: the agent's
+// TLS key, its token file and tokens file, and the private copy of its TLS material
+// (<data_dir>/tls-private). The certificate and CA are public and stay readable.
+std::vector<std::string> ChildWithheldFiles(const SecurityOptions& agent_security,
+                                            const std::string& data_dir);
 
 }  // namespace mlcd::worker
