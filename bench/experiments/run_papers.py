@@ -219,6 +219,24 @@ def eval_file_figures(result):
 
 # ---------------------------------------------------------------------------------------------
 
+def run_row(args, runner, results, row, label, work, summary):
+    """Runs work(row), which fills the row in; a failure is recorded in the row (state ERROR
+    unless the job had one, and the message) and the suite goes on. Times, logs, appends and
+    saves the row."""
+    start = time.time()
+    runner.log(f"=== {label}")
+    try:
+        work(row)
+    except Exception as exc:  # record and go on
+        row.update({"state": row.get("state", "ERROR") if "job_id" in row else "ERROR",
+                    "message": str(exc)[-2000:]})
+    row["wall_seconds"] = time.time() - start
+    runner.log(f"=== {label}: {summary(row)} {row['wall_seconds']:.0f} s {row.get('state')} "
+               f"{row.get('message', '')[:300]}")
+    results.append(row)
+    save(args, results)
+
+
 def run_multilabel(args, runner, results):
     data = dict(ML_DATA)
     base = copy.deepcopy(ML_BASE)
@@ -244,17 +262,10 @@ def run_multilabel(args, runner, results):
                 spec["clustering"]["seed"] = seed
                 spec["clustering"]["features"]["paths"] = [runner.pixel_npy(d)]
             row = {"name": name, "group": group, "description": desc, "seed": seed, "spec": spec}
-            start = time.time()
-            runner.log(f"=== {name} seed {seed}: {desc}")
-            try:
-                row.update(job_figures(runner.job(f"{name}-s{seed}", spec)))
-            except Exception as exc:  # record and go on
-                row.update({"state": "ERROR", "message": str(exc)[-2000:]})
-            row["wall_seconds"] = time.time() - start
-            runner.log(f"=== {name} seed {seed}: mAP {row.get('multi_label', {}).get('mean_average_precision', 0):.4f} "
-                       f"{row['wall_seconds']:.0f} s {row.get('state')} {row.get('message', '')[:300]}")
-            results.append(row)
-            save(args, results)
+            run_row(args, runner, results, row, f"{name} seed {seed} ({desc})",
+                    lambda r, name=name, seed=seed, spec=spec:
+                        r.update(job_figures(runner.job(f"{name}-s{seed}", spec))),
+                    lambda r: f"mAP {r.get('multi_label', {}).get('mean_average_precision', 0):.4f}")
 
 
 def run_mcl(args, runner, results):
@@ -292,25 +303,17 @@ def run_mcl(args, runner, results):
             spec["training"]["seed"] = seed
             spec["clustering"]["seed"] = seed
             row = {"name": name, "dataset": data["kind"], "kind": kind, "seed": seed, "spec": spec}
-            start = time.time()
-            runner.log(f"=== {name}")
-            try:
-                row.update(job_figures(runner.job(name, spec)))
-                # The first two stages' (rounds') integration, and each MLCD round alone.
-                spec_path = os.path.join(runner.work, f"{name}.yaml")
-                limits = []
-                checkpoints = [r["checkpoint"] for r in row["rounds"]]
+
+            def work(r, name=name, kind=kind, spec=spec):
+                r.update(job_figures(runner.job(name, spec)))
+                # The first two stages' integration.
+                checkpoints = [x["checkpoint"] for x in r["rounds"]]
                 if kind == "mcl" and len(checkpoints) >= 2:
-                    result, _ = runner.stage_eval(f"{name}-first2", checkpoints[:2], spec_path, limits)
-                    row["first_two"] = eval_file_figures(result)
-            except Exception as exc:  # record and go on
-                row.update({"state": row.get("state", "ERROR") if "job_id" in row else "ERROR",
-                            "message": str(exc)[-2000:]})
-            row["wall_seconds"] = time.time() - start
-            runner.log(f"=== {name}: {row.get('attributes')} {row['wall_seconds']:.0f} s {row.get('state')} "
-                       f"{row.get('message', '')[:300]}")
-            results.append(row)
-            save(args, results)
+                    spec_path = os.path.join(runner.work, f"{name}.yaml")
+                    result, _ = runner.stage_eval(f"{name}-first2", checkpoints[:2], spec_path, [])
+                    r["first_two"] = eval_file_figures(result)
+
+            run_row(args, runner, results, row, name, work, lambda r: str(r.get("attributes")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,17 +331,13 @@ def run_ensemble_controls(args, runner, results):
         spec_path = os.path.join(runner.work, f"{mcl[0]['name']}.yaml")
         row = {"name": name, "dataset": data["kind"], "kind": "simclr-ensemble",
                "seeds": [r["seed"] for r in mcl], "checkpoints": checkpoints}
-        start = time.time()
-        try:
+
+        def work(r, name=name, checkpoints=checkpoints, spec_path=spec_path):
             result, _ = runner.stage_eval(name, checkpoints, spec_path, [])
-            row.update(eval_file_figures(result))
-            row["state"] = "SUCCEEDED"
-        except Exception as exc:  # record and go on
-            row.update({"state": "ERROR", "message": str(exc)[-2000:]})
-        row["wall_seconds"] = time.time() - start
-        runner.log(f"=== {name}: {row.get('attributes')} {row['state']}")
-        results.append(row)
-        save(args, results)
+            r.update(eval_file_figures(result))
+            r["state"] = "SUCCEEDED"
+
+        run_row(args, runner, results, row, name, work, lambda r: str(r.get("attributes")))
 
 
 def mean_sd(values):

@@ -29,6 +29,7 @@
 #include "bench/stats.h"
 #include "common/blas_env.h"
 #include "common/job_spec.h"
+#include "common/subprocess.h"
 #include "worker/dist/collectives.h"
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
@@ -209,26 +210,22 @@ StatusOr<nlohmann::json> RunChild(const std::string& self, const CostFlags& f,
                                    std::to_string(f.max_labels)};
   int fds[2];
   if (pipe(fds) != 0) return Status::Internal("pipe failed");
-  const pid_t pid = fork();
-  if (pid < 0) return Status::Internal("fork failed");
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(self.c_str(), argv.data());
-    _exit(127);
-  }
+  SpawnOptions spawn;
+  spawn.argv = args;
+  spawn.stdout_fd = fds[1];
+  spawn.close_fds = {fds[0], fds[1]};
+  StatusOr<pid_t> pid = Spawn(spawn);
   close(fds[1]);
+  if (!pid.ok()) {
+    close(fds[0]);
+    return pid.status();
+  }
   std::string out;
   char buf[4096];
   ssize_t n;
   while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
   close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = WaitForExit(*pid);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return Status::Internal("the " + variant + " child failed (status " + std::to_string(status) +
                             ")");
@@ -237,7 +234,8 @@ StatusOr<nlohmann::json> RunChild(const std::string& self, const CostFlags& f,
 }
 
 // MCL's feature-aware batch order (worker/train/pseudo_label_order.h): the seconds to make one
-// epoch's order of `samples` ids in `groups` pseudo-labels, and per global batch.
+// epoch's order of `samples` ids in `groups` pseudo-labels (once per epoch), and apart from it
+// the seconds to take rank 0's share of every global batch (once per step), per batch.
 StatusOr<nlohmann::json> TimeBatchOrder(int64_t samples, int64_t groups, int64_t batch) {
   std::vector<int64_t> labels(static_cast<size_t>(samples));
   for (int64_t i = 0; i < samples; ++i)
@@ -245,20 +243,24 @@ StatusOr<nlohmann::json> TimeBatchOrder(int64_t samples, int64_t groups, int64_t
   PseudoLabelOrderOptions o;
   o.global_batch_size = batch;
   o.seed = 1;
-  const auto start = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
   MLCD_ASSIGN_OR_RETURN(PseudoLabelOrder order, PseudoLabelOrder::Make(labels, o));
+  const double make_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const auto shares = Clock::now();
   int64_t touched = 0;
   for (int64_t b = 0; b < order.num_batches(); ++b)
     touched += static_cast<int64_t>(order.RankShare(b, 2, 0).size());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double share_seconds = std::chrono::duration<double>(Clock::now() - shares).count();
+  const int64_t batches = std::max<int64_t>(1, order.num_batches());
   return nlohmann::json{{"samples", samples},
                         {"groups", groups},
                         {"global_batch", batch},
                         {"batches", order.num_batches()},
                         {"rank0_rows", touched},
-                        {"epoch_seconds", seconds},
-                        {"seconds_per_batch", seconds / std::max<int64_t>(1, order.num_batches())}};
+                        {"epoch_seconds", make_seconds},
+                        {"seconds_per_batch", make_seconds / batches},
+                        {"rank_share_seconds_per_batch", share_seconds / batches}};
 }
 
 int RunAll(const CostFlags& f) {
@@ -289,9 +291,11 @@ int RunAll(const CostFlags& f) {
     auto t = TimeBatchOrder(samples, groups, f.batch);
     if (!t.ok()) return Fail(t.status());
     std::printf(
-        "batch order: %lld samples, %lld groups, batch %d: %.4f s an epoch, %.2e s a batch\n",
+        "batch order: %lld samples, %lld groups, batch %d: made in %.4f s an epoch (%.2e s a "
+        "batch); rank 0's share %.2e s a batch\n",
         static_cast<long long>(samples), static_cast<long long>(groups), f.batch,
-        (*t)["epoch_seconds"].get<double>(), (*t)["seconds_per_batch"].get<double>());
+        (*t)["epoch_seconds"].get<double>(), (*t)["seconds_per_batch"].get<double>(),
+        (*t)["rank_share_seconds_per_batch"].get<double>());
     orders.push_back(*t);
   }
   if (!f.out.empty()) {
