@@ -216,6 +216,10 @@ TEST_F(CommittedCheckpointTest, ChildrenNeverPruneTheCommittedCheckpoint) {
   spec.checkpoint_every_steps = 4;
   spec.heartbeat_timeout = 4;
   spec.max_restarts = 2;
+  // The children read their labels through their agent's label gateway, which a stopped agent
+  // does not answer: labels prefetched far enough ahead keep them training, and writing
+  // checkpoints, while both agents are stopped (part 2).
+  spec.label_prefetch_depth = 96;
   auto submitted = cluster_->Submit(spec.Yaml());
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
   const std::string id = submitted->id();

@@ -290,6 +290,8 @@ std::string TinyJob::Yaml() const {
   y += "    checkpoint_every_steps: " + std::to_string(checkpoint_every_steps) + "\n";
   y += "    seed: 7\n";
   if (!checkpoint_dir.empty()) y += "    checkpoint_dir: '" + checkpoint_dir + "'\n";
+  if (label_prefetch_depth > 0)
+    y += "    label_prefetch_depth: " + std::to_string(label_prefetch_depth) + "\n";
   if (time_budget_minutes > 0)
     y += "    time_budget_minutes: " + std::to_string(time_budget_minutes) + "\n";
   y += std::string("  evaluation: {enabled: ") + (evaluation ? "true" : "false") +

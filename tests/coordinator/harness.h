@@ -103,6 +103,8 @@ struct TinyJob {
   int checkpoint_every_steps = 0;
   // training.checkpoint_dir ("" = the job's own folder).
   std::string checkpoint_dir;
+  // training.label_prefetch_depth (0 = the default).
+  int label_prefetch_depth = 0;
   // training.time_budget_minutes (0 = none; then `epochs` only caps the round).
   double time_budget_minutes = 0;
   bool evaluation = false;
