@@ -243,6 +243,30 @@ TEST_F(LabelGatewayTest, AChildReadsAndWritesItsAssignmentsSetAndNothingElse) {
   altered.back() = altered.back() == 'a' ? 'b' : 'a';
   EXPECT_EQ(ChildWrite(kSet, altered, 3).error_code(), StatusCode::PERMISSION_DENIED);
 
+  // A child's acting-for header is not passed on: the label store refuses it on a write from
+  // the agent (a token caller), so the write would fail if it were.
+  for (bool through_gateway : {true, false}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(20)));
+    if (!through_gateway) ctx.AddMetadata("authorization", "Bearer " + TestCerts().admin_token);
+    ctx.AddMetadata(labelstore::kWriteCapabilityHeader, Capability(kSet));
+    AttachActingFor(ActingForJob("j2"), &ctx);
+    v1::WriteLabelsResponse response;
+    auto stream = (through_gateway ? child_ : store_)->WriteLabels(&ctx, &response);
+    v1::WriteLabelsRequest message;
+    message.set_name(kSet);
+    message.add_sample_ids(7);
+    message.add_labels(2);
+    stream->Write(message);
+    stream->WritesDone();
+    grpc::Status st = stream->Finish();
+    if (through_gateway) {
+      EXPECT_TRUE(st.ok()) << st.error_message();
+    } else {
+      EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED) << st.error_message();
+    }
+  }
+
   // Another job's set: neither read nor written, whatever capability is shown.
   ExpectRefused(ChildDescribe(kOther), "describe another job's set");
   ExpectRefused(ChildWrite(kOther, Capability(kSet), 3), "write another job's set");
