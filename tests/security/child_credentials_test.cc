@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -21,6 +20,7 @@
 #include "clients/write_capability.h"
 #include "common/acting_for.h"
 #include "common/clock.h"
+#include "common/file_util.h"
 #include "common/grpc_server.h"
 #include "common/security.h"
 #include "common/withheld_files.h"
@@ -35,11 +35,10 @@ namespace {
 using grpc::StatusCode;
 using std::chrono::seconds;
 
+// The file's text, "" when it cannot be read (a process that just exited).
 std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  StatusOr<std::string> text = ReadFileToString(path);
+  return text.ok() ? *text : "";
 }
 
 // The NUL-separated entries of /proc/<pid>/<file>.

@@ -240,7 +240,7 @@ Status Agent::StartChild(const std::vector<std::string>& argv, const std::string
                          pid_t* pid_out) {
   SpawnOptions spawn;
   spawn.argv = argv;
-  spawn.env = ChildEnvironment();
+  spawn.unset_env = ChildWithheldVariables();
   spawn.log_path = log_path;
   // Own process group (so a stop reaches the child's children too), dies with the agent.
   spawn.new_process_group = true;

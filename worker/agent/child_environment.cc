@@ -1,8 +1,5 @@
 #include "worker/agent/child_environment.h"
 
-#include <unistd.h>
-
-#include <algorithm>
 #include <filesystem>
 
 namespace mlcd::worker {
@@ -15,17 +12,6 @@ const std::vector<std::string>& ChildWithheldVariables() {
       // What the assignment carries.
       "MLCD_RANK", "MLCD_WORLD_SIZE", "MLCD_RENDEZVOUS", "MLCD_LABELSTORE"};
   return kWithheld;
-}
-
-std::vector<std::string> ChildEnvironment() {
-  const std::vector<std::string>& withheld = ChildWithheldVariables();
-  std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    if (std::find(withheld.begin(), withheld.end(), name) == withheld.end()) env.push_back(entry);
-  }
-  return env;
 }
 
 std::vector<std::string> ChildWithheldFiles(const SecurityOptions& agent_security,

@@ -19,11 +19,9 @@
 
 namespace mlcd::worker {
 
-// The names of the variables a child never gets.
+// The names of the variables a child never gets (the agent passes them as
+// SpawnOptions::unset_env).
 const std::vector<std::string>& ChildWithheldVariables();
-
-// This process's environment ("NAME=value" entries) less ChildWithheldVariables().
-std::vector<std::string> ChildEnvironment();
 
 // The files a child may not read (common/withheld_files.h), as absolute paths: the agent's
 // TLS key, its token file and tokens file, and the private copy of its TLS material
