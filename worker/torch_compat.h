@@ -10,6 +10,8 @@
 //              CUDA, a fused math kernel on CPU); 1.13 has none, so softmax(q·kᵀ/√d)·v by ATen.
 //   autocast:  the per-device dtype setter moved (1.13: set_autocast_gpu_dtype; 2.4+:
 //              set_autocast_dtype(device type, dtype)).
+//   AdamW:     at::_fused_adamw_ (one kernel per tensor list: CUDA since 2.0, CPU since 2.4);
+//              1.13 has none.
 //   NCCL env:  NCCL_BLOCKING_WAIT became TORCH_NCCL_BLOCKING_WAIT (2.2+), likewise the async
 //              error handling switch.
 #pragma once
@@ -79,5 +81,17 @@ class AutocastScope {
 
 // True when autocast is enabled for `device_type` on this thread (tests of the policy).
 bool AutocastEnabled(c10::DeviceType device_type);
+
+// True when FusedAdamW runs on tensors of `device_type` with this build.
+bool HasFusedAdamW(c10::DeviceType device_type);
+
+// One AdamW update (torch.optim.AdamW's: decoupled weight decay, bias-corrected moments) of the
+// float tensor `param` from `grad / grad_divisor`, in at::_fused_adamw_'s one pass. `step` is a
+// float scalar tensor on param's device holding the step count this update is (>= 1);
+// `grad_divisor` a float scalar tensor there. `grad` may hold the divided gradient afterwards.
+// Only where HasFusedAdamW(param's device type).
+void FusedAdamW(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                const at::Tensor& exp_avg_sq, const at::Tensor& step, double lr, double beta1,
+                double beta2, double weight_decay, double eps, const at::Tensor& grad_divisor);
 
 }  // namespace mlcd::worker::compat

@@ -171,7 +171,7 @@ int Run(const BenchFlags& f) {
   popts.bf16_gemm = which == PartialFcLayer::kDevice && *precision == Precision::kBf16;
   auto fc = PartialFcObjective::Create(popts, comm->get());
   if (!fc.ok()) return Fail(fc.status());
-  TrainStepParts parts{model, &flat, &optimizer, &grad_sync, fc->get()};
+  TrainStepParts parts{model, &flat, &optimizer, &grad_sync, fc->get(), PixelNormalisation{}};
   TrainStep step(parts, *device, *precision);
 
   torch::manual_seed(100 + f.rank);
@@ -218,6 +218,8 @@ int Run(const BenchFlags& f) {
                    {"precision", PrecisionName(*precision)},
                    {"libtorch", compat::TorchVersion()},
                    {"fused_attention", compat::HasFusedAttention()},
+                   {"vit_kernels", mlcd::worker::VitKernelsName(mlcd::worker::ChosenVitKernels(
+                                       mlcd::worker::VitKernels::kAuto, *device))},
                    {"rank", f.rank},
                    {"world_size", f.world_size},
                    {"backbone_sync", sync_comm->backend_name()},

@@ -11,6 +11,7 @@
 
 #include "worker/train/colour_augment.h"
 #include "worker/train/dataset.h"
+#include "worker/train/image_bytes.h"
 
 namespace mlcd::worker {
 namespace {
@@ -228,6 +229,55 @@ TEST(ColourOpsTest, HandComputedFormulas) {
     }
   }
   EXPECT_TRUE(torch::allclose(images[0].to(torch::kDouble), (want - 0.5) / 0.25, 0, 1e-4));
+}
+
+// Pixels as bytes (worker/train/image_bytes.h). Untouched pixels make the round trip
+// exactly: the bytes are the dataset's own and normalising them gives the host's float bits.
+// A resized, cropped or jittered batch (the loader with images_as_bytes) comes back within
+// half a grey level of the float batch; values outside [0, 255] clamp; a channel count that
+// is not the normalisation's is refused.
+TEST(ImageBytesTest, PixelsRoundTripThroughTheHostsNormalisation) {
+  InMemoryImageDataset ds = ColourDataset();
+  const PixelNormalisation norm{ds.mean(), ds.stddev()};
+  const PixelScaleShift cpu = PixelScaleShiftOn(norm, torch::kCPU);
+  std::vector<int64_t> ids = {0, 5, 9, 23};
+  torch::Tensor pixels = torch::empty({4, 3, 6, 6}, torch::kUInt8);
+  ASSERT_TRUE(ds.Gather(ids.data(), 4, pixels.data_ptr<uint8_t>()).ok());
+  AugmentOptions off;
+  off.enabled = false;
+  torch::Tensor host = PrepareImages(pixels, ids, off, 0, 0, ds.mean(), ds.stddev(), 6);
+  EXPECT_TRUE(torch::equal(QuantiseImages(host, norm), pixels));
+  EXPECT_TRUE(torch::equal(NormaliseImages(pixels, cpu), host));
+
+  const float min_std = 0.2f;
+  const double half_level = 0.5 / (255.0 * min_std) + 1e-5;
+  torch::Tensor resized = PrepareImages(pixels, ids, off, 0, 0, ds.mean(), ds.stddev(), 11);
+  torch::Tensor back = NormaliseImages(QuantiseImages(resized, norm), cpu);
+  EXPECT_LE((back - resized).abs().max().item<double>(), half_level);
+
+  BatchLoaderOptions as_float = Loader(&ds, 2), as_bytes = Loader(&ds, 2);
+  as_bytes.images_as_bytes = true;
+  const auto floats = AllBatches(as_float);
+  const auto bytes = AllBatches(as_bytes);
+  ASSERT_EQ(floats.size(), bytes.size());
+  for (size_t b = 0; b < floats.size(); ++b) {
+    ASSERT_EQ(bytes[b].scalar_type(), torch::kUInt8);
+    ASSERT_EQ(bytes[b].sizes(), floats[b].sizes());
+    torch::Tensor diff = (NormaliseImages(bytes[b], cpu) - floats[b]).abs();
+    // Jitter can push a value past the pixel range; there the bytes hold the range's end.
+    torch::Tensor raw = (floats[b] - cpu.shift) / cpu.scale;
+    torch::Tensor inside = (raw >= 0) & (raw <= 255);
+    EXPECT_GT(inside.sum().item<int64_t>(), 0);
+    EXPECT_LE(diff.masked_select(inside).max().item<double>(), half_level) << "batch " << b;
+  }
+
+  torch::Tensor grey = torch::zeros({1, 1, 2, 2});
+  EXPECT_THROW(NormaliseImages(grey.to(torch::kUInt8), cpu), c10::Error);
+  EXPECT_THROW(QuantiseImages(grey, norm), c10::Error);
+  // Channel 2 (mean 0.3, std 0.3): 0.5 is (0.5 * 0.3 + 0.3) * 255 = 114.75, so 115.
+  torch::Tensor extreme = torch::tensor({-1000.0f, 1000.0f, 0.5f}).view({1, 3, 1, 1});
+  EXPECT_TRUE(torch::equal(QuantiseImages(extreme, norm).flatten(),
+                           torch::tensor({0, 255, 115}, torch::kUInt8)));
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/checkpoint_index.h"
 #include "worker/train/grad_sync.h"
+#include "worker/train/image_bytes.h"
 #include "worker/train/partial_fc_objective.h"
 #include "worker/train/train_step.h"
 
@@ -216,6 +217,38 @@ void ExpectUnchanged(const std::vector<torch::Tensor>& before, const Rig& r) {
     EXPECT_TRUE(torch::equal(before[i], after[i])) << "state tensor " << i << " changed";
 }
 
+// Images handed over as uint8 pixels are normalised on the step's device with the host's
+// arithmetic: the same step, bit for bit, as the float images they stand for. Without a
+// normalisation the step refuses them before anything runs.
+TEST(TrainStepTest, Uint8ImagesGiveTheFloatImagesStep) {
+  Rig a(13), b(13), c(13);
+  const PixelNormalisation norm{{0.3f}, {0.2f}};
+  TrainStepParts parts = a.Parts();
+  parts.pixels = norm;
+  TrainStep bytes_step(parts, torch::Device(torch::kCPU), Precision::kFp32);
+  TrainStep float_step(b.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
+  torch::manual_seed(5);
+  torch::Tensor pixels = torch::randint(0, 256, {6, 1, 28, 28}, torch::kLong).to(torch::kUInt8);
+  torch::Tensor x = NormaliseImages(pixels, PixelScaleShiftOn(norm, torch::kCPU));
+  torch::Tensor y = Labels(6);
+  for (int i = 0; i < 2; ++i) {
+    auto from_bytes = bytes_step.Run(pixels, y, 1e-3, 2e-3);
+    auto from_floats = float_step.Run(x, y, 1e-3, 2e-3);
+    ASSERT_TRUE(from_bytes.ok()) << from_bytes.status().ToString();
+    ASSERT_TRUE(from_floats.ok());
+    EXPECT_EQ(from_bytes->objective.loss, from_floats->objective.loss) << "step " << i;
+  }
+  EXPECT_TRUE(torch::equal(a.flat->values(), b.flat->values()));
+
+  TrainStep no_norm(c.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
+  const std::vector<torch::Tensor> before = Snapshot(c);
+  auto refused = no_norm.Run(pixels, y, 1e-3, 2e-3);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("uint8"), std::string::npos);
+  ExpectUnchanged(before, c);
+}
+
 // A non-finite backbone gradient with a finite loss (one parameter's gradient made NaN by a
 // hook in the real backward) is refused before either optimizer applies anything: every
 // parameter, moment and step count stays as it was, and no gradient is left pending.
@@ -319,6 +352,10 @@ TEST(TrainStepTest, CudaStepMatchesCpu) {
         << "step " << i;
   }
   EXPECT_TRUE(gpu.flat->values().is_cuda());
+  const PixelNormalisation norm{{0.3f}, {0.2f}};
+  torch::Tensor pixels = torch::randint(0, 256, {4, 1, 28, 28}, torch::kLong).to(torch::kUInt8);
+  EXPECT_TRUE(torch::equal(NormaliseImages(pixels.to(cuda), PixelScaleShiftOn(norm, cuda)).cpu(),
+                           NormaliseImages(pixels, PixelScaleShiftOn(norm, torch::kCPU))));
   EXPECT_LT(MaxAbsDiff(gpu.flat->values().cpu(), cpu.flat->values()), 1e-4);
   EXPECT_LT(MaxAbsDiff(gpu.fc->weight(), cpu.fc->weight()), 1e-5);
 

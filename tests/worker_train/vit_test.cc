@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <map>
@@ -14,6 +15,7 @@
 #include "tests/worker_train/small_vit.h"
 #include "worker/model/vit.h"
 #include "worker/model/vit_kernels.h"
+#include "worker/torch_compat.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/lr_schedule.h"
 
@@ -107,7 +109,7 @@ TEST(VitTest, ClipLayoutForwardByHandAndGradientByFiniteDifferences) {
   o.activation = VitActivation::kQuickGelu;
   o.layer_norm_eps = kClipLayerNormEps;
   o.depth = 1;
-  o.attention = AttentionImpl::kReference;
+  o.kernels = VitKernels::kAten;
   VisionTransformer model(o);
   model->ResetParameters(5);
   model->to(torch::kDouble);
@@ -276,7 +278,7 @@ TEST(VitTest, PatchEmbeddingIsAStridedConvolution) {
   // With depth-independent pieces isolated: the model's output for an image equals a
   // hand-built forward that uses torch::conv2d for the patch embedding and plain ATen ops.
   VitOptions o = SmallTestVit();
-  o.attention = AttentionImpl::kReference;
+  o.kernels = VitKernels::kAten;
   VisionTransformer model(o);
   model->ResetParameters(3);
   torch::Tensor x = torch::randn({3, 1, 28, 28});
@@ -291,10 +293,10 @@ TEST(VitTest, ConvStemIsStridedConvolutionsThenAProjection) {
   // 28 -> 14 -> 7 -> 4 by three 3x3 stride-2 convolutions (channels 8, 16, 32), each
   // followed by a one-group GroupNorm and GELU, then the 1x1 projection: the same 4x4 grid
   // as patch 7, on both the fused and the reference path.
-  for (AttentionImpl impl : {AttentionImpl::kReference, AttentionImpl::kFused}) {
+  for (VitKernels impl : {VitKernels::kAten, VitKernels::kFused}) {
     VitOptions o = SmallTestVit();
     o.stem = VitStem::kConv;
-    o.attention = impl;
+    o.kernels = impl;
     EXPECT_EQ(o.stem_channels(), (std::vector<int>{8, 16, 32}));
     VisionTransformer model(o);
     model->ResetParameters(4);
@@ -378,7 +380,8 @@ TEST(VitTest, FusedAndReferenceModelsAgreeInOutputAndGradients) {
     fused_o.stem = ref_o.stem = c.stem;
     fused_o.layout = ref_o.layout = c.layout;
     fused_o.activation = ref_o.activation = c.activation;
-    ref_o.attention = AttentionImpl::kReference;
+    fused_o.kernels = VitKernels::kFused;
+    ref_o.kernels = VitKernels::kAten;
     VisionTransformer fused(fused_o), ref(ref_o);
     fused->ResetParameters(7);
     ref->ResetParameters(7);
@@ -419,6 +422,7 @@ TEST(VitTest, ForwardOnlyGivesTheTrainingForwardsFeatures) {
     torch::manual_seed(41);
     VitOptions o = SmallTestVit(pooling);
     o.stem = stem;
+    o.kernels = VitKernels::kFused;
     if (c.clip) {
       o.layout = VitLayout::kClip;
       o.activation = VitActivation::kQuickGelu;
@@ -448,7 +452,8 @@ TEST(VitTest, DirectGradientAccumulationIntoFlatBuffersMatchesAutograd) {
   // With FlatParameters every Linear writes its weight/bias gradient straight into the flat
   // buffer; two backward passes must accumulate exactly like autograd's own accumulation.
   VitOptions fused_o = SmallTestVit(), ref_o = SmallTestVit();
-  ref_o.attention = AttentionImpl::kReference;
+  fused_o.kernels = VitKernels::kFused;
+  ref_o.kernels = VitKernels::kAten;
   VisionTransformer fused(fused_o), ref(ref_o);
   fused->ResetParameters(5);
   ref->ResetParameters(5);
@@ -550,9 +555,9 @@ TEST(VitTest, EvaluationFeaturesFollowTheirDefinitions) {
 // raster order.
 TEST(VitTest, TokenFeaturesOfIdentityBlocksAreTheNormalisedPatchEmbedding) {
   torch::manual_seed(4);
-  for (AttentionImpl attention : {AttentionImpl::kFused, AttentionImpl::kReference}) {
+  for (VitKernels kernels : {VitKernels::kFused, VitKernels::kAten}) {
     VitOptions o = SmallTestVit();
-    o.attention = attention;
+    o.kernels = kernels;
     VisionTransformer model(o);
     model->ResetParameters(6);
     model->eval();
@@ -597,7 +602,9 @@ TEST(VitTest, InitialisationIsDeterministicPerSeed) {
   EXPECT_LE(a->named_parameters()["block0.fc1.weight"].abs().max().item<double>(), 0.04 + 1e-7);
 }
 
-TEST(BackboneAdamWTest, MatchesTorchAdamWAndClipsTheGlobalNorm) {
+// BackboneAdamW with `kernel` against torch::optim::AdamW over five steps, two groups with
+// their own weight decay; then its clipping factor and gradient scale by hand.
+void ExpectAdamWMatchesTorch(AdamWKernel kernel) {
   torch::manual_seed(1);
   torch::Tensor w1 = torch::randn({5, 4}), b1 = torch::randn({4});
   torch::Tensor w2 = w1.clone().requires_grad_(true), b2 = b1.clone().requires_grad_(true);
@@ -612,6 +619,8 @@ TEST(BackboneAdamWTest, MatchesTorchAdamWAndClipsTheGlobalNorm) {
   opts.eps = 1e-6;
   opts.weight_decay = {0.2, 0.0};
   opts.grad_clip_norm = -1;
+  opts.kernel = kernel;
+  ASSERT_EQ(ChosenAdamWKernel(kernel, torch::kCPU), kernel);
   BackboneAdamW mine(&flat, opts);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(
@@ -651,6 +660,33 @@ TEST(BackboneAdamWTest, MatchesTorchAdamWAndClipsTheGlobalNorm) {
   EXPECT_NEAR(clipped.exp_avg()[1].item<double>(), 0.1 * 8 * 0.5 / 5.0, 1e-6);
 }
 
+TEST(BackboneAdamWTest, LoopsMatchTorchAdamWAndClipTheGlobalNorm) {
+  ExpectAdamWMatchesTorch(AdamWKernel::kLoops);
+}
+
+TEST(BackboneAdamWTest, AtenOpsMatchTorchAdamWAndClipTheGlobalNorm) {
+  ExpectAdamWMatchesTorch(AdamWKernel::kAtenOps);
+}
+
+TEST(BackboneAdamWTest, FusedAdamWMatchesTorchAdamWAndClipsTheGlobalNorm) {
+  if (!compat::HasFusedAdamW(c10::DeviceType::CPU))
+    GTEST_SKIP() << "libtorch " << compat::TorchVersion()
+                 << " has no CPU at::_fused_adamw_ (2.4+); the torch 2.x stage runs this";
+  ExpectAdamWMatchesTorch(AdamWKernel::kFused);
+}
+
+// kAuto: our loop on the CPU; on CUDA the fused kernel where the build has it.
+TEST(BackboneAdamWTest, KernelChoiceFollowsTheDevice) {
+  const torch::Device cpu(torch::kCPU), cuda(torch::kCUDA, 0);
+  EXPECT_EQ(ChosenAdamWKernel(AdamWKernel::kAuto, cpu), AdamWKernel::kLoops);
+  EXPECT_EQ(
+      ChosenAdamWKernel(AdamWKernel::kAuto, cuda),
+      compat::HasFusedAdamW(c10::DeviceType::CUDA) ? AdamWKernel::kFused : AdamWKernel::kAtenOps);
+  EXPECT_EQ(ChosenAdamWKernel(AdamWKernel::kLoops, cuda),
+            ChosenAdamWKernel(AdamWKernel::kAuto, cuda));
+  EXPECT_EQ(ChosenAdamWKernel(AdamWKernel::kAtenOps, cpu), AdamWKernel::kAtenOps);
+}
+
 TEST(LrScheduleTest, WarmupThenCosineByHand) {
   LrScheduleOptions o;
   o.peak_lr = 1.0;
@@ -668,6 +704,27 @@ TEST(LrScheduleTest, WarmupThenCosineByHand) {
   o.warmup_fraction = 0;
   EXPECT_DOUBLE_EQ(LearningRateAt(o, 0), 1.0);
   EXPECT_FALSE(ParseLrDecay("linear").ok());
+}
+
+// kAuto is the fused CPU kernels with libtorch 1.x only: 2.x's CPU operators are faster
+// (bench/RESULTS.md "Backbone kernels"), and a non-CPU device has ATen's only. A forced
+// choice stays as asked.
+TEST(VitTest, KernelChoiceFollowsTheBuildAndTheDevice) {
+  const torch::Device cpu(torch::kCPU), cuda(torch::kCUDA, 0);
+  const VitKernels cpu_choice = TORCH_VERSION_MAJOR >= 2 ? VitKernels::kAten : VitKernels::kFused;
+  EXPECT_EQ(ChosenVitKernels(VitKernels::kAuto, cpu), cpu_choice);
+  EXPECT_EQ(ChosenVitKernels(VitKernels::kAuto, cuda), VitKernels::kAten);
+  EXPECT_EQ(ChosenVitKernels(VitKernels::kFused, cpu), VitKernels::kFused);
+  EXPECT_EQ(ChosenVitKernels(VitKernels::kAten, cpu), VitKernels::kAten);
+  EXPECT_EQ(std::string(VitKernelsName(ChosenVitKernels(VitKernels::kAuto, cpu))),
+            TORCH_VERSION_MAJOR >= 2 ? "aten" : "fused");
+  // The default model runs the chosen kernels: its output equals that choice's, bit for bit.
+  torch::manual_seed(8);
+  VitOptions chosen_o = SmallTestVit(), forced_o = SmallTestVit();
+  forced_o.kernels = cpu_choice;
+  VisionTransformer chosen(chosen_o), forced(forced_o);
+  torch::Tensor x = torch::randn({3, 1, 28, 28});
+  EXPECT_TRUE(torch::equal(chosen->forward(x), forced->forward(x)));
 }
 
 }  // namespace

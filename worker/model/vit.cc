@@ -406,10 +406,28 @@ torch::Tensor AddResidual(torch::Tensor y, const torch::Tensor& residual) {
 
 }  // namespace
 
+VitKernels ChosenVitKernels(VitKernels requested, const torch::Device& device) {
+  if (requested != VitKernels::kAuto) return requested;
+  return device.is_cpu() && !compat::HasFusedAttention() ? VitKernels::kFused : VitKernels::kAten;
+}
+
+const char* VitKernelsName(VitKernels kernels) {
+  switch (kernels) {
+    case VitKernels::kAuto:
+      return "auto";
+    case VitKernels::kFused:
+      return "fused";
+    case VitKernels::kAten:
+      return "aten";
+  }
+  return "?";
+}
+
 bool VisionTransformerImpl::Fused(const torch::Tensor& t) const {
   // The fused kernels are float32 CPU code: under autocast (bf16) ATen's own ops run instead.
-  return options_.attention == AttentionImpl::kFused && t.device().is_cpu() &&
-         t.scalar_type() == torch::kFloat && !compat::AutocastEnabled(c10::DeviceType::CPU);
+  return ChosenVitKernels(options_.kernels, t.device()) == VitKernels::kFused &&
+         t.device().is_cpu() && t.scalar_type() == torch::kFloat &&
+         !compat::AutocastEnabled(c10::DeviceType::CPU);
 }
 
 torch::Tensor VisionTransformerImpl::Linear(const torch::Tensor& x, const torch::Tensor& weight,
@@ -437,7 +455,8 @@ torch::Tensor VisionTransformerImpl::LayerNorm(const torch::Tensor& x,
 torch::Tensor VisionTransformerImpl::Attention(const torch::Tensor& qkv, int64_t batch) {
   // With libtorch 2.x, its scaled_dot_product_attention (a fused flash kernel on the CPU too)
   // is faster than ours (bench/RESULTS.md "Two libtorch builds"); ours serves 1.13.
-  const bool fused = options_.attention == AttentionImpl::kFused && qkv.device().is_cpu() &&
+  const bool fused = ChosenVitKernels(options_.kernels, qkv.device()) == VitKernels::kFused &&
+                     qkv.device().is_cpu() &&
                      (qkv.scalar_type() == torch::kFloat || qkv.scalar_type() == torch::kDouble) &&
                      !compat::AutocastEnabled(c10::DeviceType::CPU) && !compat::HasFusedAttention();
   return fused ? FusedSelfAttention(qkv, batch, options_.heads)

@@ -18,15 +18,17 @@
 // embeddings, no patch-embedding bias, LayerNorm eps 1e-5, the class token and the patch stem
 // (Hugging Face's CLIPVisionModelWithProjection computes the same: worker/model/hf_export.h).
 //
-// Speed (CPU): activations stay 2-D ([B*T, width]) so every Linear is one GEMM; the
+// Kernels (VitOptions.kernels): the fused CPU kernels below, or ATen's operators; by default
+// whichever this build runs faster on the device (ChosenVitKernels).
+// The fused CPU kernels: activations stay 2-D ([B*T, width]) so every Linear is one GEMM; the
 // attention reads q/k/v straight out of the fused qkv projection and writes heads already
 // concatenated (no permutes or copies), with a hand-written forward/backward kernel
 // (worker/model/vit_kernels.h) that keeps each (sample, head) in cache; GELU is computed once
 // together with its derivative and fused with fc2; LayerNorm keeps each row's mean and 1/std
 // and computes its input gradient in one pass per row; Linear and LayerNorm backward passes
 // accumulate weight and bias gradients straight into the parameters' gradient tensors (no
-// temporaries). Non-CPU tensors (CUDA) take the reference path of plain ATen ops, which is
-// also what the tests compare the fused path with. With autograd off (torch::NoGradGuard, as
+// temporaries). Non-CPU tensors (CUDA) take ATen's operators, which are also what the tests
+// compare the fused path with. With autograd off (torch::NoGradGuard, as
 // embed / evaluation / extraction run) the fused operations run forward only
 // (worker/model/fused_inference.h): no autograd nodes, no attention probabilities or GELU
 // derivative kept.
@@ -76,10 +78,22 @@ enum class VitFeatures {
 StatusOr<VitFeatures> ParseVitFeatures(const std::string& name);
 const char* VitFeaturesName(VitFeatures features);
 
-enum class AttentionImpl {
-  kFused,      // the fused CPU kernels (falls back to kReference for non-CPU tensors)
-  kReference,  // plain ATen ops: matmul, softmax, permutes
+// Which code runs the blocks' operations.
+enum class VitKernels {
+  // The faster of the two for this libtorch build and device (ChosenVitKernels): the fused
+  // CPU kernels with libtorch 1.x, ATen's operators with 2.x and on every non-CPU device.
+  kAuto,
+  kFused,  // the fused CPU kernels (ATen's operators for non-CPU or non-float32 tensors)
+  kAten,   // ATen's operators: linear, layer_norm, gelu, scaled_dot_product_attention (2.x)
 };
+
+// What kAuto resolves to on `device` with this build. The fused kernels were tuned against
+// libtorch 1.13 and are faster there; 2.x's CPU operators (oneDNN GEMMs, the flash
+// scaled_dot_product_attention, vectorised GELU and LayerNorm) are at least as fast, and they
+// are the code every other device runs (bench/RESULTS.md "Backbone kernels"). kFused and kAten
+// resolve to themselves.
+VitKernels ChosenVitKernels(VitKernels requested, const torch::Device& device);
+const char* VitKernelsName(VitKernels kernels);
 
 struct VitOptions {
   int image_size = 28;
@@ -96,7 +110,7 @@ struct VitOptions {
   VitLayout layout = VitLayout::kVit;
   VitActivation activation = VitActivation::kGelu;
   double layer_norm_eps = kVitLayerNormEps;
-  AttentionImpl attention = AttentionImpl::kFused;
+  VitKernels kernels = VitKernels::kAuto;
 
   int patches_per_side() const { return image_size / patch_size; }
   int num_patches() const { return patches_per_side() * patches_per_side(); }
@@ -173,7 +187,8 @@ class VisionTransformerImpl : public torch::nn::Module {
   // LayerNorm over the width with the module's weight and bias: FusedLayerNorm on the fused
   // path, at::layer_norm otherwise.
   torch::Tensor LayerNorm(const torch::Tensor& x, const torch::nn::LayerNorm& norm);
-  // Whether the fused CPU kernels apply to tensors like t (kFused, CPU, float).
+  // Whether the fused CPU kernels apply to tensors like t (kernels chosen kFused, CPU,
+  // float32, no autocast).
   bool Fused(const torch::Tensor& t) const;
   // x W^T + b; with the fused path, the backward accumulates straight into the parameters'
   // gradient tensors (see FlatParameters).

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "worker/model/vit_kernels.h"
+#include "worker/torch_compat.h"
 
 namespace mlcd::worker {
 
@@ -45,6 +46,15 @@ void FlatParameters::ZeroGrad() {
       g = grads_.slice(0, off, off + p.numel()).view(p.sizes());
     }
   }
+}
+
+AdamWKernel ChosenAdamWKernel(AdamWKernel requested, const torch::Device& device) {
+  const bool fused = compat::HasFusedAdamW(device.type());
+  if (requested == AdamWKernel::kLoops && device.is_cpu()) return requested;
+  if (requested == AdamWKernel::kFused && fused) return requested;
+  if (requested == AdamWKernel::kAtenOps) return requested;
+  if (device.is_cpu()) return AdamWKernel::kLoops;
+  return fused ? AdamWKernel::kFused : AdamWKernel::kAtenOps;
 }
 
 BackboneAdamW::BackboneAdamW(FlatParameters* params, BackboneAdamWOptions options)
@@ -90,39 +100,53 @@ StatusOr<BackboneStepStats> BackboneAdamW::CheckedStep(double lr, double grad_sc
 
 void BackboneAdamW::Apply(double lr, double grad_scale, const BackboneStepStats& stats) {
   torch::NoGradGuard no_grad;
+  torch::Tensor& values = params_->values();
   torch::Tensor& grads = params_->grads();
-  const bool cpu = grads.device().is_cpu();
+  const AdamWKernel kernel = ChosenAdamWKernel(options_.kernel, grads.device());
+  const double scale = grad_scale * stats.clip_coef;
   ++step_;
+  // kFused reads the step count and the gradient's divisor from device tensors: two fills,
+  // no copy from the host that the stream would wait for.
+  torch::Tensor step_count, divisor;
+  if (kernel == AdamWKernel::kFused) {
+    step_count = torch::full({}, static_cast<double>(step_), values.options());
+    divisor = torch::full({}, 1.0 / scale, values.options());
+  }
   for (int g = 0; g < params_->num_groups(); ++g) {
     const int64_t begin = params_->group_begin(g), end = params_->group_end(g);
     if (begin == end) continue;
     const double wd =
         static_cast<size_t>(g) < options_.weight_decay.size() ? options_.weight_decay[g] : 0.0;
-    if (cpu) {
+    if (kernel == AdamWKernel::kLoops) {
       kernels::AdamWHyper h;
       h.lr = static_cast<float>(lr);
       h.beta1 = static_cast<float>(options_.beta1);
       h.beta2 = static_cast<float>(options_.beta2);
       h.eps = static_cast<float>(options_.eps);
       h.weight_decay = static_cast<float>(wd);
-      h.grad_scale = static_cast<float>(grad_scale * stats.clip_coef);
+      h.grad_scale = static_cast<float>(scale);
       h.step = step_;
-      kernels::AdamWUpdate(params_->values().data_ptr<float>() + begin,
-                           grads.data_ptr<float>() + begin, exp_avg_.data_ptr<float>() + begin,
+      kernels::AdamWUpdate(values.data_ptr<float>() + begin, grads.data_ptr<float>() + begin,
+                           exp_avg_.data_ptr<float>() + begin,
                            exp_avg_sq_.data_ptr<float>() + begin, end - begin, h);
-    } else {
-      auto p = params_->values().slice(0, begin, end);
-      auto gr = grads.slice(0, begin, end) * (grad_scale * stats.clip_coef);
-      auto m = exp_avg_.slice(0, begin, end);
-      auto v = exp_avg_sq_.slice(0, begin, end);
-      const double bc1 = 1 - std::pow(options_.beta1, double(step_));
-      const double bc2 = 1 - std::pow(options_.beta2, double(step_));
-      p.mul_(1 - lr * wd);
-      m.mul_(options_.beta1).add_(gr, 1 - options_.beta1);
-      v.mul_(options_.beta2).addcmul_(gr, gr, 1 - options_.beta2);
-      auto denom = (v.sqrt() / std::sqrt(bc2)).add_(options_.eps);
-      p.addcdiv_(m, denom, -lr / bc1);
+      continue;
     }
+    auto p = values.slice(0, begin, end);
+    auto m = exp_avg_.slice(0, begin, end);
+    auto v = exp_avg_sq_.slice(0, begin, end);
+    if (kernel == AdamWKernel::kFused) {
+      compat::FusedAdamW(p, grads.slice(0, begin, end), m, v, step_count, lr, options_.beta1,
+                         options_.beta2, wd, options_.eps, divisor);
+      continue;
+    }
+    auto gr = grads.slice(0, begin, end) * scale;
+    const double bc1 = 1 - std::pow(options_.beta1, double(step_));
+    const double bc2 = 1 - std::pow(options_.beta2, double(step_));
+    p.mul_(1 - lr * wd);
+    m.mul_(options_.beta1).add_(gr, 1 - options_.beta1);
+    v.mul_(options_.beta2).addcmul_(gr, gr, 1 - options_.beta2);
+    auto denom = (v.sqrt() / std::sqrt(bc2)).add_(options_.eps);
+    p.addcdiv_(m, denom, -lr / bc1);
   }
 }
 

@@ -11,7 +11,9 @@
 // BackboneAdamW: AdamW (decoupled weight decay, torch.optim.AdamW semantics) with a weight
 // decay per group, global-norm gradient clipping and a gradient scale (1/world size) folded
 // into the same pass. Its state (step count, first and second moments) is replicated on every
-// rank, since every rank holds the whole backbone.
+// rank, since every rank holds the whole backbone. The update runs as one pass per group on
+// every device (AdamWKernel); the step reads one number on the host, the gradient's global
+// norm, for the non-finite refusal and the clipping factor.
 #pragma once
 
 #include <torch/torch.h>
@@ -51,6 +53,18 @@ class FlatParameters {
   std::vector<int64_t> group_offsets_{0};
 };
 
+// The code that applies the update (the same arithmetic, float32 throughout).
+enum class AdamWKernel {
+  // kLoops on the CPU; elsewhere kFused where the build has it, kAtenOps otherwise.
+  kAuto,
+  kLoops,    // our one-pass CPU loop (worker/model/vit_kernels.h); CPU tensors only
+  kFused,    // at::_fused_adamw_, one kernel per group (compat::HasFusedAdamW)
+  kAtenOps,  // a sequence of in-place ATen operations per group (any device and build)
+};
+
+// What `requested` runs as on `device`: itself where it can run there, else kAuto's choice.
+AdamWKernel ChosenAdamWKernel(AdamWKernel requested, const torch::Device& device);
+
 struct BackboneAdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.98;
@@ -59,6 +73,7 @@ struct BackboneAdamWOptions {
   std::vector<double> weight_decay;
   // Clip the global gradient norm (after `grad_scale`) to this; <= 0 = no clipping.
   double grad_clip_norm = 5.0;
+  AdamWKernel kernel = AdamWKernel::kAuto;
 };
 
 struct BackboneStepStats {

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/spec_defaults.h"
 #include "worker/train/colour_augment.h"
+#include "worker/train/image_bytes.h"
 #include "worker/train/indexed_dataset.h"
 
 namespace mlcd::worker {
@@ -307,6 +308,10 @@ StatusOr<LoadedBatch> LoadBatch(const BatchLoaderOptions& options, BatchSchedule
     }
     // Interleaved: row 2k and 2k + 1 are image k's two views.
     batch.images = views.size() == 1 ? std::move(views[0]) : torch::stack(views, 1).flatten(0, 1);
+    if (options.images_as_bytes) {
+      batch.images = QuantiseImages(
+          batch.images, PixelNormalisation{options.dataset->mean(), options.dataset->stddev()});
+    }
     if (options.pin_memory) batch.images = batch.images.pin_memory();
     batch.bad_so_far = bad->so_far();
   } catch (const std::exception& e) {

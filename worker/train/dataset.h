@@ -182,7 +182,9 @@ struct LoadedBatch {
   int64_t index = 0;  // position in the schedule
   StepPosition position;
   std::vector<int64_t> ids;
-  torch::Tensor images;  // float [n * views, C, S, S]
+  // float [n * views, C, S, S]; with BatchLoaderOptions.images_as_bytes uint8 (the pixel
+  // values, worker/train/image_bytes.h).
+  torch::Tensor images;
   // Bad samples of this batch (already logged and counted) and the slots that replaced them:
   // apply `replaced` to the batch's labels (ApplyReplacements).
   int64_t bad_samples = 0;
@@ -201,6 +203,9 @@ struct BatchLoaderOptions {
   // Page-lock each batch in the loader's thread (training on CUDA: the step's host-to-device
   // copy is then asynchronous and the pinning costs the training thread nothing).
   bool pin_memory = false;
+  // Hand the images over as uint8 (QuantiseImages with the dataset's normalisation), a quarter
+  // of the float32 bytes, for a step that normalises them on its device (training on CUDA).
+  bool images_as_bytes = false;
   // Augmented views per image (1 or 2). With 2 a batch of n images holds 2n rows, rows 2k and
   // 2k+1 image k's views 0 and 1 (the contrastive losses' layout); `ids`, bad samples and
   // `replaced` stay per image.

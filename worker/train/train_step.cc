@@ -52,7 +52,9 @@ torch::Tensor PinnedCopy(const torch::Tensor& host, torch::Device device) {
 }
 
 TrainStep::TrainStep(TrainStepParts parts, torch::Device device, Precision precision)
-    : parts_(std::move(parts)), device_(device), precision_(precision) {}
+    : parts_(std::move(parts)), device_(device), precision_(precision) {
+  if (!parts_.pixels.mean.empty()) pixel_scale_shift_ = PixelScaleShiftOn(parts_.pixels, device_);
+}
 
 torch::Tensor TrainStep::Embed(const torch::Tensor& images) {
   compat::AutocastScope autocast(device_.type(), torch::kBFloat16, precision_ == Precision::kBf16);
@@ -103,6 +105,14 @@ StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torc
   torch::Tensor x = images.device() == device_ ? images
                                                : images.to(torch::TensorOptions().device(device_),
                                                            /*non_blocking=*/images.is_pinned());
+  if (x.scalar_type() == torch::kUInt8) {
+    if (!pixel_scale_shift_.scale.defined()) {
+      return Status::InvalidArgument(
+          "the batch's images are uint8 pixels but the step has no normalisation for them "
+          "(TrainStepParts.pixels)");
+    }
+    x = NormaliseImages(x, pixel_scale_shift_);
+  }
   const int t1 = timer.Mark();
   MLCD_ASSIGN_OR_RETURN(BackboneOutput out, Forward(x, needs));
   // The objective takes the outputs on its device: the PartialFc device layer where they are,

@@ -27,6 +27,7 @@
 #include "worker/model/vit.h"
 #include "worker/train/backbone_optimizer.h"
 #include "worker/train/grad_sync.h"
+#include "worker/train/image_bytes.h"
 #include "worker/train/objective.h"
 
 namespace mlcd::worker {
@@ -71,6 +72,9 @@ struct TrainStepParts {
   BackboneAdamW* optimizer = nullptr;
   GradSync* grad_sync = nullptr;
   TrainObjective* objective = nullptr;
+  // The dataset's normalisation, for batches that arrive as uint8 pixels (Run); may be empty
+  // when every batch is float.
+  PixelNormalisation pixels;
 };
 
 class TrainStep {
@@ -85,8 +89,9 @@ class TrainStep {
   // `needs.patch_tokens`, the last block's patch tokens of the same pass.
   StatusOr<BackboneOutput> Forward(const torch::Tensor& images, const ObjectiveNeeds& needs);
 
-  // One step: images float32 [rows, C, S, S] on the host (pinned when it came from
-  // PinnedCopy, then the copy overlaps), labels int32/int64 [rows, l] on the host (undefined
+  // One step: images [rows, C, S, S] on the host (pinned when it came from PinnedCopy or a
+  // pinning BatchLoader, then the copy overlaps), float32 model input or uint8 pixels that the
+  // step normalises on the device with parts.pixels (worker/train/image_bytes.h), labels int32/int64 [rows, l] on the host (undefined
   // when the objective reads none). `lr` is the backbone's learning rate, `objective_lr` the
   // objective's. Errors of the objective and the collectives are returned (every rank gets
   // the same for bad input), as are a learning rate that is not finite and >= 0 and a
@@ -102,6 +107,7 @@ class TrainStep {
   TrainStepParts parts_;
   torch::Device device_;
   Precision precision_;
+  PixelScaleShift pixel_scale_shift_;  // parts.pixels on device_; undefined when it is empty
 };
 
 // A host tensor the device can read asynchronously: pinned when `device` is CUDA (a copy),

@@ -329,6 +329,7 @@ Status Trainer::Impl::RestoreOrInitialise() {
   parts.optimizer = optimizer.get();
   parts.grad_sync = grad_sync.get();
   parts.objective = objective.get();
+  parts.pixels = {dataset->mean(), dataset->stddev()};
   step = std::make_unique<TrainStep>(parts, device, precision);
 
   if (resume && meta.round == options.round) {
@@ -463,6 +464,7 @@ BatchLoaderOptions Trainer::Impl::LoaderOptions() const {
   lopts.image_size = vit_options.image_size;
   lopts.queue_depth = 2;
   lopts.pin_memory = device.is_cuda();
+  lopts.images_as_bytes = device.is_cuda();
   return lopts;
 }
 
