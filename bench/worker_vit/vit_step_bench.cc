@@ -4,7 +4,8 @@
 // backward, global-norm clipping, AdamW: exactly what worker/train/trainer.cc does per step minus
 // the classification layer and collectives) in images/s on both kernel paths (the fused CPU
 // kernels and ATen's operators, worker/model/vit.h), checks that the path the model chooses by
-// default (ChosenVitKernels) is the faster one in this run, then runs the same architecture
+// default (ChosenVitKernels) is the faster one in this run (and likewise the backbone AdamW's
+// kernel, ChosenAdamWKernel, timed alone on the model's parameters), then runs the same architecture
 // written in python3-torch (bench/worker_vit/vit_step.py) with the same threads, batch and
 // inputs' shapes, in the same run, and reports the chosen path's ratio to it.
 //
@@ -126,6 +127,41 @@ Result RunForward(const mlcd::worker::VitOptions& options, int batch, int warmup
   return r;
 }
 
+// The backbone optimizer's step alone (clipping + AdamW over the model's flat parameters, a
+// fixed random gradient) with `kernel`, seconds per step.
+std::vector<double> TimeAdamW(const mlcd::worker::VitOptions& options,
+                              mlcd::worker::AdamWKernel kernel, int warmup, int steps) {
+  mlcd::worker::VisionTransformer model(options);
+  mlcd::worker::FlatParameters flat({model->DecayParameters(), model->NoDecayParameters()});
+  flat.grads().normal_(0.0, 1e-3);
+  mlcd::worker::BackboneAdamWOptions opt;
+  opt.weight_decay = {0.2, 0.0};
+  opt.kernel = kernel;
+  mlcd::worker::BackboneAdamW adamw(&flat, opt);
+  std::vector<double> times;
+  for (int i = 0; i < warmup + steps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    adamw.Step(1e-3);
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) times.push_back(t);
+  }
+  return times;
+}
+
+const char* AdamWKernelName(mlcd::worker::AdamWKernel kernel) {
+  switch (kernel) {
+    case mlcd::worker::AdamWKernel::kAuto:
+      return "auto";
+    case mlcd::worker::AdamWKernel::kLoops:
+      return "loops";
+    case mlcd::worker::AdamWKernel::kFused:
+      return "fused_adamw";
+    case mlcd::worker::AdamWKernel::kAtenOps:
+      return "aten_ops";
+  }
+  return "?";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +232,16 @@ int main(int argc, char** argv) {
   std::vector<VitKernels> paths = {chosen};
   if (both_kernels) paths = {VitKernels::kFused, VitKernels::kAten};
   std::map<VitKernels, std::vector<double>> path_times;
+  // The backbone optimizer's kernels this build has on the CPU, and the one it chooses.
+  using mlcd::worker::AdamWKernel;
+  const AdamWKernel chosen_adamw = mlcd::worker::ChosenAdamWKernel(AdamWKernel::kAuto, torch::kCPU);
+  std::vector<AdamWKernel> adamw_kernels = {chosen_adamw};
+  if (both_kernels) {
+    adamw_kernels = {AdamWKernel::kLoops, AdamWKernel::kAtenOps};
+    if (mlcd::worker::ChosenAdamWKernel(AdamWKernel::kFused, torch::kCPU) == AdamWKernel::kFused)
+      adamw_kernels.push_back(AdamWKernel::kFused);
+  }
+  std::map<AdamWKernel, std::vector<double>> adamw_times;
   std::vector<double> py_times, train_fwd_times, only_fwd_times;
   int64_t parameters = 0;
   nlohmann::json py_runs = nlohmann::json::array();
@@ -222,6 +268,10 @@ int main(int argc, char** argv) {
       path_times[path].insert(path_times[path].end(), r.step_seconds.begin(), r.step_seconds.end());
       std::cerr << "round " << round << " C++ " << mlcd::worker::VitKernelsName(path) << ": "
                 << r.images_per_second << " images/s\n";
+    }
+    for (AdamWKernel kernel : adamw_kernels) {
+      std::vector<double> t = TimeAdamW(*options, kernel, warmup, steps * 20);
+      adamw_times[kernel].insert(adamw_times[kernel].end(), t.begin(), t.end());
     }
     if (forward) {
       Result train_fwd = RunForward(*options, batch, warmup, steps, false);
@@ -284,6 +334,26 @@ int main(int argc, char** argv) {
               << ") / ATen: " << chosen_ips / aten_ips << ", / fused: " << chosen_ips / fused_ips
               << (holds ? " (the choice holds)\n" : " (THE CHOICE DOES NOT HOLD)\n");
     if (!holds) exit_code = 2;
+  }
+  {
+    nlohmann::json adamw;
+    double best = 0;
+    for (const auto& [kernel, times] : adamw_times) {
+      adamw[AdamWKernelName(kernel)] = {{"median_step_seconds", Median(times)},
+                                        {"step_seconds", times}};
+      best = best == 0 ? Median(times) : std::min(best, Median(times));
+      std::cerr << "AdamW " << AdamWKernelName(kernel) << ": " << Median(times) * 1e3
+                << " ms per step\n";
+    }
+    adamw["chosen"] = AdamWKernelName(chosen_adamw);
+    if (both_kernels) {
+      const bool holds = kChoiceTolerance * Median(adamw_times[chosen_adamw]) <= best;
+      adamw["choice_holds"] = holds;
+      std::cerr << "AdamW chosen (" << AdamWKernelName(chosen_adamw) << ")"
+                << (holds ? ": the choice holds\n" : ": THE CHOICE DOES NOT HOLD\n");
+      if (!holds) exit_code = 2;
+    }
+    j["backbone_adamw"] = adamw;
   }
   if (forward) {
     const double train_ips = batch / Median(train_fwd_times);

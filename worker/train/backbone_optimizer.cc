@@ -53,8 +53,8 @@ AdamWKernel ChosenAdamWKernel(AdamWKernel requested, const torch::Device& device
   if (requested == AdamWKernel::kLoops && device.is_cpu()) return requested;
   if (requested == AdamWKernel::kFused && fused) return requested;
   if (requested == AdamWKernel::kAtenOps) return requested;
-  if (device.is_cpu()) return AdamWKernel::kLoops;
-  return fused ? AdamWKernel::kFused : AdamWKernel::kAtenOps;
+  if (fused) return AdamWKernel::kFused;
+  return device.is_cpu() ? AdamWKernel::kLoops : AdamWKernel::kAtenOps;
 }
 
 BackboneAdamW::BackboneAdamW(FlatParameters* params, BackboneAdamWOptions options)

@@ -55,7 +55,9 @@ class FlatParameters {
 
 // The code that applies the update (the same arithmetic, float32 throughout).
 enum class AdamWKernel {
-  // kLoops on the CPU; elsewhere kFused where the build has it, kAtenOps otherwise.
+  // kFused where the build has it for the device (CUDA with libtorch 2.x, the CPU with 2.4+:
+  // faster than kLoops there, bench/RESULTS.md "Backbone kernels"); otherwise kLoops on the
+  // CPU and kAtenOps elsewhere.
   kAuto,
   kLoops,    // our one-pass CPU loop (worker/model/vit_kernels.h); CPU tensors only
   kFused,    // at::_fused_adamw_, one kernel per group (compat::HasFusedAdamW)
