@@ -15,8 +15,8 @@ out=${2:-.devbin}
 fallback=${MLCD_PACK_FALLBACK:-build}
 rm -rf "$out"
 mkdir -p "$out/lib"
-torch_bins=(mlcd-worker worker_step_bench worker_train_step_test worker_vit_test worker_partial_fc_test
-            worker_collectives_test ${MLCD_PACK_EXTRA:-})
+torch_bins=(mlcd-worker worker_step_bench worker_vit_bench bench_worker_loss worker_train_step_test
+            worker_vit_test worker_partial_fc_test worker_collectives_test ${MLCD_PACK_EXTRA:-})
 plain_bins=(mlcdctl mlcd-coordinator mlcd-labelstore mlcd-clusterd)
 for b in "${torch_bins[@]}"; do
   if [ -x "$build/bin/$b" ]; then strip -o "$out/$b" "$build/bin/$b"; else echo "pack: no $build/bin/$b" >&2; fi

@@ -8,7 +8,11 @@
 #   3. per K, the anchor (bench/gpu/anchor.py: eager and torch.compile), then our
 #      worker_step_bench for every layer in $LAYERS: vit-b16, bf16, batch 256, r = 0.1, l = 8,
 #      K = 100 000 and K = 1 000 000;
-#   4. gang clustering on the GPU (bench/gpu/cluster_gang_gpu.py).
+#   4. gang clustering on the GPU (bench/gpu/cluster_gang_gpu.py);
+#   5. the CPU, same run, on the machine's host cores: the ViT's kernel paths and the backbone
+#      AdamW's kernels with the choices checked (worker_vit_bench against Python torch), and
+#      the classification layer's device implementation on CPU tensors against the fused host
+#      layer (bench_worker_loss --mode step, target <= 1.5x).
 # Every figure goes to $out as JSON, and summary.json gathers them; summary.txt is the short
 # text. A failed check is named at the end and makes the exit code 1; the others still run.
 #
@@ -37,11 +41,16 @@ if ((smoke)); then
   out=${2:-/tmp/gpu-smoke}
   device=cpu preset=vit-tiny batch=8 ks="1000" steps=3 warmup=2 modes=eager
   loss_args=(--batch 16 --dim 32 --classes 200 --labels 3 --negatives 40)
+  # Tiny shapes time nothing worth comparing: the smoke checks that the step runs, not the choice.
+  vit_cpu_args=(--batch 8 --steps 1 --warmup 1 --rounds 1 --both-kernels false)
+  layer_cpu_args=(--batch 16 --dim 32 --classes 2000 --steps 1 --warmup 1)
 else
   bin=${1:-.devbin}
   out=${2:-/tmp/gpu-out}
   device=cuda preset=vit-b16 batch=256 ks="100000 1000000" steps=15 warmup=5 modes=eager,compile
   loss_args=()
+  vit_cpu_args=(--batch 256 --steps 5 --warmup 2 --rounds 3)
+  layer_cpu_args=()
   torch_lib=$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__) + "/lib")')
   export LD_LIBRARY_PATH="$torch_lib:$PWD/$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
@@ -102,6 +111,12 @@ if ((!smoke)); then
   step cluster_gang "$py" "$here/cluster_gang_gpu.py" --worker "$bin/mlcd-worker" --out "$out"
 fi
 
+# 5. The CPU, same run.
+step vit_kernels_cpu "$bin/worker_vit_bench" --preset vit-tiny --threads 4 "${vit_cpu_args[@]}" \
+  --python "$py" --forward false --out "$out/vit_kernels_cpu.json"
+step layer_cpu "$bin/bench_worker_loss" --mode step --skip-anchor --threads 4 "${layer_cpu_args[@]}" \
+  --json "$out/layer_cpu.json"
+
 # Everything in one file, and a short text.
 "$py" - "$out" <<'EOF'
 import glob, json, os, sys
@@ -114,11 +129,14 @@ for path in sorted(glob.glob(os.path.join(out, "*.json"))):
     with open(path) as f:
         summary[name] = json.load(f)
 for name, value in summary.items():
+    if isinstance(value, dict) and isinstance(value.get("step"), dict):
+        value = value["step"]  # bench_worker_loss: the figures are under "step"
     for row in value if isinstance(value, list) else [value]:
         if isinstance(row, dict):
             keys = [k for k in ("mode", "classes", "device", "images_per_second",
                                 "images_per_second_rank", "median_step_ms", "median_step_seconds",
-                                "layer_fraction_of_step", "pass") if k in row]
+                                "layer_fraction_of_step", "chosen_kernels", "chosen_over_aten",
+                                "choice_holds", "device_over_host", "pass") if k in row]
             lines.append(name + ": " + ", ".join(f"{k} {row[k]}" for k in keys))
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
