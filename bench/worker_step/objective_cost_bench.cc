@@ -141,8 +141,8 @@ int RunOne(const CostFlags& f) {
   context.comm = comm->get();
   auto objective = ObjectiveFromSpec(*spec, context);
   if (!objective.ok()) return Fail(objective.status());
-  TrainStepParts parts{model, &flat, &optimizer, &grad_sync, objective->get(),
-                       PixelNormalisation{}};
+  TrainStepParts parts{
+      model, &flat, &optimizer, &grad_sync, objective->get(), PixelNormalisation{}};
   TrainStep step(parts, cpu, Precision::kFp32);
 
   const int views = ViewsPerImage(*spec);

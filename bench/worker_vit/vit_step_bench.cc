@@ -5,8 +5,8 @@
 // the classification layer and collectives) in images/s on both kernel paths (the fused CPU
 // kernels and ATen's operators, worker/model/vit.h), checks that the path the model chooses by
 // default (ChosenVitKernels) is the faster one in this run (and likewise the backbone AdamW's
-// kernel, ChosenAdamWKernel, timed alone on the model's parameters), then runs the same architecture
-// written in python3-torch (bench/worker_vit/vit_step.py) with the same threads, batch and
+// kernel, ChosenAdamWKernel, timed alone on the model's parameters), then runs the same
+// architecture written in python3-torch (bench/worker_vit/vit_step.py) with the same threads, batch and
 // inputs' shapes, in the same run, and reports the chosen path's ratio to it.
 //
 //   build-*/bin/worker_vit_bench --preset vit-small --threads 2 --batch 128 --steps 5

@@ -91,8 +91,9 @@ class TrainStep {
 
   // One step: images [rows, C, S, S] on the host (pinned when it came from PinnedCopy or a
   // pinning BatchLoader, then the copy overlaps), float32 model input or uint8 pixels that the
-  // step normalises on the device with parts.pixels (worker/train/image_bytes.h), labels int32/int64 [rows, l] on the host (undefined
-  // when the objective reads none). `lr` is the backbone's learning rate, `objective_lr` the
+  // step normalises on the device with parts.pixels (worker/train/image_bytes.h) -- uint8
+  // without parts.pixels is INVALID_ARGUMENT --, labels int32/int64 [rows, l] on the host
+  // (undefined when the objective reads none). `lr` is the backbone's learning rate, `objective_lr` the
   // objective's. Errors of the objective and the collectives are returned (every rank gets
   // the same for bad input), as are a learning rate that is not finite and >= 0 and a
   // non-finite backbone gradient (INVALID_ARGUMENT); then no parameter, optimizer moment or
