@@ -148,20 +148,6 @@ std::vector<double> TimeAdamW(const mlcd::worker::VitOptions& options,
   return times;
 }
 
-const char* AdamWKernelName(mlcd::worker::AdamWKernel kernel) {
-  switch (kernel) {
-    case mlcd::worker::AdamWKernel::kAuto:
-      return "auto";
-    case mlcd::worker::AdamWKernel::kLoops:
-      return "loops";
-    case mlcd::worker::AdamWKernel::kFused:
-      return "fused_adamw";
-    case mlcd::worker::AdamWKernel::kAtenOps:
-      return "aten_ops";
-  }
-  return "?";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -339,17 +325,17 @@ int main(int argc, char** argv) {
     nlohmann::json adamw;
     double best = 0;
     for (const auto& [kernel, times] : adamw_times) {
-      adamw[AdamWKernelName(kernel)] = {{"median_step_seconds", Median(times)},
-                                        {"step_seconds", times}};
+      adamw[mlcd::worker::AdamWKernelName(kernel)] = {{"median_step_seconds", Median(times)},
+                                                      {"step_seconds", times}};
       best = best == 0 ? Median(times) : std::min(best, Median(times));
-      std::cerr << "AdamW " << AdamWKernelName(kernel) << ": " << Median(times) * 1e3
+      std::cerr << "AdamW " << mlcd::worker::AdamWKernelName(kernel) << ": " << Median(times) * 1e3
                 << " ms per step\n";
     }
-    adamw["chosen"] = AdamWKernelName(chosen_adamw);
+    adamw["chosen"] = mlcd::worker::AdamWKernelName(chosen_adamw);
     if (both_kernels) {
       const bool holds = kChoiceTolerance * Median(adamw_times[chosen_adamw]) <= best;
       adamw["choice_holds"] = holds;
-      std::cerr << "AdamW chosen (" << AdamWKernelName(chosen_adamw) << ")"
+      std::cerr << "AdamW chosen (" << mlcd::worker::AdamWKernelName(chosen_adamw) << ")"
                 << (holds ? ": the choice holds\n" : ": THE CHOICE DOES NOT HOLD\n");
       if (!holds) exit_code = 2;
     }

@@ -185,9 +185,10 @@ Status Agent::Run() {
   MLCD_ASSIGN_OR_RETURN(std::string gateway_socket, DefaultGatewaySocket(options_.data_dir));
   MLCD_ASSIGN_OR_RETURN(gateway_, LabelGateway::Start(gateway_socket));
   if (!options_.withheld_files.empty()) {
-    withhold_files_ = LandlockAbi() >= kWithheldFilesMinLandlockAbi;
+    const int abi = LandlockAbi();
+    withhold_files_ = abi >= kWithheldFilesMinLandlockAbi;
     if (!withhold_files_) {
-      MLCD_LOG(WARNING) << "this kernel offers Landlock ABI " << LandlockAbi()
+      MLCD_LOG(WARNING) << "this kernel offers Landlock ABI " << abi
                         << " (needed: " << kWithheldFilesMinLandlockAbi
                         << "): children run without the agent's credentials in their "
                            "environment but could read its key and token files from disk";

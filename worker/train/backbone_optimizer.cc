@@ -57,6 +57,20 @@ AdamWKernel ChosenAdamWKernel(AdamWKernel requested, const torch::Device& device
   return device.is_cpu() ? AdamWKernel::kLoops : AdamWKernel::kAtenOps;
 }
 
+const char* AdamWKernelName(AdamWKernel kernel) {
+  switch (kernel) {
+    case AdamWKernel::kAuto:
+      return "auto";
+    case AdamWKernel::kLoops:
+      return "loops";
+    case AdamWKernel::kFused:
+      return "fused_adamw";
+    case AdamWKernel::kAtenOps:
+      return "aten_ops";
+  }
+  return "?";
+}
+
 BackboneAdamW::BackboneAdamW(FlatParameters* params, BackboneAdamWOptions options)
     : params_(params), options_(std::move(options)) {
   exp_avg_ = torch::zeros_like(params_->values());

@@ -66,6 +66,8 @@ enum class AdamWKernel {
 
 // What `requested` runs as on `device`: itself where it can run there, else kAuto's choice.
 AdamWKernel ChosenAdamWKernel(AdamWKernel requested, const torch::Device& device);
+// "auto", "loops", "fused_adamw", "aten_ops".
+const char* AdamWKernelName(AdamWKernel kernel);
 
 struct BackboneAdamWOptions {
   double beta1 = 0.9;
