@@ -55,7 +55,7 @@ const std::vector<std::string>& SearchMethodNames() {
   return names;
 }
 const std::vector<std::string>& PrecisionNames() {
-  static const std::vector<std::string> names = {"fp32", "bf16"};
+  static const std::vector<std::string> names = {"fp32", "bf16", "bf16-activations"};
   return names;
 }
 
@@ -114,6 +114,7 @@ const char* LabelHeadVariantName(LabelHeadVariant value) {
 const char* MarginTypeName(MarginType value) { return NameOf(MarginTypeNames(), value); }
 const char* SearchMethodName(SearchMethod value) { return NameOf(SearchMethodNames(), value); }
 const char* PrecisionName(Precision value) { return NameOf(PrecisionNames(), value); }
+bool UsesBf16(Precision value) { return value != Precision::kFp32; }
 const char* DatasetFormatName(DatasetFormat value) { return NameOf(DatasetFormatNames(), value); }
 const char* ClusteringEngineName(ClusteringEngine value) {
   return NameOf(ClusteringEngineNames(), value);

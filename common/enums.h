@@ -30,9 +30,12 @@ enum class LossFamily { kClassification, kContrastive, kLabelHead };
 enum class MarginType { kArc, kCos, kNone };
 // How clusterd finds an embedding's nearest centres: "exact" | "hnsw" | "ivf".
 enum class SearchMethod { kExact, kHnsw, kIvf };
-// The backbone's arithmetic in training: "fp32" | "bf16" (autocast: matmuls and attention in
-// bfloat16; parameters, gradients, optimizer state, the class centres, logits and loss float32).
-enum class Precision { kFp32, kBf16 };
+// The backbone's arithmetic in training (docs/torch-builds.md, "Precision"): "fp32" | "bf16"
+// (autocast: matmuls and attention in bfloat16, the residual stream, LayerNorm and GELU
+// float32) | "bf16-activations" (every activation bfloat16, the forward's input included;
+// parameters cast once per forward). In every mode the parameters, gradients, optimizer state,
+// the class centres, logits and loss are float32.
+enum class Precision { kFp32, kBf16, kBf16Activations };
 // The layout of a dataset's images (docs/data.md): "fashion-mnist" | "image-folder" |
 // "webdataset".
 enum class DatasetFormat { kFashionMnist, kImageFolder, kWebDataset };
@@ -57,6 +60,9 @@ const char* LabelHeadVariantName(LabelHeadVariant value);
 const char* MarginTypeName(MarginType value);
 const char* SearchMethodName(SearchMethod value);
 const char* PrecisionName(Precision value);
+// Whether `value` computes in bfloat16 (kBf16, kBf16Activations): the classification layer's
+// GEMMs and the clustering search follow it.
+bool UsesBf16(Precision value);
 const char* DatasetFormatName(DatasetFormat value);
 const char* ClusteringEngineName(ClusteringEngine value);
 

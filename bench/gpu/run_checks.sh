@@ -7,7 +7,8 @@
 #      (bench/gpu/loss_check_cuda.py), for every layer in $LAYERS;
 #   3. per K, the anchor (bench/gpu/anchor.py: eager and torch.compile), then our
 #      worker_step_bench for every layer in $LAYERS: vit-b16, bf16, batch 256, r = 0.1, l = 8,
-#      K = 100 000 and K = 1 000 000;
+#      K = 100 000 and K = 1 000 000; then, at the first K, the device layer under
+#      training.precision bf16-activations (the backbone's activations bf16 end to end);
 #   4. gang clustering on the GPU (bench/gpu/cluster_gang_gpu.py);
 #   5. the CPU, same run, on the machine's host cores: the ViT's kernel paths and the backbone
 #      AdamW's kernels with the choices checked (worker_vit_bench against Python torch), and
@@ -106,6 +107,13 @@ for k in $ks; do
   done
 done
 
+# bf16-activations against the bf16 runs above: the default layer at the first K.
+k=${ks%% *}
+step "ours_device_k${k}_bf16_activations" "$bin/worker_step_bench" --preset "$preset" \
+  --batch "$batch" --classes "$k" --device "$device" --precision bf16-activations \
+  --steps "$steps" --warmup "$warmup" --threads 0 --layer device \
+  --out "$out/ours_device_k${k}_bf16_activations.json"
+
 # 4. Gang clustering on the GPU.
 if ((!smoke)); then
   step cluster_gang "$py" "$here/cluster_gang_gpu.py" --worker "$bin/mlcd-worker" --out "$out"
@@ -133,7 +141,7 @@ for name, value in summary.items():
         value = value["step"]  # bench_worker_loss: the figures are under "step"
     for row in value if isinstance(value, list) else [value]:
         if isinstance(row, dict):
-            keys = [k for k in ("mode", "classes", "device", "images_per_second",
+            keys = [k for k in ("mode", "classes", "device", "precision", "images_per_second",
                                 "images_per_second_rank", "median_step_ms", "median_step_seconds",
                                 "layer_fraction_of_step", "chosen_kernels", "chosen_over_aten",
                                 "choice_holds", "device_over_host", "pass") if k in row]

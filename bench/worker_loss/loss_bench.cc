@@ -11,7 +11,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/process_memory.h"
 #include "bench/stats.h"
 #include "common/blas_env.h"
 #include "common/file_util.h"
@@ -72,12 +72,6 @@ using ::mlcd::bench::Median;
 void SetComputeThreads(int threads) {
   mlcd::SetBlasThreads(threads);
   at::set_num_threads(threads);
-}
-
-double PeakRssMiB() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;  // KiB on Linux
 }
 
 // Random labels: l distinct-ish classes per sample (collisions allowed: they are deduplicated).
@@ -351,7 +345,7 @@ Status RankMain(const Args& a) {
                      {"sampled_classes", c.sampled},      {"labels", c.labels}};
     }
   } else {  // memory-rank
-    const double before = PeakRssMiB();
+    const double before = bench::PeakRssMiB();
     MLCD_ASSIGN_OR_RETURN(
         auto pfc,
         PartialFc::Create(LayerOptions(a, a.memory_classes, LossVariant::kMlcd), comm.get()));
@@ -360,7 +354,7 @@ Status RankMain(const Args& a) {
     out = {{"rank", a.rank},
            {"shard_classes", n},
            {"state_mib", (3.0 * n * a.dim * 4 + n * 8) / (1 << 20)},
-           {"peak_rss_mib", PeakRssMiB()},
+           {"peak_rss_mib", bench::PeakRssMiB()},
            {"rss_before_layer_mib", before},
            {"step_ms_median", t.median_ms}};
   }

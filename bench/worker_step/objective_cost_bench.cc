@@ -9,7 +9,6 @@
 //
 //   objective_cost_bench --out bench/results/objective_cost.json
 //   objective_cost_bench --variants bce,mulsupcon --batch 256 --steps 5
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/process_memory.h"
 #include "bench/stats.h"
 #include "common/blas_env.h"
 #include "common/job_spec.h"
@@ -108,12 +108,6 @@ torch::Tensor RandomLabelRows(int64_t rows, int classes, int max_labels) {
   return out;
 }
 
-int64_t PeakRssKib() {
-  struct rusage u {};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss;
-}
-
 // One variant in this process: prints one JSON line on stdout.
 int RunOne(const CostFlags& f) {
   if (f.threads > 0) {
@@ -185,7 +179,7 @@ int RunOne(const CostFlags& f) {
                       for (const auto& p : (*objective)->Parameters()) n += p.numel();
                       return n;
                     }()},
-                   {"peak_rss_mib", static_cast<double>(PeakRssKib()) / 1024.0},
+                   {"peak_rss_mib", bench::PeakRssMiB()},
                    {"last_loss", loss}};
   std::cout << j.dump() << std::endl;
   return 0;

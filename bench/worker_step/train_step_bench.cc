@@ -3,7 +3,8 @@
 // Runs TrainStep (worker/train/train_step.h) -- the step `mlcd-worker train` runs -- on random
 // images and labels: a ViT preset on --device under --precision, the PartialFC MLCD layer on
 // the host over Gloo, the backbone's gradient sync over NCCL (CUDA, world size > 1) or Gloo.
-// Prints and writes (--out) images/s of the rank and the median split of a step.
+// Prints and writes (--out) images/s of the rank, the median split of a step, and the peak
+// memory of the process (and, on CUDA, of the device).
 //
 //   worker_step_bench --preset vit-b16 --batch 64 --device cuda --precision bf16 --steps 5
 //   worker_step_bench ... --world-size 2 --rank R --rendezvous 127.0.0.1:29512   (per rank)
@@ -13,6 +14,10 @@
 //       training.tensorboard_every_steps) and not, and the medians of the two are compared
 //       (bench/RESULTS.md, "TensorBoard event files").
 #include <torch/torch.h>
+
+#ifdef MLCD_WITH_NCCL
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -24,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/process_memory.h"
 #include "bench/stats.h"
 #include "common/blas_env.h"
 #include "common/job_spec.h"
@@ -40,6 +46,21 @@
 
 namespace mlcd::worker {
 namespace {
+
+// The most bytes the caching allocator had handed out on `device` at once during the run (the
+// step's peak: parameters, optimizer state, the activations kept for the backward, the
+// layer's shard); -1 off CUDA.
+int64_t DevicePeakBytes(const torch::Device& device) {
+#ifdef MLCD_WITH_NCCL
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+        .peak;
+  }
+#endif
+  (void)device;
+  return -1;
+}
 
 struct BenchFlags {
   std::string preset = "vit-b16";
@@ -168,7 +189,7 @@ int Run(const BenchFlags& f) {
   popts.compute_threads = f.layer_threads;
   popts.layer = which;
   popts.device = which == PartialFcLayer::kDevice ? *device : torch::Device(torch::kCPU);
-  popts.bf16_gemm = which == PartialFcLayer::kDevice && *precision == Precision::kBf16;
+  popts.bf16_gemm = which == PartialFcLayer::kDevice && UsesBf16(*precision);
   auto fc = PartialFcObjective::Create(popts, comm->get());
   if (!fc.ok()) return Fail(fc.status());
   TrainStepParts parts{model, &flat, &optimizer, &grad_sync, fc->get(), PixelNormalisation{}};
@@ -213,13 +234,16 @@ int Run(const BenchFlags& f) {
     centre.push_back(t.centre_optimizer);
   }
   const double step_s = Median(total);
+  // The fused kernels are float32 code: under either bf16 precision ATen's operators run.
+  const auto kernels = UsesBf16(*precision) ? mlcd::worker::VitKernels::kAten
+                                            : mlcd::worker::ChosenVitKernels(
+                                                  mlcd::worker::VitKernels::kAuto, *device);
   nlohmann::json j{{"preset", f.preset},
                    {"device", device->str()},
                    {"precision", PrecisionName(*precision)},
                    {"libtorch", compat::TorchVersion()},
                    {"fused_attention", compat::HasFusedAttention()},
-                   {"vit_kernels", mlcd::worker::VitKernelsName(mlcd::worker::ChosenVitKernels(
-                                       mlcd::worker::VitKernels::kAuto, *device))},
+                   {"vit_kernels", mlcd::worker::VitKernelsName(kernels)},
                    {"rank", f.rank},
                    {"world_size", f.world_size},
                    {"backbone_sync", sync_comm->backend_name()},
@@ -240,7 +264,10 @@ int Run(const BenchFlags& f) {
                      {"grad_sync", Median(sync)},
                      {"backbone_optimizer", Median(opt)},
                      {"centre_optimizer", Median(centre)}}},
-                   {"last_loss", last_loss}};
+                   {"last_loss", last_loss},
+                   {"peak_rss_mib", bench::PeakRssMiB()}};
+  if (const int64_t peak = DevicePeakBytes(*device); peak >= 0)
+    j["peak_device_mib"] = static_cast<double>(peak) / (1024.0 * 1024.0);
   if (curves) {
     if (Status s = curves->Close(); !s.ok()) return Fail(s);
     double sum = 0;
@@ -274,7 +301,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", f.steps, "timed steps")->capture_default_str();
   app.add_option("--warmup", f.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--device", f.device, "auto, cpu, cuda, cuda:N")->capture_default_str();
-  app.add_option("--precision", f.precision, "fp32 or bf16")->capture_default_str();
+  app.add_option("--precision", f.precision, "fp32, bf16 or bf16-activations")
+      ->capture_default_str();
   app.add_option("--world-size", f.world_size, "ranks")->capture_default_str();
   app.add_option("--rank", f.rank, "this rank")->capture_default_str();
   app.add_option("--rendezvous", f.rendezvous, "rank 0's TCPStore HOST:PORT")

@@ -100,6 +100,20 @@ TEST(ModelMemoryTest, TrainingAndInferenceNeedsAreWorkedByHand) {
             51 * 6 * 4 * 3 + 51 * 8 + 9 * 10 * 36 + 8 * 36 * 6 * 4 + 6 * 10 * 6 * 4);
   EXPECT_EQ(t.Total(), 4 * params + t.activations + t.class_centres);
 
+  // bf16 (autocast): the parameters' bfloat16 copies, P x 2 bytes, beside the float32 ones;
+  // bf16-activations: those copies, and every activation at 2 bytes instead of 4.
+  p.precision = Precision::kBf16;
+  const ModelMemoryNeed autocast = EstimateModelMemory(p);
+  EXPECT_EQ(autocast.parameters, params + kSmallVitParameters * 2);
+  EXPECT_EQ(autocast.gradients, params);
+  EXPECT_EQ(autocast.activations, t.activations);
+  p.precision = Precision::kBf16Activations;
+  const ModelMemoryNeed bf16 = EstimateModelMemory(p);
+  EXPECT_EQ(bf16.parameters, params + kSmallVitParameters * 2);
+  EXPECT_EQ(bf16.optimizer, 2 * params);
+  EXPECT_EQ(bf16.activations, 5 * 2 * (12 * 17 * 8 + 4 * 289) * 2);
+  EXPECT_EQ(bf16.class_centres, t.class_centres);
+
   p.use = ModelUse::kInference;
   const ModelMemoryNeed i = EstimateModelMemory(p);
   EXPECT_EQ(i.parameters, params);

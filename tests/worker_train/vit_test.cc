@@ -403,6 +403,82 @@ TEST(VitTest, FusedAndReferenceModelsAgreeInOutputAndGradients) {
 // Embed, evaluation and extraction run under torch::NoGradGuard: the fused operations then
 // take their forward-only variants (worker/model/fused_inference.h). Same features as the
 // training forward, and no autograd state at all.
+// The norm of a - b against the norm of b (float64).
+double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
+  return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
+}
+
+// The activations take the images' type. float64 images run the float32 model in float64
+// end to end: output and gradients equal the float32 run's to float32's rounding, which checks
+// that every parameter is cast where it is used and its gradient comes back through the cast.
+// bfloat16 images: every hidden state and feature is bfloat16, the float32 parameters get
+// float32 gradients, and both follow the float32 run within bf16's rounding (8 significant
+// bits: 2^-8 relative per value). The features within 2 %; the gradients within 10 %: each is
+// a sum over every token of bf16 products, and a LayerNorm bias's sum cancels most (up to
+// 5.5 % seen with libtorch 1.13, whose bf16 LayerNorm backward rounds more than autocast's
+// float32 one). Either kernel choice runs ATen's operators for these types.
+TEST(VitTest, ActivationsTakeTheImagesTypeAndFollowTheFloat32Model) {
+  struct Case {
+    VitStem stem;
+    VitPooling pooling;
+    bool clip;  // the CLIP layout with quick GELU
+    VitKernels kernels;
+  };
+  struct Type {
+    torch::ScalarType type;
+    double features, gradients;  // relative tolerances against the float32 run
+  };
+  for (const Case& c : {Case{VitStem::kPatch, VitPooling::kCls, false, VitKernels::kAuto},
+                        Case{VitStem::kConv, VitPooling::kMean, false, VitKernels::kFused},
+                        Case{VitStem::kPatch, VitPooling::kCls, true, VitKernels::kAten}}) {
+    for (const Type& type : {Type{torch::kDouble, 1e-5, 1e-4}, Type{torch::kBFloat16, 2e-2, 0.1}}) {
+      SCOPED_TRACE(std::string(c.stem == VitStem::kConv ? "conv" : "patch") + " stem, " +
+                   (c.pooling == VitPooling::kCls ? "cls" : "mean") + " pooling" +
+                   (c.clip ? ", CLIP layout, quick GELU" : "") + ", kernels " +
+                   VitKernelsName(c.kernels) + ", " + c10::toString(type.type));
+      torch::manual_seed(43);
+      VitOptions o = SmallTestVit(c.pooling);
+      o.stem = c.stem;
+      o.kernels = c.kernels;
+      if (c.clip) {
+        o.layout = VitLayout::kClip;
+        o.activation = VitActivation::kQuickGelu;
+      }
+      VisionTransformer model(o);
+      model->ResetParameters(11);
+      const torch::Tensor x = torch::randn({6, 1, 28, 28}), xt = x.to(type.type);
+      for (const torch::Tensor& state : model->HiddenStates(xt))
+        EXPECT_EQ(state.scalar_type(), type.type);
+      for (VitFeatures kind : {VitFeatures::kEmbedding, VitFeatures::kBlocks, VitFeatures::kTokens,
+                               VitFeatures::kPooled}) {
+        torch::NoGradGuard no_grad;
+        const torch::Tensor ft = model->Features(xt, kind, 2), f32 = model->Features(x, kind, 2);
+        EXPECT_EQ(ft.scalar_type(), type.type) << VitFeaturesName(kind);
+        EXPECT_LT(RelativeError(ft, f32), type.features) << VitFeaturesName(kind);
+      }
+      // Gradients: the same weighted sum of the output through each type.
+      const torch::Tensor w = torch::randn({6, 24});
+      std::map<std::string, torch::Tensor> grads32;
+      (model->forward(x) * w).sum().backward();
+      for (const auto& item : model->named_parameters()) {
+        grads32[item.key()] = item.value().grad().clone();
+        item.value().mutable_grad().zero_();
+      }
+      const torch::Tensor out = model->forward(xt);
+      EXPECT_EQ(out.scalar_type(), type.type);
+      (out.to(torch::kFloat) * w).sum().backward();
+      for (const auto& item : model->named_parameters()) {
+        EXPECT_EQ(item.value().scalar_type(), torch::kFloat) << item.key();
+        const torch::Tensor& g = item.value().grad();
+        ASSERT_TRUE(g.defined()) << item.key();
+        EXPECT_EQ(g.scalar_type(), torch::kFloat) << item.key();
+        EXPECT_LT(RelativeError(g, grads32[item.key()]), type.gradients) << item.key();
+      }
+    }
+  }
+}
+
 TEST(VitTest, ForwardOnlyGivesTheTrainingForwardsFeatures) {
   struct Case {
     VitStem stem;

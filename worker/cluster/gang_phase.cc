@@ -53,8 +53,8 @@ StatusOr<RankContext> Prepare(const v1::Assignment& a, const GangPhaseOptions& o
                                         ? FeatureRows::OpenGenerated(a.generated_features())
                                         : FeatureRows::Open(paths));
   MLCD_ASSIGN_OR_RETURN(c.device, ResolveDevice(o.device, a.rank()));
-  c.search.bf16 =
-      c.device.is_cuda() && a.spec().training().precision() == PrecisionName(Precision::kBf16);
+  MLCD_ASSIGN_OR_RETURN(const Precision precision, ParsePrecision(a.spec().training().precision()));
+  c.search.bf16 = c.device.is_cuda() && UsesBf16(precision);
   const int world = std::max(1, a.world_size());
   RankMemoryPlan plan;
   plan.total_rows = c.features.rows();

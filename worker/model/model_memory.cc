@@ -11,6 +11,7 @@ namespace mlcd::worker {
 namespace {
 
 constexpr int64_t kFloat = 4;
+constexpr int64_t kBFloat16 = 2;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -27,8 +28,10 @@ int64_t ActivationBytes(const ModelMemoryPlan& p, int64_t batch) {
   } else if (p.use == ModelUse::kInference) {
     per_image = t * (7 * w + 2 * h) + heads * t * t;
   }
+  const bool bf16 = p.use == ModelUse::kTraining && p.precision == Precision::kBf16Activations;
+  const double element = static_cast<double>(bf16 ? kBFloat16 : kFloat);
   // Capped far above any memory, so that no batch makes the sum overflow.
-  return static_cast<int64_t>(std::min(static_cast<double>(batch) * per_image * kFloat, 1e18));
+  return static_cast<int64_t>(std::min(static_cast<double>(batch) * per_image * element, 1e18));
 }
 
 // The rank's class-centre shard at world size `world` (the largest, n = ceil(k / world) rows)
@@ -51,6 +54,7 @@ ModelMemoryNeed Estimate(const ModelMemoryPlan& p, int world, int64_t batch) {
   ModelMemoryNeed n;
   n.parameters = params;
   if (p.use == ModelUse::kTraining) {
+    if (UsesBf16(p.precision)) n.parameters += VitParameterCount(p.vit) * kBFloat16;
     n.gradients = params;
     n.optimizer = 2 * params;
   } else if (p.use == ModelUse::kExport) {

@@ -5,14 +5,17 @@
 // Every path that builds a model runs it first: training (worker/train/trainer.cc), and
 // embed, eval and export (LoadEmbeddingModel, worker/eval/embed.h).
 //
-// The estimate (float32 throughout; P = VitParameterCount, B = images per forward on this
+// The estimate (float32 unless said; P = VitParameterCount, B = images per forward on this
 // rank, T = tokens, w = width, h = MLP hidden, H = heads, D = embed_dim):
-//   parameters    P x 4
+//   parameters    P x 4, + P x 2 in training under a bf16 precision: the bfloat16 copies the
+//                 forward makes (autocast's cast cache, or bf16-activations' casts) and the
+//                 backward keeps
 //   gradients     P x 4                                    (training)
 //   optimizer     2 x P x 4: AdamW's two moments           (training)
 //                 P x 4: the copy of every tensor written  (export)
 //   activations   training: B x depth x ((8 + 2 x mlp_ratio) x T x w + 2 x H x T^2) x 4, what
-//                 the forward keeps for the backward (common/limits.h kMaxActivationBytes);
+//                 the forward keeps for the backward (common/limits.h kMaxActivationBytes),
+//                 x 2 instead of x 4 under bf16-activations (every activation bfloat16);
 //                 inference: B x (T x (7 x w + 2 x h) + H x T^2) x 4, one block's working
 //                 tensors and the features
 //   class_centres training: the rank's shard of n = ceil(k / world) centres of D with its
@@ -37,6 +40,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/enums.h"
 #include "common/status.h"
 #include "worker/model/vit.h"
 
@@ -64,6 +68,9 @@ struct ModelMemoryPlan {
   // Ranks of this process's gang on this host (this one included), >= 1: they divide the
   // host's free memory.
   int ranks_on_host = 1;
+  // Training: training.precision (the bytes of the activations and of the parameters' bf16
+  // copies, above).
+  Precision precision = Precision::kFp32;
 };
 
 // One process's bytes, by what holds them.

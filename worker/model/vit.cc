@@ -14,6 +14,11 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The conv stem's 3x3 stride-2 convolutions (vit.h), padded to halve the side exactly.
+constexpr int64_t kStemKernel = 3;
+constexpr int64_t kStemStride = 2;
+constexpr int64_t kStemPadding = 1;
+
 class FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in, int64_t batch,
@@ -307,7 +312,10 @@ VisionTransformerImpl::VisionTransformerImpl(const VitOptions& options) : option
     for (int channels : options_.stem_channels()) {
       StemLayer layer;
       const std::string name = "stem" + std::to_string(stem_.size());
-      auto conv = torch::nn::Conv2dOptions(in, channels, 3).stride(2).padding(1).bias(false);
+      auto conv = torch::nn::Conv2dOptions(in, channels, kStemKernel)
+                      .stride(kStemStride)
+                      .padding(kStemPadding)
+                      .bias(false);
       layer.conv = register_module(name + "_conv", torch::nn::Conv2d(conv));
       layer.norm = register_module(name + "_norm",
                                    torch::nn::GroupNorm(torch::nn::GroupNormOptions(1, channels)));
@@ -396,6 +404,18 @@ void VisionTransformerImpl::ResetParameters(uint64_t seed) {
 
 namespace {
 
+// `param` in the floating type of the activations `like`: without autocast the forward
+// computes in its input's type (bfloat16 images: every activation bfloat16), and the cast's
+// backward hands the float32 parameter a float32 gradient. Under autocast the parameters stay
+// as they are, for autocast to cast where its policy says.
+torch::Tensor As(const torch::Tensor& param, const torch::Tensor& like) {
+  if (!param.defined() || param.scalar_type() == like.scalar_type() ||
+      compat::AutocastEnabled(like.device().type())) {
+    return param;
+  }
+  return param.to(like.scalar_type());
+}
+
 // y + residual. The sum is formed in place in the Linear's output y, which no backward function
 // keeps -- unless autocast made y narrower than the residual stream (bf16 vs float32): then the
 // stream stays float32, as PyTorch's `x = x + f(x)` under autocast.
@@ -434,7 +454,7 @@ torch::Tensor VisionTransformerImpl::Linear(const torch::Tensor& x, const torch:
                                             const torch::Tensor& bias,
                                             const torch::Tensor& residual) {
   if (!Fused(x)) {
-    torch::Tensor y = torch::linear(x, weight, bias);
+    torch::Tensor y = torch::linear(x, As(weight, x), As(bias, x));
     return residual.defined() ? AddResidual(y, residual) : y;
   }
   torch::Tensor none = torch::empty({0}, x.options());
@@ -449,7 +469,8 @@ torch::Tensor VisionTransformerImpl::Linear(const torch::Tensor& x, const torch:
 torch::Tensor VisionTransformerImpl::LayerNorm(const torch::Tensor& x,
                                                const torch::nn::LayerNorm& norm) {
   if (Fused(x)) return FusedLayerNorm(x, norm->weight, norm->bias, options_.layer_norm_eps);
-  return torch::layer_norm(x, {options_.width}, norm->weight, norm->bias, options_.layer_norm_eps);
+  return torch::layer_norm(x, {options_.width}, As(norm->weight, x), As(norm->bias, x),
+                           options_.layer_norm_eps);
 }
 
 torch::Tensor VisionTransformerImpl::Attention(const torch::Tensor& qkv, int64_t batch) {
@@ -480,7 +501,7 @@ torch::Tensor VisionTransformerImpl::MlpOut(const Block& b, const torch::Tensor&
     return LinearCompute(GeluInference(hidden, quick), b.fc2->weight, b.fc2->bias, x);
   if (Fused(hidden)) return GeluLinearFunction::apply(hidden, b.fc2->weight, b.fc2->bias, x, quick);
   torch::Tensor act = ReferenceActivation(hidden, options_.activation);
-  return AddResidual(torch::linear(act, b.fc2->weight, b.fc2->bias), x);
+  return AddResidual(torch::linear(act, As(b.fc2->weight, act), As(b.fc2->bias, act)), x);
 }
 
 torch::Tensor VisionTransformerImpl::Tokens(const torch::Tensor& images) {
@@ -494,7 +515,11 @@ torch::Tensor VisionTransformerImpl::Tokens(const torch::Tensor& images) {
   torch::Tensor patches;
   if (o.stem == VitStem::kConv) {
     torch::Tensor h = images;
-    for (auto& layer : stem_) h = torch::gelu(layer.norm(layer.conv(h)));
+    for (auto& layer : stem_) {
+      h = torch::conv2d(h, As(layer.conv->weight, h), {}, kStemStride, kStemPadding);
+      h = torch::gelu(torch::group_norm(h, 1, As(layer.norm->weight, h), As(layer.norm->bias, h),
+                                        layer.norm->options.eps()));
+    }
     // [B, C', g, g] -> [B*n, C']: the 1x1 projection is one Linear.
     patches = FeatureMapToRowsFunction::apply(h);
   } else {
@@ -505,8 +530,8 @@ torch::Tensor VisionTransformerImpl::Tokens(const torch::Tensor& images) {
   }
   torch::Tensor x = Linear(patches, patch_weight_.view({d, -1}), patch_bias_).view({batch, n, d});
   if (o.pooling == VitPooling::kCls)
-    x = torch::cat({cls_token_.view({1, 1, d}).expand({batch, 1, d}), x}, 1);
-  x = (x + pos_embed_).view({batch * t, d});
+    x = torch::cat({As(cls_token_, x).view({1, 1, d}).expand({batch, 1, d}), x}, 1);
+  x = (x + As(pos_embed_, x)).view({batch * t, d});
   return pre_norm_ ? LayerNorm(x, pre_norm_) : x;
 }
 

@@ -18,6 +18,13 @@
 // embeddings, no patch-embedding bias, LayerNorm eps 1e-5, the class token and the patch stem
 // (Hugging Face's CLIPVisionModelWithProjection computes the same: worker/model/hf_export.h).
 //
+// Activations take the images' floating type, the parameters theirs: with float32 images
+// every activation is float32 (autocast, when on, narrows what its policy says); with
+// bfloat16 images (training.precision "bf16-activations", worker/train/train_step.h) every
+// activation is bfloat16 -- the residual stream, LayerNorm, GELU and attention outputs, and
+// what autograd keeps for the backward -- each float32 parameter is cast at its use, and its
+// gradient comes back float32. ATen's operators run bfloat16 on every device (the fused CPU
+// kernels are float32 code).
 // Kernels (VitOptions.kernels): the fused CPU kernels below, or ATen's operators; by default
 // whichever this build runs faster on the device (ChosenVitKernels).
 // The fused CPU kernels: activations stay 2-D ([B*T, width]) so every Linear is one GEMM; the
@@ -138,7 +145,8 @@ class VisionTransformerImpl : public torch::nn::Module {
  public:
   explicit VisionTransformerImpl(const VitOptions& options);
 
-  // images: [B, channels, image_size, image_size]. Returns [B, embed_dim].
+  // images: [B, channels, image_size, image_size], float32 or bfloat16 (the activations'
+  // type, above). Returns [B, embed_dim] of that type.
   torch::Tensor forward(const torch::Tensor& images);
 
   // Features of `images` for evaluation (see VitFeatures); `blocks` (kBlocks only) in

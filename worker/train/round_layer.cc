@@ -72,7 +72,7 @@ StatusOr<PartialFcOptions> LayerOptionsFromSpec(const v1::JobSpec& spec, int64_t
   if (device.is_cuda()) {
     popts.layer = PartialFcLayer::kDevice;
     popts.device = device;
-    popts.bf16_gemm = precision == Precision::kBf16;
+    popts.bf16_gemm = UsesBf16(precision);
   }
   return popts;
 }

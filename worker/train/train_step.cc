@@ -56,9 +56,15 @@ TrainStep::TrainStep(TrainStepParts parts, torch::Device device, Precision preci
   if (!parts_.pixels.mean.empty()) pixel_scale_shift_ = PixelScaleShiftOn(parts_.pixels, device_);
 }
 
+torch::Tensor TrainStep::BackboneInput(const torch::Tensor& images) const {
+  if (precision_ != Precision::kBf16Activations || images.scalar_type() == torch::kBFloat16)
+    return images;
+  return images.to(torch::kBFloat16);
+}
+
 torch::Tensor TrainStep::Embed(const torch::Tensor& images) {
   compat::AutocastScope autocast(device_.type(), torch::kBFloat16, precision_ == Precision::kBf16);
-  torch::Tensor emb = parts_.model->forward(images);
+  torch::Tensor emb = parts_.model->forward(BackboneInput(images));
   return emb.scalar_type() == torch::kFloat ? emb : emb.to(torch::kFloat);
 }
 
@@ -67,7 +73,8 @@ StatusOr<BackboneOutput> TrainStep::Forward(const torch::Tensor& images,
   if (!needs.patch_tokens) return BackboneOutput{Embed(images), torch::Tensor()};
   compat::AutocastScope autocast(device_.type(), torch::kBFloat16, precision_ == Precision::kBf16);
   BackboneOutput out;
-  parts_.model->Features(images, VitFeatures::kEmbedding, 4, &out.embeddings, &out.patch_tokens);
+  parts_.model->Features(BackboneInput(images), VitFeatures::kEmbedding, 4, &out.embeddings,
+                         &out.patch_tokens);
   for (torch::Tensor* t : {&out.embeddings, &out.patch_tokens}) {
     if (t->scalar_type() != torch::kFloat) *t = t->to(torch::kFloat);
   }

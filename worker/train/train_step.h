@@ -11,13 +11,20 @@
 //   GradSync (NCCL for CUDA, Gloo for CPU), objective.AllReduceGradients
 //     ->  BackboneAdamW  ->  objective.OptimizerStep
 //
-// The precision policy (Precision::kBf16): the backbone's forward runs under autocast for its
-// device with bfloat16 -- matmuls (Linear, attention through scaled_dot_product_attention)
-// in bf16, LayerNorm / softmax / GELU as autocast decides (float32) -- and the embedding is
-// cast to float32 before it leaves the backbone. Parameters, their gradients, the optimizer
-// state, the objective's parameters (class centres, heads), the logits and the loss are float32 in every mode (as insightface's
-// PartialFC and the paper's successors do). With kBf16 the fused CPU kernels step aside for
-// ATen's own (they are float32 kernels).
+// The precision policy (training.precision):
+//   kFp32             float32 throughout.
+//   kBf16             the backbone's forward runs under autocast for its device with bfloat16:
+//                     matmuls (Linear, attention through scaled_dot_product_attention) in
+//                     bf16; LayerNorm, softmax and GELU as autocast decides (float32); the
+//                     residual stream float32, as eager PyTorch under autocast keeps it.
+//   kBf16Activations  the images enter the backbone as bfloat16 and every activation stays
+//                     bfloat16 (worker/model/vit.h): half the bytes each op reads and writes,
+//                     and half the activations kept for the backward; no autocast.
+// In every mode the embedding is cast to float32 before it leaves the backbone, and the
+// parameters, their gradients, the optimizer state, the objective's parameters (class centres,
+// heads), the logits and the loss are float32 (as insightface's PartialFC and the paper's
+// successors do). With bf16 the fused CPU kernels step aside for ATen's own (they are float32
+// kernels).
 #pragma once
 
 #include <torch/torch.h>
@@ -107,6 +114,9 @@ class TrainStep {
  private:
   TrainStepParts parts_;
   torch::Device device_;
+  // `images` (on the device, float) as the backbone takes them under precision_.
+  torch::Tensor BackboneInput(const torch::Tensor& images) const;
+
   Precision precision_;
   PixelScaleShift pixel_scale_shift_;  // parts.pixels on device_; undefined when it is empty
 };

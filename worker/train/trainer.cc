@@ -240,6 +240,7 @@ Status Trainer::Impl::CheckTrainingMemory(int ranks_on_host) const {
   plan.sample_ratio = spec.loss().sample_ratio();
   plan.labels_per_sample = spec.clustering().l();
   plan.ranks_on_host = ranks_on_host;
+  plan.precision = precision;
   return CheckModelMemory(plan, device);
 }
 
