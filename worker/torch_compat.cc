@@ -30,16 +30,17 @@ bool HasFusedAdamW(c10::DeviceType device_type) {
 
 void FusedAdamW(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
                 const at::Tensor& exp_avg_sq, const at::Tensor& step, double lr, double beta1,
-                double beta2, double weight_decay, double eps, const at::Tensor& grad_divisor) {
+                double beta2, double weight_decay, double eps, const at::Tensor& grad_divisor,
+                const at::Tensor& skip) {
   TORCH_CHECK(HasFusedAdamW(param.device().type()), "FusedAdamW: libtorch ", TORCH_VERSION,
               " has no fused AdamW for ", param.device());
 #if MLCD_TORCH_AT_LEAST(2, 0)
   at::_fused_adamw_({param}, {grad}, {exp_avg}, {exp_avg_sq}, {}, {step}, lr, beta1, beta2,
                     weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false, grad_divisor,
-                    /*found_inf=*/c10::nullopt);
+                    /*found_inf=*/skip.defined() ? c10::optional<at::Tensor>(skip) : c10::nullopt);
 #else
   (void)grad, (void)exp_avg, (void)exp_avg_sq, (void)step, (void)lr, (void)beta1, (void)beta2,
-      (void)weight_decay, (void)eps, (void)grad_divisor;
+      (void)weight_decay, (void)eps, (void)grad_divisor, (void)skip;
 #endif
 }
 

@@ -89,9 +89,11 @@ bool HasFusedAdamW(c10::DeviceType device_type);
 // float tensor `param` from `grad / grad_divisor`, in at::_fused_adamw_'s one pass. `step` is a
 // float scalar tensor on param's device holding the step count this update is (>= 1);
 // `grad_divisor` a float scalar tensor there. `grad` may hold the divided gradient afterwards.
-// Only where HasFusedAdamW(param's device type).
+// With `skip` (a float scalar tensor there), nothing changes where it holds 1: the kernel reads
+// it on the device. Only where HasFusedAdamW(param's device type).
 void FusedAdamW(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
                 const at::Tensor& exp_avg_sq, const at::Tensor& step, double lr, double beta1,
-                double beta2, double weight_decay, double eps, const at::Tensor& grad_divisor);
+                double beta2, double weight_decay, double eps, const at::Tensor& grad_divisor,
+                const at::Tensor& skip = at::Tensor());
 
 }  // namespace mlcd::worker::compat

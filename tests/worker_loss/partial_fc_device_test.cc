@@ -204,6 +204,47 @@ TEST(DeviceLayerTest, EmbeddingsOnAnotherDeviceOrDtypeAreRefused) {
       << bad.status().message();
 }
 
+// OptimizerStep with `apply` (TrainStep's check of the backbone's gradient): true gives the
+// unmasked update exactly, false leaves weights, moments, row steps and the step count as
+// they were and drops the gradient. The device layer masks on the device; the host layer
+// reads the flag.
+TEST(DeviceLayerTest, MaskedUpdateAppliesOrLeavesEverythingAsItWas) {
+  Case tc;
+  for (PartialFcLayer layer : {PartialFcLayer::kDevice, PartialFcLayer::kHost}) {
+    SCOPED_TRACE(PartialFcLayerName(layer));
+    auto comm = Collectives::Local();
+    auto plain = PartialFc::Create(tc.Options(layer), comm.get());
+    auto masked = PartialFc::Create(tc.Options(layer), comm.get());
+    ASSERT_TRUE(plain.ok() && masked.ok());
+    const at::Tensor yes = at::ones({}, at::kBool), no = at::zeros({}, at::kBool);
+    for (int step = 0; step < 2; ++step) {
+      ASSERT_TRUE((*plain)->ForwardBackward(tc.E, tc.Y).ok());
+      ASSERT_TRUE((*masked)->ForwardBackward(tc.E, tc.Y).ok());
+      ASSERT_TRUE((*plain)->OptimizerStep(0.01).ok());
+      ASSERT_TRUE((*masked)->OptimizerStep(0.01, yes).ok());
+    }
+    const PartialFcShardState a = (*plain)->ExportState(), b = (*masked)->ExportState();
+    EXPECT_TRUE(at::equal(a.weight, b.weight));
+    EXPECT_TRUE(at::equal(a.exp_avg, b.exp_avg));
+    EXPECT_TRUE(at::equal(a.exp_avg_sq, b.exp_avg_sq));
+    EXPECT_TRUE(at::equal(a.row_steps, b.row_steps));
+    EXPECT_EQ(b.step, 2);
+    EXPECT_EQ((*masked)->step(), 2);
+
+    ASSERT_TRUE((*masked)->ForwardBackward(tc.E, tc.Y).ok());
+    const at::Tensor weight = b.weight.clone(), m = b.exp_avg.clone(), v = b.exp_avg_sq.clone(),
+                     rows = b.row_steps.clone();
+    ASSERT_TRUE((*masked)->OptimizerStep(0.01, no).ok());
+    const PartialFcShardState c = (*masked)->ExportState();
+    EXPECT_TRUE(at::equal(c.weight, weight));
+    EXPECT_TRUE(at::equal(c.exp_avg, m));
+    EXPECT_TRUE(at::equal(c.exp_avg_sq, v));
+    EXPECT_TRUE(at::equal(c.row_steps, rows));
+    EXPECT_EQ((*masked)->step(), 2);
+    EXPECT_FALSE((*masked)->has_pending_gradient());
+  }
+}
+
 // A checkpoint written by either layer resumes in the other: 2 + 2 steps equal 4 straight.
 TEST(DeviceLayerCheckpointTest, InterchangeBothWays) {
   Case tc;

@@ -50,16 +50,19 @@ struct Rig {
   std::unique_ptr<PartialFcObjective> objective;
   PartialFc* fc = nullptr;  // objective's layer
 
-  explicit Rig(uint64_t seed) {
+  explicit Rig(uint64_t seed, PartialFcLayer layer = PartialFcLayer::kHost,
+               AdamWKernel kernel = AdamWKernel::kAuto) {
     model = VisionTransformer(SmallTestVit());
     model->ResetParameters(seed);
     flat = std::make_unique<FlatParameters>(std::vector<std::vector<torch::Tensor>>{
         model->DecayParameters(), model->NoDecayParameters()});
     BackboneAdamWOptions aopts;
     aopts.weight_decay = {0.05, 0.0};
+    aopts.kernel = kernel;
     optimizer = std::make_unique<BackboneAdamW>(flat.get(), aopts);
     grad_sync = std::make_unique<GradSync>(comm.get(), flat.get());
     PartialFcOptions popts;
+    popts.layer = layer;
     popts.num_classes = 40;
     popts.embedding_dim = 24;
     popts.sample_ratio = 1.0;
@@ -192,11 +195,14 @@ TEST(TrainStepTest, Fp32StepIsTheHandWrittenSequence) {
   ASSERT_TRUE(fc.ok());
   emb.backward(fc->grad_embeddings);
   ASSERT_TRUE(b.grad_sync->AllReduceGradients().ok());
-  BackboneStepStats stats = b.optimizer->Step(1e-3, 1.0);
-  ASSERT_TRUE(b.fc->OptimizerStep(2e-3).ok());
+  auto pending = b.optimizer->StepOnDevice(1e-3, 1.0);
+  ASSERT_TRUE(pending.ok());
+  ASSERT_TRUE(b.objective->MaskedOptimizerStep(2e-3, pending->apply).ok());
+  auto stats = b.optimizer->Settle(*pending);
+  ASSERT_TRUE(stats.ok());
 
   EXPECT_EQ(r->objective.loss, fc->loss);
-  EXPECT_EQ(r->backbone.grad_norm, stats.grad_norm);
+  EXPECT_EQ(r->backbone.grad_norm, stats->grad_norm);
   EXPECT_TRUE(torch::equal(a.flat->values(), b.flat->values()));
   EXPECT_TRUE(torch::equal(a.fc->weight(), b.fc->weight()));
   EXPECT_GT(r->timings.total, 0.0);
@@ -258,21 +264,33 @@ TEST(TrainStepTest, Uint8ImagesGiveTheFloatImagesStep) {
 // A non-finite backbone gradient with a finite loss (one parameter's gradient made NaN by a
 // hook in the real backward) is refused before either optimizer applies anything: every
 // parameter, moment and step count stays as it was, and no gradient is left pending.
+// With each layer and each backbone AdamW kernel of the build: the check on the host (loops,
+// ATen operations) and the one on the device that masks both updates (the fused kernel with
+// the device layer, the CUDA default).
 TEST(TrainStepTest, NonFiniteGradientLeavesEveryParameterAndMomentUnchanged) {
-  Rig a(31);
-  TrainStep step(a.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
-  torch::Tensor x = Images(6), y = Labels(6);
-  ASSERT_TRUE(step.Run(x, y, 1e-3, 2e-3).ok());  // moments and row steps are non-zero now
-  const std::vector<torch::Tensor> before = Snapshot(a);
-  torch::Tensor victim = a.model->parameters().front();
-  victim.register_hook([](torch::Tensor g) { return g * std::nan(""); });
-  auto r = step.Run(x, y, 1e-3, 2e-3);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("non-finite"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("loss"), std::string::npos) << r.status().message();
-  ExpectUnchanged(before, a);
-  EXPECT_FALSE(a.fc->has_pending_gradient());
+  std::vector<AdamWKernel> kernels = {AdamWKernel::kLoops, AdamWKernel::kAtenOps};
+  if (compat::HasFusedAdamW(c10::DeviceType::CPU)) kernels.push_back(AdamWKernel::kFused);
+  for (PartialFcLayer layer : {PartialFcLayer::kHost, PartialFcLayer::kDevice}) {
+    for (AdamWKernel kernel : kernels) {
+      SCOPED_TRACE(std::string(PartialFcLayerName(layer)) + " layer, " + AdamWKernelName(kernel));
+      Rig a(31, layer, kernel);
+      TrainStep step(a.Parts(), torch::Device(torch::kCPU), Precision::kFp32);
+      torch::Tensor x = Images(6), y = Labels(6);
+      ASSERT_TRUE(step.Run(x, y, 1e-3, 2e-3).ok());  // moments and row steps are non-zero now
+      const std::vector<torch::Tensor> before = Snapshot(a);
+      torch::Tensor victim = a.model->parameters().front();
+      victim.register_hook([](torch::Tensor g) { return g * std::nan(""); });
+      auto r = step.Run(x, y, 1e-3, 2e-3);
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(r.status().message().find("non-finite"), std::string::npos) << r.status().message();
+      EXPECT_NE(r.status().message().find("loss"), std::string::npos) << r.status().message();
+      ExpectUnchanged(before, a);
+      EXPECT_FALSE(a.fc->has_pending_gradient());
+      EXPECT_EQ(a.optimizer->step_count(), 1);
+      EXPECT_EQ(a.fc->step(), 1);
+    }
+  }
 }
 
 // A learning rate that is not finite and >= 0 is refused before the step runs.

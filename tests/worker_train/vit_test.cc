@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -734,6 +735,75 @@ void ExpectAdamWMatchesTorch(AdamWKernel kernel) {
   EXPECT_NEAR(s.grad_norm, 5.0, 1e-9);
   EXPECT_NEAR(s.clip_coef, 1.0 / 5.0, 1e-6);
   EXPECT_NEAR(clipped.exp_avg()[1].item<double>(), 0.1 * 8 * 0.5 / 5.0, 1e-6);
+}
+
+// StepOnDevice + Settle (what TrainStep runs) against CheckedStep with `kernel`: the same
+// parameters, moments, step count and figures over three steps, clipped and not; then a
+// non-finite gradient: `apply` is false, Settle refuses the step with INVALID_ARGUMENT, and no
+// parameter, moment or step count changed; a bad learning rate queues nothing.
+void ExpectSettledStepMatchesCheckedStep(AdamWKernel kernel) {
+  torch::manual_seed(2);
+  torch::Tensor wa = torch::randn({6, 5}).requires_grad_(true),
+                ba = torch::randn({5}).requires_grad_(true);
+  torch::Tensor wb = wa.detach().clone().requires_grad_(true),
+                bb = ba.detach().clone().requires_grad_(true);
+  FlatParameters fa({{wa}, {ba}}), fb({{wb}, {bb}});
+  BackboneAdamWOptions opts;
+  opts.weight_decay = {0.1, 0.0};
+  opts.grad_clip_norm = 2.0;
+  opts.kernel = kernel;
+  ASSERT_EQ(ChosenAdamWKernel(kernel, torch::kCPU), kernel);
+  BackboneAdamW checked(&fa, opts), settled(&fb, opts);
+  for (int step = 0; step < 3; ++step) {
+    // Global norms after the 0.5 scale of about 1.4, 2.7 and 4.1: clipped from the second on.
+    const torch::Tensor g = torch::randn({fa.numel()}) * static_cast<double>(step + 1) / 2.0;
+    fa.grads().copy_(g);
+    fb.grads().copy_(g);
+    auto a = checked.CheckedStep(0.01, 0.5);
+    auto pending = settled.StepOnDevice(0.01, 0.5);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+    EXPECT_TRUE(pending->apply.item<bool>());
+    auto b = settled.Settle(*pending);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_NEAR(b->grad_norm, a->grad_norm, 1e-5 * a->grad_norm) << "step " << step;
+    EXPECT_NEAR(b->clip_coef, a->clip_coef, 1e-5) << "step " << step;
+    EXPECT_LT(MaxAbsDiff(fb.values(), fa.values()), 1e-6) << "step " << step;
+    EXPECT_LT(MaxAbsDiff(settled.exp_avg(), checked.exp_avg()), 1e-6) << "step " << step;
+    EXPECT_LT(MaxAbsDiff(settled.exp_avg_sq(), checked.exp_avg_sq()), 1e-7) << "step " << step;
+    EXPECT_EQ(settled.step_count(), step + 1);
+  }
+  EXPECT_EQ(checked.step_count(), 3);
+  const torch::Tensor values = fb.values().clone(), m = settled.exp_avg().clone(),
+                      v = settled.exp_avg_sq().clone();
+  fb.grads().normal_();
+  fb.grads()[4] = std::nan("");
+  auto pending = settled.StepOnDevice(0.01, 0.5);
+  ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+  EXPECT_FALSE(pending->apply.item<bool>());
+  auto refused = settled.Settle(*pending);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("non-finite"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(torch::equal(fb.values(), values));
+  EXPECT_TRUE(torch::equal(settled.exp_avg(), m));
+  EXPECT_TRUE(torch::equal(settled.exp_avg_sq(), v));
+  EXPECT_EQ(settled.step_count(), 3);
+  EXPECT_EQ(settled.StepOnDevice(-1.0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(settled.StepOnDevice(std::nan("")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(torch::equal(fb.values(), values));
+}
+
+TEST(BackboneAdamWTest, SettledStepMatchesCheckedStepWithEachKernel) {
+  ExpectSettledStepMatchesCheckedStep(AdamWKernel::kLoops);
+  ExpectSettledStepMatchesCheckedStep(AdamWKernel::kAtenOps);
+  if (compat::HasFusedAdamW(c10::DeviceType::CPU)) {
+    ExpectSettledStepMatchesCheckedStep(AdamWKernel::kFused);
+  } else {
+    std::cout << "[ NOTE ] libtorch " << compat::TorchVersion()
+              << " has no CPU at::_fused_adamw_ (2.4+): its case runs in the torch 2.x stage\n";
+  }
 }
 
 TEST(BackboneAdamWTest, LoopsMatchTorchAdamWAndClipTheGlobalNorm) {

@@ -147,7 +147,7 @@ StatusOr<PartialFcStep> PartialFc::ForwardBackwardWithNegatives(const at::Tensor
   return impl_->Step(local_embeddings, local_labels, &negatives);
 }
 
-Status PartialFc::OptimizerStep(double lr) {
+Status PartialFc::OptimizerStep(double lr, const at::Tensor& apply) {
   Impl& im = *impl_;
   if (!im.pending) {
     return Status::FailedPrecondition(
@@ -159,14 +159,27 @@ Status PartialFc::OptimizerStep(double lr) {
   const PartialFcOptions& o = im.options;
   SparseAdamWState state{im.weight, im.exp_avg, im.exp_avg_sq, im.row_steps};
   const SparseAdamWOptions adamw{o.beta1, o.beta2, o.eps, o.weight_decay};
-  if (o.layer == PartialFcLayer::kDevice) {
-    SparseAdamWUpdateTensors(adamw, lr, im.pending_rows, im.pending_grad, &state);
-  } else {
-    SparseAdamWUpdate(adamw, lr, im.pending_rows, im.pending_grad, &state);
+  if (o.layer == PartialFcLayer::kDevice && apply.defined()) {
+    // Masked on the device, counted there: no read of `apply`.
+    const at::Tensor applied = apply.to(im.weight.device(), at::kLong);
+    SparseAdamWUpdateTensors(adamw, lr, im.pending_rows, im.pending_grad, &state,
+                             apply.to(im.weight.device()));
+    im.unsettled_steps =
+        im.unsettled_steps.defined() ? im.unsettled_steps.add_(applied) : applied.clone();
+  } else if (!apply.defined() || apply.item<bool>()) {
+    if (o.layer == PartialFcLayer::kDevice) {
+      SparseAdamWUpdateTensors(adamw, lr, im.pending_rows, im.pending_grad, &state);
+    } else {
+      SparseAdamWUpdate(adamw, lr, im.pending_rows, im.pending_grad, &state);
+    }
+    im.step += 1;
   }
-  im.step += 1;
   DiscardGradient();
   return Status::Ok();
+}
+
+int64_t PartialFc::Impl::Steps() const {
+  return step + (unsettled_steps.defined() ? unsettled_steps.item<int64_t>() : 0);
 }
 
 void PartialFc::DiscardGradient() {
@@ -188,7 +201,7 @@ at::Tensor PartialFc::last_weight_gradient() const {
 
 ClassRange PartialFc::class_range() const { return impl_->range; }
 const PartialFcOptions& PartialFc::options() const { return impl_->options; }
-int64_t PartialFc::step() const { return impl_->step; }
+int64_t PartialFc::step() const { return impl_->Steps(); }
 at::Tensor PartialFc::weight() const { return impl_->weight; }
 
 PartialFcShardState PartialFc::ExportState() const {
@@ -196,7 +209,7 @@ PartialFcShardState PartialFc::ExportState() const {
   st.range = impl_->range;
   st.num_classes = impl_->options.num_classes;
   st.embedding_dim = impl_->dim;
-  st.step = impl_->step;
+  st.step = impl_->Steps();
   st.weight = impl_->weight;
   st.exp_avg = impl_->exp_avg;
   st.exp_avg_sq = impl_->exp_avg_sq;
@@ -208,6 +221,7 @@ Status PartialFc::ImportState(const std::vector<PartialFcShardState>& pieces) {
   PartialFcShardState shard = ExportState();  // views: written in place
   MLCD_RETURN_IF_ERROR(AssembleShardState(pieces, &shard));
   impl_->step = shard.step;
+  impl_->unsettled_steps = at::Tensor();
   DiscardGradient();
   return Status::Ok();
 }
@@ -227,6 +241,7 @@ Status PartialFc::Load(const std::string& dir) {
   Status s = ImportState(read.pieces);
   if (!s.ok()) return s.WithContext("loading class centres from '" + dir + "'");
   im.step = read.step;  // also for a shard that owns no class (no piece overlaps it)
+  im.unsettled_steps = at::Tensor();
   return s;
 }
 

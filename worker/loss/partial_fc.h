@@ -203,7 +203,11 @@ class PartialFc {
   //   w −= lr · (m / (1−β1^t)) / (sqrt(v / (1−β2^t)) + eps).
   // FAILED_PRECONDITION when no gradient is pending (no successful ForwardBackward since the
   // last OptimizerStep). Local: no collective.
-  Status OptimizerStep(double lr);
+  // With `apply` (a 0-dim bool tensor, as TrainStep's check of the backbone's gradient gives
+  // it) the update applies only where it is true; otherwise the pending gradient is dropped
+  // and nothing changes. The device layer masks its update on the device and counts the step
+  // there, without reading `apply` (step() reads the count); the host layer reads it.
+  Status OptimizerStep(double lr, const at::Tensor& apply = at::Tensor());
   // Drops the pending gradient without updating (e.g. a step skipped for a non-finite
   // backbone loss); step() is unchanged.
   void DiscardGradient();

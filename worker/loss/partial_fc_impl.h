@@ -109,6 +109,9 @@ struct PartialFc::Impl {
   at::Tensor exp_avg_sq;  // [n, D] float32
   at::Tensor row_steps;   // [n] int64
   int64_t step = 0;
+  // Updates of OptimizerStep with `apply` that applied and are not yet in `step`: a 0-dim
+  // int64 tensor on the state's device, read only when the count is asked for (Steps()).
+  at::Tensor unsettled_steps;
   // Pending gradient of the last ForwardBackward.
   bool pending = false;
   at::Tensor pending_rows;  // int64 [m], local row indices, sorted
@@ -116,6 +119,9 @@ struct PartialFc::Impl {
   // Scratch: position of a local class in the sampled set, -1 when not sampled.
   std::vector<int32_t> position;
   double collective_seconds = 0;
+
+  // step + unsettled_steps (reads the latter on the host).
+  int64_t Steps() const;
 
   // ForwardBackward (worker/loss/partial_fc_step.cc): the stages below in order.
   StatusOr<PartialFcStep> Step(const at::Tensor& local_embeddings, const at::Tensor& local_labels,

@@ -47,10 +47,10 @@ void SparseAdamWUpdate(const SparseAdamWOptions& o, double lr, const at::Tensor&
 }
 
 void SparseAdamWUpdateTensors(const SparseAdamWOptions& o, double lr, const at::Tensor& rows,
-                              const at::Tensor& grad, SparseAdamWState* state) {
+                              const at::Tensor& grad, SparseAdamWState* state,
+                              const at::Tensor& apply) {
   if (rows.numel() == 0) return;
   at::Tensor t = state->row_steps.index_select(0, rows).add_(1);
-  state->row_steps.index_copy_(0, rows, t);
   // Per-row bias corrections in double, then one float32 factor each.
   at::Tensor td = t.to(at::kDouble);
   at::Tensor step_size = (lr / (1.0 - at::pow(o.beta1, td))).to(at::kFloat).unsqueeze(1);
@@ -63,6 +63,14 @@ void SparseAdamWUpdateTensors(const SparseAdamWOptions& o, double lr, const at::
   at::Tensor denom = v.sqrt().mul_(inv_sqrt_bias2).add_(o.eps);
   at::Tensor w = state->weight.index_select(0, rows);
   w.mul_(1.0 - lr * o.weight_decay).addcdiv_(a * step_size, denom, -1.0);
+  if (apply.defined()) {
+    // The state is untouched until the writes below: the rows as they were, where not applied.
+    t = at::where(apply, t, state->row_steps.index_select(0, rows));
+    a = at::where(apply, a, state->exp_avg.index_select(0, rows));
+    v = at::where(apply, v, state->exp_avg_sq.index_select(0, rows));
+    w = at::where(apply, w, state->weight.index_select(0, rows));
+  }
+  state->row_steps.index_copy_(0, rows, t);
   state->exp_avg.index_copy_(0, rows, a);
   state->exp_avg_sq.index_copy_(0, rows, v);
   state->weight.index_copy_(0, rows, w);

@@ -36,8 +36,12 @@ void SparseAdamWUpdate(const SparseAdamWOptions& options, double lr, const at::T
 // The same update as ATen ops on the state's device (the device layer): the listed rows are
 // gathered (index_select), updated and written back (index_copy_); the bias corrections per
 // row in double. No dense [n, D] gradient and no host synchronisation. `rows`, `grad` and the
-// state on one device (CPU or CUDA; CPU tensors need not be contiguous).
+// state on one device (CPU or CUDA; CPU tensors need not be contiguous). With `apply` (a 0-dim
+// bool tensor on that device) the rows are written back updated only where it is true, and
+// as they were otherwise (weights, moments and row steps alike), without reading it on the
+// host: the step masks the update when the backbone's gradient turns out non-finite.
 void SparseAdamWUpdateTensors(const SparseAdamWOptions& options, double lr, const at::Tensor& rows,
-                              const at::Tensor& grad, SparseAdamWState* state);
+                              const at::Tensor& grad, SparseAdamWState* state,
+                              const at::Tensor& apply = at::Tensor());
 
 }  // namespace mlcd::worker

@@ -6,6 +6,15 @@
 #include "worker/torch_compat.h"
 
 namespace mlcd::worker {
+namespace {
+
+Status NonFiniteGradient(double norm) {
+  return Status::InvalidArgument("the backbone gradient is non-finite (global norm " +
+                                 std::to_string(norm) +
+                                 "); nothing was updated: lower optimizer.lr or loss.scale");
+}
+
+}  // namespace
 
 FlatParameters::FlatParameters(const std::vector<std::vector<torch::Tensor>>& groups) {
   int64_t total = 0;
@@ -103,29 +112,77 @@ StatusOr<BackboneStepStats> BackboneAdamW::CheckedStep(double lr, double grad_sc
     return Status::InvalidArgument("backbone learning rate " + std::to_string(lr) +
                                    " must be finite and >= 0");
   const BackboneStepStats stats = Measure(grad_scale);
-  if (!std::isfinite(stats.grad_norm)) {
-    return Status::InvalidArgument("the backbone gradient is non-finite (global norm " +
-                                   std::to_string(stats.grad_norm) +
-                                   "); nothing was updated: lower optimizer.lr or loss.scale");
-  }
+  if (!std::isfinite(stats.grad_norm)) return NonFiniteGradient(stats.grad_norm);
   Apply(lr, grad_scale, stats);
   return stats;
 }
 
 void BackboneAdamW::Apply(double lr, double grad_scale, const BackboneStepStats& stats) {
   torch::NoGradGuard no_grad;
-  torch::Tensor& values = params_->values();
-  torch::Tensor& grads = params_->grads();
-  const AdamWKernel kernel = ChosenAdamWKernel(options_.kernel, grads.device());
+  const torch::Tensor& values = params_->values();
+  const AdamWKernel kernel = ChosenAdamWKernel(options_.kernel, values.device());
   const double scale = grad_scale * stats.clip_coef;
-  ++step_;
   // kFused reads the step count and the gradient's divisor from device tensors: two fills,
   // no copy from the host that the stream would wait for.
   torch::Tensor step_count, divisor;
   if (kernel == AdamWKernel::kFused) {
-    step_count = torch::full({}, static_cast<double>(step_), values.options());
+    step_count = torch::full({}, static_cast<double>(step_ + 1), values.options());
     divisor = torch::full({}, 1.0 / scale, values.options());
   }
+  UpdateGroups(lr, kernel, scale, step_count, divisor, torch::Tensor());
+  ++step_;
+}
+
+StatusOr<PendingBackboneStep> BackboneAdamW::StepOnDevice(double lr, double grad_scale) {
+  if (!(lr >= 0.0) || !std::isfinite(lr))
+    return Status::InvalidArgument("backbone learning rate " + std::to_string(lr) +
+                                   " must be finite and >= 0");
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& values = params_->values();
+  const AdamWKernel kernel = ChosenAdamWKernel(options_.kernel, values.device());
+  PendingBackboneStep pending;
+  if (kernel != AdamWKernel::kFused) {
+    StatusOr<BackboneStepStats> checked = CheckedStep(lr, grad_scale);
+    pending.checked = checked.status();
+    if (checked.ok()) pending.checked_stats = *checked;
+    pending.apply = torch::full({}, checked.ok(), values.options().dtype(torch::kBool));
+    return pending;
+  }
+  // Measure's figures as device scalars (float64): the norm after grad_scale, the factor
+  // that clips it to grad_clip_norm.
+  const torch::Tensor norm = params_->grads().norm().to(torch::kDouble).mul_(grad_scale);
+  const torch::Tensor clip = options_.grad_clip_norm > 0
+                                 ? (options_.grad_clip_norm / (norm + 1e-6)).clamp_max_(1.0)
+                                 : torch::ones_like(norm);
+  pending.apply = norm.isfinite();
+  pending.figures = torch::stack({norm, clip});
+  const torch::Tensor step_count =
+      torch::full({}, static_cast<double>(step_ + 1), values.options());
+  const torch::Tensor divisor = (clip * grad_scale).reciprocal().to(torch::kFloat);
+  UpdateGroups(lr, kernel, 0.0, step_count, divisor, pending.apply.logical_not().to(torch::kFloat));
+  return pending;
+}
+
+StatusOr<BackboneStepStats> BackboneAdamW::Settle(const PendingBackboneStep& pending) {
+  if (!pending.figures.defined()) {
+    if (!pending.checked.ok()) return pending.checked;
+    return pending.checked_stats;
+  }
+  const torch::Tensor figures = pending.figures.cpu();
+  BackboneStepStats stats;
+  stats.grad_norm = figures[0].item<double>();
+  stats.clip_coef = figures[1].item<double>();
+  if (!std::isfinite(stats.grad_norm)) return NonFiniteGradient(stats.grad_norm);
+  ++step_;
+  return stats;
+}
+
+void BackboneAdamW::UpdateGroups(double lr, AdamWKernel kernel, double scale,
+                                 const torch::Tensor& step_count, const torch::Tensor& divisor,
+                                 const torch::Tensor& skip) {
+  torch::Tensor& values = params_->values();
+  torch::Tensor& grads = params_->grads();
+  const int64_t step = step_ + 1;
   for (int g = 0; g < params_->num_groups(); ++g) {
     const int64_t begin = params_->group_begin(g), end = params_->group_end(g);
     if (begin == end) continue;
@@ -139,7 +196,7 @@ void BackboneAdamW::Apply(double lr, double grad_scale, const BackboneStepStats&
       h.eps = static_cast<float>(options_.eps);
       h.weight_decay = static_cast<float>(wd);
       h.grad_scale = static_cast<float>(scale);
-      h.step = step_;
+      h.step = step;
       kernels::AdamWUpdate(values.data_ptr<float>() + begin, grads.data_ptr<float>() + begin,
                            exp_avg_.data_ptr<float>() + begin,
                            exp_avg_sq_.data_ptr<float>() + begin, end - begin, h);
@@ -150,12 +207,12 @@ void BackboneAdamW::Apply(double lr, double grad_scale, const BackboneStepStats&
     auto v = exp_avg_sq_.slice(0, begin, end);
     if (kernel == AdamWKernel::kFused) {
       compat::FusedAdamW(p, grads.slice(0, begin, end), m, v, step_count, lr, options_.beta1,
-                         options_.beta2, wd, options_.eps, divisor);
+                         options_.beta2, wd, options_.eps, divisor, skip);
       continue;
     }
     auto gr = grads.slice(0, begin, end) * scale;
-    const double bc1 = 1 - std::pow(options_.beta1, double(step_));
-    const double bc2 = 1 - std::pow(options_.beta2, double(step_));
+    const double bc1 = 1 - std::pow(options_.beta1, double(step));
+    const double bc2 = 1 - std::pow(options_.beta2, double(step));
     p.mul_(1 - lr * wd);
     m.mul_(options_.beta1).add_(gr, 1 - options_.beta1);
     v.mul_(options_.beta2).addcmul_(gr, gr, 1 - options_.beta2);

@@ -12,8 +12,11 @@
 // decay per group, global-norm gradient clipping and a gradient scale (1/world size) folded
 // into the same pass. Its state (step count, first and second moments) is replicated on every
 // rank, since every rank holds the whole backbone. The update runs as one pass per group on
-// every device (AdamWKernel); the step reads one number on the host, the gradient's global
-// norm, for the non-finite refusal and the clipping factor.
+// every device (AdamWKernel). CheckedStep reads the gradient's global norm on the host first,
+// for the non-finite refusal and the clipping factor; StepOnDevice + Settle, what TrainStep
+// runs, do the same without that read before the update where the kernel is kFused: the norm,
+// the clipping factor and the refusal stay on the device, and the host reads them after both
+// optimizers' updates are queued.
 #pragma once
 
 #include <torch/torch.h>
@@ -85,6 +88,18 @@ struct BackboneStepStats {
   double clip_coef = 1;  // factor applied to the gradient (<= 1)
 };
 
+// An update StepOnDevice queued, until Settle.
+struct PendingBackboneStep {
+  // 0-dim bool on the parameters' device: the gradient's norm is finite and the update
+  // applies. The objective's update is masked with it (TrainObjective::MaskedOptimizerStep).
+  torch::Tensor apply;
+  // kFused: [2] float64 on the parameters' device, the global norm and the clipping factor.
+  torch::Tensor figures;
+  // Other kernels: CheckedStep's result, taken on the host.
+  Status checked;
+  BackboneStepStats checked_stats;
+};
+
 class BackboneAdamW {
  public:
   BackboneAdamW(FlatParameters* params, BackboneAdamWOptions options);
@@ -95,6 +110,16 @@ class BackboneAdamW {
   // >= 0): then INVALID_ARGUMENT naming the norm, and no parameter, moment or step count
   // changed.
   StatusOr<BackboneStepStats> CheckedStep(double lr, double grad_scale = 1.0);
+  // CheckedStep in two halves. StepOnDevice queues the update: with kFused the norm, the
+  // clipping factor and the finiteness are computed on the device, and the fused kernel skips
+  // the update itself where the norm is not finite, with nothing read on the host; the other
+  // kernels run CheckedStep here (host code). INVALID_ARGUMENT only for a bad `lr` (nothing
+  // queued). Settle then reads the two figures (with kFused, after the update) and returns
+  // CheckedStep's result: the stats, or INVALID_ARGUMENT for a non-finite norm, in which case
+  // no parameter, moment or step count changed. Call Settle once per StepOnDevice, before the
+  // next step.
+  StatusOr<PendingBackboneStep> StepOnDevice(double lr, double grad_scale = 1.0);
+  StatusOr<BackboneStepStats> Settle(const PendingBackboneStep& pending);
 
   int64_t step_count() const { return step_; }
   torch::Tensor& exp_avg() { return exp_avg_; }
@@ -107,6 +132,12 @@ class BackboneAdamW {
   BackboneStepStats Measure(double grad_scale) const;
   // Applies the update with the stats Measure gave.
   void Apply(double lr, double grad_scale, const BackboneStepStats& stats);
+  // The update of every group as step step_ + 1 (step_ unchanged). kLoops and kAtenOps scale
+  // the gradient by `scale`; kFused divides it by `divisor` and reads `step_count` (both
+  // device scalars) and skips the update where `skip` (a device scalar, may be undefined)
+  // holds 1.
+  void UpdateGroups(double lr, AdamWKernel kernel, double scale, const torch::Tensor& step_count,
+                    const torch::Tensor& divisor, const torch::Tensor& skip);
 
   FlatParameters* params_;
   BackboneAdamWOptions options_;

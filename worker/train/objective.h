@@ -16,7 +16,8 @@
 //      AllReduceGradients(): the objective's replicated parameters' gradients summed over the
 //      ranks (a collective; a no-op for an objective whose state is sharded or absent). A
 //      non-finite summed gradient is INVALID_ARGUMENT here, before anything was applied.
-//   4. the backbone's optimizer step, then OptimizerStep(lr): the objective's own update.
+//   4. the backbone's optimizer step, then OptimizerStep(lr): the objective's own update
+//      (MaskedOptimizerStep: only if the backbone's gradient was finite).
 // After a failure anywhere between 2 and 4 the step calls DiscardGradient(): the next
 // ForwardBackward starts clean and nothing pending is applied. Errors of bad input are the
 // same on every rank (local checks are exchanged), so no rank waits in a collective alone.
@@ -105,6 +106,16 @@ class TrainObjective {
   // Step 4: applies the pending gradient with learning rate `lr`. FAILED_PRECONDITION when no
   // gradient is pending. Local.
   virtual Status OptimizerStep(double lr) = 0;
+  // Step 4 as TrainStep runs it: OptimizerStep(lr) where `apply` (a 0-dim bool tensor on the
+  // backbone's device: its gradient was finite) is true, DiscardGradient() where it is false,
+  // and nothing changed then. This default reads `apply` on the host (on a GPU, a wait for the
+  // backbone's gradient); an objective whose update runs on that device masks it there
+  // instead (PartialFcObjective with the device layer).
+  virtual Status MaskedOptimizerStep(double lr, const torch::Tensor& apply) {
+    if (apply.item<bool>()) return OptimizerStep(lr);
+    DiscardGradient();
+    return Status::Ok();
+  }
   // Drops a pending gradient without applying it.
   virtual void DiscardGradient() = 0;
 

@@ -36,6 +36,10 @@ StatusOr<ObjectiveStep> PartialFcObjective::ForwardBackward(const BackboneOutput
 
 Status PartialFcObjective::OptimizerStep(double lr) { return layer_->OptimizerStep(lr); }
 
+Status PartialFcObjective::MaskedOptimizerStep(double lr, const torch::Tensor& apply) {
+  return layer_->OptimizerStep(lr, apply);
+}
+
 void PartialFcObjective::DiscardGradient() { layer_->DiscardGradient(); }
 
 Status PartialFcObjective::Save(const std::string& dir) const { return layer_->Save(dir); }

@@ -30,6 +30,9 @@ class PartialFcObjective : public TrainObjective {
   StatusOr<ObjectiveStep> ForwardBackward(const BackboneOutput& out,
                                           const torch::Tensor& labels) override;
   Status OptimizerStep(double lr) override;
+  // The layer's own masking (PartialFc::OptimizerStep with `apply`): no read on the device
+  // layer.
+  Status MaskedOptimizerStep(double lr, const torch::Tensor& apply) override;
   void DiscardGradient() override;
   Status Save(const std::string& dir) const override;
   Status Load(const std::string& dir) override;

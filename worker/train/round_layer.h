@@ -15,8 +15,8 @@ namespace mlcd::worker {
 
 // The classification layer of round `round` from the spec: fresh centres for every round (the
 // round's clusters are new), seeded by (training.seed, round). On a CUDA `device` the device
-// layer keeps the shard there (its GEMMs in bf16 under a bf16 precision, UsesBf16); on the CPU the fused
-// host layer runs (partial_fc.h).
+// layer keeps the shard there (its GEMMs in bf16 under a bf16 precision, UsesBf16); on the
+// CPU the fused host layer runs (partial_fc.h).
 StatusOr<PartialFcOptions> LayerOptionsFromSpec(const v1::JobSpec& spec, int64_t embedding_dim,
                                                 int round, const torch::Device& device,
                                                 Precision precision);

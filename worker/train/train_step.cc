@@ -146,18 +146,22 @@ StatusOr<TrainStepResult> TrainStep::Run(const torch::Tensor& images, const torc
     return synced;
   }
   const int t5 = timer.Mark();
-  // The gradient's norm is checked before either optimizer applies anything: a non-finite
-  // one (the same on every rank after the all-reduce) leaves every parameter and moment as
-  // it was.
-  StatusOr<BackboneStepStats> backbone = parts_.optimizer->CheckedStep(lr, 1.0);
-  if (!backbone.ok()) {
+  // Both updates apply only if the gradient's norm is finite (the same on every rank after the
+  // all-reduce): a non-finite one leaves every parameter and moment as it was. With the fused
+  // AdamW the check is a device scalar that masks both updates, read on the host only once
+  // both are queued (Settle); the other kernels check on the host first.
+  StatusOr<PendingBackboneStep> pending = parts_.optimizer->StepOnDevice(lr, 1.0);
+  if (!pending.ok()) {
     objective.DiscardGradient();
-    return backbone.status().WithContext("loss " + std::to_string(step->loss));
+    return pending.status();
   }
-  r.backbone = *backbone;
   const int t6 = timer.Mark();
-  MLCD_RETURN_IF_ERROR(objective.OptimizerStep(objective_lr));
+  const Status centre = objective.MaskedOptimizerStep(objective_lr, pending->apply);
   const int t7 = timer.Mark();
+  StatusOr<BackboneStepStats> backbone = parts_.optimizer->Settle(*pending);
+  if (!backbone.ok()) return backbone.status().WithContext("loss " + std::to_string(step->loss));
+  MLCD_RETURN_IF_ERROR(centre);
+  r.backbone = *backbone;
   r.objective = std::move(*step);
   t.host_to_device = timer.Seconds(t0, t1);
   t.backbone_forward = timer.Seconds(t1, t2);

@@ -9,7 +9,10 @@
 //                                       copy; the gradient comes back to the device
 //   emb.backward(r.grad_embeddings)     backbone backward on the device
 //   GradSync (NCCL for CUDA, Gloo for CPU), objective.AllReduceGradients
-//     ->  BackboneAdamW  ->  objective.OptimizerStep
+//     ->  BackboneAdamW::StepOnDevice  ->  objective.MaskedOptimizerStep  ->  Settle
+//                                       both updates apply only if the gradient's norm is
+//                                       finite; with the fused AdamW that flag stays on the
+//                                       device, and the host reads the norm at the end
 //
 // The precision policy (training.precision):
 //   kFp32             float32 throughout.

@@ -14,8 +14,8 @@
 //     emb.backward(r.grad_embeddings)                      backbone backward (flat gradient buffer)
 //     GradSync: bucketed allreduce (sum) of the backbone gradient (NCCL on CUDA, else Gloo),
 //       then the objective's replicated parameters' (the projection head)
-//     BackboneAdamW.Step(lr)  (clipping folded in);  objective.OptimizerStep(lr * centre_mult
-//       for the class centres, lr for a head)
+//     BackboneAdamW.StepOnDevice(lr)  (clipping folded in);
+//       objective.MaskedOptimizerStep(lr * centre_mult for the class centres, lr for a head)
 // with lr from the job-wide warmup + cosine schedule of the global step. Checkpoints at
 // every epoch end and every checkpoint_every_steps (a collective; worker/train/checkpoint.h).
 // With training.time_budget_minutes the round's step count is fixed after its first steps
