@@ -416,9 +416,9 @@ double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
 // bfloat16 images: every hidden state and feature is bfloat16, the float32 parameters get
 // float32 gradients, and both follow the float32 run within bf16's rounding (8 significant
 // bits: 2^-8 relative per value). The features within 2 %; the gradients within 10 %: each is
-// a sum over every token of bf16 products, and a LayerNorm bias's sum cancels most (up to
-// 5.5 % seen with libtorch 1.13, whose bf16 LayerNorm backward rounds more than autocast's
-// float32 one). Either kernel choice runs ATen's operators for these types.
+// a sum over every token of bf16 products, a LayerNorm bias's sum cancels most, and a bf16
+// LayerNorm backward rounds its sums where autocast's float32 one does not. Either kernel
+// choice runs ATen's operators for these types.
 TEST(VitTest, ActivationsTakeTheImagesTypeAndFollowTheFloat32Model) {
   struct Case {
     VitStem stem;
