@@ -159,19 +159,24 @@ Status PartialFc::OptimizerStep(double lr, const at::Tensor& apply) {
   const PartialFcOptions& o = im.options;
   SparseAdamWState state{im.weight, im.exp_avg, im.exp_avg_sq, im.row_steps};
   const SparseAdamWOptions adamw{o.beta1, o.beta2, o.eps, o.weight_decay};
-  if (o.layer == PartialFcLayer::kDevice && apply.defined()) {
-    // Masked on the device, counted there: no read of `apply`.
+  // The device layer masks its update on the device and counts the step there (no read of
+  // `apply`); the host layer reads it.
+  const bool masked = o.layer == PartialFcLayer::kDevice && apply.defined();
+  if (apply.defined() && !masked && !apply.item<bool>()) {
+    DiscardGradient();
+    return Status::Ok();
+  }
+  if (o.layer == PartialFcLayer::kDevice) {
+    const at::Tensor mask = masked ? apply.to(im.weight.device()) : at::Tensor();
+    SparseAdamWUpdateTensors(adamw, lr, im.pending_rows, im.pending_grad, &state, mask);
+  } else {
+    SparseAdamWUpdate(adamw, lr, im.pending_rows, im.pending_grad, &state);
+  }
+  if (masked) {
     const at::Tensor applied = apply.to(im.weight.device(), at::kLong);
-    SparseAdamWUpdateTensors(adamw, lr, im.pending_rows, im.pending_grad, &state,
-                             apply.to(im.weight.device()));
     im.unsettled_steps =
         im.unsettled_steps.defined() ? im.unsettled_steps.add_(applied) : applied.clone();
-  } else if (!apply.defined() || apply.item<bool>()) {
-    if (o.layer == PartialFcLayer::kDevice) {
-      SparseAdamWUpdateTensors(adamw, lr, im.pending_rows, im.pending_grad, &state);
-    } else {
-      SparseAdamWUpdate(adamw, lr, im.pending_rows, im.pending_grad, &state);
-    }
+  } else {
     im.step += 1;
   }
   DiscardGradient();

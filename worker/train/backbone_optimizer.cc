@@ -14,6 +14,12 @@ Status NonFiniteGradient(double norm) {
                                  "); nothing was updated: lower optimizer.lr or loss.scale");
 }
 
+Status CheckLearningRate(double lr) {
+  if (lr >= 0.0 && std::isfinite(lr)) return Status::Ok();
+  return Status::InvalidArgument("backbone learning rate " + std::to_string(lr) +
+                                 " must be finite and >= 0");
+}
+
 }  // namespace
 
 FlatParameters::FlatParameters(const std::vector<std::vector<torch::Tensor>>& groups) {
@@ -108,9 +114,7 @@ BackboneStepStats BackboneAdamW::Step(double lr, double grad_scale) {
 }
 
 StatusOr<BackboneStepStats> BackboneAdamW::CheckedStep(double lr, double grad_scale) {
-  if (!(lr >= 0.0) || !std::isfinite(lr))
-    return Status::InvalidArgument("backbone learning rate " + std::to_string(lr) +
-                                   " must be finite and >= 0");
+  MLCD_RETURN_IF_ERROR(CheckLearningRate(lr));
   const BackboneStepStats stats = Measure(grad_scale);
   if (!std::isfinite(stats.grad_norm)) return NonFiniteGradient(stats.grad_norm);
   Apply(lr, grad_scale, stats);
@@ -122,21 +126,16 @@ void BackboneAdamW::Apply(double lr, double grad_scale, const BackboneStepStats&
   const torch::Tensor& values = params_->values();
   const AdamWKernel kernel = ChosenAdamWKernel(options_.kernel, values.device());
   const double scale = grad_scale * stats.clip_coef;
-  // kFused reads the step count and the gradient's divisor from device tensors: two fills,
-  // no copy from the host that the stream would wait for.
-  torch::Tensor step_count, divisor;
-  if (kernel == AdamWKernel::kFused) {
-    step_count = torch::full({}, static_cast<double>(step_ + 1), values.options());
-    divisor = torch::full({}, 1.0 / scale, values.options());
-  }
-  UpdateGroups(lr, kernel, scale, step_count, divisor, torch::Tensor());
+  // kFused reads the gradient's divisor from a device tensor: a fill, no copy from the host
+  // that the stream would wait for.
+  torch::Tensor divisor;
+  if (kernel == AdamWKernel::kFused) divisor = torch::full({}, 1.0 / scale, values.options());
+  UpdateGroups(lr, kernel, scale, divisor, torch::Tensor());
   ++step_;
 }
 
 StatusOr<PendingBackboneStep> BackboneAdamW::StepOnDevice(double lr, double grad_scale) {
-  if (!(lr >= 0.0) || !std::isfinite(lr))
-    return Status::InvalidArgument("backbone learning rate " + std::to_string(lr) +
-                                   " must be finite and >= 0");
+  MLCD_RETURN_IF_ERROR(CheckLearningRate(lr));
   torch::NoGradGuard no_grad;
   const torch::Tensor& values = params_->values();
   const AdamWKernel kernel = ChosenAdamWKernel(options_.kernel, values.device());
@@ -156,10 +155,8 @@ StatusOr<PendingBackboneStep> BackboneAdamW::StepOnDevice(double lr, double grad
                                  : torch::ones_like(norm);
   pending.apply = norm.isfinite();
   pending.figures = torch::stack({norm, clip});
-  const torch::Tensor step_count =
-      torch::full({}, static_cast<double>(step_ + 1), values.options());
   const torch::Tensor divisor = (clip * grad_scale).reciprocal().to(torch::kFloat);
-  UpdateGroups(lr, kernel, 0.0, step_count, divisor, pending.apply.logical_not().to(torch::kFloat));
+  UpdateGroups(lr, kernel, 0.0, divisor, pending.apply.logical_not().to(torch::kFloat));
   return pending;
 }
 
@@ -178,11 +175,14 @@ StatusOr<BackboneStepStats> BackboneAdamW::Settle(const PendingBackboneStep& pen
 }
 
 void BackboneAdamW::UpdateGroups(double lr, AdamWKernel kernel, double scale,
-                                 const torch::Tensor& step_count, const torch::Tensor& divisor,
-                                 const torch::Tensor& skip) {
+                                 const torch::Tensor& divisor, const torch::Tensor& skip) {
   torch::Tensor& values = params_->values();
   torch::Tensor& grads = params_->grads();
   const int64_t step = step_ + 1;
+  // kFused reads the step count from a device tensor: a fill.
+  const torch::Tensor step_count =
+      kernel == AdamWKernel::kFused ? torch::full({}, static_cast<double>(step), values.options())
+                                    : torch::Tensor();
   for (int g = 0; g < params_->num_groups(); ++g) {
     const int64_t begin = params_->group_begin(g), end = params_->group_end(g);
     if (begin == end) continue;

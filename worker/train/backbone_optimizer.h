@@ -133,11 +133,10 @@ class BackboneAdamW {
   // Applies the update with the stats Measure gave.
   void Apply(double lr, double grad_scale, const BackboneStepStats& stats);
   // The update of every group as step step_ + 1 (step_ unchanged). kLoops and kAtenOps scale
-  // the gradient by `scale`; kFused divides it by `divisor` and reads `step_count` (both
-  // device scalars) and skips the update where `skip` (a device scalar, may be undefined)
-  // holds 1.
-  void UpdateGroups(double lr, AdamWKernel kernel, double scale, const torch::Tensor& step_count,
-                    const torch::Tensor& divisor, const torch::Tensor& skip);
+  // the gradient by `scale`; kFused divides it by `divisor` (a device scalar) and skips the
+  // update where `skip` (a device scalar, may be undefined) holds 1.
+  void UpdateGroups(double lr, AdamWKernel kernel, double scale, const torch::Tensor& divisor,
+                    const torch::Tensor& skip);
 
   FlatParameters* params_;
   BackboneAdamWOptions options_;
